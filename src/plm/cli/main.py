@@ -1,0 +1,41 @@
+"""Entry point of the ``plm`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from plm.cli import convert, demo, evaluate, generate, pretrain, tokenizer
+from plm.cli.common import HelpFormatter, Parser
+from plm.errors import PLMError
+
+COMMANDS = (demo, tokenizer, pretrain, generate, evaluate, convert)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="plm",
+        description="The pretrained-language-model lineage on PyTorch: train tokenizers, pre-train, generate, "
+        "evaluate and convert GPT-1/GPT-2 models. Start with `plm demo`.",
+        formatter_class=HelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for command in COMMANDS:
+        command.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except PLMError as error:
+        print(f"plm {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"plm {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

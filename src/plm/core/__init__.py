@@ -1,0 +1,20 @@
+"""The shared Transformer core: every family builds on these pieces."""
+
+from plm.core.attention import KVCache, MultiHeadAttention
+from plm.core.block import BlockConfig, FeedForward, TransformerBlock
+from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
+from plm.core.masks import build_attention_mask
+from plm.core.outputs import ModelOutput
+
+__all__ = [
+    "BlockConfig",
+    "FeedForward",
+    "KVCache",
+    "LearnedPositions",
+    "ModelOutput",
+    "MultiHeadAttention",
+    "SinusoidalPositions",
+    "TransformerBlock",
+    "build_attention_mask",
+    "build_position_ids",
+]

@@ -1,0 +1,126 @@
+"""Multi-head attention on scaled_dot_product_attention, with a key/value cache.
+
+One module serves self-attention (GPT, BERT, the Transformer's encoder and decoder)
+and encoder-decoder attention: the fused input projection holds W_Q, W_K and W_V
+stacked as in ``torch.nn.MultiheadAttention``; for cross-attention the queries come
+from the decoder and the keys and values from the encoder's output ("memory").
+Families that change the scores (DeBERTa's disentangled attention) subclass it and
+override :meth:`MultiHeadAttention.attend`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.errors import PLMError
+
+
+class KVCache:
+    """Keys and values of one attention layer, pre-allocated for ``max_length`` tokens.
+
+    Decoding writes each new token's key and value in place, so a step costs no
+    concatenation of the whole history.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.keys = keys  # (batch, heads, max_length, head_dim)
+        self.values = values
+        self.length = 0
+
+    @classmethod
+    def empty(
+        cls, batch: int, heads: int, max_length: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> KVCache:
+        shape = (batch, heads, max_length, head_dim)
+        return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
+
+    @property
+    def max_length(self) -> int:
+        return self.keys.shape[2]
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store (batch, heads, new, head_dim) keys/values; return all stored so far."""
+        end = self.length + keys.shape[2]
+        if end > self.max_length:
+            raise PLMError(f"the key/value cache holds {self.max_length} tokens; {end} were asked for")
+        self.keys[:, :, self.length : end] = keys
+        self.values[:, :, self.length : end] = values
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep the batch rows ``index`` (beam search reorders hypotheses)."""
+        self.keys = self.keys.index_select(0, index)
+        self.values = self.values.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i."""
+
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if dim % heads:
+            raise PLMError(f"hidden size {dim} is not divisible by the number of heads {heads}")
+        self.dim = dim
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.dropout = dropout
+        self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+
+    def project(
+        self, x: torch.Tensor, memory: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from ``x``; keys and values from ``memory`` (cross-attention) or ``x``."""
+        if memory is None:
+            return self.in_proj(x).split(self.dim, dim=-1)
+        weight_q, weight_kv = self.in_proj.weight.split([self.dim, 2 * self.dim])
+        bias_q, bias_kv = self.in_proj.bias.split([self.dim, 2 * self.dim]) if self.in_proj.bias is not None else (None, None)
+        keys, values = F.linear(memory, weight_kv, bias_kv).split(self.dim, dim=-1)
+        return F.linear(x, weight_q, bias_q), keys, values
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time, _ = x.shape
+        return x.view(batch, time, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        memory: torch.Tensor | None = None,
+        **attention_inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """x: (B, T, dim); mask: boolean (B, 1, T, S), True where a query may attend."""
+        batch, time, _ = x.shape
+        queries, keys, values = (self.split_heads(t) for t in self.project(x, memory))
+        if cache is not None:
+            keys, values = cache.append(keys, values)
+        out = self.attend(queries, keys, values, mask, is_causal, **attention_inputs)  # (B, H, T, hd)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, time, self.dim))
+
+    def attend(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        **attention_inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, hd) tensors."""
+        return F.scaled_dot_product_attention(
+            queries,
+            keys,
+            values,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+            scale=1.0 / math.sqrt(self.head_dim),
+        )

@@ -1,0 +1,108 @@
+"""The Transformer block, pre-LN (GPT-2) or post-LN (the Transformer, GPT-1, BERT).
+
+A family changes a block by handing it its own attention or feed-forward module
+(DeBERTa's disentangled attention, ALBERT's shared layers), never by copying it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.core.attention import KVCache, MultiHeadAttention
+from plm.errors import PLMError
+
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """The shape of one block; family configs derive theirs from their own fields."""
+
+    dim: int
+    heads: int
+    ffn_dim: int
+    activation: str = "gelu"
+    norm_first: bool = True
+    norm_eps: float = 1e-5
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    bias: bool = True
+    cross_attention: bool = False
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at every position."""
+
+    def __init__(self, dim: int, ffn_dim: int, activation: str = "gelu", bias: bool = True) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise PLMError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        self.fc_in = nn.Linear(dim, ffn_dim, bias=bias)
+        self.fc_out = nn.Linear(ffn_dim, dim, bias=bias)
+        self.activation = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc_out(self.activation(self.fc_in(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention, optional encoder-decoder attention, and a feed-forward layer.
+
+    Each sub-layer is wrapped in dropout, a residual connection and a LayerNorm:
+    post-LN computes LayerNorm(x + Sublayer(x)) as in the Transformer, GPT-1 and BERT;
+    pre-LN computes x + Sublayer(LayerNorm(x)) as in GPT-2.
+    """
+
+    def __init__(
+        self,
+        config: BlockConfig,
+        attention: nn.Module | None = None,
+        feed_forward: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.attention = attention or MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
+        self.attention_norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.cross_attention = (
+            MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
+            if config.cross_attention
+            else None
+        )
+        self.cross_attention_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.cross_attention else None
+        self.feed_forward = feed_forward or FeedForward(config.dim, config.ffn_dim, config.activation, config.bias)
+        self.feed_forward_norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        **attention_inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """x: (batch, time, dim); ``attention_inputs`` go to the self-attention module."""
+        x = self.sublayer(
+            x,
+            lambda h: self.attention(h, mask, is_causal=is_causal, cache=cache, **attention_inputs),
+            self.attention_norm,
+        )
+        if self.cross_attention is not None:
+            x = self.sublayer(x, lambda h: self.cross_attention(h, memory_mask, memory=memory), self.cross_attention_norm)
+        return self.sublayer(x, self.feed_forward, self.feed_forward_norm)
+
+    def sublayer(self, x: torch.Tensor, layer, norm: nn.LayerNorm) -> torch.Tensor:
+        if self.norm_first:
+            return x + self.dropout(layer(norm(x)))
+        return norm(x + self.dropout(layer(x)))

@@ -1,0 +1,72 @@
+"""Absolute positions: learned (GPT, BERT) and sinusoidal (the Transformer)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from plm.errors import PLMError
+
+
+def build_position_ids(
+    batch: int,
+    length: int,
+    past_length: int = 0,
+    padding_mask: torch.Tensor | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Positions (batch, length) of the newest ``length`` tokens.
+
+    With a padding mask (batch, past_length + length) a token's position counts only
+    the real tokens before it, so a left-padded prompt is encoded exactly as the same
+    prompt without padding.
+    """
+    if padding_mask is None:
+        return torch.arange(past_length, past_length + length, device=device).expand(batch, length)
+    positions = padding_mask.long().cumsum(-1) - 1
+    return positions.clamp_(min=0)[:, -length:]
+
+
+class LearnedPositions(nn.Module):
+    """A table of position vectors learned with the model (GPT-1/2, BERT)."""
+
+    def __init__(self, max_positions: int, dim: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        self.weight = nn.Parameter(torch.empty(max_positions, dim))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding(positions, self.weight)
+
+
+class SinusoidalPositions(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer)."""
+
+    def __init__(self, max_positions: int, dim: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        # Built on the CPU even under torch.device("meta"): the table is computed, not
+        # loaded, so a model materialised from a checkpoint must already have it.
+        position = torch.arange(max_positions, dtype=torch.float32, device="cpu")[:, None]
+        steps = torch.arange(0, dim, 2, dtype=torch.float32, device="cpu")
+        inverse_frequency = torch.exp(steps * (-math.log(10000.0) / dim))
+        table = torch.zeros(max_positions, dim, device="cpu")
+        table[:, 0::2] = torch.sin(position * inverse_frequency)
+        table[:, 1::2] = torch.cos(position * inverse_frequency)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions]
+
+
+def check_context(length: int, context: int) -> None:
+    """Raise a PLMError when a sequence needs more positions than the model has.
+
+    Models call this with Python integers before embedding, so that the check never
+    waits on the device.
+    """
+    if length > context:
+        raise PLMError(f"sequence needs {length} positions but the model's context is {context} tokens")

@@ -1,0 +1,41 @@
+"""Choosing the device and the autocast precision."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from plm.errors import PLMError
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present; asking for CUDA without one is a PLMError."""
+    if name not in DEVICES and not name.startswith("cuda:"):
+        raise PLMError(f"unknown device {name!r}; choose auto, cpu or cuda")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise PLMError("--device cuda was asked for but no CUDA GPU is available")
+    return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bf16 on a GPU that has it, fp16 on older GPUs, fp32 on the CPU."""
+    if name not in PRECISIONS:
+        raise PLMError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed precision for the forward pass; a no-op in fp32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)

@@ -1,0 +1,10 @@
+"""The one exception type for errors a user can cause.
+
+Library code raises :class:`PLMError` with a message that says what went wrong and
+where (file, line, byte offset, flag); the command line prints that message as one
+line and exits with status 2, without a traceback.
+"""
+
+
+class PLMError(Exception):
+    """A problem with the user's input: a file, a flag, a checkpoint or a prompt."""

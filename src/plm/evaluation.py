@@ -1,0 +1,90 @@
+"""Perplexity of a text under a causal language model, with a sliding window.
+
+Each token is scored exactly once, with the context it had inside its window:
+after the first window, each window moves on by ``stride`` tokens and scores only
+those, so every token after the first window sees at least ``window - stride``
+tokens of context.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from plm.errors import PLMError
+from plm.models import CausalLM
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    perplexity: float
+    loss: float  # mean negative log-likelihood, nats per token
+    tokens: int  # tokens scored
+    window: int
+    stride: int
+
+    def __str__(self) -> str:
+        return (
+            f"perplexity {self.perplexity:.3f} (loss {self.loss:.4f} nats/token) over {self.tokens:,} tokens, "
+            f"window {self.window}, stride {self.stride}"
+        )
+
+
+def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first_target) of each window over ``length`` tokens.
+
+    The first window scores tokens 1..window-1; each later one scores the next
+    ``stride`` tokens, reading the ``window - stride`` tokens before them as context.
+    """
+    spans = [(0, min(window, length), 1)]
+    while spans[-1][1] < length:
+        first = spans[-1][1]
+        end = min(first + stride, length)
+        spans.append((max(0, end - window), end, first))
+    return spans
+
+
+@torch.inference_mode()
+def perplexity(
+    model: CausalLM,
+    ids: Sequence[int],
+    window: int | None = None,
+    stride: int | None = None,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> Perplexity:
+    """Perplexity of the token sequence ``ids``; the first token is context only."""
+    window = window or model.context_length()
+    stride = stride or max(1, window // 2)
+    if window > model.context_length():
+        raise PLMError(f"window {window} exceeds the model's context of {model.context_length()} tokens")
+    if not 0 < stride < window:
+        raise PLMError(f"stride must be between 1 and window - 1 ({window - 1}), got {stride}")
+    if len(ids) < 2:
+        raise PLMError("perplexity needs at least 2 tokens of text")
+    device = next(model.parameters()).device
+    tokens = torch.as_tensor(list(ids), dtype=torch.long)
+    spans = windows(len(tokens), window, stride)
+    model.eval()
+    nll, count = 0.0, 0
+    for start in tqdm(range(0, len(spans), batch_size), disable=not progress, desc="perplexity"):
+        chunk = spans[start : start + batch_size]
+        width = max(end - begin for begin, end, _ in chunk)
+        inputs = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        targets = torch.full((len(chunk), width), -100, dtype=torch.long)
+        for row, (begin, end, first) in enumerate(chunk):
+            inputs[row, : end - begin] = tokens[begin:end]
+            mask[row, : end - begin] = 1
+            # The logit at position p predicts token begin + p + 1.
+            targets[row, first - begin - 1 : end - begin - 1] = tokens[first:end]
+        logits = model(inputs.to(device), mask.to(device)).logits.float()
+        nll += F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), reduction="sum").item()
+        count += int((targets != -100).sum())
+    loss = nll / count
+    return Perplexity(math.exp(loss), loss, count, window, stride)

@@ -1,0 +1,184 @@
+"""Decoding for causal language models: greedy, sampling, stop strings, batched prompts.
+
+Prompts of different lengths are left-padded so that every row's next token sits in
+the last column; the attention mask marks the padding and positions skip it, so a
+padded prompt decodes exactly like the same prompt alone. The KV cache is on by
+default: the prompt is encoded once, then each step feeds only the newest token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from plm.errors import PLMError
+from plm.models.base import CausalLM
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How the next token is chosen from the logits. All defaults mean greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    do_sample: bool | None = None
+
+    @property
+    def sampling(self) -> bool:
+        if self.do_sample is not None:
+            return self.do_sample
+        return self.temperature != 1.0 or self.top_k > 0 or self.top_p < 1.0
+
+    def validate(self) -> None:
+        if self.temperature <= 0:
+            raise PLMError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise PLMError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise PLMError(f"top_k must be >= 0, got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            raise PLMError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+
+def penalize_repetition(logits: torch.Tensor, tokens: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's penalty: logits of tokens already present are divided by it (multiplied if negative)."""
+    seen = logits.gather(1, tokens)
+    logits.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
+    return logits
+
+
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Keep the k most likely tokens and the smallest set whose probability reaches p."""
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        remove = cumulative - sorted_logits.softmax(-1) >= top_p  # mass before this token already >= p
+        logits = logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return logits
+
+
+def next_tokens(
+    logits: torch.Tensor,
+    history: torch.Tensor,
+    options: SamplingOptions,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """(batch, vocab) logits of the last position -> (batch,) chosen token ids."""
+    if options.repetition_penalty != 1.0:
+        logits = penalize_repetition(logits.clone(), history, options.repetition_penalty)
+    if not options.sampling:
+        return logits.argmax(-1)
+    logits = filter_top_k_top_p(logits / options.temperature, options.top_k, options.top_p)
+    return torch.multinomial(logits.float().softmax(-1), 1, generator=generator).squeeze(1)
+
+
+def fit_prompt(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    max_new_tokens: int,
+    context: int,
+    keep_last: int | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Check that prompt + new tokens fit the context; cut to the last ``keep_last`` if asked."""
+    if keep_last is not None:
+        input_ids = input_ids[:, -keep_last:]
+        attention_mask = attention_mask[:, -keep_last:] if attention_mask is not None else None
+    length = input_ids.shape[1]
+    if length > context:
+        raise PLMError(
+            f"prompt is {length} tokens but the model's context is {context}; "
+            f"pass keep_last (--keep-last N) to keep only the last N tokens"
+        )
+    if length + max_new_tokens > context:
+        raise PLMError(
+            f"prompt of {length} tokens plus {max_new_tokens} new tokens exceeds the model's context of {context}; "
+            f"ask for at most {context - length} new tokens or keep fewer prompt tokens (--keep-last)"
+        )
+    return input_ids, attention_mask
+
+
+@torch.inference_mode()
+def generate(
+    model: CausalLM,
+    input_ids: torch.Tensor,
+    max_new_tokens: int = 32,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    do_sample: bool | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    keep_last: int | None = None,
+    stop: StopStrings | None = None,
+) -> torch.Tensor:
+    """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``; returns (batch, time + N).
+
+    Greedy unless a sampling option is given. A row that emits ``eos_token_id`` (or
+    hits a stop string) is finished: its later positions hold ``pad_token_id``
+    (default: the eos id, else 0). Generation ends early when every row is finished.
+    """
+    options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
+    options.validate()
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
+    input_ids, attention_mask = fit_prompt(input_ids, attention_mask, max_new_tokens, model.context_length(), keep_last)
+    generator = torch.Generator(input_ids.device).manual_seed(seed) if seed is not None else None
+    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    was_training = model.training
+    model.eval()
+    batch, prompt_length = input_ids.shape
+    tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
+    tokens[:, :prompt_length] = input_ids
+    mask = None
+    if attention_mask is not None:
+        mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
+        mask[:, :prompt_length] = attention_mask
+    finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    cache = model.new_cache(batch, tokens.shape[1]) if use_cache else None
+    length = prompt_length
+    try:
+        for _ in range(max_new_tokens):
+            start = length - 1 if cache is not None and cache[0].length else 0
+            step_mask = mask[:, :length] if mask is not None else None
+            logits = model(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
+            chosen = next_tokens(logits, tokens[:, :length], options, generator)
+            tokens[:, length] = torch.where(finished, pad, chosen)
+            length += 1
+            if eos_token_id is not None:
+                finished |= chosen == eos_token_id
+            if stop is not None:
+                finished |= stop.reached(tokens[:, prompt_length:length])
+            if (eos_token_id is not None or stop is not None) and bool(finished.all()):
+                break
+    finally:
+        model.train(was_training)
+    return tokens[:, :length]
+
+
+class StopStrings:
+    """Finishes a row once its decoded continuation contains one of ``strings``."""
+
+    def __init__(self, strings: Sequence[str], decode) -> None:
+        self.strings = [s for s in strings if s]
+        self.decode = decode
+
+    def reached(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        texts = [self.decode(row.tolist()) for row in new_tokens]
+        return torch.tensor([any(s in text for s in self.strings) for text in texts], device=new_tokens.device)
+
+    def cut(self, text: str) -> str:
+        """``text`` up to (not including) the first stop string."""
+        positions = [text.find(s) for s in self.strings if s in text]
+        return text[: min(positions)] if positions else text

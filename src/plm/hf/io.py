@@ -1,0 +1,163 @@
+"""Reading and writing Hugging Face checkpoint directories.
+
+A directory holds ``config.json`` (with its ``model_type``) and the weights in
+``model.safetensors``, in shards listed by ``model.safetensors.index.json``, or in a
+``pytorch_model.bin`` (read with ``weights_only=True``, never unpickled freely).
+Each plm family with a Hugging Face counterpart registers one :class:`Converter`,
+which maps configs and tensor names both ways; this module only finds the
+converter and moves the files.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from plm.checkpoint import load_weights, read_json, read_tensors, write_json, write_tensors
+from plm.errors import PLMError
+from plm.models import FAMILIES, PretrainedModel
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+# Where transformers looks for weights, in the order it looks.
+WEIGHT_FILES = (SAFETENSORS_FILE, "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+class HFWeights:
+    """A checkpoint's tensors by Hugging Face name. A converter takes each one once;
+    what it neither takes nor discards is reported as unexpected."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], source: str) -> None:
+        self.tensors = dict(tensors)
+        self.source = source
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def take(self, name: str) -> torch.Tensor:
+        if name not in self.tensors:
+            raise PLMError(f"{self.source}: no tensor {name}")
+        return self.tensors.pop(name)
+
+    def strip_prefix(self, prefix: str) -> None:
+        self.tensors = {name.removeprefix(prefix): tensor for name, tensor in self.tensors.items()}
+
+    def discard(self, pattern: str) -> None:
+        """Drop the tensors whose whole name matches the regular expression ``pattern``."""
+        for name in [name for name in self.tensors if re.fullmatch(pattern, name)]:
+            del self.tensors[name]
+
+    def check_all_taken(self) -> None:
+        if self.tensors:
+            names = sorted(self.tensors)
+            raise PLMError(f"{self.source}: unexpected tensors {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+
+
+class Converter:
+    """How the Hugging Face ``model_types`` map onto the plm ``family``, both ways."""
+
+    family: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]
+
+    def config_from_hf(self, hf: dict[str, Any], source: str) -> Any:
+        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it."""
+        raise NotImplementedError
+
+    def config_to_hf(self, config: Any) -> dict[str, Any]:
+        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent."""
+        raise NotImplementedError
+
+    def weights_from_hf(self, weights: HFWeights, config: Any) -> dict[str, torch.Tensor]:
+        """plm state dict from HF tensors; takes (or discards) every tensor it understands."""
+        raise NotImplementedError
+
+    def weights_to_hf(self, state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict."""
+        raise NotImplementedError
+
+
+BY_MODEL_TYPE: dict[str, Converter] = {}
+BY_FAMILY: dict[str, Converter] = {}
+
+
+def register(converter_class: type[Converter]) -> type[Converter]:
+    """Class decorator that makes a converter known to :func:`load_hf` and :func:`save_hf`."""
+    converter = converter_class()
+    BY_FAMILY[converter.family] = converter
+    BY_MODEL_TYPE.update(dict.fromkeys(converter.model_types, converter))
+    return converter_class
+
+
+def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
+    """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PLMError(f"{directory}: no such model directory")
+    config_path = directory / CONFIG_FILE
+    hf_config = read_json(config_path)
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type not in BY_MODEL_TYPE:
+        raise PLMError(f"{config_path}: model_type {model_type!r} is not supported; plm reads {', '.join(BY_MODEL_TYPE)}")
+    converter = BY_MODEL_TYPE[model_type]
+    config = converter.config_from_hf(hf_config, str(config_path))
+    weights = read_weights(directory)
+    state = converter.weights_from_hf(weights, config)
+    weights.check_all_taken()
+    with torch.device("meta"):
+        model = FAMILIES[converter.family](config)
+    load_weights(model, state, weights.source)
+    return model.to(device)
+
+
+def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
+    """Write ``model`` so that ``transformers`` loads it with ``from_pretrained(directory)``."""
+    if model.family not in BY_FAMILY:
+        raise PLMError(f"plm has no Hugging Face format for {model.family} models")
+    converter = BY_FAMILY[model.family]
+    hf_config = converter.config_to_hf(model.config)
+    tensors = converter.weights_to_hf(model.state_dict(), model.config)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_tensors(directory / SAFETENSORS_FILE, tensors, metadata={"format": "pt"})
+    write_json(directory / CONFIG_FILE, hf_config)
+    return directory
+
+
+def read_weights(directory: Path) -> HFWeights:
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            tensors = read_shards(path) if name.endswith(".index.json") else read_weight_file(path)
+            return HFWeights(tensors, str(path))
+    raise PLMError(f"{directory}: no {' or '.join(WEIGHT_FILES)}")
+
+
+def read_shards(index_path: Path) -> dict[str, torch.Tensor]:
+    index = read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise PLMError(f"{index_path}: no weight_map")
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        if not isinstance(shard, str) or Path(shard).name != shard:
+            raise PLMError(f"{index_path}: shard {shard!r} is not a file name in this directory")
+        tensors.update(read_weight_file(index_path.parent / shard))
+    return tensors
+
+
+def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return read_tensors(path)
+    if not path.is_file():
+        raise PLMError(f"{path}: file not found")
+    try:
+        tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:
+        raise PLMError(f"{path}: not a readable PyTorch weights file, perhaps truncated ({error})") from None
+    if not isinstance(tensors, dict) or not all(torch.is_tensor(value) for value in tensors.values()):
+        raise PLMError(f"{path}: not a dictionary of tensors")
+    return tensors

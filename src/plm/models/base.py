@@ -1,0 +1,74 @@
+"""What all plm models share: a config, a family name, weight init, save and load."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from plm.core import KVCache
+
+
+class PretrainedModel(nn.Module):
+    """Base of every family's model. Subclasses set ``family`` and ``config_class``."""
+
+    family: ClassVar[str]
+    config_class: ClassVar[type]
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+    def init_weights(self, std: float = 0.02) -> None:
+        """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=std)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def scale_residual_init(self, blocks: nn.ModuleList, std: float = 0.02) -> None:
+        """GPT-2: weights of the layers that write into the residual stream get std / sqrt(N).
+
+        N = 2 * layers residual layers (attention and MLP of each block), so the
+        variance of the residual stream does not grow with depth.
+        """
+        scaled = std / math.sqrt(2 * len(blocks))
+        for block in blocks:
+            nn.init.normal_(block.attention.out_proj.weight, std=scaled)
+            nn.init.normal_(block.feed_forward.fc_out.weight, std=scaled)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied embedding counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+class CausalLM(PretrainedModel):
+    """A decoder-only language model: it can make a KV cache and generate."""
+
+    def context_length(self) -> int:
+        raise NotImplementedError
+
+    def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None, **options: Any) -> torch.Tensor:
+        """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
+
+        See :func:`plm.generation.generate` for the options.
+        """
+        from plm.generation import generate
+
+        return generate(self, input_ids, max_new_tokens=max_new_tokens, attention_mask=attention_mask, **options)

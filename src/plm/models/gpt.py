@@ -1,0 +1,136 @@
+"""GPT-1 and GPT-2: a decoder-only Transformer language model.
+
+The two papers differ only in configuration, so one class serves both:
+GPT-1 is post-LN with no final LayerNorm (vocabulary 40,478, context 512);
+GPT-2 moves LayerNorm to the input of each sub-block, adds one after the last
+block, and scales the initial weights of residual layers by 1/sqrt(N)
+(vocabulary 50,257, context 1024).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.core import (
+    BlockConfig,
+    KVCache,
+    LearnedPositions,
+    ModelOutput,
+    TransformerBlock,
+    build_attention_mask,
+    build_position_ids,
+)
+from plm.core.embeddings import check_context
+from plm.models.base import CausalLM
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 50257
+    context_length: int = 1024
+    dim: int = 768
+    layers: int = 12
+    heads: int = 12
+    ffn_dim: int = 3072
+    activation: str = "gelu_tanh"
+    norm_first: bool = True
+    final_norm: bool = True
+    scaled_residual_init: bool = True
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    embedding_dropout: float = 0.1
+    norm_eps: float = 1e-5
+
+    @property
+    def block(self) -> BlockConfig:
+        return BlockConfig(
+            dim=self.dim,
+            heads=self.heads,
+            ffn_dim=self.ffn_dim,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            norm_eps=self.norm_eps,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+        )
+
+
+GPT1 = GPTConfig(
+    vocab_size=40478,
+    context_length=512,
+    norm_first=False,
+    final_norm=False,
+    scaled_residual_init=False,
+)
+GPT2 = GPTConfig()
+
+PRESETS = {
+    "gpt1": GPT1,
+    "gpt2": GPT2,
+    "gpt2-medium": GPTConfig(dim=1024, layers=24, heads=16, ffn_dim=4096),
+    "gpt2-large": GPTConfig(dim=1280, layers=36, heads=20, ffn_dim=5120),
+    "gpt2-xl": GPTConfig(dim=1600, layers=48, heads=25, ffn_dim=6400),
+    # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
+    "gpt2-mini": GPTConfig(vocab_size=8192, context_length=256, dim=256, layers=4, heads=4, ffn_dim=1024),
+    "gpt2-micro": GPTConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
+}
+
+
+class GPT(CausalLM):
+    family = "gpt"
+    config_class = GPTConfig
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__(config)
+        self.token_embedding = nn.Embedding(config.vocab_size, config.dim)
+        self.position_embedding = LearnedPositions(config.context_length, config.dim)
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.blocks = nn.ModuleList(TransformerBlock(config.block) for _ in range(config.layers))
+        self.final_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.final_norm else nn.Identity()
+        self.init_weights()
+        if config.scaled_residual_init:
+            self.scale_residual_init(self.blocks)
+
+    def context_length(self) -> int:
+        return self.config.context_length
+
+    def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
+        weight = self.token_embedding.weight
+        head_dim = self.config.dim // self.config.heads
+        return [
+            KVCache.empty(batch, self.config.heads, max_length, head_dim, weight.dtype, weight.device)
+            for _ in self.blocks
+        ]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+        num_logits: int | None = None,
+    ) -> ModelOutput:
+        """input_ids: (batch, time); attention_mask: (batch, past + time), 0 marks padding.
+
+        With a cache, ``input_ids`` are only the new tokens and the mask covers the
+        cached ones too. ``num_logits`` computes the LM head for the last positions
+        only (generation needs one).
+        """
+        batch, time = input_ids.shape
+        past = cache[0].length if cache else 0
+        check_context(past + time, self.config.context_length)
+        if position_ids is None:
+            position_ids = build_position_ids(batch, time, past, attention_mask, input_ids.device)
+        mask, is_causal = build_attention_mask(attention_mask, time, past + time, causal=True)
+        hidden = self.embedding_dropout(self.token_embedding(input_ids) + self.position_embedding(position_ids))
+        for index, block in enumerate(self.blocks):
+            hidden = block(hidden, mask, is_causal=is_causal, cache=cache[index] if cache else None)
+        hidden = self.final_norm(hidden)
+        head_input = hidden if num_logits is None else hidden[:, -num_logits:]
+        logits = F.linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
+        return ModelOutput(last_hidden_state=hidden, logits=logits, cache=cache)

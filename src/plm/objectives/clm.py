@@ -1,0 +1,53 @@
+"""Causal language modelling: L1(U) = sum_i log P(u_i | u_{i-k}, ..., u_{i-1}) (GPT-1, GPT-2)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.data.tokens import BlockSampler, validation_blocks
+
+
+class Objective(Protocol):
+    def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]: ...
+    def target_count(self, batch: dict[str, torch.Tensor]) -> int: ...
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
+
+class CausalLMObjective:
+    """Random contiguous blocks of the training ids; every next token is a target."""
+
+    def __init__(
+        self,
+        train_ids: np.ndarray,
+        validation_ids: np.ndarray,
+        block_size: int,
+        batch_size: int,
+        seed: int = 0,
+        rank: int = 0,
+        validation_blocks_max: int | None = 64,
+    ) -> None:
+        self.sampler = BlockSampler(train_ids, block_size, batch_size, seed, rank)
+        self.validation = validation_blocks(validation_ids, block_size, validation_blocks_max)
+        self.batch_size = batch_size
+
+    def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
+        return {"tokens": self.sampler.batch(step, micro)}
+
+    def target_count(self, batch: dict[str, torch.Tensor]) -> int:
+        tokens = batch["tokens"]
+        return tokens.shape[0] * (tokens.shape[1] - 1)
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        tokens = batch["tokens"]  # (B, T + 1): inputs are [:, :-1], targets [:, 1:]
+        logits = model(tokens[:, :-1]).logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
+
+    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        for start in range(0, len(self.validation), self.batch_size):
+            yield {"tokens": self.validation[start : start + self.batch_size]}

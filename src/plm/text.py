@@ -1,0 +1,85 @@
+"""Text in, text out: a causal model and its tokenizer used together."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from plm.data.corpus import read_text
+from plm.errors import PLMError
+from plm.evaluation import Perplexity, perplexity
+from plm.generation import StopStrings, generate
+from plm.models import CausalLM
+from plm.tokenizer import Tokenizer
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths as one (batch, time) tensor, padded on the left, and its mask."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        ids[index, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[index, width - len(row) :] = 1
+    return ids, mask
+
+
+def generate_text(
+    model: CausalLM,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = 64,
+    stop: Sequence[str] = (),
+    **options,
+) -> list[str]:
+    """The continuation of each prompt (without the prompt), cut before any stop string.
+
+    ``options`` are those of :func:`plm.generation.generate` (temperature, top_k,
+    top_p, repetition_penalty, seed, keep_last, ...). An empty prompt starts from
+    the tokenizer's beginning-of-text token.
+    """
+    rows = [tokenizer.encode(prompt) for prompt in prompts]
+    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
+    for index, row in enumerate(rows):
+        if not row:
+            if start is None:
+                raise PLMError(f"prompt {index + 1} is empty and the tokenizer has no beginning-of-text token")
+            row.append(start)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_id or 0)
+    ids, mask = left_pad(rows, pad)
+    device = next(model.parameters()).device
+    stop_strings = StopStrings(stop, tokenizer.decode) if stop else None
+    output = generate(
+        model,
+        ids.to(device),
+        max_new_tokens,
+        mask.to(device) if len(rows) > 1 else None,
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=pad,
+        stop=stop_strings,
+        **options,
+    )
+    texts = tokenizer.decode_batch(output[:, ids.shape[1] :].tolist(), skip_special_tokens=True)
+    return [stop_strings.cut(text) for text in texts] if stop_strings else texts
+
+
+def file_perplexity(
+    model: CausalLM,
+    tokenizer: Tokenizer,
+    path: str,
+    window: int | None = None,
+    stride: int | None = None,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> Perplexity:
+    """Sliding-window perplexity of a UTF-8 text file (see :func:`plm.evaluation.perplexity`).
+
+    The text is preceded by the beginning-of-text token when the tokenizer has one,
+    so that its first token is scored too.
+    """
+    ids = tokenizer.encode(read_text(path))
+    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
+    if start is not None:
+        ids = [start, *ids]
+    return perplexity(model, ids, window, stride, batch_size, progress)

@@ -1,0 +1,1 @@
+"""Training: the loop, optimizers and schedules, data parallelism, recipes."""

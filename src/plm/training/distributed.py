@@ -1,0 +1,51 @@
+"""Data parallelism under torchrun: one process per device, gloo on the CPU, NCCL on GPUs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Distributed:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.enabled:
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return value
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+
+def setup_distributed(device: torch.device) -> Distributed:
+    """Join the process group that torchrun describes in the environment, if any."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        torch.cuda.set_device(local_rank)
+    return Distributed(rank=dist.get_rank(), local_rank=local_rank, world_size=world_size)
+
+
+def teardown_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,193 @@
+"""The training loop: accumulation, clipping, schedule, evaluation, checkpoints, resume.
+
+It knows nothing about a family or an objective: the objective draws batches and
+sums losses, the model is any ``PretrainedModel``. One optimizer step consumes
+``grad_accum`` micro-batches on every process; the loss of each is divided by the
+number of targets of the whole step, so the gradient equals that of one big batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from plm.checkpoint import load_checkpoint, save_checkpoint, write_json
+from plm.device import autocast, resolve_device, resolve_precision
+from plm.errors import PLMError
+from plm.models import PretrainedModel
+from plm.objectives import Objective
+from plm.training.distributed import Distributed, setup_distributed
+from plm.training.optim import adamw, warmup_cosine
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    steps: int = 1000
+    lr: float = 6e-4
+    min_lr: float = 6e-5
+    warmup: int = 100
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    grad_accum: int = 1
+    clip: float = 1.0
+    eval_every: int = 200
+    save_every: int = 500
+    log_every: int = 10
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    progress: bool = True
+
+
+class Trainer:
+    """Trains ``model`` on ``objective`` and keeps its run directory ``out`` up to date."""
+
+    def __init__(
+        self,
+        model: PretrainedModel,
+        objective: Objective,
+        config: TrainingConfig,
+        out: str | Path,
+        tokenizer: Any = None,
+        distributed: Distributed | None = None,
+    ) -> None:
+        if config.steps < 1 or config.grad_accum < 1:
+            raise PLMError("--steps and --grad-accum must be at least 1")
+        self.config = config
+        self.out = Path(out)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_precision(config.precision, self.device)
+        self.distributed = distributed or setup_distributed(self.device)
+        if self.device.type == "cuda" and self.distributed.enabled:
+            self.device = torch.device("cuda", self.distributed.local_rank)
+        self.model = model.to(self.device)
+        self.objective = objective
+        self.tokenizer = tokenizer
+        self.optimizer = adamw(self.model, config.lr, config.weight_decay, config.betas, config.eps)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.step = 0
+
+    def train(self, resume: bool = False) -> dict[str, float]:
+        """Run until ``config.steps``; return the last metrics (with validation loss)."""
+        config = self.config
+        if resume:
+            state = load_checkpoint(self.out, self.model, self.optimizer)
+            self.step = state["step"]
+            if state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.truncate_metrics(self.step)
+        else:
+            torch.manual_seed(config.seed + self.distributed.rank)
+        if self.distributed.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_json(self.out / "training_config.json", asdict(config))
+        wrapped = self.wrap(self.model)
+        bar = tqdm(
+            total=config.steps,
+            initial=self.step,
+            disable=not (config.progress and self.distributed.is_main),
+            desc="pretrain",
+            dynamic_ncols=True,
+        )
+        metrics: dict[str, float] = {}
+        started, tokens_seen = time.perf_counter(), 0
+        while self.step < config.steps:
+            lr = warmup_cosine(self.step, config.lr, config.warmup, config.steps, config.min_lr)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            loss, targets = self.optimizer_step(wrapped)
+            self.step += 1
+            tokens_seen += targets
+            rate = tokens_seen / (time.perf_counter() - started)
+            metrics = {"step": self.step, "loss": loss, "lr": lr, "tokens_per_second": rate}
+            if self.step % config.eval_every == 0 or self.step == config.steps:
+                metrics.update(self.evaluate())
+            if self.step % config.log_every == 0 or "val_loss" in metrics:
+                self.log(metrics)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
+            bar.update(1)
+            if self.step % config.save_every == 0 or self.step == config.steps:
+                self.save()
+        bar.close()
+        return metrics
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.distributed.enabled:
+            return model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+
+    def optimizer_step(self, wrapped: torch.nn.Module) -> tuple[float, int]:
+        """Accumulate ``grad_accum`` micro-batches, clip, step; return (mean loss, targets)."""
+        config, world = self.config, self.distributed
+        self.model.train()
+        batches = [
+            {k: v.to(self.device, non_blocking=True) for k, v in self.objective.batch(self.step, micro).items()}
+            for micro in range(config.grad_accum)
+        ]
+        targets = torch.tensor(float(sum(self.objective.target_count(b) for b in batches)), device=self.device)
+        total_targets = world.all_reduce_sum(targets).item()
+        loss_sum = torch.zeros((), device=self.device)
+        for index, batch in enumerate(batches):
+            last = index == len(batches) - 1
+            sync = wrapped.no_sync() if world.enabled and not last else contextlib.nullcontext()
+            with sync, autocast(self.device, self.dtype):
+                summed = self.objective.loss(wrapped, batch)
+            # DDP averages gradients over processes; multiplying by world size makes it a sum.
+            self.scaler.scale(summed * (world.world_size / total_targets)).backward()
+            loss_sum += summed.detach()
+        self.scaler.unscale_(self.optimizer)
+        if config.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return world.all_reduce_sum(loss_sum).item() / total_targets, int(total_targets)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss and perplexity over the objective's fixed validation batches."""
+        self.model.eval()
+        loss_sum, count = 0.0, 0
+        for batch in self.objective.validation_batches():
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            with autocast(self.device, self.dtype):
+                loss_sum += self.objective.loss(self.model, batch).item()
+            count += self.objective.target_count(batch)
+        self.model.train()
+        if count == 0:
+            return {}
+        loss = loss_sum / count
+        return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
+
+    def save(self) -> None:
+        if self.distributed.is_main:
+            state = {"step": self.step, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer)
+        self.distributed.barrier()
+
+    def log(self, metrics: dict[str, float]) -> None:
+        if self.distributed.is_main:
+            with open(self.out / METRICS_FILE, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(metrics) + "\n")
+
+    def truncate_metrics(self, step: int) -> None:
+        """Drop log lines written after the checkpoint a resumed run starts from."""
+        path = self.out / METRICS_FILE
+        if not self.distributed.is_main or not path.exists():
+            return
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+

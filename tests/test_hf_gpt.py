@@ -1,0 +1,267 @@
+"""GPT-1 and GPT-2 checkpoints of Hugging Face transformers, read and written by plm.hf.
+
+transformers is the oracle: a model it builds and saves must give the same logits and
+the same greedy continuations once loaded into plm, and a plm model saved for it must
+load there without missing or unexpected keys and give the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import plm.hf
+from plm.errors import PLMError
+from plm.models import PRESETS, GPTConfig, from_config
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+
+
+def randomized(model):
+    """Every parameter drawn at random, so that a bias or LayerNorm mapped wrong shows in the logits."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(std=0.3)
+    return model.eval()
+
+
+def hf_model(kind: str):
+    if kind == "gpt2":  # no bos/eos: nothing may stop generation early
+        config = transformers.GPT2Config(**TINY, n_inner=48, bos_token_id=None, eos_token_id=None)
+        return randomized(transformers.GPT2LMHeadModel(config))
+    return randomized(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**TINY)))
+
+
+def plm_model(kind: str):
+    post_ln = dict(norm_first=False, final_norm=False, scaled_residual_init=False) if kind == "openai-gpt" else {}
+    return randomized(from_config(GPTConfig(vocab_size=101, context_length=32, dim=32, layers=2, heads=4, ffn_dim=128, **post_ln)))
+
+
+def hf_logits(model, input_ids, attention_mask):
+    # transformers' forward does not derive positions from the mask; plm does it this way.
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+
+
+def padded_batch(padding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of 7 and 4 tokens, the short one padded with id 0 on the ``padding`` side."""
+    long, short = [5, 17, 42, 8, 99, 3, 61], [12, 7, 7, 80]
+    if padding == "none":
+        return torch.tensor([long, short + [1, 2, 3]]), torch.ones(2, 7, dtype=torch.long)
+    left = padding == "left"
+    ids = [long, [0, 0, 0] + short if left else short + [0, 0, 0]]
+    mask = [[1] * 7, [0, 0, 0, 1, 1, 1, 1] if left else [1, 1, 1, 1, 0, 0, 0]]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def save_pytorch_model_bin(model, directory):
+    """The older format, which transformers 5 reads but no longer writes (lm_head.weight included)."""
+    model.config.save_pretrained(directory)
+    torch.save(model.state_dict(), directory / "pytorch_model.bin")
+
+
+KINDS = ["gpt2", "openai-gpt"]
+
+
+# --- Hugging Face -> plm ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+def test_loaded_model_gives_the_logits_of_transformers(kind, padding, tmp_path):
+    reference = hf_model(kind)
+    reference.save_pretrained(tmp_path)
+    model = plm.hf.load_hf(tmp_path).eval()
+
+    input_ids, mask = padded_batch(padding)
+    with torch.no_grad():
+        expected = hf_logits(reference, input_ids, mask)
+        logits = model(input_ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pytorch_model_bin_loads_like_safetensors(kind, tmp_path):
+    reference = hf_model(kind)
+    reference.save_pretrained(tmp_path / "safetensors")
+    save_pytorch_model_bin(reference, tmp_path / "bin")
+
+    from_bin = plm.hf.load_hf(tmp_path / "bin").state_dict()
+    from_safetensors = plm.hf.load_hf(tmp_path / "safetensors").state_dict()
+    assert from_bin.keys() == from_safetensors.keys()
+    assert all(torch.equal(from_bin[key], from_safetensors[key]) for key in from_bin)
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
+    reference = hf_model("gpt2")
+    reference.save_pretrained(tmp_path / "single")
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+
+    sharded = plm.hf.load_hf(tmp_path / "sharded").state_dict()
+    single = plm.hf.load_hf(tmp_path / "single").state_dict()
+    assert all(torch.equal(sharded[key], single[key]) for key in single)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_generation_matches_transformers(kind, tmp_path):
+    reference = hf_model(kind)
+    reference.save_pretrained(tmp_path)
+    model = plm.hf.load_hf(tmp_path)
+
+    prompt = torch.tensor([[5, 17, 42, 8]])
+    expected = reference.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12)
+    assert expected.shape == (1, 16)
+    assert torch.equal(model.generate(prompt, max_new_tokens=12), expected)
+
+    input_ids, mask = padded_batch("left")  # transformers' generate derives positions from the mask
+    expected = reference.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=0)
+    assert torch.equal(model.generate(input_ids, max_new_tokens=12, attention_mask=mask), expected)
+
+
+def test_default_hf_configs_are_the_plm_presets():
+    converter = plm.hf.BY_MODEL_TYPE["gpt2"]
+    assert converter.config_from_hf(transformers.GPT2Config().to_dict(), "gpt2") == PRESETS["gpt2"]
+    assert converter.config_from_hf(transformers.OpenAIGPTConfig().to_dict(), "openai-gpt") == PRESETS["gpt1"]
+    assert converter.config_from_hf({"model_type": "gpt2"}, "config.json") == PRESETS["gpt2"]  # defaults filled in
+
+
+# --- plm -> Hugging Face ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_saved_model_loads_in_transformers_with_the_same_logits(kind, tmp_path):
+    model = plm_model(kind)
+    plm.hf.save_hf(model, tmp_path)
+    reference, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(reference).__name__ == ("GPT2LMHeadModel" if kind == "gpt2" else "OpenAIGPTLMHeadModel")
+    assert not any(info.values()), info
+
+    input_ids, mask = padded_batch("left")
+    with torch.no_grad():
+        expected = hf_logits(reference.eval(), input_ids, mask)
+        logits = model(input_ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_keeps_config_and_weights(kind, tmp_path):
+    model = plm_model(kind)
+    loaded = plm.hf.load_hf(plm.hf.save_hf(model, tmp_path / "out"))
+    assert loaded.config == model.config
+    assert loaded.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(loaded.state_dict()[key], value) for key, value in model.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(norm_first=True, final_norm=False), "no Hugging Face equivalent"),
+        (dict(norm_first=False, final_norm=True), "no Hugging Face equivalent"),
+        (dict(norm_first=False, final_norm=False, activation="gelu"), "activation 'gelu'"),
+        (dict(norm_first=False, final_norm=False, ffn_dim=48), "ffn_dim 48"),
+    ],
+)
+def test_configs_without_an_hf_equivalent_are_refused(changes, message, tmp_path):
+    shape = dict(vocab_size=101, context_length=32, dim=32, layers=1, heads=4, ffn_dim=128)
+    model = from_config(GPTConfig(**{**shape, **changes}))
+    with pytest.raises(PLMError, match=message):
+        plm.hf.save_hf(model, tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+def saved_gpt2(directory):
+    hf_model("gpt2").save_pretrained(directory)
+    return directory
+
+
+def edit_config(directory, **changes):
+    path = directory / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_missing_directory_is_a_plm_error(tmp_path):
+    with pytest.raises(PLMError, match="no such model directory"):
+        plm.hf.load_hf(tmp_path / "nowhere")
+
+
+def test_directory_without_weights_is_a_plm_error(tmp_path):
+    directory = saved_gpt2(tmp_path)
+    (directory / "model.safetensors").unlink()
+    with pytest.raises(PLMError, match="no model.safetensors"):
+        plm.hf.load_hf(directory)
+
+
+@pytest.mark.parametrize("serialization", ["safetensors", "bin"])
+def test_truncated_weights_are_a_plm_error(serialization, tmp_path):
+    if serialization == "safetensors":
+        hf_model("gpt2").save_pretrained(tmp_path)
+    else:
+        save_pytorch_model_bin(hf_model("gpt2"), tmp_path)
+    path = tmp_path / ("model.safetensors" if serialization == "safetensors" else "pytorch_model.bin")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(PLMError, match=path.name):
+        plm.hf.load_hf(tmp_path)
+
+
+def test_unknown_model_type_is_a_plm_error(tmp_path):
+    directory = saved_gpt2(tmp_path)
+    edit_config(directory, model_type="not-a-model")
+    with pytest.raises(PLMError, match="config.json: model_type 'not-a-model' is not supported"):
+        plm.hf.load_hf(directory)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_embd=64), "model.safetensors: weights do not fit"),
+        (dict(n_layer=3), "model.safetensors: no tensor h.2"),
+        (dict(n_layer=1), "model.safetensors: unexpected tensors h.1"),
+        (dict(vocab_size=100), "model.safetensors: weights do not fit"),
+    ],
+)
+def test_weights_that_do_not_fit_the_config_are_a_plm_error(changes, message, tmp_path):
+    directory = saved_gpt2(tmp_path)
+    edit_config(directory, **changes)
+    with pytest.raises(PLMError, match=message):
+        plm.hf.load_hf(directory)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(scale_attn_by_inverse_layer_idx=True),
+        dict(reorder_and_upcast_attn=True),
+        dict(scale_attn_weights=False),
+        dict(activation_function="gelu_fast"),
+    ],
+)
+def test_gpt2_variants_plm_cannot_reproduce_are_refused(changes, tmp_path):
+    directory = saved_gpt2(tmp_path)
+    edit_config(directory, **changes)
+    with pytest.raises(PLMError, match=f"config.json: {next(iter(changes))}"):
+        plm.hf.load_hf(directory)
+
+
+def test_untied_lm_head_is_refused_unless_it_equals_the_embedding(tmp_path):
+    config = transformers.GPT2Config(**TINY, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    reference = randomized(transformers.GPT2LMHeadModel(config))
+    reference.save_pretrained(tmp_path / "untied")
+    with pytest.raises(PLMError, match="lm_head.weight differs from the token embedding"):
+        plm.hf.load_hf(tmp_path / "untied")
+
+    with torch.no_grad():
+        reference.lm_head.weight.copy_(reference.transformer.wte.weight)
+    reference.save_pretrained(tmp_path / "equal")
+    model = plm.hf.load_hf(tmp_path / "equal")
+    assert torch.equal(model.token_embedding.weight, reference.transformer.wte.weight)
