@@ -7,6 +7,7 @@ load there without missing or unexpected keys and give the same logits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,11 +23,14 @@ TINY = dict(vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
 
 def randomized(model):
-    """Every parameter drawn at random, so that a bias or LayerNorm mapped wrong shows in the logits."""
+    """Every parameter drawn at random (LayerNorm gains near 1), so that a bias or norm mapped wrong shows."""
     torch.manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.normal_(std=0.3)
+            parameter.normal_(std=0.5 if parameter.dim() > 1 else 0.1)
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.add_(1.0)
     return model.eval()
 
 
@@ -38,8 +42,10 @@ def hf_model(kind: str):
 
 
 def plm_model(kind: str):
-    post_ln = dict(norm_first=False, final_norm=False, scaled_residual_init=False) if kind == "openai-gpt" else {}
-    return randomized(from_config(GPTConfig(vocab_size=101, context_length=32, dim=32, layers=2, heads=4, ffn_dim=128, **post_ln)))
+    config = GPTConfig(vocab_size=101, context_length=32, dim=32, layers=2, heads=4, ffn_dim=128)
+    if kind == "openai-gpt":
+        config = dataclasses.replace(config, norm_first=False, final_norm=False, scaled_residual_init=False)
+    return randomized(from_config(config))
 
 
 def hf_logits(model, input_ids, attention_mask):
@@ -60,9 +66,13 @@ def padded_batch(padding: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def save_pytorch_model_bin(model, directory):
-    """The older format, which transformers 5 reads but no longer writes (lm_head.weight included)."""
+    """The format of older transformers, with lm_head.weight and the causal-mask buffers saved too."""
     model.config.save_pretrained(directory)
-    torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    state = model.state_dict()
+    n = model.config.n_positions
+    for index in range(model.config.n_layer):
+        state[f"transformer.h.{index}.attn.bias"] = torch.ones(n, n).tril().view(1, 1, n, n)
+    torch.save(state, directory / "pytorch_model.bin")
 
 
 KINDS = ["gpt2", "openai-gpt"]
@@ -117,7 +127,7 @@ def test_greedy_generation_matches_transformers(kind, tmp_path):
 
     prompt = torch.tensor([[5, 17, 42, 8]])
     expected = reference.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12)
-    assert expected.shape == (1, 16)
+    assert expected.shape == (1, 16) and len(set(expected[0, 4:].tolist())) > 2  # worth comparing
     assert torch.equal(model.generate(prompt, max_new_tokens=12), expected)
 
     input_ids, mask = padded_batch("left")  # transformers' generate derives positions from the mask
@@ -125,10 +135,22 @@ def test_greedy_generation_matches_transformers(kind, tmp_path):
     assert torch.equal(model.generate(input_ids, max_new_tokens=12, attention_mask=mask), expected)
 
 
-def test_default_hf_configs_are_the_plm_presets():
-    converter = plm.hf.BY_MODEL_TYPE["gpt2"]
-    assert converter.config_from_hf(transformers.GPT2Config().to_dict(), "gpt2") == PRESETS["gpt2"]
-    assert converter.config_from_hf(transformers.OpenAIGPTConfig().to_dict(), "openai-gpt") == PRESETS["gpt1"]
+def test_bare_gpt2model_checkpoint_loads_like_the_lm_one(tmp_path):
+    reference = hf_model("gpt2")
+    reference.save_pretrained(tmp_path / "lm")
+    reference.transformer.save_pretrained(tmp_path / "bare")  # GPT2Model: no "transformer." prefix
+
+    bare = plm.hf.load_hf(tmp_path / "bare").state_dict()
+    lm = plm.hf.load_hf(tmp_path / "lm").state_dict()
+    assert all(torch.equal(bare[key], lm[key]) for key in lm)
+
+
+def test_presets_are_the_default_hf_configs():
+    converter = plm.hf.BY_MODEL_TYPE["gpt2"]  # one converter serves gpt2 and openai-gpt
+    for preset, hf_config in (("gpt2", transformers.GPT2Config()), ("gpt1", transformers.OpenAIGPTConfig())):
+        assert converter.config_from_hf(hf_config.to_dict(), "config.json") == PRESETS[preset]
+        written = converter.config_to_hf(PRESETS[preset])
+        assert {k: v for k, v in written.items() if k != "architectures"}.items() <= hf_config.to_dict().items()
     assert converter.config_from_hf({"model_type": "gpt2"}, "config.json") == PRESETS["gpt2"]  # defaults filled in
 
 
@@ -195,10 +217,13 @@ def test_missing_directory_is_a_plm_error(tmp_path):
         plm.hf.load_hf(tmp_path / "nowhere")
 
 
-def test_directory_without_weights_is_a_plm_error(tmp_path):
+@pytest.mark.parametrize(
+    "removed, message", [("config.json", "config.json: file not found"), ("model.safetensors", "no model.safetensors")]
+)
+def test_directory_without_config_or_weights_is_a_plm_error(removed, message, tmp_path):
     directory = saved_gpt2(tmp_path)
-    (directory / "model.safetensors").unlink()
-    with pytest.raises(PLMError, match="no model.safetensors"):
+    (directory / removed).unlink()
+    with pytest.raises(PLMError, match=message):
         plm.hf.load_hf(directory)
 
 

@@ -30,6 +30,7 @@ from plm.models import FAMILIES, PretrainedModel
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_DIR = "checkpoint"
+PREVIOUS_CHECKPOINT_DIR = ".checkpoint-previous"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
@@ -93,7 +94,7 @@ def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = N
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
-    """Load a model saved by :func:`save_model` (or a run's latest checkpoint)."""
+    """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode."""
     directory = model_directory(path)
     description = read_json(directory / CONFIG_FILE)
     family = description.get("family") if isinstance(description, dict) else None
@@ -104,7 +105,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
     with torch.device("meta"):
         model = model_cls(config)
     load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
-    return model.to(device)
+    return model.to(device).eval()
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
@@ -142,7 +143,7 @@ def save_checkpoint(
     write_tensors(staging / OPTIMIZER_FILE, tensors)
     write_tensors(staging / RNG_FILE, torch_rng_states())
     write_json(staging / STATE_FILE, {**state, "optimizer": structure, "python_rng": python_rng_state()})
-    final, previous = run_directory / CHECKPOINT_DIR, run_directory / ".checkpoint-previous"
+    final, previous = run_directory / CHECKPOINT_DIR, run_directory / PREVIOUS_CHECKPOINT_DIR
     if final.exists():
         shutil.rmtree(previous, ignore_errors=True)
         os.replace(final, previous)
@@ -151,9 +152,14 @@ def save_checkpoint(
     return final
 
 
+def has_checkpoint(run_directory: str | Path) -> bool:
+    run_directory = Path(run_directory)
+    return (run_directory / CHECKPOINT_DIR).is_dir() or (run_directory / PREVIOUS_CHECKPOINT_DIR).is_dir()
+
+
 def recover_checkpoint(run_directory: Path) -> None:
     """Finish a swap that a kill interrupted between its two renames."""
-    final, previous = run_directory / CHECKPOINT_DIR, run_directory / ".checkpoint-previous"
+    final, previous = run_directory / CHECKPOINT_DIR, run_directory / PREVIOUS_CHECKPOINT_DIR
     if not final.exists() and previous.is_dir():
         os.replace(previous, final)
 

@@ -97,13 +97,13 @@ class Tokenizer:
         return cls(backend, roles)
 
     @classmethod
-    def from_gpt2_files(cls, encoder_json: str, vocab_bpe: str) -> Tokenizer:
+    def from_gpt2_files(cls, encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]) -> Tokenizer:
         """GPT-2's own vocabulary (50,257 tokens) from OpenAI's ``encoder.json`` and ``vocab.bpe``."""
         for path in (encoder_json, vocab_bpe):
             if not Path(path).is_file():
                 raise PLMError(f"{path}: no such file")
         try:
-            vocab, merges = models.BPE.read_file(encoder_json, vocab_bpe)
+            vocab, merges = models.BPE.read_file(str(encoder_json), str(vocab_bpe))
         except Exception as error:
             raise PLMError(f"{encoder_json}, {vocab_bpe}: not a GPT-2 vocabulary ({_one_line(error)})") from None
         backend = _byte_level(tokenizers.Tokenizer(models.BPE(vocab, merges)))

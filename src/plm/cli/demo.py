@@ -34,7 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     print("1/4 building the corpus and training the tokenizer ...", flush=True)
-    setup = PretrainSetup(model=args.model, vocab_size=args.vocab_size, block_size=args.block_size, batch_size=args.batch_size)
+    setup = PretrainSetup(
+        model=args.model, vocab_size=args.vocab_size, block_size=args.block_size, batch_size=args.batch_size, dropout=0.0
+    )
     training = TrainingConfig(
         steps=args.steps,
         lr=1e-3,
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> None:
         seed=args.seed,
         device=args.device,
     )
-    trainer, tokenizer = prepare(setup, training, args.out, dropout=0.0)
+    trainer, tokenizer = prepare(setup, training, args.out)
     model = trainer.model
     print(f"    {len(tokenizer):,}-token BPE; {args.model}: {model.num_parameters():,} parameters")
     before = trainer.evaluate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
 from plm.device import PRECISIONS
@@ -44,9 +45,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-lr", type=float, default=6e-5, help="learning rate at the end of the cosine decay")
     parser.add_argument("--warmup", type=int, default=100, help="steps of linear warmup")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW decay of weight matrices (not biases, norms, embeddings)")
+    parser.add_argument("--dropout", type=float, help="one dropout rate for embeddings, attention and residuals (default: the preset's)")
     parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
+    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_seed(parser)
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> None:
         vocab_size=args.vocab_size,
         block_size=args.block_size,
         batch_size=args.batch_size,
+        dropout=args.dropout,
     )
     training = TrainingConfig(
         steps=args.steps,
@@ -74,12 +78,15 @@ def run(args: argparse.Namespace) -> None:
         clip=args.clip,
         eval_every=args.eval_every,
         save_every=args.save_every,
+        log_every=args.log_every,
         seed=args.seed,
         device=args.device,
         precision=args.precision,
         progress=not args.no_progress,
     )
     _, _, metrics = pretrain(setup, training, args.out, resume=args.resume)
+    if os.environ.get("RANK", "0") != "0":
+        return
     if "val_perplexity" in metrics:
         print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}")
     print(f"saved to {args.out}/checkpoint")

@@ -4,7 +4,7 @@ Each family with a Hugging Face counterpart has its converter in a module here,
 registered on import: ``gpt`` reads and writes ``gpt2`` and ``openai-gpt``.
 """
 
-from plm.hf import gpt
 from plm.hf.io import BY_FAMILY, BY_MODEL_TYPE, Converter, HFWeights, load_hf, register, save_hf
+from plm.hf import gpt  # noqa: F401,E402  (registers its converter)
 
-__all__ = ["BY_FAMILY", "BY_MODEL_TYPE", "Converter", "HFWeights", "gpt", "load_hf", "register", "save_hf"]
+__all__ = ["BY_FAMILY", "BY_MODEL_TYPE", "Converter", "HFWeights", "load_hf", "register", "save_hf"]

@@ -32,7 +32,8 @@ GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "
 OPENAI_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}  # openai-gpt's "gelu" is the tanh approximation
 
 # transformers' defaults, for fields a config.json leaves out.
-DEFAULTS = {"n_embd": 768, "n_layer": 12, "n_head": 12, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "layer_norm_epsilon": 1e-5}
+DEFAULTS = {"n_embd": 768, "n_layer": 12, "n_head": 12, "layer_norm_epsilon": 1e-5}
+DEFAULTS |= {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
 GPT2_DEFAULTS = {**DEFAULTS, "vocab_size": 50257, "n_positions": 1024, "activation_function": "gelu_new"}
 OPENAI_DEFAULTS = {**DEFAULTS, "vocab_size": 40478, "n_positions": 512, "afn": "gelu"}
 
@@ -63,13 +64,14 @@ class GPTConverter(Converter):
         key, activations = ("activation_function", GPT2_ACTIVATIONS) if gpt2 else ("afn", OPENAI_ACTIVATIONS)
         if hf[key] not in activations:
             raise PLMError(f"{source}: {key} {hf[key]!r} is not supported; plm reads {', '.join(activations)}")
+        inner = hf.get("n_inner") if gpt2 else None  # GPT-1's MLP is always 4 * n_embd wide
         values = dict(
             vocab_size=hf["vocab_size"],
             context_length=hf["n_positions"],
             dim=hf["n_embd"],
             layers=hf["n_layer"],
             heads=hf["n_head"],
-            ffn_dim=(hf.get("n_inner") if gpt2 else None) or 4 * hf["n_embd"],
+            ffn_dim=4 * hf["n_embd"] if inner is None else inner,
             activation=activations[hf[key]],
             norm_first=gpt2,
             final_norm=gpt2,
@@ -86,7 +88,8 @@ class GPTConverter(Converter):
         activations = GPT2_ACTIVATIONS if gpt2 else OPENAI_ACTIVATIONS
         activation = next((hf for hf, plm in activations.items() if plm == config.activation), None)
         if activation is None:
-            raise PLMError(f"a {'GPT-2' if gpt2 else 'GPT-1'} with activation {config.activation!r} has no Hugging Face equivalent")
+            name = "GPT-2" if gpt2 else "GPT-1"
+            raise PLMError(f"a {name} with activation {config.activation!r} has no Hugging Face equivalent")
         common = {
             "vocab_size": config.vocab_size,
             "n_positions": config.context_length,
@@ -108,7 +111,7 @@ class GPTConverter(Converter):
             "model_type": "gpt2",
             "architectures": ["GPT2LMHeadModel"],
             **common,
-            "n_inner": config.ffn_dim,
+            "n_inner": None if config.ffn_dim == 4 * config.dim else config.ffn_dim,
             "activation_function": activation,
             "bos_token_id": end_of_text,
             "eos_token_id": end_of_text,
@@ -121,7 +124,8 @@ class GPTConverter(Converter):
         for hf, plm, conv1d in name_pairs(config):
             tensor = weights.take(hf)
             state[plm] = tensor.t().contiguous() if conv1d else tensor
-        if "lm_head.weight" in weights and not torch.equal(weights.take("lm_head.weight"), state["token_embedding.weight"]):
+        lm_head = weights.take("lm_head.weight") if "lm_head.weight" in weights else None
+        if lm_head is not None and not torch.equal(lm_head, state["token_embedding.weight"]):
             raise PLMError(f"{weights.source}: lm_head.weight differs from the token embedding; plm ties the two")
         return state
 
@@ -149,7 +153,8 @@ def name_pairs(config: GPTConfig) -> list[tuple[str, str, bool]]:
     for index in range(config.layers):
         for hf, plm in BLOCK_NAMES.items():
             for kind in ("weight", "bias"):
-                pairs.append((f"h.{index}.{hf}.{kind}", f"blocks.{index}.{plm}.{kind}", hf in CONV1D and kind == "weight"))
+                conv1d = hf in CONV1D and kind == "weight"
+                pairs.append((f"h.{index}.{hf}.{kind}", f"blocks.{index}.{plm}.{kind}", conv1d))
     if config.final_norm:
         pairs += [("ln_f.weight", "final_norm.weight", False), ("ln_f.bias", "final_norm.bias", False)]
     return pairs

@@ -28,8 +28,10 @@ WEIGHT_FILES = (SAFETENSORS_FILE, "model.safetensors.index.json", "pytorch_model
 
 
 class HFWeights:
-    """A checkpoint's tensors by Hugging Face name. A converter takes each one once;
-    what it neither takes nor discards is reported as unexpected."""
+    """A checkpoint's tensors by Hugging Face name.
+
+    A converter takes each one once; what it neither takes nor discards is unexpected.
+    """
 
     def __init__(self, tensors: dict[str, torch.Tensor], source: str) -> None:
         self.tensors = dict(tensors)
@@ -54,7 +56,8 @@ class HFWeights:
     def check_all_taken(self) -> None:
         if self.tensors:
             names = sorted(self.tensors)
-            raise PLMError(f"{self.source}: unexpected tensors {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+            more = " ..." if len(names) > 3 else ""
+            raise PLMError(f"{self.source}: unexpected tensors {', '.join(names[:3])}{more}")
 
 
 class Converter:
@@ -101,7 +104,8 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     hf_config = read_json(config_path)
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if model_type not in BY_MODEL_TYPE:
-        raise PLMError(f"{config_path}: model_type {model_type!r} is not supported; plm reads {', '.join(BY_MODEL_TYPE)}")
+        supported = ", ".join(BY_MODEL_TYPE)
+        raise PLMError(f"{config_path}: model_type {model_type!r} is not supported; plm reads {supported}")
     converter = BY_MODEL_TYPE[model_type]
     config = converter.config_from_hf(hf_config, str(config_path))
     weights = read_weights(directory)

@@ -29,10 +29,9 @@ class CausalLMObjective:
         block_size: int,
         batch_size: int,
         seed: int = 0,
-        rank: int = 0,
         validation_blocks_max: int | None = 64,
     ) -> None:
-        self.sampler = BlockSampler(train_ids, block_size, batch_size, seed, rank)
+        self.sampler = BlockSampler(train_ids, block_size, batch_size, seed)
         self.validation = validation_blocks(validation_ids, block_size, validation_blocks_max)
         self.batch_size = batch_size
 

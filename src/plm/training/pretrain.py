@@ -12,15 +12,14 @@ from pathlib import Path
 
 import torch
 
-from plm.checkpoint import CHECKPOINT_DIR, load_model, model_directory
+from plm.checkpoint import CHECKPOINT_DIR, has_checkpoint, load_model, model_directory
 from plm.data.corpus import Corpus, cache_dir, default_corpus, read_corpus
 from plm.data.tokens import cached_token_ids
-from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models import PRESETS, CausalLM, PretrainedModel, from_preset
 from plm.objectives import CausalLMObjective
 from plm.tokenizer import Tokenizer
-from plm.training.distributed import setup_distributed
+from plm.training.distributed import teardown_distributed
 from plm.training.trainer import Trainer, TrainingConfig
 
 
@@ -36,6 +35,12 @@ class PretrainSetup:
     block_size: int | None = None
     batch_size: int = 16
     validation_blocks: int = 64
+    dropout: float | None = None  # None: the preset's own
+
+
+def check_model_name(name: str) -> None:
+    if name not in PRESETS and not Path(name).exists():
+        raise PLMError(f"unknown preset {name!r} and no such model directory; the presets are: {', '.join(PRESETS)}")
 
 
 def load_corpus(setup: PretrainSetup) -> Corpus:
@@ -58,12 +63,13 @@ def resolve_tokenizer(setup: PretrainSetup, corpus: Corpus, out: Path, resume: b
     return Tokenizer.train_bpe(texts, vocab_size=setup.vocab_size, show_progress=False)
 
 
-def build_model(setup: PretrainSetup, tokenizer: Tokenizer, dropout: float | None) -> PretrainedModel:
+def build_model(setup: PretrainSetup, tokenizer: Tokenizer) -> PretrainedModel:
     """A fresh preset sized to the tokenizer's vocabulary, or a saved model to continue."""
     if setup.model in PRESETS:
         overrides = {"vocab_size": len(tokenizer)}
-        if dropout is not None:
-            overrides |= {"dropout": dropout, "attention_dropout": dropout, "embedding_dropout": dropout}
+        if setup.dropout is not None:
+            rate = setup.dropout
+            overrides |= {"dropout": rate, "attention_dropout": rate, "embedding_dropout": rate}
         return from_preset(setup.model, **overrides)
     model = load_model(setup.model)
     if model.config.vocab_size < len(tokenizer):
@@ -78,16 +84,16 @@ def prepare(
     training: TrainingConfig,
     out: str | Path,
     resume: bool = False,
-    dropout: float | None = None,
 ) -> tuple[Trainer, Tokenizer]:
     """Build the trainer for ``setup`` (without training), so callers can evaluate first."""
     out = Path(out)
-    if resume and not (out / CHECKPOINT_DIR).exists() and not (out / ".checkpoint-previous").exists():
+    check_model_name(setup.model)
+    if resume and not has_checkpoint(out):
         raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
     corpus = load_corpus(setup)
     tokenizer = resolve_tokenizer(setup, corpus, out, resume)
     torch.manual_seed(training.seed)
-    model = build_model(setup, tokenizer, dropout)
+    model = build_model(setup, tokenizer)
     if not isinstance(model, CausalLM):
         raise PLMError(f"{setup.model}: a {model.family} model cannot be pre-trained as a causal language model")
     context = model.context_length()
@@ -97,17 +103,15 @@ def prepare(
     ids_cache = cache_dir() / "token-ids"
     train_ids = cached_token_ids(corpus.train, tokenizer, ids_cache, "train")
     validation_ids = cached_token_ids(corpus.validation, tokenizer, ids_cache, "validation")
-    distributed = setup_distributed(resolve_device(training.device))
     objective = CausalLMObjective(
         train_ids,
         validation_ids,
         block_size,
         setup.batch_size,
         seed=training.seed,
-        rank=distributed.rank,
         validation_blocks_max=setup.validation_blocks,
     )
-    return Trainer(model, objective, training, out, tokenizer, distributed), tokenizer
+    return Trainer(model, objective, training, out, tokenizer), tokenizer
 
 
 def pretrain(
@@ -118,6 +122,9 @@ def pretrain(
 ) -> tuple[PretrainedModel, Tokenizer, dict[str, float]]:
     """Pre-train with the causal LM objective; returns the model, tokenizer and last metrics."""
     trainer, tokenizer = prepare(setup, training, out, resume)
-    metrics = trainer.train(resume=resume)
+    try:
+        metrics = trainer.train(resume=resume)
+    finally:
+        teardown_distributed()
     return trainer.model, tokenizer, metrics
 

@@ -92,6 +92,8 @@ class Trainer:
             torch.manual_seed(config.seed + self.distributed.rank)
         if self.distributed.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
+            if not resume:
+                (self.out / METRICS_FILE).unlink(missing_ok=True)
             write_json(self.out / "training_config.json", asdict(config))
         wrapped = self.wrap(self.model)
         bar = tqdm(
@@ -133,9 +135,11 @@ class Trainer:
         """Accumulate ``grad_accum`` micro-batches, clip, step; return (mean loss, targets)."""
         config, world = self.config, self.distributed
         self.model.train()
+        # Micro-batch m of process r is the objective's batch m * world + r, so 2 processes
+        # with 1 micro-batch each see exactly what 1 process with 2 micro-batches sees.
         batches = [
-            {k: v.to(self.device, non_blocking=True) for k, v in self.objective.batch(self.step, micro).items()}
-            for micro in range(config.grad_accum)
+            {k: v.to(self.device, non_blocking=True) for k, v in self.objective.batch(self.step, index).items()}
+            for index in range(world.rank, config.grad_accum * world.world_size, world.world_size)
         ]
         targets = torch.tensor(float(sum(self.objective.target_count(b) for b in batches)), device=self.device)
         total_targets = world.all_reduce_sum(targets).item()

@@ -1,0 +1,158 @@
+"""The plm command: every command teaches with --help, and bad input is one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plm.cli.main import main
+
+TINY_RUN = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
+            "--warmup", "2", "--no-progress", "--device", "cpu"]
+
+
+def plm_command(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "plm.cli.main", *args], capture_output=True, text=True, **kwargs)
+
+
+def run_main(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["demo"], ["tokenizer", "train"], ["pretrain"], ["generate"], ["eval", "perplexity"], ["convert"]],
+)
+def test_every_command_has_help_with_examples(command: list[str], capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "usage: plm" in help_text
+    if command and command != ["demo"]:
+        assert "examples:" in help_text
+
+
+def test_a_wrong_flag_is_one_line_and_exit_code_2() -> None:
+    result = plm_command("pretrain", "--stepz", "3")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "unrecognized arguments: --stepz" in result.stderr
+
+
+@pytest.fixture
+def trained(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    assert main(["pretrain", *TINY_RUN, "--train", str(text_file), "--steps", "6", "--out", str(out)]) == 0
+    return out
+
+
+def test_pretrain_generate_evaluate_convert(trained: Path, text_file: Path, tmp_path: Path, capsys) -> None:
+    code, out, _ = run_main(capsys, "generate", "--model", str(trained), "The cat", "A dog", "--max-new-tokens", "5")
+    assert code == 0 and out.startswith("The cat") and "A dog" in out
+
+    code, out, _ = run_main(capsys, "eval", "perplexity", "--model", str(trained), str(text_file), "--stride", "16")
+    assert code == 0 and "perplexity" in out and "stride 16" in out and "window 64" in out
+
+    hf, back = tmp_path / "hf", tmp_path / "back"
+    assert run_main(capsys, "convert", "--model", str(trained), "--out", str(hf))[0] == 0
+    assert json.loads((hf / "config.json").read_text())["model_type"] == "gpt2"
+    assert run_main(capsys, "convert", "--model", str(hf), "--out", str(back))[0] == 0
+    code, again, _ = run_main(capsys, "generate", "--model", str(back), "The cat", "A dog", "--max-new-tokens", "5")
+    assert code == 0
+
+
+def test_tokenizer_train_writes_a_loadable_tokenizer(text_file: Path, tmp_path: Path, capsys) -> None:
+    code, out, _ = run_main(capsys, "tokenizer", "train", str(text_file), "--out", str(tmp_path / "tok"), "--vocab-size", "300")
+    assert code == 0 and (tmp_path / "tok" / "tokenizer.json").is_file()
+
+
+def bad_inputs(tmp_path: Path, trained: Path) -> dict[str, tuple[list[str], str]]:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 au lait".encode("latin-1"))
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (truncated / name).write_bytes((trained / "checkpoint" / name).read_bytes())
+    weights = (trained / "checkpoint" / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (other / name).write_bytes((trained / "checkpoint" / name).read_bytes())
+    config = json.loads((trained / "checkpoint" / "config.json").read_text())
+    config["config"]["layers"] = 3
+    (other / "config.json").write_text(json.dumps(config))
+    return {
+        "empty": (["pretrain", *TINY_RUN, "--train", str(empty)], "empty.txt: the file is empty"),
+        "not utf-8": (["pretrain", *TINY_RUN, "--train", str(latin1)], "latin1.txt: not valid UTF-8 at byte 3 (0xe9)"),
+        "missing": (["pretrain", *TINY_RUN, "--train", str(tmp_path / "nope.txt")], "nope.txt: no such file"),
+        "preset": (["pretrain", "--model", "gpt5"], "unknown preset 'gpt5'"),
+        "no model": (["generate", "--model", str(tmp_path / "nowhere"), "x"], "no such model directory"),
+        "truncated": (["generate", "--model", str(truncated), "x"], "perhaps truncated"),
+        "mismatched": (["generate", "--model", str(other), "x"], "weights do not fit"),
+        "long prompt": (["generate", "--model", str(trained), "cat " * 80], "model's context is 64"),
+        "block size": (["pretrain", *TINY_RUN, "--block-size", "100", "--train", str(latin1)], ""),
+    }
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(trained: Path, tmp_path: Path, capsys) -> None:
+    for case, (argv, message) in bad_inputs(tmp_path, trained).items():
+        out = tmp_path / f"out-{case.replace(' ', '-')}"
+        if argv[0] == "pretrain":
+            argv = [*argv, "--out", str(out)]
+        code, _, err = run_main(capsys, *argv)
+        assert code == 2, case
+        assert err.count("\n") == 1 and "Traceback" not in err, case
+        assert message in err, (case, err)
+        assert not out.exists() or not any(out.iterdir()), case
+
+
+def test_a_killed_run_resumes_where_it_stopped(text_file: Path, tmp_path: Path) -> None:
+    steps = ["--steps", "30", "--save-every", "5", "--eval-every", "30", "--train", str(text_file)]
+    straight = tmp_path / "straight"
+    assert plm_command("pretrain", *TINY_RUN, *steps, "--out", str(straight)).returncode == 0
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "plm.cli.main", "pretrain", *TINY_RUN, *steps, "--out", str(killed)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoint" / "trainer_state.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    saved = json.loads((killed / "checkpoint" / "trainer_state.json").read_text())["step"]
+    assert saved < 30, "the run finished before it could be killed"
+
+    assert plm_command("pretrain", *TINY_RUN, *steps, "--out", str(killed), "--resume").returncode == 0
+    final = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()][-1]
+    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()][-1]
+    assert final["step"] == expected["step"] == 30
+    assert final["loss"] == pytest.approx(expected["loss"], abs=1e-6)
+    assert final["val_loss"] == pytest.approx(expected["val_loss"], abs=1e-6)
+
+
+def test_torchrun_trains_data_parallel_like_one_process_with_accumulation(text_file: Path, tmp_path: Path) -> None:
+    common = [*TINY_RUN, "--steps", "3", "--eval-every", "3", "--log-every", "1", "--dropout", "0", "--train", str(text_file)]
+    single = plm_command("pretrain", *common, "--grad-accum", "2", "--out", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "plm.cli.main", "pretrain", *common, "--out", str(tmp_path / "ddp")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    losses = [[json.loads(l)["loss"] for l in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+              for run in ("single", "ddp")]
+    assert len(losses[0]) == 3 and losses[1] == pytest.approx(losses[0], abs=1e-5)
