@@ -31,13 +31,16 @@ class FixedBatches:
     def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         return {"tokens": self.parts[micro]}
 
-    def target_count(self, batch: dict[str, torch.Tensor]) -> int:
+    def size(self, batch: dict[str, torch.Tensor]) -> int:
         return batch["tokens"][:, 1:].numel()
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        return {"lm": self.size(batch)}
 
     def loss(self, model, batch):
         tokens = batch["tokens"]
         logits = model(tokens[:, :-1]).logits
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
+        return {"lm": torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")}
 
     def validation_batches(self):
         return iter(())

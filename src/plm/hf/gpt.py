@@ -32,8 +32,15 @@ GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "
 OPENAI_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}  # openai-gpt's "gelu" is the tanh approximation
 
 # transformers' defaults, for fields a config.json leaves out.
-DEFAULTS = {"n_embd": 768, "n_layer": 12, "n_head": 12, "layer_norm_epsilon": 1e-5}
-DEFAULTS |= {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
+DEFAULTS = {
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "layer_norm_epsilon": 1e-5,
+    "resid_pdrop": 0.1,
+    "embd_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+}
 GPT2_DEFAULTS = {**DEFAULTS, "vocab_size": 50257, "n_positions": 1024, "activation_function": "gelu_new"}
 OPENAI_DEFAULTS = {**DEFAULTS, "vocab_size": 40478, "n_positions": 512, "afn": "gelu"}
 

@@ -1,10 +1,11 @@
 """Pre-training objectives: how a batch is drawn and how its loss is summed.
 
 An objective is separate from the model, so any model of a matching kind can
-use any objective. ``loss`` returns the *sum* of per-target losses and the number
-of targets; the trainer divides by the targets of the whole optimizer step
-(all micro-batches, all processes), so gradient accumulation and data
-parallelism give the same loss as one big batch.
+use any objective. ``loss`` returns, for each term (``lm``, ``mlm``, ``nsp`` ...),
+the *sum* of its per-target losses, and ``target_counts`` the number of targets;
+the trainer divides each term by its targets over the whole optimizer step (all
+micro-batches, all processes), so gradient accumulation and data parallelism give
+the same loss as one big batch, and adds the terms.
 """
 
 from plm.objectives.clm import CausalLMObjective, Objective

@@ -13,9 +13,12 @@ from plm.data.tokens import BlockSampler, validation_blocks
 
 
 class Objective(Protocol):
-    def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]: ...
-    def target_count(self, batch: dict[str, torch.Tensor]) -> int: ...
-    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    """Draws batches and sums losses; see :mod:`plm.objectives`."""
+
+    def batch(self, step: int, index: int) -> dict[str, torch.Tensor]: ...
+    def size(self, batch: dict[str, torch.Tensor]) -> int: ...
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]: ...
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
 
 
@@ -38,14 +41,17 @@ class CausalLMObjective:
     def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         return {"tokens": self.sampler.batch(step, micro)}
 
-    def target_count(self, batch: dict[str, torch.Tensor]) -> int:
+    def size(self, batch: dict[str, torch.Tensor]) -> int:
         tokens = batch["tokens"]
         return tokens.shape[0] * (tokens.shape[1] - 1)
 
-    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        return {"lm": self.size(batch)}
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         tokens = batch["tokens"]  # (B, T + 1): inputs are [:, :-1], targets [:, 1:]
         logits = model(tokens[:, :-1]).logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
+        return {"lm": F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         for start in range(0, len(self.validation), self.batch_size):

@@ -109,16 +109,16 @@ class Trainer:
             lr = warmup_cosine(self.step, config.lr, config.warmup, config.steps, config.min_lr)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            loss, targets = self.optimizer_step(wrapped)
+            losses, tokens = self.optimizer_step(wrapped)
             self.step += 1
-            tokens_seen += targets
+            tokens_seen += tokens
             rate = tokens_seen / (time.perf_counter() - started)
-            metrics = {"step": self.step, "loss": loss, "lr": lr, "tokens_per_second": rate}
+            metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": rate}
             if self.step % config.eval_every == 0 or self.step == config.steps:
                 metrics.update(self.evaluate())
             if self.step % config.log_every == 0 or "val_loss" in metrics:
                 self.log(metrics)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
+            bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
             bar.update(1)
             if self.step % config.save_every == 0 or self.step == config.steps:
                 self.save()
@@ -131,8 +131,8 @@ class Trainer:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 
-    def optimizer_step(self, wrapped: torch.nn.Module) -> tuple[float, int]:
-        """Accumulate ``grad_accum`` micro-batches, clip, step; return (mean loss, targets)."""
+    def optimizer_step(self, wrapped: torch.nn.Module) -> tuple[dict[str, float], int]:
+        """Accumulate ``grad_accum`` micro-batches, clip, step; return (mean losses, tokens read)."""
         config, world = self.config, self.distributed
         self.model.train()
         # Micro-batch m of process r is the objective's batch m * world + r, so 2 processes
@@ -141,40 +141,53 @@ class Trainer:
             {k: v.to(self.device, non_blocking=True) for k, v in self.objective.batch(self.step, index).items()}
             for index in range(world.rank, config.grad_accum * world.world_size, world.world_size)
         ]
-        targets = torch.tensor(float(sum(self.objective.target_count(b) for b in batches)), device=self.device)
-        total_targets = world.all_reduce_sum(targets).item()
-        loss_sum = torch.zeros((), device=self.device)
+        terms = list(self.objective.target_counts(batches[0]))
+        counts = torch.tensor(
+            [[self.objective.target_counts(b)[t] for t in terms] for b in batches], dtype=torch.float64
+        ).sum(0)
+        counts = world.all_reduce_sum(counts.to(self.device)).clamp(min=1).tolist()
+        sums = torch.zeros(len(terms), device=self.device)
         for index, batch in enumerate(batches):
             last = index == len(batches) - 1
             sync = wrapped.no_sync() if world.enabled and not last else contextlib.nullcontext()
             with sync, autocast(self.device, self.dtype):
-                summed = self.objective.loss(wrapped, batch)
-            # DDP averages gradients over processes; multiplying by world size makes it a sum.
-            self.scaler.scale(summed * (world.world_size / total_targets)).backward()
-            loss_sum += summed.detach()
+                losses = self.objective.loss(wrapped, batch)
+            # Each term is a mean over the whole step's targets. DDP averages gradients over
+            # processes; multiplying by the world size turns that average into the sum.
+            total = sum(losses[t] * (world.world_size / count) for t, count in zip(terms, counts))
+            self.scaler.scale(total).backward()
+            sums += torch.stack([losses[t].detach().float() for t in terms])
         self.scaler.unscale_(self.optimizer)
         if config.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return world.all_reduce_sum(loss_sum).item() / total_targets, int(total_targets)
+        means = (world.all_reduce_sum(sums) / torch.tensor(counts, device=self.device)).tolist()
+        tokens = sum(self.objective.size(b) for b in batches) * world.world_size
+        return named_losses(terms, means), tokens
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean loss and perplexity over the objective's fixed validation batches."""
+        """Mean losses over the objective's fixed validation batches; perplexity of the first term."""
         self.model.eval()
-        loss_sum, count = 0.0, 0
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
         for batch in self.objective.validation_batches():
             batch = {k: v.to(self.device) for k, v in batch.items()}
             with autocast(self.device, self.dtype):
-                loss_sum += self.objective.loss(self.model, batch).item()
-            count += self.objective.target_count(batch)
+                for term, value in self.objective.loss(self.model, batch).items():
+                    sums[term] = sums.get(term, 0.0) + value.item()
+            for term, count in self.objective.target_counts(batch).items():
+                counts[term] = counts.get(term, 0) + count
         self.model.train()
-        if count == 0:
+        if not counts:
             return {}
-        loss = loss_sum / count
-        return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
+        terms = list(counts)
+        means = [sums[t] / max(1, counts[t]) for t in terms]
+        metrics = {f"val_{k}": v for k, v in named_losses(terms, means).items()}
+        metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
+        return metrics
 
     def save(self) -> None:
         if self.distributed.is_main:
@@ -195,3 +208,10 @@ class Trainer:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
+
+def named_losses(terms: list[str], means: list[float]) -> dict[str, float]:
+    """``loss`` is the sum of the terms; each term is logged too when there are several."""
+    named = {"loss": sum(means)}
+    if len(terms) > 1:
+        named |= {f"loss_{term}": mean for term, mean in zip(terms, means)}
+    return named
