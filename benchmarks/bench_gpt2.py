@@ -16,13 +16,15 @@ import argparse
 import contextlib
 import dataclasses
 import statistics
+import tempfile
 import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from plm.models import GPT, GPTConfig
+from plm.hf import load_hf
+from plm.models import GPTConfig
 
 CONFIGS = {
     # Like the gpt2-mini preset: per-token Python overhead dominates decoding here.
@@ -46,13 +48,13 @@ class Workload:
 WORKLOADS = {
     "small": Workload(train_batch=8, train_length=128, train_steps=10, forward_steps=10,
                       prompt_length=16, new_tokens=128, generate_runs=5, warmup=2),
-    "gpt2": Workload(train_batch=4, train_length=128, train_steps=3, forward_steps=3,
-                     prompt_length=16, new_tokens=32, generate_runs=3, warmup=1),
+    "gpt2": Workload(train_batch=4, train_length=128, train_steps=5, forward_steps=5,
+                     prompt_length=16, new_tokens=32, generate_runs=3, warmup=2),
 }
 
 
 def build_models(config: GPTConfig, device: torch.device, seed: int, dropout: float):
-    """A random Hugging Face GPT-2 and a plm GPT holding the very same weights."""
+    """A random Hugging Face GPT-2 and the plm GPT that plm.hf.load_hf reads from its checkpoint."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     hf_config = GPT2Config(
@@ -72,39 +74,11 @@ def build_models(config: GPTConfig, device: torch.device, seed: int, dropout: fl
         pad_token_id=config.vocab_size - 1,
     )
     torch.manual_seed(seed)
-    hf = GPT2LMHeadModel._from_config(hf_config, attn_implementation="sdpa").to(device)
-    config = dataclasses.replace(config, dropout=dropout, attention_dropout=dropout, embedding_dropout=dropout)
-    ours = GPT(config).to(device)
-    ours.load_state_dict(plm_state_dict(hf.state_dict(), config.layers))
-    return ours, hf
-
-
-def plm_state_dict(hf_state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
-    """Hugging Face GPT-2 keys -> plm keys; Conv1D weights are stored (in, out), so transpose them."""
-    names = {
-        "transformer.wte.weight": "token_embedding.weight",
-        "transformer.wpe.weight": "position_embedding.weight",
-        "transformer.ln_f.weight": "final_norm.weight",
-        "transformer.ln_f.bias": "final_norm.bias",
-    }
-    per_block = {
-        "ln_1": "attention_norm",
-        "attn.c_attn": "attention.in_proj",
-        "attn.c_proj": "attention.out_proj",
-        "ln_2": "feed_forward_norm",
-        "mlp.c_fc": "feed_forward.fc_in",
-        "mlp.c_proj": "feed_forward.fc_out",
-    }
-    for i in range(layers):
-        for theirs, ours in per_block.items():
-            for kind in ("weight", "bias"):
-                names[f"transformer.h.{i}.{theirs}.{kind}"] = f"blocks.{i}.{ours}.{kind}"
-    state = {}
-    for theirs, ours in names.items():
-        tensor = hf_state[theirs]
-        is_conv1d = theirs.endswith(".weight") and any(f".{n}." in theirs for n in ("c_attn", "c_proj", "c_fc"))
-        state[ours] = tensor.t().contiguous() if is_conv1d else tensor.clone()
-    return state
+    hf = GPT2LMHeadModel._from_config(hf_config, attn_implementation="sdpa")
+    with tempfile.TemporaryDirectory() as directory:
+        hf.save_pretrained(directory)
+        ours = load_hf(directory)
+    return ours.to(device), hf.to(device)
 
 
 def synchronize(device: torch.device) -> None:
@@ -172,8 +146,9 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace) -> l
         return torch.randint(0, config.vocab_size - 1, (batch, length), generator=generator).to(device)
 
     check = tokens(2, 32)
+    ours.eval()
+    hf.eval()
     with torch.inference_mode():
-        ours.eval(), hf.eval()
         difference = (ours(check).logits - hf(check).logits).abs().max().item()
     print(f"[{name}] {ours.num_parameters():,} parameters; max |plm - hf| logits on the same weights: {difference:.2e}")
 
@@ -243,9 +218,12 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else args.device.replace("auto", "cpu"))
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}"
         f"; device {device}{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}"

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from plm.core import (
@@ -16,6 +17,7 @@ from plm.core import (
     SinusoidalPositions,
     TransformerBlock,
     build_attention_mask,
+    linear,
 )
 from plm.errors import PLMError
 from plm.models import GPTConfig, from_config, from_preset
@@ -130,6 +132,20 @@ def test_attention_equals_torch_multihead_attention(attention):
     torch.testing.assert_close(attention(x, mask, is_causal=is_causal), expected)
     expected, _ = torch_attention(x, memory, memory, need_weights=False)
     torch.testing.assert_close(attention(x, memory=memory), expected)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 7])
+@pytest.mark.parametrize("out_features", [1024, 1027])  # 1027: rows left over after the row blocks
+def test_linear_equals_torch_linear_on_every_route(rows, out_features):
+    torch.manual_seed(0)
+    weight = torch.randn(out_features, 512, requires_grad=True)  # large enough for the blocked route
+    bias = torch.randn(out_features)
+    x = torch.randn(rows, 1, 512)
+    out = linear(x, weight, bias)
+    torch.testing.assert_close(out, F.linear(x, weight, bias), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
+    (gradient,) = torch.autograd.grad(out.sum(), weight)
+    torch.testing.assert_close(gradient, x.reshape(rows, 512).sum(0).expand(out_features, 512))
 
 
 # --- fully masked rows (PITFALLS #8) -------------------------------------------------------------

@@ -77,6 +77,12 @@ def test_left_padded_batch_generates_what_each_prompt_generates_alone(use_cache)
         assert batched[row, width:].tolist() == alone[0, len(prompt) :].tolist()
 
 
+def test_a_mask_without_padding_changes_nothing():
+    model = tiny_gpt()
+    prompt = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    assert torch.equal(generate(model, prompt, 8, attention_mask=torch.ones_like(prompt)), generate(model, prompt, 8))
+
+
 def test_output_is_prompt_plus_max_new_tokens_without_eos():
     model = tiny_gpt()
     prompt = torch.randint(0, 512, (2, 5), generator=torch.Generator().manual_seed(2))
@@ -139,6 +145,24 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
     assert penalized.tolist() == [[1.0, -4.0, 1.0, 0.5]]
 
 
+def test_repetition_penalty_ignores_padding():
+    logits = torch.tensor([[2.0, -2.0, 1.0, 0.5]])
+    history = torch.tensor([[3, 3, 0, 1]])
+    mask = torch.tensor([[0, 0, 1, 1]])  # the two 3s are left padding
+    assert penalize_repetition(logits, history, 2.0, mask).tolist() == [[1.0, -4.0, 1.0, 0.5]]
+
+
+def test_left_padded_batch_with_repetition_penalty_generates_what_each_prompt_generates_alone():
+    model = tiny_gpt()
+    prompts = [[11, 12, 13], [21, 22, 23, 24, 25]]
+    alone = [generate(model, torch.tensor([p]), 6, repetition_penalty=1.5)[0, len(p) :].tolist() for p in prompts]
+    pad = alone[0][0]  # padding with the token the short prompt picks first: it must not count as seen
+    input_ids = torch.tensor([[pad, pad] + prompts[0], prompts[1]])
+    attention_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    batched = generate(model, input_ids, 6, attention_mask=attention_mask, repetition_penalty=1.5)
+    assert batched[:, 5:].tolist() == alone
+
+
 def test_strong_repetition_penalty_stops_greedy_decoding_from_repeating():
     model = tiny_gpt()
     prompt = torch.tensor([[1, 2, 3]])
@@ -194,15 +218,17 @@ def test_prompt_plus_new_tokens_beyond_the_context_raises():
 @pytest.mark.parametrize(
     "options, message",
     [
+        (dict(max_new_tokens=-1), "max_new_tokens must be >= 0"),
+        (dict(keep_last=0), "keep_last must be >= 1"),
         (dict(temperature=0.0), "temperature"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_k=-1), "top_k"),
         (dict(repetition_penalty=0.0), "repetition_penalty"),
     ],
 )
-def test_invalid_sampling_options_raise(options, message):
+def test_invalid_options_raise(options, message):
     with pytest.raises(PLMError, match=message):
-        generate(CountingLM(), torch.tensor([[1]]), max_new_tokens=1, **options)
+        generate(CountingLM(), torch.tensor([[1]]), **{"max_new_tokens": 1, **options})
 
 
 def test_empty_prompt_raises():

@@ -44,11 +44,17 @@ class SamplingOptions:
             raise PLMError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
 
-def penalize_repetition(logits: torch.Tensor, tokens: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL's penalty: logits of tokens already present are divided by it (multiplied if negative)."""
-    seen = logits.gather(1, tokens)
-    logits.scatter_(1, tokens, torch.where(seen < 0, seen * penalty, seen / penalty))
-    return logits
+def penalize_repetition(
+    logits: torch.Tensor, tokens: torch.Tensor, penalty: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """CTRL's penalty: logits of tokens already present are divided by it (multiplied if negative).
+
+    logits (batch, vocab); tokens (batch, time); ``mask`` (batch, time) is 0 at padding,
+    which does not count as present. A token counts once however often it occurs.
+    """
+    weights = mask.to(logits.dtype) if mask is not None else torch.ones_like(tokens, dtype=logits.dtype)
+    present = torch.zeros_like(logits).scatter_add_(1, tokens, weights) > 0
+    return torch.where(present, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -69,10 +75,14 @@ def next_tokens(
     history: torch.Tensor,
     options: SamplingOptions,
     generator: torch.Generator | None,
+    history_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(batch, vocab) logits of the last position -> (batch,) chosen token ids."""
+    """(batch, vocab) logits of the last position -> (batch,) chosen token ids.
+
+    ``history`` (batch, time) are the tokens so far; ``history_mask`` is 0 at their padding.
+    """
     if options.repetition_penalty != 1.0:
-        logits = penalize_repetition(logits.clone(), history, options.repetition_penalty)
+        logits = penalize_repetition(logits, history, options.repetition_penalty, history_mask)
     if not options.sampling:
         return logits.argmax(-1)
     logits = filter_top_k_top_p(logits / options.temperature, options.top_k, options.top_p)
@@ -87,7 +97,11 @@ def fit_prompt(
     keep_last: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Check that prompt + new tokens fit the context; cut to the last ``keep_last`` if asked."""
+    if max_new_tokens < 0:
+        raise PLMError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if keep_last is not None:
+        if keep_last < 1:
+            raise PLMError(f"keep_last must be >= 1, got {keep_last}")
         input_ids = input_ids[:, -keep_last:]
         attention_mask = attention_mask[:, -keep_last:] if attention_mask is not None else None
     length = input_ids.shape[1]
@@ -134,6 +148,8 @@ def generate(
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
     input_ids, attention_mask = fit_prompt(input_ids, attention_mask, max_new_tokens, model.context_length(), keep_last)
+    if attention_mask is not None and bool(attention_mask.all()):
+        attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
     generator = torch.Generator(input_ids.device).manual_seed(seed) if seed is not None else None
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
     was_training = model.training
@@ -153,7 +169,7 @@ def generate(
             start = length - 1 if cache is not None and cache[0].length else 0
             step_mask = mask[:, :length] if mask is not None else None
             logits = model(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
-            chosen = next_tokens(logits, tokens[:, :length], options, generator)
+            chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
             tokens[:, length] = torch.where(finished, pad, chosen)
             length += 1
             if eos_token_id is not None:

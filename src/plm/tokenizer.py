@@ -1,5 +1,12 @@
 """Tokenizers: Hugging Face ``tokenizers`` does the work; plm adds special-token roles.
 
+Three kinds, one per family of the lineage: GPT-2's byte-level BPE
+(:meth:`Tokenizer.train_bpe`), BERT's WordPiece (:meth:`Tokenizer.train_wordpiece`,
+:meth:`Tokenizer.from_vocab_txt`) and ALBERT's SentencePiece-style Unigram
+(:meth:`Tokenizer.train_unigram`). The encoders' tokenizers carry BERT's template
+``[CLS] A [SEP] B [SEP]``, which :meth:`Tokenizer.encode_pair` applies;
+:meth:`Tokenizer.encode` never adds special tokens.
+
 A role says what a special token is for (``eos`` ends a document, ``pad`` fills a
 batch, ``mask`` hides a token from BERT, ...), so model and data code ask for
 ``tokenizer.eos_id`` instead of knowing that GPT-2 spells it ``<|endoftext|>``. The
@@ -14,10 +21,12 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, trainers
+import torch
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm.data.corpus import atomic_open
 from plm.errors import PLMError
@@ -52,6 +61,32 @@ def gpt2_vocabulary_files() -> tuple[str, str] | None:
     return None
 
 
+# The encoders' special tokens by role, ids 0 to 4 in a trained vocabulary; ALBERT spells pad and unk its own way.
+WORDPIECE_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+UNIGRAM_SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One text or text pair as a model reads it: ``[CLS] A [SEP] B [SEP]`` for BERT.
+
+    ``type_ids`` are the segment ids (0 for A, 1 for B). ``word_ids`` number the words
+    (what the pre-tokenizer splits: BERT's words and punctuation, SentencePiece's
+    space-separated pieces, GPT-2's words) over the whole encoding, B's after A's;
+    the tokens of one word share its number and special tokens have None. Offsets
+    are character spans in the text the token comes from.
+    """
+
+    ids: tuple[int, ...]
+    type_ids: tuple[int, ...]
+    word_ids: tuple[int | None, ...]
+    special_tokens_mask: tuple[int, ...]
+    offsets: tuple[tuple[int, int], ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class Tokenizer:
     """Text to ids and back, with the ids of special tokens available by role."""
 
@@ -61,6 +96,9 @@ class Tokenizer:
                 raise PLMError(f"unknown special-token role {role!r}; the roles are {', '.join(ROLES)}")
             if backend.token_to_id(token) is None:
                 raise PLMError(f"special token {token!r} ({role}) is not in the vocabulary")
+        # plm pads and truncates itself; a tokenizer.json from elsewhere may ask for both.
+        backend.no_padding()
+        backend.no_truncation()
         self.backend = backend
         self.special_tokens = dict(special_tokens)
 
@@ -109,6 +147,89 @@ class Tokenizer:
         backend = _byte_level(tokenizers.Tokenizer(models.BPE(vocab, merges)))
         backend.add_special_tokens(["<|endoftext|>"])
         return cls(backend, {"eos": "<|endoftext|>", "bos": "<|endoftext|>"})
+
+    @classmethod
+    def train_wordpiece(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 30000,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        show_progress: bool = False,
+    ) -> Tokenizer:
+        """Learn a WordPiece vocabulary the way BERT's was built (30,000 tokens in the paper).
+
+        BERT's basic tokenizer first cleans the text, puts spaces around CJK
+        characters, lowercases and strips accents (``strip_accents=None`` follows
+        ``lowercase``, as in BERT) and splits words from punctuation; WordPiece then
+        cuts each word into the longest pieces of the vocabulary, continuations
+        marked ``##``. The specials are ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ids 0 to 4.
+        """
+        backend = _bert_pipeline(tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]")), lowercase, strip_accents)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(WORDPIECE_SPECIALS.values()),
+            continuing_subword_prefix="##",
+            show_progress=show_progress,
+        )
+        backend.train_from_iterator(texts, trainer=trainer)
+        return cls(_with_template(backend), WORDPIECE_SPECIALS)
+
+    @classmethod
+    def from_vocab_txt(
+        cls, path: str | os.PathLike[str], lowercase: bool = True, strip_accents: bool | None = None
+    ) -> Tokenizer:
+        """A released BERT vocabulary (``vocab.txt``, one token per line) as a WordPiece tokenizer.
+
+        ``lowercase`` must match the checkpoint: True for the ``uncased`` BERTs.
+        """
+        if not Path(path).is_file():
+            raise PLMError(f"{path}: no such file")
+        try:
+            model = models.WordPiece.from_file(str(path), unk_token="[UNK]")
+        except Exception as error:
+            raise PLMError(f"{path}: not a WordPiece vocabulary ({_one_line(error)})") from None
+        backend = _bert_pipeline(tokenizers.Tokenizer(model), lowercase, strip_accents)
+        missing = [token for token in WORDPIECE_SPECIALS.values() if backend.token_to_id(token) is None]
+        if missing:
+            raise PLMError(f"{path}: not a BERT vocabulary, it lacks {', '.join(missing)}")
+        backend.add_special_tokens(list(WORDPIECE_SPECIALS.values()))
+        return cls(_with_template(backend), WORDPIECE_SPECIALS)
+
+    @classmethod
+    def train_unigram(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 30000,
+        lowercase: bool = True,
+        max_piece_length: int = 16,
+        show_progress: bool = False,
+    ) -> Tokenizer:
+        """Learn a SentencePiece-style Unigram vocabulary, as ALBERT did (30,000 tokens).
+
+        Text is NFKC-normalised, runs of whitespace become one space and (as in
+        ALBERT's released models) it is lowercased; a space is part of the piece that
+        follows it, written ``▁``, so decoding gives the normalised text back. The
+        specials are ALBERT's ``<pad> <unk> [CLS] [SEP] [MASK]``, ids 0 to 4.
+        """
+        steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+        if lowercase:
+            steps.append(normalizers.Lowercase())
+        backend = tokenizers.Tokenizer(models.Unigram())
+        backend.normalizer = normalizers.Sequence(steps)
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(UNIGRAM_SPECIALS.values()),
+            unk_token=UNIGRAM_SPECIALS["unk"],
+            max_piece_length=max_piece_length,
+            show_progress=show_progress,
+        )
+        backend.train_from_iterator(texts, trainer=trainer)
+        return cls(_with_template(backend), UNIGRAM_SPECIALS)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
@@ -160,8 +281,94 @@ class Tokenizer:
         """:meth:`encode` for many texts at once, in parallel threads."""
         return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
+    def encode_pair(
+        self, text: str, pair: str | None = None, max_length: int | None = None, truncation: bool = True
+    ) -> Encoding:
+        """``text`` (and ``pair``) with the tokenizer's special tokens: ``[CLS] A [SEP] B [SEP]`` for BERT.
+
+        A tokenizer without a template (GPT-2's) adds nothing. When the result would
+        be longer than ``max_length``, the longer of A and B loses tokens at its end
+        until both fit, as in ``transformers`` (``truncation="longest_first"``); with
+        ``truncation=False`` that is a PLMError instead.
+        """
+        first = self.backend.encode(text, add_special_tokens=False)
+        second = None if pair is None else self.backend.encode(pair, add_special_tokens=False)
+        return self._assemble(first, second, max_length, truncation)
+
+    def encode_batch_pairs(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`encode_pair` for many texts, padded on the right with the pad token.
+
+        Returns int64 tensors ``input_ids``, ``token_type_ids`` and ``attention_mask``
+        (1 for tokens, 0 for padding), each (len(texts), longest encoding).
+        """
+        if pairs is not None and len(pairs) != len(texts):
+            raise PLMError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair per text")
+        if self.pad_id is None:
+            raise PLMError(f"{self!r} has no pad token to fill a batch with")
+        firsts = self.backend.encode_batch(list(texts), add_special_tokens=False)
+        seconds = [None] * len(firsts)
+        if pairs is not None:
+            seconds = self.backend.encode_batch(list(pairs), add_special_tokens=False)
+        encodings = [self._assemble(a, b, max_length, truncation) for a, b in zip(firsts, seconds)]
+        width = max((len(e) for e in encodings), default=0)
+        input_ids = torch.full((len(encodings), width), self.pad_id, dtype=torch.long)
+        token_type_ids = torch.zeros((len(encodings), width), dtype=torch.long)
+        attention_mask = torch.zeros((len(encodings), width), dtype=torch.long)
+        for row, encoding in enumerate(encodings):
+            input_ids[row, : len(encoding)] = torch.tensor(encoding.ids, dtype=torch.long)
+            token_type_ids[row, : len(encoding)] = torch.tensor(encoding.type_ids, dtype=torch.long)
+            attention_mask[row, : len(encoding)] = 1
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+    def _assemble(
+        self,
+        first: tokenizers.Encoding,
+        second: tokenizers.Encoding | None,
+        max_length: int | None,
+        truncation: bool,
+    ) -> Encoding:
+        if max_length is not None:
+            specials = self.backend.num_special_tokens_to_add(is_pair=second is not None)
+            budget = max_length - specials
+            lengths = [len(first.ids)] + ([] if second is None else [len(second.ids)])
+            if sum(lengths) > budget:
+                if not truncation:
+                    total = sum(lengths) + specials
+                    raise PLMError(f"the text has {total} tokens, more than max_length {max_length}")
+                if budget < len(lengths):
+                    raise PLMError(f"max_length {max_length} leaves no room for the text beside the special tokens")
+                for encoding, keep in zip((first, second), _longest_first(lengths, budget)):
+                    encoding.truncate(keep)
+        joined = self.backend.post_process(first, second, add_special_tokens=True)
+        # tokenizers counts B's words from 0 again; number them after A's so that they stay apart.
+        # A's tokens are the first len(first) that the template did not add.
+        offset = 1 + max((w for w in first.word_ids if w is not None), default=-1)
+        first_length = len(first.ids)
+        word_ids, text_tokens = [], 0
+        for word, added in zip(joined.word_ids, joined.special_tokens_mask):
+            text_tokens += not added
+            in_second = not added and text_tokens > first_length
+            word_ids.append(None if added or word is None else word + offset * in_second)
+        return Encoding(
+            ids=tuple(joined.ids),
+            type_ids=tuple(joined.type_ids),
+            word_ids=tuple(word_ids),
+            special_tokens_mask=tuple(joined.special_tokens_mask),
+            offsets=tuple(joined.offsets),
+        )
+
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """The text of ``ids``; for byte-level BPE, ``decode(encode(s)) == s``."""
+        """The text of ``ids``; for byte-level BPE, ``decode(encode(s)) == s``.
+
+        WordPiece and Unigram give the normalised text (lowercased, say); WordPiece
+        also closes the spaces BERT's pre-tokenizer opened before punctuation.
+        """
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def decode_batch(self, batch: Iterable[Iterable[int]], skip_special_tokens: bool = False) -> list[str]:
@@ -197,6 +404,24 @@ class Tokenizer:
     def pad_id(self) -> int | None:
         return self.id_of("pad")
 
+    @property
+    def mask_id(self) -> int | None:
+        return self.id_of("mask")
+
+    @property
+    def cls_id(self) -> int | None:
+        return self.id_of("cls")
+
+    @property
+    def sep_id(self) -> int | None:
+        return self.id_of("sep")
+
+    @property
+    def special_ids(self) -> list[int]:
+        """The ids of all special tokens, with or without a role, in increasing order."""
+        added = self.backend.get_added_tokens_decoder()
+        return sorted(i for i, token in added.items() if token.special)
+
     def __repr__(self) -> str:
         model = type(self.backend.model).__name__
         return f"Tokenizer({model}, vocab_size={self.vocab_size}, special_tokens={self.special_tokens})"
@@ -206,6 +431,43 @@ def _byte_level(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     return backend
+
+
+def _bert_pipeline(backend: tokenizers.Tokenizer, lowercase: bool, strip_accents: bool | None) -> tokenizers.Tokenizer:
+    """BERT's basic tokenizer in front of a WordPiece model, and the decoder that joins ``##`` pieces."""
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    return backend
+
+
+def _with_template(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """BERT's input format: ``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]``, B and its [SEP] of type 1."""
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return backend
+
+
+def _longest_first(lengths: list[int], budget: int) -> list[int]:
+    """How many tokens of each sequence to keep so that they fit ``budget``, as ``tokenizers`` does.
+
+    The shorter keeps at most half the budget (A counts as the shorter on a tie), the
+    longer the rest.
+    """
+    if len(lengths) == 1:
+        return [budget]
+    first, second = lengths
+    if first > second:
+        kept = min(second, budget // 2)
+        return [budget - kept, kept]
+    kept = min(first, budget // 2)
+    return [kept, budget - kept]
 
 
 def _guess_roles(backend: tokenizers.Tokenizer) -> dict[str, str]:

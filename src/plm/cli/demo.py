@@ -59,5 +59,10 @@ def run(args: argparse.Namespace) -> None:
     greedy = generate_text(model, tokenizer, PROMPTS, 40, repetition_penalty=1.2)
     sampled = generate_text(model, tokenizer, PROMPTS, 40, temperature=0.8, top_p=0.9, seed=args.seed)
     for prompt, first, second in zip(PROMPTS, greedy, sampled):
-        print(f"  > {prompt}{first!r}\n  ~ {prompt}{second!r}")
+        print(f"  greedy  | {one_line(prompt + first)}\n  sampled | {one_line(prompt + second)}")
     print(f"model, tokenizer and metrics are in {args.out}; try: plm generate --model {args.out} \"The dictionary\"")
+
+
+def one_line(text: str) -> str:
+    """Samples on one line each: runs of white space (new lines too) become one space."""
+    return " ".join(text.split())

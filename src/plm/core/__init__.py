@@ -3,6 +3,7 @@
 from plm.core.attention import KVCache, MultiHeadAttention
 from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
+from plm.core.linear import Linear, linear
 from plm.core.masks import build_attention_mask
 from plm.core.outputs import ModelOutput
 
@@ -11,10 +12,12 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "LearnedPositions",
+    "Linear",
     "ModelOutput",
     "MultiHeadAttention",
     "SinusoidalPositions",
     "TransformerBlock",
     "build_attention_mask",
     "build_position_ids",
+    "linear",
 ]

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm.core.linear import Linear, linear
 from plm.errors import PLMError
 
 
@@ -47,10 +48,10 @@ class KVCache:
         end = self.length + keys.shape[2]
         if end > self.max_length:
             raise PLMError(f"the key/value cache holds {self.max_length} tokens; {end} were asked for")
-        self.keys[:, :, self.length : end] = keys
-        self.values[:, :, self.length : end] = values
+        self.keys.narrow(2, self.length, keys.shape[2]).copy_(keys)
+        self.values.narrow(2, self.length, values.shape[2]).copy_(values)
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep the batch rows ``index`` (beam search reorders hypotheses)."""
@@ -69,8 +70,8 @@ class MultiHeadAttention(nn.Module):
         self.heads = heads
         self.head_dim = dim // heads
         self.dropout = dropout
-        self.in_proj = nn.Linear(dim, 3 * dim, bias=bias)
-        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.in_proj = Linear(dim, 3 * dim, bias=bias)
+        self.out_proj = Linear(dim, dim, bias=bias)
 
     def project(
         self, x: torch.Tensor, memory: torch.Tensor | None
@@ -80,8 +81,8 @@ class MultiHeadAttention(nn.Module):
             return self.in_proj(x).split(self.dim, dim=-1)
         weight_q, weight_kv = self.in_proj.weight.split([self.dim, 2 * self.dim])
         bias_q, bias_kv = self.in_proj.bias.split([self.dim, 2 * self.dim]) if self.in_proj.bias is not None else (None, None)
-        keys, values = F.linear(memory, weight_kv, bias_kv).split(self.dim, dim=-1)
-        return F.linear(x, weight_q, bias_q), keys, values
+        keys, values = linear(memory, weight_kv, bias_kv).split(self.dim, dim=-1)
+        return linear(x, weight_q, bias_q), keys, values
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, time, _ = x.shape

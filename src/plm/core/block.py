@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.attention import KVCache, MultiHeadAttention
+from plm.core.linear import Linear
 from plm.errors import PLMError
 
 ACTIVATIONS = {
@@ -45,8 +46,8 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise PLMError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
-        self.fc_in = nn.Linear(dim, ffn_dim, bias=bias)
-        self.fc_out = nn.Linear(ffn_dim, dim, bias=bias)
+        self.fc_in = Linear(dim, ffn_dim, bias=bias)
+        self.fc_out = Linear(ffn_dim, dim, bias=bias)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

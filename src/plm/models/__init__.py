@@ -7,12 +7,16 @@ from typing import Any
 import dataclasses
 
 from plm.errors import PLMError
-from plm.models import gpt
+from plm.models import albert, bert, deberta, gpt
+from plm.models.albert import Albert, AlbertConfig
 from plm.models.base import CausalLM, PretrainedModel
+from plm.models.bert import Bert, BertConfig
+from plm.models.deberta import Deberta, DebertaConfig
+from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
 
-FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model in (GPT,)}
-PRESETS: dict[str, Any] = {**gpt.PRESETS}
+FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model in (GPT, Bert, Albert, Deberta)}
+PRESETS: dict[str, Any] = {**gpt.PRESETS, **bert.PRESETS, **albert.PRESETS, **deberta.PRESETS}
 
 
 def preset_config(name: str, **overrides: Any) -> Any:
@@ -42,7 +46,15 @@ def from_preset(name: str, **overrides: Any) -> PretrainedModel:
 __all__ = [
     "FAMILIES",
     "PRESETS",
+    "Albert",
+    "AlbertConfig",
+    "Bert",
+    "BertConfig",
     "CausalLM",
+    "Deberta",
+    "DebertaConfig",
+    "Encoder",
+    "EncoderConfig",
     "GPT",
     "GPTConfig",
     "PretrainedModel",
@@ -50,4 +62,5 @@ __all__ = [
     "from_preset",
     "model_class",
     "preset_config",
+    "with_heads",
 ]

@@ -9,5 +9,6 @@ the same loss as one big batch, and adds the terms.
 """
 
 from plm.objectives.clm import CausalLMObjective, Objective
+from plm.objectives.mlm import MaskedLMObjective
 
 __all__ = ["CausalLMObjective", "Objective"]

@@ -1,0 +1,109 @@
+"""Heads: small modules over any encoder's hidden states.
+
+The pretraining heads of BERT and ALBERT (masked-token prediction, next-sentence or
+sentence-order prediction), the pooler they sit on, and mean pooling for sentence
+embeddings. A head never owns the word embeddings it is tied to: the model hands
+the embedding matrix to :class:`MaskedLMHead` at call time, so a checkpoint holds
+the tied matrix once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.core.block import ACTIVATIONS
+from plm.errors import PLMError
+
+# Pretraining heads a config can ask for: ``mlm`` and one sentence-pair head.
+MLM = "mlm"
+NSP = "nsp"  # next-sentence prediction (BERT)
+SOP = "sop"  # sentence-order prediction (ALBERT)
+PAIR_HEADS = (NSP, SOP)
+PRETRAINING_HEADS = (MLM, *PAIR_HEADS)
+
+
+def check_pretraining_heads(heads: tuple[str, ...], pooler: bool) -> None:
+    """Raise a PLMError for an unknown head, a repeated one, NSP with SOP, or a pair head without pooler."""
+    unknown = [head for head in heads if head not in PRETRAINING_HEADS]
+    if unknown:
+        raise PLMError(f"unknown pretraining head(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PRETRAINING_HEADS)}")
+    if len(set(heads)) != len(heads):
+        raise PLMError(f"pretraining heads {heads} name a head twice")
+    pair = [head for head in heads if head in PAIR_HEADS]
+    if len(pair) > 1:
+        raise PLMError("a model has one sentence-pair head: nsp or sop, not both")
+    if pair and not pooler:
+        raise PLMError(f"the {pair[0]} head reads the pooled [CLS] vector; it needs pooler=True")
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence vector that BERT's NSP and classifiers read."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+
+
+class MaskedLMHead(nn.Module):
+    """Predict a token from its hidden state: LayerNorm(act(W h)) E^T + b.
+
+    The transform maps the hidden size to the embedding size (equal in BERT, E < H in
+    ALBERT), and the decoder is the word-embedding matrix E (V x embedding size),
+    passed in by the model, plus a bias of its own.
+    """
+
+    def __init__(self, dim: int, embedding_dim: int, vocab_size: int, activation: str = "gelu", norm_eps: float = 1e-12) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise PLMError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        self.dense = nn.Linear(dim, embedding_dim)
+        self.activation = ACTIVATIONS[activation]
+        self.norm = nn.LayerNorm(embedding_dim, eps=norm_eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """hidden: (..., H); word_embeddings: (V, E) -> logits (..., V)."""
+        return F.linear(self.norm(self.activation(self.dense(hidden))), word_embeddings, self.bias)
+
+
+class PairHead(nn.Module):
+    """Two-way classifier on the pooled output: is B the next segment (NSP) / in order (SOP)?"""
+
+    def __init__(self, dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(dim, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(pooled))  # (B, 2)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Average of the hidden states (B, T, H) over real tokens (mask 1) -> (B, H)."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+@torch.inference_mode()
+def sentence_embeddings(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Sentence vectors (B, H) of an encoder: mean of the last hidden states over real tokens.
+
+    With ``normalize`` each vector is scaled to unit L2 norm, so a dot product is the
+    cosine similarity (as Sentence-BERT models such as all-MiniLM-L6-v2 are used).
+    """
+    output = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    pooled = mean_pool(output.last_hidden_state, attention_mask)
+    return F.normalize(pooled, p=2, dim=-1) if normalize else pooled

@@ -1,0 +1,249 @@
+"""BERT checkpoints (``bert``) of Hugging Face transformers, and the mapping ALBERT's reuses.
+
+Hugging Face keeps Q, K and V in three Linear layers; plm fuses them, stacked in
+that order, in ``attention.in_proj``. The tied MLM decoder is not stored (the word
+embeddings are), nor its bias (the head's ``bias`` is). The heads of a checkpoint
+follow its architecture: ``BertModel`` is the encoder with its pooler, stored without
+the ``bert.`` prefix; ``BertForMaskedLM`` the encoder without pooler plus the MLM
+head; ``BertForPreTraining`` the encoder with pooler, MLM and NSP heads. As
+``from_pretrained`` does, loading one architecture ignores the heads of the others
+(``bert-base-uncased`` says ``BertForMaskedLM`` but also holds its pooler and NSP).
+Saving picks the architecture from the heads present; a model with the MLM head
+alone is written as ``BertForMaskedLM``, without its pooler (MLM never trains it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar
+
+import torch
+
+from plm.config import config_from_dict
+from plm.errors import PLMError
+from plm.hf.io import Converter, HFWeights, register
+from plm.models.bert import BertConfig
+from plm.models.encoder import EncoderConfig
+
+# HF activation -> plm activation; saving writes the first HF name of a plm activation.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+
+# HF config field -> plm field, for the fields that BERT and ALBERT share.
+CONFIG_FIELDS = {
+    "vocab_size": "vocab_size",
+    "max_position_embeddings": "context_length",
+    "hidden_size": "dim",
+    "num_hidden_layers": "layers",
+    "num_attention_heads": "heads",
+    "intermediate_size": "ffn_dim",
+    "type_vocab_size": "segments",
+    "hidden_act": "activation",
+    "hidden_dropout_prob": "dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "layer_norm_eps": "norm_eps",
+}
+POSITIVE = ("vocab_size", "max_position_embeddings", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "type_vocab_size")
+
+# Options that change the computation in ways plm does not implement, with the value plm matches.
+VARIANTS = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+
+
+def linear(hf: str, plm: str) -> list[tuple[str, str]]:
+    """Name pairs of a Linear or LayerNorm: its weight and its bias."""
+    return [(f"{hf}.weight", f"{plm}.weight"), (f"{hf}.bias", f"{plm}.bias")]
+
+
+class EncoderConverter(Converter):
+    """The mapping of a BERT-style encoder; a subclass names its tensors and architectures.
+
+    Every HF name below is the one in a model with heads (``bert.`` / ``albert.``
+    prefix on the encoder); the bare architecture stores the encoder without it.
+    """
+
+    config_class: ClassVar[type[EncoderConfig]]
+    defaults: ClassVar[dict[str, Any]]  # transformers' defaults, for fields a config.json leaves out
+    architectures: ClassVar[dict[str, tuple[bool, tuple[str, ...]]]]  # name -> (pooler, heads); the bare one first
+    base_prefix: ClassVar[str]
+    layer_prefix: ClassVar[str]  # one block, formatted with its HF index
+    qkv: ClassVar[tuple[str, str, str]]  # query, key and value Linears in a block
+    block_names: ClassVar[dict[str, str]]  # HF Linear/LayerNorm in a block -> plm one in blocks.{i}
+    pooler: ClassVar[str]
+    mlm_names: ClassVar[dict[str, str]]  # HF Linear/LayerNorm -> plm one in mlm_head
+    mlm_bias: ClassVar[str]
+    mlm_decoder: ClassVar[str]  # the tied decoder Linear, not saved
+    pair_head: ClassVar[str]
+
+    # Configs --------------------------------------------------------------------------
+
+    def config_from_hf(self, hf: dict[str, Any], source: str) -> EncoderConfig:
+        hf = {**self.defaults, **hf}
+        for key in POSITIVE:
+            if not isinstance(hf[key], int) or hf[key] <= 0:
+                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        for key, value in VARIANTS.items():
+            if hf.get(key, value) != value:
+                raise PLMError(f"{source}: {key}={hf[key]!r} is a {self.family} variant that plm does not implement")
+        if hf["hidden_act"] not in ACTIVATIONS:
+            raise PLMError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}")
+        architecture = (hf.get("architectures") or [next(iter(self.architectures))])[0]
+        if architecture not in self.architectures:
+            raise PLMError(f"{source}: architecture {architecture} is not supported; plm reads {', '.join(self.architectures)}")
+        pooler, heads = self.architectures[architecture]
+        values = {plm: hf[key] for key, plm in CONFIG_FIELDS.items()}
+        values.update(activation=ACTIVATIONS[hf["hidden_act"]], pooler=pooler, pretraining_heads=heads)
+        values.update(self.family_config_from_hf(hf, source))
+        return config_from_dict(self.config_class, values, source)
+
+    def config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+        if config.norm_first or not config.absolute_positions or not config.segments:
+            raise PLMError(
+                f"a {self.family} encoder with norm_first={config.norm_first}, absolute_positions="
+                f"{config.absolute_positions}, segments={config.segments} has no Hugging Face equivalent"
+            )
+        values = {key: getattr(config, plm) for key, plm in CONFIG_FIELDS.items()}
+        values["hidden_act"] = next(hf for hf, plm in ACTIVATIONS.items() if plm == config.activation)
+        return {
+            "model_type": self.model_types[0],
+            "architectures": [self.architecture(config)],
+            **values,
+            **self.family_config_to_hf(config),
+        }
+
+    def architecture(self, config: EncoderConfig) -> str:
+        """The architecture with exactly the heads of ``config``; the bare one needs the pooler."""
+        for name, (pooler, heads) in self.architectures.items():
+            if set(heads) == set(config.pretraining_heads) and (heads or config.pooler):
+                return name
+        raise PLMError(
+            f"a {self.family} encoder with pooler={config.pooler} and heads {config.pretraining_heads} has no "
+            f"Hugging Face architecture ({', '.join(self.architectures)})"
+        )
+
+    def family_config_from_hf(self, hf: dict[str, Any], source: str) -> dict[str, Any]:
+        return {}
+
+    def family_config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+        return {}
+
+    # Weights --------------------------------------------------------------------------
+
+    def block_indices(self, config: EncoderConfig) -> list[tuple[int, ...]]:
+        """What ``layer_prefix`` is formatted with for plm's blocks 0, 1, ..."""
+        return [(index,) for index in range(config.layers)]
+
+    def embedding_pairs(self, config: EncoderConfig) -> list[tuple[str, str]]:
+        prefix = f"{self.base_prefix}embeddings."
+        return [
+            (f"{prefix}word_embeddings.weight", "embeddings.word.weight"),
+            (f"{prefix}position_embeddings.weight", "embeddings.position.weight"),
+            (f"{prefix}token_type_embeddings.weight", "embeddings.segment.weight"),
+            *linear(f"{prefix}LayerNorm", "embeddings.norm"),
+        ]
+
+    def name_pairs(self, config: EncoderConfig) -> list[tuple[list[str], str]]:
+        """([HF names], plm name) of every tensor; Q, K and V are three HF names for one plm one."""
+        pairs = [([hf], plm) for hf, plm in self.embedding_pairs(config)]
+        for index, hf_index in enumerate(self.block_indices(config)):
+            prefix = f"{self.base_prefix}{self.layer_prefix.format(*hf_index)}"
+            for kind in ("weight", "bias"):
+                pairs.append(([f"{prefix}{hf}.{kind}" for hf in self.qkv], f"blocks.{index}.attention.in_proj.{kind}"))
+            for hf, plm in self.block_names.items():
+                pairs += [([h], p) for h, p in linear(prefix + hf, f"blocks.{index}.{plm}")]
+        pairs += [([hf], plm) for hf, plm in self.head_pairs(config)]
+        if not config.pretraining_heads:  # the bare architecture
+            pairs = [([name.removeprefix(self.base_prefix) for name in hf], plm) for hf, plm in pairs]
+        return pairs
+
+    def head_pairs(self, config: EncoderConfig) -> list[tuple[str, str]]:
+        pairs = linear(f"{self.base_prefix}{self.pooler}", "pooler.dense") if config.pooler else []
+        if "mlm" in config.pretraining_heads:
+            for hf, plm in self.mlm_names.items():
+                pairs += linear(hf, f"mlm_head.{plm}")
+            pairs.append((self.mlm_bias, "mlm_head.bias"))
+        if config.pair_head:
+            pairs += linear(self.pair_head, "pair_head.classifier")
+        return pairs
+
+    def weights_from_hf(self, weights: HFWeights, config: EncoderConfig) -> dict[str, torch.Tensor]:
+        if not config.pretraining_heads:  # from_pretrained reads the bare encoder out of a model with heads too
+            weights.strip_prefix(self.base_prefix)
+        weights.discard(r"(.*\.)?embeddings\.position_ids")  # a buffer that older transformers saved
+        self.discard_other_heads(weights, config)
+        state = {plm: torch.cat([weights.take(name) for name in hf]) if len(hf) > 1 else weights.take(hf[0])
+                 for hf, plm in self.name_pairs(config)}
+        if "mlm" in config.pretraining_heads:
+            self.check_tied(weights, f"{self.mlm_decoder}.weight", state["embeddings.word.weight"])
+            self.check_tied(weights, f"{self.mlm_decoder}.bias", state["mlm_head.bias"])
+        return state
+
+    def weights_to_hf(self, state: dict[str, torch.Tensor], config: EncoderConfig) -> dict[str, torch.Tensor]:
+        pooler, _ = self.architectures[self.architecture(config)]
+        tensors = {}
+        for hf, plm in self.name_pairs(dataclasses.replace(config, pooler=pooler)):
+            parts = [part.clone() for part in state[plm].chunk(len(hf))] if len(hf) > 1 else [state[plm]]
+            tensors.update(zip(hf, parts))
+        return tensors
+
+    def discard_other_heads(self, weights: HFWeights, config: EncoderConfig) -> None:
+        """Drop the pooler and heads that this architecture lacks but others of the family have."""
+        unused = [] if config.pooler else [f"{self.base_prefix}{self.pooler}"]
+        if "mlm" not in config.pretraining_heads:
+            unused += [*self.mlm_names, self.mlm_bias, self.mlm_decoder]
+        if config.pair_head is None:
+            unused.append(self.pair_head)
+        for name in unused:
+            weights.discard(re.escape(name) + r"(\.weight|\.bias)?")
+
+    @staticmethod
+    def check_tied(weights: HFWeights, name: str, expected: torch.Tensor) -> None:
+        if name in weights and not torch.equal(weights.take(name), expected):
+            raise PLMError(f"{weights.source}: {name} differs from the tensor plm ties it to")
+
+
+@register
+class BertConverter(EncoderConverter):
+    family = "bert"
+    model_types = ("bert",)
+    config_class = BertConfig
+    defaults = {
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+    }
+    architectures = {
+        "BertModel": (True, ()),
+        "BertForMaskedLM": (False, ("mlm",)),
+        "BertForPreTraining": (True, ("mlm", "nsp")),
+    }
+    base_prefix = "bert."
+    layer_prefix = "encoder.layer.{}."
+    qkv = ("attention.self.query", "attention.self.key", "attention.self.value")
+    block_names = {
+        "attention.output.dense": "attention.out_proj",
+        "attention.output.LayerNorm": "attention_norm",
+        "intermediate.dense": "feed_forward.fc_in",
+        "output.dense": "feed_forward.fc_out",
+        "output.LayerNorm": "feed_forward_norm",
+    }
+    pooler = "pooler.dense"
+    mlm_names = {"cls.predictions.transform.dense": "dense", "cls.predictions.transform.LayerNorm": "norm"}
+    mlm_bias = "cls.predictions.bias"
+    mlm_decoder = "cls.predictions.decoder"
+    pair_head = "cls.seq_relationship"
+
+    def family_config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+        if config.embedding_dim is not None:
+            raise PLMError("a BERT with factorized embeddings (embedding_dim) has no Hugging Face equivalent")
+        if config.pair_head_dropout:
+            raise PLMError("Hugging Face's BERT has no dropout before the NSP classifier; set pair_head_dropout=0")
+        return {}

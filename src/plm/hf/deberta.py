@@ -1,0 +1,237 @@
+"""DeBERTa (v1, ``deberta``) checkpoints of Hugging Face transformers: ``DebertaModel`` and ``DebertaForMaskedLM``.
+
+Hugging Face's ``in_proj`` stacks W_Q, W_K, W_V head by head (rows q_0, k_0, v_0,
+q_1, ...), plm's in whole matrices (Q, K, V); the rows are reordered both ways.
+``pos_proj`` is W_k,r (c2p) and ``pos_q_proj`` W_q,r (p2c). The MLM head is read in
+both layouts (``cls.predictions`` when ``legacy``, ``lm_predictions.lm_head``
+otherwise, the same computation) and written in the second, the original one.
+Hugging Face has no enhanced mask decoder and computes p2c with the released
+code's distance, so such plm models have no equivalent there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from plm.config import config_from_dict
+from plm.errors import PLMError
+from plm.hf.io import Converter, HFWeights, register
+from plm.models.deberta import DebertaConfig
+
+BLOCK_NAMES = {  # HF name in encoder.layer.{i} -> plm name in blocks.{i}
+    "attention.self.q_bias": "attention.query_bias",
+    "attention.self.v_bias": "attention.value_bias",
+    "attention.self.pos_proj.weight": "attention.position_key_proj.weight",
+    "attention.self.pos_q_proj.weight": "attention.position_query_proj.weight",
+    "attention.self.pos_q_proj.bias": "attention.position_query_proj.bias",
+    "attention.output.dense.weight": "attention.out_proj.weight",
+    "attention.output.dense.bias": "attention.out_proj.bias",
+    "attention.output.LayerNorm.weight": "attention_norm.weight",
+    "attention.output.LayerNorm.bias": "attention_norm.bias",
+    "intermediate.dense.weight": "feed_forward.fc_in.weight",
+    "intermediate.dense.bias": "feed_forward.fc_in.bias",
+    "output.dense.weight": "feed_forward.fc_out.weight",
+    "output.dense.bias": "feed_forward.fc_out.bias",
+    "output.LayerNorm.weight": "feed_forward_norm.weight",
+    "output.LayerNorm.bias": "feed_forward_norm.bias",
+}
+TERM_OF = {  # the position term a block tensor belongs to
+    "attention.self.pos_proj.weight": "c2p",
+    "attention.self.pos_q_proj.weight": "p2c",
+    "attention.self.pos_q_proj.bias": "p2c",
+}
+
+MLM_HEAD_NAMES = {  # plm name in mlm_head -> (legacy HF name, HF name)
+    "dense.weight": ("cls.predictions.transform.dense.weight", "lm_predictions.lm_head.dense.weight"),
+    "dense.bias": ("cls.predictions.transform.dense.bias", "lm_predictions.lm_head.dense.bias"),
+    "norm.weight": ("cls.predictions.transform.LayerNorm.weight", "lm_predictions.lm_head.LayerNorm.weight"),
+    "norm.bias": ("cls.predictions.transform.LayerNorm.bias", "lm_predictions.lm_head.LayerNorm.bias"),
+    "bias": ("cls.predictions.bias", "lm_predictions.lm_head.bias"),
+}
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+
+# transformers' defaults, for fields a config.json leaves out.
+DEFAULTS = {
+    "vocab_size": 50265,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 0,
+    "layer_norm_eps": 1e-7,
+    "relative_attention": False,
+    "max_relative_positions": -1,
+    "position_biased_input": True,
+    "pos_att_type": None,
+    "legacy": True,
+    "tie_word_embeddings": True,
+}
+
+
+@register
+class DebertaConverter(Converter):
+    family = "deberta"
+    model_types = ("deberta",)
+
+    def config_from_hf(self, hf: dict[str, Any], source: str) -> DebertaConfig:
+        hf = {**DEFAULTS, **hf}
+        for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            if not isinstance(hf[key], int) or hf[key] <= 0:
+                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        if hf.get("embedding_size", hf["hidden_size"]) != hf["hidden_size"]:
+            raise PLMError(f"{source}: embedding_size {hf['embedding_size']} != hidden_size is not supported by plm")
+        if hf.get("talking_head", False):
+            raise PLMError(f"{source}: talking_head is a DeBERTa variant that plm does not implement")
+        if hf["hidden_act"] not in ACTIVATIONS:
+            raise PLMError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}")
+        terms = hf["pos_att_type"] or []
+        if isinstance(terms, str):  # the old "c2p|p2c" form
+            terms = [term.strip() for term in terms.lower().split("|")]
+        unknown = [term for term in terms if term not in ("c2p", "p2c")]
+        if unknown:
+            # transformers computes no such term, yet counts it in the scale 1/sqrt(d (1 + terms)).
+            raise PLMError(f"{source}: pos_att_type {unknown[0]!r} is not supported; plm reads c2p and p2c")
+        if terms and not hf["relative_attention"]:
+            raise PLMError(
+                f"{source}: pos_att_type {terms} without relative_attention scales plain attention by "
+                f"1/sqrt({1 + len(terms)}d); plm does not implement that"
+            )
+        architectures = hf.get("architectures") or ["DebertaModel"]
+        if architectures[0] not in ("DebertaModel", "DebertaForMaskedLM"):
+            raise PLMError(f"{source}: {architectures[0]} is not supported; plm reads DebertaModel and DebertaForMaskedLM")
+        relative = hf["max_relative_positions"]
+        values = dict(
+            vocab_size=hf["vocab_size"],
+            context_length=hf["max_position_embeddings"],
+            dim=hf["hidden_size"],
+            layers=hf["num_hidden_layers"],
+            heads=hf["num_attention_heads"],
+            ffn_dim=hf["intermediate_size"],
+            segments=hf["type_vocab_size"],
+            absolute_positions=hf["position_biased_input"],
+            activation=ACTIVATIONS[hf["hidden_act"]],
+            norm_eps=hf["layer_norm_eps"],
+            dropout=hf["hidden_dropout_prob"],
+            attention_dropout=hf["attention_probs_dropout_prob"],
+            pooler=False,
+            pretraining_heads=("mlm",) if architectures[0] == "DebertaForMaskedLM" else (),
+            max_relative_positions=relative if relative >= 1 else hf["max_position_embeddings"],
+            position_terms=tuple(terms),
+            p2c_distance="released",
+            enhanced_mask_decoder=False,
+        )
+        return config_from_dict(DebertaConfig, values, source)
+
+    def config_to_hf(self, config: DebertaConfig) -> dict[str, Any]:
+        no_equivalent = {
+            "an enhanced mask decoder": config.uses_mask_decoder,
+            "p2c_distance 'paper' (transformers computes p2c with delta(i, j))": config.p2c_distance == "paper",
+            "a pooler": config.pooler,
+            "a sentence-pair head": config.pair_head is not None,
+            "pre-LN blocks": config.norm_first,
+        }
+        for feature, present in no_equivalent.items():
+            if present:
+                raise PLMError(f"a DeBERTa with {feature} has no Hugging Face equivalent")
+        activation = next(hf for hf, plm in ACTIVATIONS.items() if plm == config.activation)
+        mlm = "mlm" in config.pretraining_heads
+        return {
+            "model_type": "deberta",
+            "architectures": ["DebertaForMaskedLM" if mlm else "DebertaModel"],
+            "vocab_size": config.vocab_size,
+            "hidden_size": config.dim,
+            "num_hidden_layers": config.layers,
+            "num_attention_heads": config.heads,
+            "intermediate_size": config.ffn_dim,
+            "hidden_act": activation,
+            "hidden_dropout_prob": config.dropout,
+            "attention_probs_dropout_prob": config.attention_dropout,
+            "max_position_embeddings": config.context_length,
+            "type_vocab_size": config.segments,
+            "layer_norm_eps": config.norm_eps,
+            "relative_attention": bool(config.position_terms),
+            "max_relative_positions": config.max_relative_positions,
+            "position_biased_input": config.absolute_positions,
+            "pos_att_type": list(config.position_terms),
+            "legacy": False,
+            "tie_word_embeddings": True,
+        }
+
+    def weights_from_hf(self, weights: HFWeights, config: DebertaConfig) -> dict[str, torch.Tensor]:
+        weights.strip_prefix("deberta.")  # DebertaForMaskedLM has it, DebertaModel not
+        if not config.absolute_positions:
+            # Checkpoints from microsoft/DeBERTa keep the table their EMD used; transformers ignores it, so does plm.
+            weights.discard(r"embeddings\.position_embeddings\.weight")
+        if not config.position_terms:
+            weights.discard(r"encoder\.rel_embeddings\.weight")  # relative_attention with no term: unused
+        weights.discard(r"embeddings\.position_ids")  # a buffer of older checkpoints
+        if "mlm" not in config.pretraining_heads:  # as from_pretrained, a bare model ignores the head
+            weights.discard(r"(cls|lm_predictions)\..*")
+        state = {plm: weights.take(hf) for hf, plm in name_pairs(config)}
+        for index in range(config.layers):
+            fused = weights.take(f"encoder.layer.{index}.attention.self.in_proj.weight")
+            state[f"blocks.{index}.attention.in_proj.weight"] = from_head_interleaved(fused, config.heads)
+        if "mlm" in config.pretraining_heads:
+            state.update(take_mlm_head(weights, state["embeddings.word.weight"]))
+        return state
+
+    def weights_to_hf(self, state: dict[str, torch.Tensor], config: DebertaConfig) -> dict[str, torch.Tensor]:
+        prefix = "deberta." if "mlm" in config.pretraining_heads else ""
+        tensors = {prefix + hf: state[plm] for hf, plm in name_pairs(config)}
+        for index in range(config.layers):
+            fused = state[f"blocks.{index}.attention.in_proj.weight"]
+            name = f"{prefix}encoder.layer.{index}.attention.self.in_proj.weight"
+            tensors[name] = to_head_interleaved(fused, config.heads)
+        if prefix:
+            tensors.update({hf: state[f"mlm_head.{plm}"] for plm, (_, hf) in MLM_HEAD_NAMES.items()})
+        return tensors
+
+
+def name_pairs(config: DebertaConfig) -> list[tuple[str, str]]:
+    """(HF name without ``deberta.``, plm name) of every tensor but ``in_proj`` and the MLM head."""
+    pairs = [
+        ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
+        ("embeddings.LayerNorm.weight", "embeddings.norm.weight"),
+        ("embeddings.LayerNorm.bias", "embeddings.norm.bias"),
+    ]
+    if config.absolute_positions:
+        pairs.append(("embeddings.position_embeddings.weight", "embeddings.position.weight"))
+    if config.segments:
+        pairs.append(("embeddings.token_type_embeddings.weight", "embeddings.segment.weight"))
+    if config.position_terms:
+        pairs.append(("encoder.rel_embeddings.weight", "relative_embeddings.weight"))
+    for index in range(config.layers):
+        for hf, plm in BLOCK_NAMES.items():
+            if hf not in TERM_OF or TERM_OF[hf] in config.position_terms:
+                pairs.append((f"encoder.layer.{index}.{hf}", f"blocks.{index}.{plm}"))
+    return pairs
+
+
+def from_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """HF rows (head, [q k v], head_dim) -> plm rows ([q k v], head, head_dim)."""
+    dim = weight.shape[1]
+    return weight.view(heads, 3, -1, dim).transpose(0, 1).reshape(-1, dim)
+
+
+def to_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    dim = weight.shape[1]
+    return weight.view(3, heads, -1, dim).transpose(0, 1).reshape(-1, dim)
+
+
+def take_mlm_head(weights: HFWeights, word_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The MLM head in either layout; a saved decoder must be the tied word embeddings and bias."""
+    legacy = "cls.predictions.bias" in weights
+    head = {f"mlm_head.{plm}": weights.take(names[0 if legacy else 1]) for plm, names in MLM_HEAD_NAMES.items()}
+    if legacy:
+        tied = {"cls.predictions.decoder.weight": word_embeddings, "cls.predictions.decoder.bias": head["mlm_head.bias"]}
+        for name, tensor in tied.items():
+            if name in weights and not torch.equal(weights.take(name), tensor):
+                raise PLMError(f"{weights.source}: {name} differs from the tensor it is tied to in plm")
+    return head

@@ -1,0 +1,129 @@
+"""ALBERT: BERT with fewer parameters, pretrained with sentence-order prediction.
+
+What the paper changes, and all this module holds:
+
+- factorized embeddings: V x E word (and position, segment) embeddings with E << H,
+  projected E -> H (``embedding_dim`` of :class:`EncoderConfig`);
+- cross-layer parameter sharing: the same modules serve several layers. ``sharing``
+  "all" (the default) shares whole blocks, "attention" or "ffn" only that sub-layer,
+  "none" nothing. With "all", ``hidden_groups`` blocks groups of ``inner_group_layers``
+  blocks each are spread over the ``layers`` steps (group g runs for steps
+  g * layers / hidden_groups onwards), as Hugging Face's ``num_hidden_groups`` and
+  ``inner_group_num``;
+- the SOP head instead of NSP (an objective choice: ``pretraining_heads=("mlm", "sop")``);
+- no dropout and the tanh approximation of GELU, as the released models.
+
+Sizes (E=128, vocabulary 30,000): base L=12 H=768 (12M), large L=24 H=1024 (18M),
+xlarge L=24 H=2048 (60M), xxlarge L=12 H=4096 (235M, counted with its heads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from plm.core import FeedForward, MultiHeadAttention, TransformerBlock
+from plm.errors import PLMError
+from plm.models.encoder import Encoder, EncoderConfig
+
+SHARING = ("all", "attention", "ffn", "none")
+
+
+@dataclass(frozen=True)
+class AlbertConfig(EncoderConfig):
+    """ALBERT-base by default; see :class:`EncoderConfig` for the fields they share."""
+
+    vocab_size: int = 30000
+    embedding_dim: int | None = 128
+    activation: str = "gelu_tanh"
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    pair_head_dropout: float = 0.1
+    sharing: str = "all"
+    hidden_groups: int = 1
+    inner_group_layers: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sharing not in SHARING:
+            raise PLMError(f"unknown sharing {self.sharing!r}; choose one of {', '.join(SHARING)}")
+        if self.hidden_groups < 1 or self.inner_group_layers < 1:
+            raise PLMError("hidden_groups and inner_group_layers must be at least 1")
+        if (self.hidden_groups, self.inner_group_layers) != (1, 1) and self.sharing != "all":
+            raise PLMError(f"hidden_groups and inner_group_layers group shared blocks; sharing is {self.sharing!r}")
+        if self.hidden_groups > self.layers:
+            raise PLMError(f"{self.hidden_groups} hidden groups is more than the {self.layers} layers")
+
+
+PRESETS = {
+    "albert-base": AlbertConfig(),
+    "albert-large": AlbertConfig(dim=1024, layers=24, heads=16, ffn_dim=4096),
+    "albert-xlarge": AlbertConfig(dim=2048, layers=24, heads=16, ffn_dim=8192),
+    "albert-xxlarge": AlbertConfig(dim=4096, layers=12, heads=64, ffn_dim=16384),
+    # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
+    "albert-mini": AlbertConfig(
+        vocab_size=8192, context_length=256, embedding_dim=64, dim=256, layers=4, heads=4, ffn_dim=1024
+    ),
+    "albert-micro": AlbertConfig(
+        vocab_size=512, context_length=64, embedding_dim=16, dim=32, layers=2, heads=2, ffn_dim=128
+    ),
+}
+
+
+class Albert(Encoder):
+    family = "albert"
+    config_class = AlbertConfig
+
+    def __init__(self, config: AlbertConfig) -> None:
+        super().__init__(config)
+        # A module shared by several blocks appears under each of their names; the
+        # state dict keeps its first name only, and loading fills in the others.
+        first: dict[int, str] = {}
+        self.aliases: dict[str, str] = {}  # later name -> first name of a shared tensor
+        for name, tensor in self.named_parameters(remove_duplicate=False):
+            if id(tensor) in first:
+                self.aliases[name] = first[id(tensor)]
+            else:
+                first[id(tensor)] = name
+        if self.aliases:
+            self.register_state_dict_post_hook(drop_aliases)
+            self.register_load_state_dict_pre_hook(fill_aliases)
+
+    def build_blocks(self, config: AlbertConfig) -> nn.ModuleList:
+        if config.sharing == "all":
+            count = config.hidden_groups * config.inner_group_layers
+            return nn.ModuleList(TransformerBlock(config.block) for _ in range(count))
+        block = config.block
+        attention = MultiHeadAttention(block.dim, block.heads, block.attention_dropout, block.bias)
+        feed_forward = FeedForward(block.dim, block.ffn_dim, block.activation, block.bias)
+        return nn.ModuleList(
+            TransformerBlock(
+                block,
+                attention=attention if config.sharing == "attention" else None,
+                feed_forward=feed_forward if config.sharing == "ffn" else None,
+            )
+            for _ in range(config.layers)
+        )
+
+    def layers(self) -> Sequence[nn.Module]:
+        config = self.config
+        if config.sharing != "all":
+            return self.blocks
+        inner = config.inner_group_layers
+        groups = [int(step / (config.layers / config.hidden_groups)) for step in range(config.layers)]
+        return [self.blocks[group * inner + index] for group in groups for index in range(inner)]
+
+
+def drop_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, metadata: Any) -> None:
+    for alias in model.aliases:
+        state.pop(prefix + alias, None)
+
+
+def fill_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, *args: Any) -> None:
+    for alias, name in model.aliases.items():
+        if prefix + name in state:
+            state[prefix + alias] = state[prefix + name]

@@ -1,0 +1,33 @@
+"""BERT: a post-LN Transformer encoder pretrained with masked-token and next-sentence prediction.
+
+Everything BERT is lives in :mod:`plm.models.encoder` (its defaults are BERT's:
+learned absolute positions, segment embeddings, exact GELU, LayerNorm eps 1e-12,
+dropout 0.1, a tanh pooler over [CLS]) and :mod:`plm.heads` (the MLM head tied to
+the word embeddings, the NSP classifier). This module names the family and its sizes:
+BERT-base L=12, H=768, A=12 (110M) and BERT-large L=24, H=1024, A=16 (340M).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plm.models.encoder import Encoder, EncoderConfig
+
+
+@dataclass(frozen=True)
+class BertConfig(EncoderConfig):
+    """BERT-base by default; see :class:`EncoderConfig` for the fields."""
+
+
+PRESETS = {
+    "bert-base": BertConfig(),
+    "bert-large": BertConfig(dim=1024, layers=24, heads=16, ffn_dim=4096),
+    # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
+    "bert-mini": BertConfig(vocab_size=8192, context_length=256, dim=256, layers=4, heads=4, ffn_dim=1024),
+    "bert-micro": BertConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
+}
+
+
+class Bert(Encoder):
+    family = "bert"
+    config_class = BertConfig

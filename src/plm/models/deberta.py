@@ -1,0 +1,285 @@
+"""DeBERTa: BERT with disentangled attention and an enhanced mask decoder (He et al., 2020).
+
+What the paper changes, and all this module holds:
+
+- disentangled attention: a token is its content H_i plus its position relative to
+  every other token. With relative distance delta(i, j) = clamp(i - j + k, 0, 2k - 1),
+  relative position embeddings P (2k x d) shared by all layers, Q_r = P W_q,r and
+  K_r = P W_k,r, the score of query i for key j is
+
+      A_ij = Q^c_i K^c_j^T            (content-to-content)
+           + Q^c_i K^r_delta(i,j)^T     (content-to-position, "c2p")
+           + K^c_j Q^r_delta(j,i)^T     (position-to-content, "p2c")
+
+  scaled by 1/sqrt(d (1 + number of position terms)), 1/sqrt(3d) with both terms;
+- no absolute positions at the input (``absolute_positions=False``);
+- the enhanced mask decoder (EMD): absolute positions enter only just before the
+  MLM head, as the queries I = H + P_abs of n = 2 more passes through the last
+  block (its weights shared) whose keys and values are the encoder output H.
+
+The released code (microsoft/DeBERTa and Hugging Face's ``DebertaModel``, with which
+every published checkpoint was trained) computes p2c with delta(i, j) instead of the
+paper's delta(j, i): ``p2c_distance`` "released" (the default) matches it, "paper"
+follows Eq. 4.
+
+Sizes (vocabulary 50,265, k = 512): base L=12 H=768 (139M), large L=24 H=1024 (405M),
+counted as Hugging Face's ``DebertaModel`` (no pooler, no heads).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.core import LearnedPositions, Linear, MultiHeadAttention
+from plm.core.embeddings import check_context
+from plm.errors import PLMError
+from plm.models.encoder import Encoder, EncoderConfig, EncoderPass
+
+POSITION_TERMS = ("c2p", "p2c")
+P2C_DISTANCES = ("released", "paper")
+MASK_DECODER_STEPS = 2  # n in the paper: passes through the shared last block
+
+
+@dataclass(frozen=True)
+class DebertaConfig(EncoderConfig):
+    """DeBERTa-base by default; see :class:`EncoderConfig` for the fields it shares with BERT.
+
+    ``position_terms``: which of "c2p" and "p2c" the attention adds to content-to-content;
+    none gives plain attention. ``max_relative_positions`` is k: distances are clipped
+    to [-k, k). ``p2c_distance``: "released" or "paper" (see the module docstring).
+    ``enhanced_mask_decoder``: feed the MLM head through the EMD (only with an MLM head).
+    ``absolute_positions`` is Hugging Face's ``position_biased_input``.
+    """
+
+    vocab_size: int = 50265
+    segments: int = 0
+    absolute_positions: bool = False
+    norm_eps: float = 1e-7
+    pooler: bool = False
+    max_relative_positions: int = 512
+    position_terms: tuple[str, ...] = POSITION_TERMS
+    p2c_distance: str = "released"
+    enhanced_mask_decoder: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = [term for term in self.position_terms if term not in POSITION_TERMS]
+        if unknown:
+            raise PLMError(f"unknown position term(s) {', '.join(map(repr, unknown))}; choose from c2p, p2c")
+        # Canonical order, and a tuple (JSON gives lists back), so equal configs compare equal.
+        object.__setattr__(self, "position_terms", tuple(t for t in POSITION_TERMS if t in self.position_terms))
+        if self.max_relative_positions < 1:
+            raise PLMError(f"max_relative_positions must be at least 1, got {self.max_relative_positions}")
+        if self.p2c_distance not in P2C_DISTANCES:
+            raise PLMError(f"unknown p2c_distance {self.p2c_distance!r}; choose one of {', '.join(P2C_DISTANCES)}")
+        if self.embedding_dim is not None:
+            raise PLMError("DeBERTa's embeddings are as wide as its hidden states; embedding_dim must be None")
+
+    @property
+    def uses_mask_decoder(self) -> bool:
+        return self.enhanced_mask_decoder and "mlm" in self.pretraining_heads
+
+
+PRESETS = {
+    "deberta-base": DebertaConfig(),
+    "deberta-large": DebertaConfig(dim=1024, layers=24, heads=16, ffn_dim=4096),
+    # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
+    "deberta-mini": DebertaConfig(
+        vocab_size=8192, context_length=256, max_relative_positions=256, dim=256, layers=4, heads=4, ffn_dim=1024
+    ),
+    "deberta-micro": DebertaConfig(
+        vocab_size=512, context_length=64, max_relative_positions=64, dim=32, layers=2, heads=2, ffn_dim=128
+    ),
+}
+
+
+class DisentangledAttention(MultiHeadAttention):
+    """Multi-head attention whose scores add c2p and p2c terms from relative positions.
+
+    As in the released model, ``in_proj`` (W_q,c, W_k,c, W_v,c) has no bias; queries
+    and values have biases of their own, keys none. ``position_key_proj`` is W_k,r
+    (c2p) and ``position_query_proj`` W_q,r (p2c); only the switched-on terms exist and run.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        max_relative_positions: int,
+        position_terms: Sequence[str] = POSITION_TERMS,
+        p2c_distance: str = "released",
+        dropout: float = 0.0,
+        position_dropout: float = 0.0,
+    ) -> None:
+        super().__init__(dim, heads, dropout, bias=False)
+        self.out_proj = Linear(dim, dim)
+        self.query_bias = nn.Parameter(torch.zeros(dim))
+        self.value_bias = nn.Parameter(torch.zeros(dim))
+        self.max_relative_positions = max_relative_positions
+        self.position_terms = tuple(position_terms)
+        self.p2c_distance = p2c_distance
+        self.position_key_proj = Linear(dim, dim, bias=False) if "c2p" in self.position_terms else None
+        self.position_query_proj = Linear(dim, dim) if "p2c" in self.position_terms else None
+        self.position_dropout = nn.Dropout(position_dropout)
+        # Dividing Q (and Q_r) before any product keeps fp16 scores in range (PITFALLS #6).
+        self.scale = math.sqrt(self.head_dim * (1 + len(self.position_terms)))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        context: torch.Tensor | None = None,
+        **options,
+    ) -> torch.Tensor:
+        """Queries from ``x``; keys and values from ``context`` (the EMD) or ``x``.
+
+        ``relative_embeddings`` P (2k, dim), the model's one table, comes in ``options``.
+        """
+        return super().forward(x, mask, memory=context, **options)
+
+    def project(
+        self, x: torch.Tensor, memory: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        queries, keys, values = super().project(x, memory)
+        return queries + self.query_bias, keys, values + self.value_bias
+
+    def attend(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        relative_embeddings: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """softmax((Q_c K_c^T + c2p + p2c) / sqrt(d (1 + terms)) + mask) V over (B, H, T, hd) tensors.
+
+        ``mask`` (B, 1, T, S) must let every query row attend somewhere, as
+        :func:`plm.core.build_attention_mask` guarantees, so that no row is all -inf.
+        """
+        queries = queries / self.scale
+        if not self.position_terms:
+            attention_bias = mask
+        else:
+            if relative_embeddings is None:
+                raise PLMError(f"the {' and '.join(self.position_terms)} terms need the relative position embeddings")
+            attention_bias = self.position_scores(queries, keys, relative_embeddings)  # (B, H, T, S)
+            if mask is not None:
+                attention_bias = attention_bias.masked_fill(~mask, float("-inf"))
+        return F.scaled_dot_product_attention(
+            queries,
+            keys,
+            values,
+            attn_mask=attention_bias,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+            scale=1.0,
+        )
+
+    def position_scores(
+        self, queries: torch.Tensor, keys: torch.Tensor, relative_embeddings: torch.Tensor
+    ) -> torch.Tensor:
+        """c2p + p2c, already scaled: (B, H, T, S) from scaled queries (B, H, T, hd) and keys (B, H, S, hd).
+
+        Each term multiplies by every one of the 2k relative positions, then picks for
+        score (i, j) the one at the pair's distance (a gather), as the released code does.
+        """
+        batch, heads, query_length, _ = queries.shape
+        key_length = keys.shape[2]
+        shape = (batch, heads, query_length, key_length)
+        # Only distances in (-span, span) occur, so only those 2 * span rows of P are projected.
+        k = self.max_relative_positions
+        span = min(max(query_length, key_length), k)
+        table = self.position_dropout(relative_embeddings[k - span : k + span])[None]  # (1, 2span, dim)
+        i = torch.arange(query_length, device=queries.device)[:, None]
+        j = torch.arange(key_length, device=queries.device)[None, :]
+        query_to_key = (i - j + span).clamp(0, 2 * span - 1)  # (T, S): delta(i, j), a row of the sliced table
+        scores = None
+        if self.position_key_proj is not None:
+            position_keys = self.split_heads(self.position_key_proj(table))  # (1, H, 2span, hd)
+            c2p = queries @ position_keys.transpose(-1, -2)  # (B, H, T, 2span): Q^c_i . K^r of every distance
+            scores = c2p.gather(-1, query_to_key.expand(shape))
+        if self.position_query_proj is not None:
+            position_queries = self.split_heads(self.position_query_proj(table)) / self.scale  # (1, H, 2span, hd)
+            p2c = position_queries @ keys.transpose(-1, -2)  # (B, H, 2span, S): Q^r of every distance . K^c_j
+            if self.p2c_distance == "paper":
+                distance = (j - i + span).clamp(0, 2 * span - 1)  # delta(j, i)
+            else:
+                distance = query_to_key  # delta(i, j), as the released code computes it
+            p2c = p2c.gather(-2, distance.expand(shape))
+            scores = p2c if scores is None else scores + p2c
+        return scores
+
+
+class EnhancedMaskDecoder(nn.Module):
+    """I = H + P_abs, then I <- block(queries I, keys and values H), n times, before the MLM head.
+
+    The block is the encoder's last one (weights shared); the decoder owns only the
+    absolute position table P_abs. As the paper describes it, H is the encoder's output;
+    microsoft/DeBERTa's pretraining code instead feeds the last block's input and uses
+    the EMD in place of that block.
+    """
+
+    def __init__(self, context_length: int, dim: int) -> None:
+        super().__init__()
+        self.positions = LearnedPositions(context_length, dim)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        block: nn.Module,
+        mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        attention_inputs: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        """hidden: (B, T, dim) encoder output -> (B, T, dim) input of the MLM head."""
+        check_context(hidden.shape[1], self.positions.max_positions)
+        queries = hidden + self.positions(position_ids)
+        for _ in range(MASK_DECODER_STEPS):
+            queries = block(queries, mask, context=hidden, **attention_inputs)
+        return queries
+
+
+class Deberta(Encoder):
+    family = "deberta"
+    config_class = DebertaConfig
+
+    def __init__(self, config: DebertaConfig) -> None:
+        super().__init__(config)
+        if config.position_terms:  # P: one table for all layers
+            self.relative_embeddings = nn.Embedding(2 * config.max_relative_positions, config.dim)
+            nn.init.normal_(self.relative_embeddings.weight, std=0.02)
+        else:
+            self.relative_embeddings = None
+        self.mask_decoder = EnhancedMaskDecoder(config.context_length, config.dim) if config.uses_mask_decoder else None
+
+    def build_attention(self, config: DebertaConfig) -> nn.Module:
+        return DisentangledAttention(
+            config.dim,
+            config.heads,
+            config.max_relative_positions,
+            config.position_terms,
+            config.p2c_distance,
+            dropout=config.attention_dropout,
+            position_dropout=config.dropout,
+        )
+
+    def attention_inputs(self, step: EncoderPass) -> dict[str, torch.Tensor]:
+        if self.relative_embeddings is None:
+            return {}
+        return {"relative_embeddings": self.relative_embeddings.weight}
+
+    def predict_masked(
+        self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None
+    ) -> torch.Tensor:
+        if self.mask_decoder is not None:
+            last_block = self.layers()[-1]
+            hidden = self.mask_decoder(hidden, last_block, step.mask, step.position_ids, self.attention_inputs(step))
+        return super().predict_masked(hidden, step, masked_positions)

@@ -1,0 +1,237 @@
+"""The bidirectional Transformer encoder that BERT, ALBERT and DeBERTa share.
+
+An encoder embeds tokens (word + absolute position + segment, then LayerNorm),
+runs a stack of unmasked Transformer blocks, pools the [CLS] vector, and feeds the
+pretraining heads its config asks for. A family changes a step by overriding one
+method, never by copying the loop:
+
+- :meth:`Encoder.build_attention` gives each block its attention module (DeBERTa's
+  disentangled attention); :meth:`Encoder.build_blocks` the blocks (ALBERT shares them);
+- :meth:`Encoder.layers` says which blocks run, in order (ALBERT repeats shared ones);
+- :meth:`Encoder.attention_inputs` computes extra inputs for every block's attention
+  once per pass (DeBERTa's relative-position embeddings);
+- :meth:`Encoder.encode` runs the blocks; :meth:`Encoder.predict_masked` runs the MLM
+  head (DeBERTa's enhanced mask decoder adds absolute positions just before it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from plm.core import BlockConfig, LearnedPositions, ModelOutput, TransformerBlock, build_attention_mask
+from plm.core.embeddings import check_context
+from plm.errors import PLMError
+from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, check_pretraining_heads
+from plm.models.base import PretrainedModel
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Fields every encoder family has; BERT's values are the defaults.
+
+    ``embedding_dim`` None: embeddings are ``dim`` wide and feed the blocks directly;
+    an int E: the embeddings are E wide and projected E -> dim (ALBERT's factorization).
+    ``segments``: number of segment (token type) ids, 0 for no segment embedding.
+    ``absolute_positions``: add learned position embeddings at the input (DeBERTa: no).
+    ``pooler``: the dense + tanh layer over [CLS] (BertForMaskedLM has none).
+    ``pretraining_heads``: which of "mlm", "nsp", "sop" to build; only those are built.
+    """
+
+    vocab_size: int = 30522
+    context_length: int = 512
+    dim: int = 768
+    layers: int = 12
+    heads: int = 12
+    ffn_dim: int = 3072
+    embedding_dim: int | None = None
+    segments: int = 2
+    absolute_positions: bool = True
+    activation: str = "gelu"
+    norm_first: bool = False
+    norm_eps: float = 1e-12
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    pair_head_dropout: float = 0.0
+    pooler: bool = True
+    pretraining_heads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # JSON gives lists back; a frozen config compares equal only with a tuple.
+        object.__setattr__(self, "pretraining_heads", tuple(self.pretraining_heads))
+        check_pretraining_heads(self.pretraining_heads, self.pooler)
+        if self.embedding_dim is not None and self.embedding_dim <= 0:
+            raise PLMError(f"embedding_dim must be positive or None, got {self.embedding_dim}")
+
+    @property
+    def block(self) -> BlockConfig:
+        return BlockConfig(
+            dim=self.dim,
+            heads=self.heads,
+            ffn_dim=self.ffn_dim,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            norm_eps=self.norm_eps,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+        )
+
+    @property
+    def embedding_width(self) -> int:
+        return self.dim if self.embedding_dim is None else self.embedding_dim
+
+    @property
+    def pair_head(self) -> str | None:
+        """The sentence-pair head asked for: nsp, sop, or None."""
+        return next((head for head in self.pretraining_heads if head in PAIR_HEADS), None)
+
+
+def with_heads(config: EncoderConfig, *heads: str, pooler: bool | None = None) -> EncoderConfig:
+    """``config`` with exactly the pretraining ``heads`` (e.g. "mlm", "nsp"); none for a bare encoder.
+
+    By default the pooler is kept only where something reads it: a sentence-pair head,
+    or a bare encoder (for fine-tuning). MLM alone leaves it out, so that no parameter
+    goes without a gradient (DistributedDataParallel fails on one).
+    """
+    if pooler is None:
+        pooler = any(head in PAIR_HEADS for head in heads) or (not heads and config.pooler)
+    return dataclasses.replace(config, pretraining_heads=tuple(heads), pooler=pooler)
+
+
+class EncoderEmbeddings(nn.Module):
+    """LayerNorm(word + position + segment embeddings), dropout, then the optional E -> H projection."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        width = config.embedding_width
+        self.word = nn.Embedding(config.vocab_size, width)
+        self.position = LearnedPositions(config.context_length, width) if config.absolute_positions else None
+        self.segment = nn.Embedding(config.segments, width) if config.segments else None
+        self.norm = nn.LayerNorm(width, eps=config.norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.projection = nn.Linear(width, config.dim) if config.embedding_dim is not None else None
+
+    def forward(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """(B, T) ids -> (B, T, dim)."""
+        x = self.word(input_ids)
+        if self.position is not None:
+            x = x + self.position(position_ids)
+        if self.segment is not None:
+            x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
+        x = self.dropout(self.norm(x))
+        return self.projection(x) if self.projection is not None else x
+
+
+@dataclass
+class EncoderPass:
+    """What one forward pass carries between the steps a family may override."""
+
+    input_ids: torch.Tensor  # (B, T)
+    padding_mask: torch.Tensor | None  # (B, T), 1 for tokens, 0 for padding
+    mask: torch.Tensor | None  # (B, 1, T, T) boolean for the attention, None when nothing is masked
+    position_ids: torch.Tensor  # (B, T)
+    hidden_states: list[torch.Tensor] | None = None  # embeddings output + each layer's, when asked for
+    extras: dict[str, Any] = field(default_factory=dict)  # family-specific values (e.g. DeBERTa's)
+
+
+class Encoder(PretrainedModel):
+    """A BERT-style encoder with optional pooler, MLM head and sentence-pair head."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__(config)
+        self.embeddings = EncoderEmbeddings(config)
+        self.blocks = self.build_blocks(config)
+        self.pooler = Pooler(config.dim) if config.pooler else None
+        self.mlm_head = (
+            MaskedLMHead(config.dim, config.embedding_width, config.vocab_size, config.activation, config.norm_eps)
+            if MLM in config.pretraining_heads
+            else None
+        )
+        self.pair_head = PairHead(config.dim, config.pair_head_dropout) if config.pair_head else None
+        self.init_weights()
+
+    # Steps a family may override ----------------------------------------------------
+
+    def build_attention(self, config: EncoderConfig) -> nn.Module | None:
+        """The attention module of one block; None for the core's MultiHeadAttention."""
+        return None
+
+    def build_blocks(self, config: EncoderConfig) -> nn.ModuleList:
+        return nn.ModuleList(
+            TransformerBlock(config.block, attention=self.build_attention(config)) for _ in range(config.layers)
+        )
+
+    def layers(self) -> Sequence[nn.Module]:
+        """The blocks in the order they run; a shared block may appear more than once."""
+        return self.blocks
+
+    def embed(self, step: EncoderPass, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        return self.embeddings(step.input_ids, token_type_ids, step.position_ids)
+
+    def attention_inputs(self, step: EncoderPass) -> dict[str, torch.Tensor]:
+        """Keyword inputs that every block passes to its attention module."""
+        return {}
+
+    def encode(self, hidden: torch.Tensor, step: EncoderPass) -> torch.Tensor:
+        """Run the blocks over the embeddings (B, T, dim); record each output when asked."""
+        inputs = self.attention_inputs(step)
+        for block in self.layers():
+            hidden = block(hidden, step.mask, **inputs)
+            if step.hidden_states is not None:
+                step.hidden_states.append(hidden)
+        return hidden
+
+    def predict_masked(
+        self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None
+    ) -> torch.Tensor:
+        """MLM logits (B, T, V), or (n_masked, V) for the True positions of ``masked_positions``."""
+        if masked_positions is not None:
+            hidden = hidden[masked_positions]  # (n_masked, dim), row-major
+        return self.mlm_head(hidden, self.embeddings.word.weight)
+
+    # ---------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> ModelOutput:
+        """input_ids, attention_mask (1 = token, 0 = padding), token_type_ids: (batch, time).
+
+        ``masked_positions`` (bool, batch x time) restricts the MLM logits to those
+        positions, in row-major order, so the vocabulary projection runs only there.
+        """
+        batch, time = input_ids.shape
+        if self.config.absolute_positions:
+            check_context(time, self.config.context_length)
+        if token_type_ids is not None and self.embeddings.segment is None:
+            raise PLMError("token_type_ids were given to a model without segment embeddings")
+        if masked_positions is not None and masked_positions.shape != input_ids.shape:
+            raise PLMError(f"masked_positions has shape {tuple(masked_positions.shape)}, input_ids {tuple(input_ids.shape)}")
+        if position_ids is None:
+            position_ids = torch.arange(time, device=input_ids.device).expand(batch, time)
+        mask, _ = build_attention_mask(attention_mask, time, time, causal=False)
+        step = EncoderPass(input_ids, attention_mask, mask, position_ids, [] if output_hidden_states else None)
+        hidden = self.embed(step, token_type_ids)
+        if step.hidden_states is not None:
+            step.hidden_states.append(hidden)
+        hidden = self.encode(hidden, step)
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        return ModelOutput(
+            last_hidden_state=hidden,
+            logits=self.predict_masked(hidden, step, masked_positions) if self.mlm_head is not None else None,
+            pair_logits=self.pair_head(pooled) if self.pair_head is not None else None,
+            hidden_states=tuple(step.hidden_states) if step.hidden_states is not None else None,
+        )

@@ -1,0 +1,137 @@
+"""Masked language modelling (BERT, ALBERT, DeBERTa), alone or with NSP or SOP.
+
+L = sum over masked positions of -log P(original token | corrupted sequence), plus,
+with a pair task, the cross-entropy of the [CLS] classifier on the pair label.
+The examples are built once from the documents (:mod:`plm.objectives.pairs`); the
+masks are drawn afresh for every batch (RoBERTa's dynamic masking; BERT made 10
+static copies instead), so no two epochs see the same corruption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.data.corpus import Document
+from plm.errors import PLMError
+from plm.objectives.masking import IGNORE_INDEX, mask_tokens
+from plm.objectives.pairs import BUILDERS, TASKS, PretrainingExamples
+
+if TYPE_CHECKING:
+    from plm.tokenizer import Tokenizer
+
+_TRAIN, _VALIDATION = 0, 1  # the first number of a batch's seed, so the two streams never meet
+
+
+class MaskedLMObjective:
+    """Random examples with fresh masks for training; the first examples with fixed masks for validation.
+
+    A batch is a pure function of (seed, step, index): its examples and its masks
+    come from a generator seeded with those three numbers, so a resumed run sees the
+    batches it would have seen, and micro-batch ``index`` is the same on whichever
+    process draws it.
+    """
+
+    def __init__(
+        self,
+        train_documents: Sequence[Document],
+        validation_documents: Sequence[Document],
+        tokenizer: Tokenizer,
+        max_length: int = 128,
+        batch_size: int = 32,
+        pair_task: str = "none",
+        whole_word: bool = False,
+        max_ngram: int = 1,
+        mlm_probability: float = 0.15,
+        short_seq_prob: float = 0.1,
+        seed: int = 0,
+        validation_batches_max: int | None = 16,
+    ) -> None:
+        if pair_task not in TASKS:
+            raise PLMError(f"unknown pair task {pair_task!r}; choose one of {', '.join(TASKS)}")
+        for role in ("mask", "cls", "sep", "pad"):
+            if tokenizer.id_of(role) is None:
+                raise PLMError(f"{tokenizer!r} has no {role} token; an encoder needs a WordPiece or Unigram tokenizer")
+        options = (tokenizer, max_length, seed, short_seq_prob)
+        self.train = _examples("training", pair_task, train_documents, *options)
+        self.validation = _examples("validation", pair_task, validation_documents, *options)
+        self.pair_task, self.batch_size, self.seed = pair_task, batch_size, seed
+        self.masking = {
+            "mask_id": tokenizer.mask_id,
+            "vocab_size": tokenizer.vocab_size,
+            "special_ids": tokenizer.special_ids,
+            "mlm_probability": mlm_probability,
+            "whole_word": whole_word,
+            "max_ngram": max_ngram,
+        }
+        count = len(self.validation) if validation_batches_max is None else validation_batches_max * batch_size
+        count = min(count, len(self.validation))
+        self._validation = [
+            self._masked(self.validation, range(i, min(i + batch_size, count)), _generator(_VALIDATION, seed, i))
+            for i in range(0, count, batch_size)
+        ]
+
+    def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
+        generator = _generator(_TRAIN, self.seed, step, index)
+        rows = torch.randint(len(self.train), (self.batch_size,), generator=generator)
+        return self._masked(self.train, rows.tolist(), generator)
+
+    def size(self, batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["attention_mask"].sum())
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        counts = {"mlm": int((batch["labels"] != IGNORE_INDEX).sum())}
+        if self.pair_task != "none":
+            counts[self.pair_task] = len(batch["pair_labels"])
+        return counts
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Summed cross-entropies: ``mlm`` over the masked positions, ``nsp``/``sop`` over the examples.
+
+        The model gets ``masked_positions`` so that it may project only those onto the
+        vocabulary (its ``logits`` then being (n_masked, V) in row-major order); a
+        model that returns logits (B, T, V) for every position works as well.
+        """
+        labels = batch["labels"]
+        targets = labels != IGNORE_INDEX
+        # A single segment is all type 0, every model's default; DeBERTa has no segment embedding.
+        segments = {"token_type_ids": batch["token_type_ids"]} if self.pair_task != "none" else {}
+        output = model(batch["input_ids"], attention_mask=batch["attention_mask"], masked_positions=targets, **segments)
+        logits = output.logits
+        if logits.dim() == 3:  # (B, T, V): keep the masked positions, (n_masked, V)
+            logits = logits[targets]
+        losses = {"mlm": F.cross_entropy(logits.float(), labels[targets], reduction="sum")}
+        if self.pair_task != "none":
+            losses[self.pair_task] = F.cross_entropy(output.pair_logits.float(), batch["pair_labels"], reduction="sum")
+        return losses
+
+    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The first validation examples (``validation_batches_max`` batches), masked the same way every time."""
+        yield from self._validation
+
+    def _masked(
+        self, examples: PretrainingExamples, rows: Sequence[int], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        batch = examples.batch(rows)
+        word_ids, special = batch.pop("word_ids"), batch.pop("special_tokens_mask")
+        batch["input_ids"], batch["labels"] = mask_tokens(
+            batch["input_ids"], special == 0, generator=generator, word_ids=word_ids, **self.masking
+        )
+        return batch
+
+
+def _examples(name: str, pair_task: str, documents: Sequence[Document], *options) -> PretrainingExamples:
+    try:
+        return BUILDERS[pair_task](documents, *options)
+    except PLMError as error:
+        raise PLMError(f"{name} text: {error}") from None
+
+
+def _generator(*numbers: int) -> torch.Generator:
+    entropy = np.random.SeedSequence(list(numbers)).generate_state(1, np.uint64)
+    return torch.Generator().manual_seed(int(entropy[0]))
