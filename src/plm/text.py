@@ -1,4 +1,4 @@
-"""Text in, text out: a causal model and its tokenizer used together."""
+"""Text in, text out: a model and its tokenizer used together."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from plm.data.corpus import read_text
 from plm.errors import PLMError
 from plm.evaluation import Perplexity, perplexity
 from plm.generation import StopStrings, generate
-from plm.models import CausalLM
+from plm.heads import sentence_embeddings
+from plm.models import CausalLM, Encoder
 from plm.tokenizer import Tokenizer
 
 
@@ -83,3 +84,45 @@ def file_perplexity(
     if start is not None:
         ids = [start, *ids]
     return perplexity(model, ids, window, stride, batch_size, progress)
+
+
+@torch.inference_mode()
+def fill_mask(model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order."""
+    if "mlm" not in model.config.pretraining_heads:
+        raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
+    mask_token = tokenizer.special_tokens.get("mask")
+    if mask_token is None or mask_token not in text:
+        raise PLMError(f"the text has no mask token; write {mask_token or '[MASK]'} where a word is missing")
+    batch = tokenizer.encode_batch_pairs([text], max_length=model.config.context_length)
+    device = next(model.parameters()).device
+    model.eval()
+    positions = batch["input_ids"][0] == tokenizer.mask_id
+    logits = model(
+        batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), **segments(model, batch, device)
+    ).logits[0, positions.to(device)]  # (masks, vocab)
+    best = logits.float().softmax(-1).topk(top_k)
+    return [
+        [(tokenizer.decode([index]).strip() or tokenizer.backend.id_to_token(index), prob) for prob, index in zip(*row)]
+        for row in zip(best.values.tolist(), best.indices.tolist())
+    ]
+
+
+@torch.inference_mode()
+def embed_texts(
+    model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 32, normalize: bool = True
+) -> torch.Tensor:
+    """Sentence embeddings (len(texts), hidden): mean over real tokens, L2-normalised (Sentence-BERT)."""
+    device = next(model.parameters()).device
+    model.eval()
+    chunks = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer.encode_batch_pairs(list(texts[start : start + batch_size]), max_length=model.config.context_length)
+        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+        chunks.append(sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu())
+    return torch.cat(chunks)
+
+
+def segments(model: Encoder, batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """token_type_ids for models with segment embeddings (DeBERTa has none)."""
+    return {"token_type_ids": batch["token_type_ids"].to(device)} if model.config.segments else {}

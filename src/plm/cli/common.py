@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from plm.checkpoint import load_model, model_directory
 from plm.device import DEVICES, resolve_device
 from plm.errors import PLMError
-from plm.models import CausalLM
+from plm.loading import load_pretrained
+from plm.models import CausalLM, Encoder
 from plm.tokenizer import Tokenizer
 
 
@@ -36,14 +35,19 @@ def add_model(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def load_causal_lm(path: str, device: str) -> tuple[CausalLM, Tokenizer]:
-    """A saved causal model (directory or training run) and the tokenizer saved beside it."""
-    directory = model_directory(path)
-    model = load_model(directory, resolve_device(device))
+    """A causal model (plm or Hugging Face directory, or a training run) and its tokenizer."""
+    model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, CausalLM):
         raise PLMError(f"{path}: a {model.family} model does not generate text")
-    if not Path(directory, "tokenizer.json").is_file():
-        raise PLMError(f"{directory}: no tokenizer.json beside the model (pass a model saved with its tokenizer)")
-    return model.eval(), Tokenizer.load(directory)
+    return model, tokenizer
+
+
+def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
+    """An encoder (BERT, ALBERT, DeBERTa; plm or Hugging Face directory) and its tokenizer."""
+    model, tokenizer = load_pretrained(path, resolve_device(device))
+    if not isinstance(model, Encoder):
+        raise PLMError(f"{path}: a {model.family} model is not an encoder (BERT, ALBERT or DeBERTa)")
+    return model, tokenizer
 
 
 def positive_int(text: str) -> int:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from plm.checkpoint import CONFIG_FILE, load_model, model_directory, save_model
+from plm.checkpoint import load_model, model_directory, save_model
 from plm.cli.common import HelpFormatter
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
-from plm.tokenizer import Tokenizer
+from plm.loading import find_tokenizer, is_plm_directory
 
 EXAMPLES = """examples:
   plm convert --model hf-gpt2/ --out gpt2-plm/          # Hugging Face -> plm
@@ -34,36 +33,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def is_plm_directory(path: Path) -> bool:
-    try:
-        directory = model_directory(path)
-        return "family" in json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (PLMError, ValueError, OSError):
-        return False
-
-
 def run(args: argparse.Namespace) -> None:
     source, out = Path(args.model), Path(args.out)
     if not source.exists():
         raise PLMError(f"{source}: no such directory")
-    tokenizer = hf_tokenizer(source)
     if is_plm_directory(source):
         directory = model_directory(source)
         model = load_model(directory)
         save_hf(model, out)
-        if (directory / "tokenizer.json").is_file():
-            Tokenizer.load(directory).save(out)
+        if tokenizer := find_tokenizer(directory):
+            tokenizer.save(out)
         print(f"wrote Hugging Face {model.family} checkpoint to {out}")
     else:
         model = load_hf(source)
-        save_model(model, out, tokenizer)
+        save_model(model, out, find_tokenizer(source))
         print(f"wrote plm {model.family} model to {out}")
 
-
-def hf_tokenizer(directory: Path) -> Tokenizer | None:
-    """The tokenizer of a Hugging Face directory: tokenizer.json, or GPT-2's vocab.json + merges.txt."""
-    if (directory / "tokenizer.json").is_file():
-        return Tokenizer.load(directory)
-    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
-        return Tokenizer.from_gpt2_files(str(directory / "vocab.json"), str(directory / "merges.txt"))
-    return None

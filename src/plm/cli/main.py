@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from plm.cli import convert, demo, evaluate, generate, pretrain, tokenizer
+from plm.cli import convert, demo, embed, evaluate, fill_mask, generate, pretrain, tokenizer
 from plm.cli.common import HelpFormatter, Parser
 from plm.errors import PLMError
 
-COMMANDS = (demo, tokenizer, pretrain, generate, evaluate, convert)
+COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert)
 
 
 def build_parser() -> Parser:
     parser = Parser(
         prog="plm",
         description="The pretrained-language-model lineage on PyTorch: train tokenizers, pre-train, generate, "
-        "evaluate and convert GPT-1/GPT-2 models. Start with `plm demo`.",
+        "evaluate and convert GPT-1/GPT-2, BERT, ALBERT and DeBERTa models. Start with `plm demo`.",
         formatter_class=HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)

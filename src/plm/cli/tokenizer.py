@@ -11,7 +11,11 @@ from plm.tokenizer import Tokenizer
 EXAMPLES = """examples:
   plm tokenizer train --out tok                     # on the embedded corpus
   plm tokenizer train my.txt more.txt --out tok --vocab-size 16000
+  plm tokenizer train my.txt --kind wordpiece --out bert-tok      # BERT: [CLS] A [SEP] B [SEP]
+  plm tokenizer train my.txt --kind unigram --out albert-tok      # ALBERT's SentencePiece-style
 """
+
+KINDS = ("bpe", "wordpiece", "unigram")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -19,15 +23,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = tokenizer.add_subparsers(dest="action", required=True, metavar="ACTION")
     train = actions.add_parser(
         "train",
-        help="train a byte-level BPE tokenizer (GPT-2 style)",
-        description="Train a byte-level BPE tokenizer like GPT-2's: every byte is in the alphabet, so any text "
-        "round-trips, and merges never cross letters, digits, punctuation and spaces. Writes tokenizer.json "
-        "and tokenizer_config.json (special-token roles) into --out.",
+        help="train a tokenizer: byte-level BPE (GPT-2), WordPiece (BERT) or Unigram (ALBERT)",
+        description="Train a tokenizer with the tokenizers library. bpe: GPT-2's byte-level BPE (every byte is in "
+        "the alphabet, so any text round-trips; merges never cross letters, digits, punctuation and spaces). "
+        "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. "
+        "Writes tokenizer.json and tokenizer_config.json (special-token roles) into --out.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     train.add_argument("files", nargs="*", help="UTF-8 text files (default: the embedded corpus)")
     train.add_argument("--out", required=True, help="directory to write the tokenizer into")
+    train.add_argument("--kind", default="bpe", choices=KINDS, help="the tokenizer model")
+    train.add_argument("--lowercase", action="store_true", help="wordpiece/unigram: lower-case (and strip accents)")
     train.add_argument("--vocab-size", type=positive_int, default=8192, help="size of the vocabulary")
     train.add_argument("--min-frequency", type=positive_int, default=2, help="least count of a pair to merge")
     train.set_defaults(run=run_train)
@@ -36,6 +43,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> None:
     corpus = read_corpus(args.files, validation_fraction=0.05) if args.files else default_corpus()
     texts = (document.text for document in (*corpus.train, *corpus.validation))
-    tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
+    if args.kind == "bpe":
+        tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
+    elif args.kind == "wordpiece":
+        tokenizer = Tokenizer.train_wordpiece(texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True)
+    else:
+        tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase, show_progress=True)
     tokenizer.save(args.out)
-    print(f"wrote a {len(tokenizer):,}-token byte-level BPE tokenizer to {args.out}")
+    print(f"wrote a {len(tokenizer):,}-token {args.kind} tokenizer to {args.out}")

@@ -5,10 +5,9 @@ every weight matrix. For such a product MKL takes a matrix-vector kernel that ru
 on one thread and reads nn.Linear's (out, in) layout slowly; the same product as a
 batched matmul over ``BLOCKS`` row blocks of W goes through MKL's batched GEMM,
 which streams the weight at memory speed and spreads the blocks over threads. On
-the 2-core benchmark machine a GPT-2 (124M) layer is 2-3x faster that way (see
-benchmarks/bench_gpt2.py); with more rows, small weights or on a GPU the plain
-F.linear is as fast or faster, so it is used there.
-"""
+the 2-core benchmark machine (AMD EPYC, MKL) a GPT-2 (124M) layer is 1.5-3x faster
+that way (see benchmarks/bench_gpt2.py); with more rows, small weights or on a GPU
+the plain F.linear is as fast or faster, so it is used there."""
 
 from __future__ import annotations
 

@@ -11,4 +11,4 @@ the same loss as one big batch, and adds the terms.
 from plm.objectives.clm import CausalLMObjective, Objective
 from plm.objectives.mlm import MaskedLMObjective
 
-__all__ = ["CausalLMObjective", "Objective"]
+__all__ = ["CausalLMObjective", "MaskedLMObjective", "Objective"]

@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from plm.core import LearnedPositions
+from plm.errors import PLMError
+from plm.training.lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -36,8 +38,17 @@ def warmup_cosine(step: int, peak: float, warmup: int, total: int, floor: float)
     return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float) -> torch.optim.AdamW:
-    device = next(model.parameters()).device
-    return torch.optim.AdamW(
-        parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=device.type == "cuda"
-    )
+OPTIMIZERS = ("auto", "adamw", "lamb")
+
+
+def build_optimizer(
+    name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float
+) -> torch.optim.Optimizer:
+    """AdamW (also for "auto"), or LAMB (ALBERT's large-batch optimizer), over :func:`parameter_groups`."""
+    groups = parameter_groups(model, weight_decay)
+    if name in ("auto", "adamw"):
+        fused = next(model.parameters()).device.type == "cuda"
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    raise PLMError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")

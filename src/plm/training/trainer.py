@@ -26,7 +26,7 @@ from plm.errors import PLMError
 from plm.models import PretrainedModel
 from plm.objectives import Objective
 from plm.training.distributed import Distributed, setup_distributed
-from plm.training.optim import adamw, warmup_cosine
+from plm.training.optim import build_optimizer, warmup_cosine
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -40,6 +40,7 @@ class TrainingConfig:
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
+    optimizer: str = "auto"  # "adamw", "lamb"; auto: AdamW here, the paper's choice in the pre-training recipe
     grad_accum: int = 1
     clip: float = 1.0
     eval_every: int = 200
@@ -75,7 +76,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.objective = objective
         self.tokenizer = tokenizer
-        self.optimizer = adamw(self.model, config.lr, config.weight_decay, config.betas, config.eps)
+        self.optimizer = build_optimizer(config.optimizer, self.model, config.lr, config.weight_decay, config.betas, config.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = 0
 
@@ -105,24 +106,26 @@ class Trainer:
         )
         metrics: dict[str, float] = {}
         started, tokens_seen = time.perf_counter(), 0
-        while self.step < config.steps:
-            lr = warmup_cosine(self.step, config.lr, config.warmup, config.steps, config.min_lr)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            losses, tokens = self.optimizer_step(wrapped)
-            self.step += 1
-            tokens_seen += tokens
-            rate = tokens_seen / (time.perf_counter() - started)
-            metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": rate}
-            if self.step % config.eval_every == 0 or self.step == config.steps:
-                metrics.update(self.evaluate())
-            if self.step % config.log_every == 0 or "val_loss" in metrics:
-                self.log(metrics)
-            bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
-            bar.update(1)
-            if self.step % config.save_every == 0 or self.step == config.steps:
-                self.save()
-        bar.close()
+        try:
+            while self.step < config.steps:
+                lr = warmup_cosine(self.step, config.lr, config.warmup, config.steps, config.min_lr)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                losses, tokens = self.optimizer_step(wrapped)
+                self.step += 1
+                tokens_seen += tokens
+                rate = tokens_seen / (time.perf_counter() - started)
+                metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": rate}
+                if self.step % config.eval_every == 0 or self.step == config.steps:
+                    metrics.update(self.evaluate())
+                if self.step % config.log_every == 0 or "val_loss" in metrics:
+                    self.log(metrics)
+                bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
+                bar.update(1)
+                if self.step % config.save_every == 0 or self.step == config.steps:
+                    self.save()
+        finally:
+            bar.close()
         return metrics
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

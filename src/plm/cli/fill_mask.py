@@ -1,0 +1,35 @@
+"""plm fill-mask: what a masked language model guesses for a missing word."""
+
+from __future__ import annotations
+
+import argparse
+
+from plm.cli.common import HelpFormatter, add_device, add_model, load_encoder, positive_int
+from plm.text import fill_mask
+
+EXAMPLES = """examples:
+  plm fill-mask --model runs/bert "The capital of France is [MASK]."
+  plm fill-mask --model runs/albert "Return the [MASK] of the list." --top-k 10
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "fill-mask",
+        help="top predictions of a masked LM for each [MASK]",
+        description="Run a masked language model (BERT, ALBERT, DeBERTa with an MLM head) on a text with one or "
+        "more mask tokens and print the most likely tokens for each, with their probabilities.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "model directory (plm or Hugging Face) or training run")
+    parser.add_argument("text", help="text with the tokenizer's mask token, e.g. [MASK]")
+    parser.add_argument("--top-k", type=positive_int, default=5, help="guesses per mask")
+    add_device(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> None:
+    model, tokenizer = load_encoder(args.model, args.device)
+    for number, guesses in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
+        print(f"mask {number}: " + "  ".join(f"{token} ({probability:.3f})" for token, probability in guesses))

@@ -1,0 +1,107 @@
+"""Pre-training the encoders from the command line: objectives, heads, optimizers, and their commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import plm
+from plm.cli.main import main
+from plm.training.lamb import Lamb
+from plm.training.pretrain import PretrainSetup, prepare
+from plm.training.trainer import TrainingConfig
+
+QUICK = ["--vocab-size", "400", "--batch-size", "8", "--block-size", "48", "--warmup", "2",
+         "--no-progress", "--device", "cpu", "--log-every", "1"]
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("model", "objective", "heads", "optimizer"),
+    [
+        ("bert-micro", "mlm+nsp", ("mlm", "nsp"), "AdamW"),
+        ("albert-micro", "auto", ("mlm", "sop"), "Lamb"),
+        ("deberta-micro", "mlm", ("mlm",), "AdamW"),
+        ("deberta-micro", "mlm+sop", ("mlm", "sop"), "AdamW"),
+    ],
+)
+def test_each_encoder_pretrains_with_its_objective(model, objective, heads, optimizer, text_file, tmp_path, capsys):
+    argv = ["pretrain", "--model", model, "--objective", objective, *QUICK, "--steps", "3", "--train", str(text_file)]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    last = metrics(tmp_path)[-1]
+    assert {f"loss_{head}" for head in heads if head != "mlm"} <= set(last) and last["val_loss"] > 0
+    trained = plm.load(tmp_path)
+    assert trained.config.pretraining_heads == heads
+    trainer, _ = prepare(
+        PretrainSetup(model=model, objective=objective, train_files=(str(text_file),), vocab_size=400, batch_size=8),
+        TrainingConfig(steps=1, device="cpu", progress=False),
+        tmp_path / "probe",
+    )
+    assert type(trainer.optimizer).__name__ == optimizer
+
+
+def test_albert_sop_with_ngram_masking_and_lamb_visibly_learns(text_file, tmp_path):
+    setup = PretrainSetup(model="albert-micro", train_files=(str(text_file),), vocab_size=400, batch_size=16, block_size=48)
+    training = TrainingConfig(steps=60, lr=5e-2, min_lr=5e-3, warmup=5, eval_every=60, save_every=60, progress=False, device="cpu")
+    trainer, _ = prepare(setup, training, tmp_path)
+    assert isinstance(trainer.optimizer, Lamb)
+    before = trainer.evaluate()
+    after = trainer.train()
+    assert after["val_loss_mlm"] < before["val_loss_mlm"] - 1.0
+
+
+def test_fill_mask_and_embed_commands(text_file, tmp_path, capsys):
+    run = tmp_path / "bert"
+    assert main(["pretrain", "--model", "bert-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["fill-mask", "--model", str(run), "The cat [MASK] the book.", "--top-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mask 1: ") and out.count("(") == 3
+
+    vectors = tmp_path / "vectors.npy"
+    assert main(["embed", "--model", str(run), "The cat reads.", "A dog sees.", "--out", str(vectors)]) == 0
+    embeddings = np.load(vectors)
+    assert embeddings.shape == (2, 32)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
+
+
+def test_encoder_commands_refuse_bad_input_in_one_line(text_file, tmp_path, capsys):
+    run = tmp_path / "gpt"
+    assert main(["pretrain", "--model", "gpt2-micro", *QUICK, "--steps", "1", "--train", str(text_file), "--out", str(run)]) == 0
+    capsys.readouterr()
+    cases = [
+        (["embed", "--model", str(run), "hello"], "is not an encoder"),
+        (["fill-mask", "--model", str(run), "a [MASK]"], "is not an encoder"),
+        (["pretrain", "--model", "bert-micro", "--objective", "clm", "--out", str(tmp_path / "x")], "does not fit a bert model"),
+        (["pretrain", "--model", "gpt2-micro", "--objective", "mlm+nsp", "--out", str(tmp_path / "y")], "does not fit a gpt model"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+
+
+def test_torchrun_pretrains_albert_sop_like_one_process_with_accumulation(text_file, tmp_path):
+    """Every head gets a gradient (no unused NSP head or pooler), so DDP runs; the losses match."""
+    common = ["--model", "albert-micro", *QUICK, "--steps", "2", "--dropout", "0", "--train", str(text_file)]
+    single = subprocess.run([sys.executable, "-m", "plm.cli.main", "pretrain", *common, "--grad-accum", "2",
+                             "--out", str(tmp_path / "single")], capture_output=True, text=True)
+    assert single.returncode == 0, single.stderr
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "plm.cli.main", "pretrain", *common, "--out", str(tmp_path / "ddp")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    for key in ("loss", "loss_mlm", "loss_sop"):
+        single_losses = [m[key] for m in metrics(tmp_path / "single")]
+        assert [m[key] for m in metrics(tmp_path / "ddp")] == pytest.approx(single_losses, abs=1e-5)
