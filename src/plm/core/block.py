@@ -6,6 +6,7 @@ A family changes a block by handing it its own attention or feed-forward module
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,11 @@ class BlockConfig:
     attention_dropout: float = 0.1
     bias: bool = True
     cross_attention: bool = False
+
+    @classmethod
+    def of(cls, config: object) -> BlockConfig:
+        """The block shape of a family config, from its fields named like these ones."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
 
 
 class FeedForward(nn.Module):

@@ -47,16 +47,7 @@ class GPTConfig:
 
     @property
     def block(self) -> BlockConfig:
-        return BlockConfig(
-            dim=self.dim,
-            heads=self.heads,
-            ffn_dim=self.ffn_dim,
-            activation=self.activation,
-            norm_first=self.norm_first,
-            norm_eps=self.norm_eps,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-        )
+        return BlockConfig.of(self)
 
 
 GPT1 = GPTConfig(
