@@ -48,7 +48,7 @@ class Workload:
 WORKLOADS = {
     "small": Workload(train_batch=8, train_length=128, train_steps=10, forward_steps=10,
                       prompt_length=16, new_tokens=128, generate_runs=5, warmup=2),
-    "gpt2": Workload(train_batch=4, train_length=128, train_steps=5, forward_steps=5,
+    "gpt2": Workload(train_batch=4, train_length=128, train_steps=6, forward_steps=6,
                      prompt_length=16, new_tokens=32, generate_runs=3, warmup=2),
 }
 

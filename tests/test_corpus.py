@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from plm.data.corpus import Corpus, Document, atomic_open, cache_dir, default_corpus, read_corpus, read_text
+from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
 from plm.errors import PLMError
+from plm.files import atomic_open, cache_dir
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,11 @@ import json
 import math
 import unicodedata
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydoc_data.topics import topics
 
 from plm.errors import PLMError
 from plm.tokenizer import Tokenizer, gpt2_vocabulary_files

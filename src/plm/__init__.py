@@ -6,6 +6,8 @@
     model = plm.load_hf("path/to/hf-gpt2")          # a Hugging Face checkpoint
     out = model(input_ids, attention_mask)          # out.logits: (batch, time, vocab)
     ids = model.generate(input_ids, max_new_tokens=20)
+    bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
+    out = bert(input_ids, attention_mask, token_type_ids)   # .last_hidden_state, .logits, .pair_logits
 """
 
 from plm.checkpoint import load_model as load
@@ -13,9 +15,11 @@ from plm.checkpoint import save_model as save
 from plm.errors import PLMError
 from plm.evaluation import perplexity
 from plm.generation import generate
+from plm.heads import sentence_embeddings
 from plm.hf import load_hf, save_hf
-from plm.models import PRESETS, from_config, from_preset
-from plm.text import file_perplexity, generate_text
+from plm.loading import load_pretrained
+from plm.models import PRESETS, from_config, from_preset, with_heads
+from plm.text import embed_texts, file_perplexity, fill_mask, generate_text
 from plm.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
@@ -27,15 +31,20 @@ __all__ = [
     "Tokenizer",
     "Trainer",
     "TrainingConfig",
+    "embed_texts",
     "file_perplexity",
+    "fill_mask",
     "from_config",
     "from_preset",
     "generate",
     "generate_text",
     "load",
     "load_hf",
+    "load_pretrained",
     "perplexity",
     "pretrain",
     "save",
     "save_hf",
+    "sentence_embeddings",
+    "with_heads",
 ]

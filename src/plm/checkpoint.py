@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from plm.config import config_from_dict, config_to_dict
 from plm.errors import PLMError
+from plm.files import read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
 CONFIG_FILE = "config.json"
@@ -34,39 +33,6 @@ PREVIOUS_CHECKPOINT_DIR = ".checkpoint-previous"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
-
-
-def write_json(path: Path, value: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as handle:
-        json.dump(value, handle, indent=2)
-    os.replace(handle.name, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PLMError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise PLMError(f"{path}: not valid JSON ({error})") from None
-
-
-def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(temporary), metadata=metadata)
-    os.replace(temporary, path)
-
-
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    if not Path(path).is_file():
-        raise PLMError(f"{path}: file not found")
-    try:
-        return load_file(str(path), device="cpu")
-    except (SafetensorError, OSError) as error:
-        raise PLMError(f"{path}: not a readable safetensors file, perhaps truncated ({error})") from None
 
 
 def model_directory(path: str | Path) -> Path:

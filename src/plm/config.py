@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, TypeVar
 
 from plm.errors import PLMError
@@ -25,7 +24,3 @@ def config_from_dict(cls: type[C], values: dict[str, Any], source: str = "config
         return cls(**values)
     except (TypeError, ValueError) as error:
         raise PLMError(f"{source}: invalid {cls.__name__}: {error}") from None
-
-
-def config_json(config: Any) -> str:
-    return json.dumps(config_to_dict(config), indent=2)

@@ -28,8 +28,8 @@ import tokenizers
 import torch
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from plm.data.corpus import atomic_open
 from plm.errors import PLMError
+from plm.files import atomic_open
 
 ROLES = ("eos", "bos", "pad", "unk", "mask", "cls", "sep")
 # Roles of the special tokens common tokenizers use, for a tokenizer.json saved without roles.

@@ -53,10 +53,6 @@ class KVCache:
         self.length = end
         return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep the batch rows ``index`` (beam search reorders hypotheses)."""
-        self.keys = self.keys.index_select(0, index)
-        self.values = self.values.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):

@@ -14,15 +14,13 @@ import json
 import os
 import platform
 import sysconfig
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from plm.errors import PLMError
+from plm.files import atomic_open, cache_dir
 
 # Bump when the way the default corpus is built changes, so old caches are not reused.
 CORPUS_FORMAT = 1
@@ -46,29 +44,6 @@ class Corpus:
 
     train: tuple[Document, ...]
     validation: tuple[Document, ...]
-
-
-def cache_dir() -> Path:
-    """Where plm keeps what it can rebuild: ``$PLM_CACHE``, else ``~/.cache/plm``."""
-    return Path(os.environ.get("PLM_CACHE") or Path.home() / ".cache" / "plm")
-
-
-@contextmanager
-def atomic_open(path: Path) -> Iterator[BinaryIO]:
-    """Open ``path`` for writing so that readers see the old file or the whole new one.
-
-    The data goes to a temporary file in the same directory that replaces ``path``
-    only when the ``with`` block ends without an error.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            yield file
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def default_corpus() -> Corpus:

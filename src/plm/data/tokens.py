@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from plm.data.corpus import Document, atomic_open
+from plm.data.corpus import Document
 from plm.errors import PLMError
+from plm.files import atomic_open
 
 if TYPE_CHECKING:
     from plm.tokenizer import Tokenizer

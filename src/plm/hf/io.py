@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from plm.checkpoint import load_weights, read_json, read_tensors, write_json, write_tensors
+from plm.checkpoint import load_weights
 from plm.errors import PLMError
+from plm.files import read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
 CONFIG_FILE = "config.json"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
+from typing import Any
 
 from plm.errors import PLMError
 from plm.models import albert, bert, deberta, gpt

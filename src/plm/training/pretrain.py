@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, has_checkpoint, load_model, model_directory, read_json
-from plm.data.corpus import Corpus, cache_dir, default_corpus, read_corpus
+from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, has_checkpoint, load_model, model_directory
+from plm.data.corpus import Corpus, default_corpus, read_corpus
 from plm.data.tokens import cached_token_ids
 from plm.errors import PLMError
+from plm.files import cache_dir, read_json
 from plm.models import PRESETS, Encoder, PretrainedModel, from_config, model_class, preset_config, with_heads
 from plm.objectives import CausalLMObjective, MaskedLMObjective, Objective
 from plm.tokenizer import Tokenizer

@@ -20,9 +20,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from plm.checkpoint import load_checkpoint, save_checkpoint, write_json
+from plm.checkpoint import load_checkpoint, save_checkpoint
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
+from plm.files import write_json
 from plm.models import PretrainedModel
 from plm.objectives import Objective
 from plm.training.distributed import Distributed, setup_distributed
