@@ -48,8 +48,15 @@ def letters(ids: list[int]) -> str:
 # --- the KV cache and padding change nothing -----------------------------------------------------
 
 
-def test_cached_and_uncached_greedy_decoding_agree():
-    model = tiny_gpt()
+def wide_gpt():
+    """Feed-forward weights large enough for plm.core.linear's batched one-token route."""
+    torch.manual_seed(0)
+    return from_preset("gpt2-micro", dim=256, heads=4, ffn_dim=1024).eval()
+
+
+@pytest.mark.parametrize("make_model", [tiny_gpt, wide_gpt])
+def test_cached_and_uncached_greedy_decoding_agree(make_model):
+    model = make_model()
     prompt = torch.tensor([[1, 2, 3, 4]])
     cached = generate(model, prompt, max_new_tokens=20)
     uncached = generate(model, prompt, max_new_tokens=20, use_cache=False)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.block import ACTIVATIONS
+from plm.core.linear import linear
 from plm.errors import PLMError
 
 # Pretraining heads a config can ask for: ``mlm`` and one sentence-pair head.
@@ -68,7 +69,7 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """hidden: (..., H); word_embeddings: (V, E) -> logits (..., V)."""
-        return F.linear(self.norm(self.activation(self.dense(hidden))), word_embeddings, self.bias)
+        return linear(self.norm(self.activation(self.dense(hidden))), word_embeddings, self.bias)
 
 
 class PairHead(nn.Module):

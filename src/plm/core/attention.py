@@ -54,7 +54,6 @@ class KVCache:
         return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
 
 
-
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i."""
 

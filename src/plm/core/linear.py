@@ -7,7 +7,8 @@ batched matmul over ``BLOCKS`` row blocks of W goes through MKL's batched GEMM,
 which streams the weight at memory speed and spreads the blocks over threads. On
 the 2-core benchmark machine (AMD EPYC, MKL) a GPT-2 (124M) layer is 1.5-3x faster
 that way (see benchmarks/bench_gpt2.py); with more rows, small weights or on a GPU
-the plain F.linear is as fast or faster, so it is used there."""
+the plain F.linear is as fast or faster, so it is used there.
+"""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from plm.core import (
@@ -25,6 +24,7 @@ from plm.core import (
     build_position_ids,
 )
 from plm.core.embeddings import check_context
+from plm.core.linear import linear
 from plm.models.base import CausalLM
 
 
@@ -123,5 +123,5 @@ class GPT(CausalLM):
             hidden = block(hidden, mask, is_causal=is_causal, cache=cache[index] if cache else None)
         hidden = self.final_norm(hidden)
         head_input = hidden if num_logits is None else hidden[:, -num_logits:]
-        logits = F.linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
+        logits = linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
         return ModelOutput(last_hidden_state=hidden, logits=logits, cache=cache)
