@@ -25,6 +25,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/bench_gpt2.py --config both
+	$(PY) benchmarks/bench_bert.py --config both
 
 clean:
 	rm -rf $(VENV) runs

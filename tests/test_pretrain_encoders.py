@@ -105,3 +105,11 @@ def test_torchrun_pretrains_albert_sop_like_one_process_with_accumulation(text_f
     for key in ("loss", "loss_mlm", "loss_sop"):
         single_losses = [m[key] for m in metrics(tmp_path / "single")]
         assert [m[key] for m in metrics(tmp_path / "ddp")] == pytest.approx(single_losses, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "deberta"])
+def test_a_family_name_alone_pretrains_on_the_embedded_corpus(family, tmp_path, capsys):
+    out = tmp_path / family
+    assert main(["pretrain", "--model", family, "--steps", "1", "--batch-size", "2", "--no-progress", "--out", str(out)]) == 0
+    assert "validation loss" in capsys.readouterr().out
+    assert plm.load(out).family == family
