@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "+ next-sentence prediction; ALBERT masked LM with n-gram masking + sentence-order prediction, LAMB; "
         "DeBERTa masked LM. Without --train it uses the embedded corpus; without --tokenizer it trains the "
         "paper's kind (byte-level BPE, WordPiece, Unigram) on the training text. "
-        "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), "
+        "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), tokenizer/ (when one was trained), "
         "metrics.jsonl and training_config.json.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,

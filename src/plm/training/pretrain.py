@@ -26,16 +26,18 @@ import torch
 from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, has_checkpoint, load_model, model_directory
 from plm.data.corpus import Corpus, default_corpus, read_corpus
 from plm.data.tokens import cached_token_ids
+from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.files import cache_dir, read_json
 from plm.models import PRESETS, Encoder, PretrainedModel, from_config, model_class, preset_config, with_heads
 from plm.objectives import CausalLMObjective, MaskedLMObjective, Objective
 from plm.tokenizer import Tokenizer
-from plm.training.distributed import teardown_distributed
+from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
 from plm.training.trainer import Trainer, TrainingConfig
 
 # `--model bert` and friends: a family name stands for its small CPU preset.
 FAMILY_PRESETS = {"gpt": "gpt2-mini", "bert": "bert-mini", "albert": "albert-mini", "deberta": "deberta-mini"}
+TOKENIZER_DIR = "tokenizer"
 OBJECTIVES = ("auto", "clm", "mlm", "mlm+nsp", "mlm+sop")
 DEFAULT_OBJECTIVES = {"gpt": "clm", "bert": "mlm+nsp", "albert": "mlm+sop", "deberta": "mlm"}
 
@@ -95,15 +97,24 @@ def train_tokenizer(family: str, corpus: Corpus, vocab_size: int) -> Tokenizer:
     return Tokenizer.train_wordpiece(texts, vocab_size=vocab_size)
 
 
-def resolve_tokenizer(setup: PretrainSetup, model: str, family: str, corpus: Corpus, out: Path, resume: bool) -> Tokenizer:
-    """The run's own tokenizer when resuming, else the one given, the model's, or a new one."""
+def resolve_tokenizer(
+    setup: PretrainSetup, model: str, family: str, corpus: Corpus, out: Path, resume: bool, world: Distributed
+) -> Tokenizer:
+    """The run's own tokenizer when resuming, else the one given, the model's, or a new one.
+
+    A new one is trained by the first process only and saved in ``out/tokenizer``;
+    the others load it, since Unigram training is not deterministic across processes.
+    """
     if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
         return Tokenizer.load(out / CHECKPOINT_DIR)
     if setup.tokenizer:
         return Tokenizer.load(setup.tokenizer)
     if model not in PRESETS and (model_directory(model) / "tokenizer.json").is_file():
         return Tokenizer.load(model_directory(model))
-    return train_tokenizer(family, corpus, setup.vocab_size)
+    if world.is_main:
+        train_tokenizer(family, corpus, setup.vocab_size).save(out / TOKENIZER_DIR)
+    world.barrier()
+    return Tokenizer.load(out / TOKENIZER_DIR)
 
 
 def heads_for(objective: str) -> tuple[str, ...]:
@@ -179,13 +190,14 @@ def prepare(
     if (family == "gpt") != (objective == "clm"):
         raise PLMError(f"--objective {objective} does not fit a {family} model (GPT: clm; encoders: mlm, mlm+nsp, mlm+sop)")
     corpus = load_corpus(setup)
-    tokenizer = resolve_tokenizer(setup, model_name, family, corpus, out, resume)
+    world = setup_distributed(resolve_device(training.device))
+    tokenizer = resolve_tokenizer(setup, model_name, family, corpus, out, resume, world)
     torch.manual_seed(training.seed)
     model = build_model(setup, model_name, objective, tokenizer)
     built = build_objective(setup, model, family, objective, corpus, tokenizer, training.seed)
     if training.optimizer == "auto":
         training = dataclasses.replace(training, optimizer="lamb" if family == "albert" else "adamw")
-    return Trainer(model, built, training, out, tokenizer), tokenizer
+    return Trainer(model, built, training, out, tokenizer, world), tokenizer
 
 
 def pretrain(
