@@ -24,19 +24,20 @@ def plm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp.undo()
 
 
+SUBJECTS = ["the cat", "a dog", "the model", "my friend", "the list", "a tokenizer"]
+VERBS = ["reads", "returns", "sees", "likes", "builds", "sorts"]
+OBJECTS = ["the book", "a value", "the answer", "every token", "the data", "a string"]
+
+
+def synthetic_sentence(rng: random.Random) -> str:
+    """One sentence of a tiny grammar: learnable, deterministic, no download."""
+    return f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
+
+
 def synthetic_text(paragraphs: int = 200, seed: int = 0) -> str:
-    """English-like paragraphs from a tiny grammar: learnable, deterministic, no download."""
+    """English-like paragraphs of :func:`synthetic_sentence`, separated by blank lines."""
     rng = random.Random(seed)
-    subjects = ["the cat", "a dog", "the model", "my friend", "the list", "a tokenizer"]
-    verbs = ["reads", "returns", "sees", "likes", "builds", "sorts"]
-    objects = ["the book", "a value", "the answer", "every token", "the data", "a string"]
-    lines = []
-    for _ in range(paragraphs):
-        sentences = [
-            f"{rng.choice(subjects).capitalize()} {rng.choice(verbs)} {rng.choice(objects)}."
-            for _ in range(rng.randint(2, 5))
-        ]
-        lines.append(" ".join(sentences))
+    lines = [" ".join(f"{synthetic_sentence(rng)}." for _ in range(rng.randint(2, 5))) for _ in range(paragraphs)]
     return "\n\n".join(lines) + "\n"
 
 

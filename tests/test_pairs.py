@@ -5,6 +5,7 @@ import random
 import pytest
 import torch
 
+from conftest import synthetic_sentence
 from plm.data.corpus import Document
 from plm.errors import PLMError
 from plm.objectives.pairs import (
@@ -24,15 +25,9 @@ MAX_LENGTH = 48
 
 def make_documents(count: int = 800, seed: int = 0) -> list[Document]:
     rng = random.Random(seed)
-    subjects = ["the cat", "a dog", "the model", "my friend", "the list", "a tokenizer"]
-    verbs = ["reads", "returns", "sees", "likes", "builds", "sorts"]
-    objects = ["the book", "a value", "the answer", "every token", "the data", "a string"]
     documents = []
     for number in range(count):
-        sentences = [
-            f"{rng.choice(subjects).capitalize()} {rng.choice(verbs)} {rng.choice(objects)} {rng.randint(0, 99)}."
-            for _ in range(rng.randint(3, 30))
-        ]
+        sentences = [f"{synthetic_sentence(rng)} {rng.randint(0, 99)}." for _ in range(rng.randint(3, 30))]
         lines = [" ".join(sentences[i : i + 3]) for i in range(0, len(sentences), 3)]
         documents.append(Document(f"doc{number}", "\n".join(lines)))
     return documents
