@@ -36,10 +36,10 @@ def metrics(run: Path) -> list[dict]:
 )
 def test_each_encoder_pretrains_with_its_objective(model, objective, heads, optimizer, text_file, tmp_path, capsys):
     argv = ["pretrain", "--model", model, "--objective", objective, *QUICK, "--steps", "3", "--train", str(text_file)]
-    assert main([*argv, "--out", str(tmp_path)]) == 0
-    last = metrics(tmp_path)[-1]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    last = metrics(tmp_path / "run")[-1]
     assert {f"loss_{head}" for head in heads if head != "mlm"} <= set(last) and last["val_loss"] > 0
-    trained = plm.load(tmp_path)
+    trained = plm.load(tmp_path / "run")
     assert trained.config.pretraining_heads == heads
     trainer, _ = prepare(
         PretrainSetup(model=model, objective=objective, train_files=(str(text_file),), vocab_size=400, batch_size=8),
@@ -52,7 +52,7 @@ def test_each_encoder_pretrains_with_its_objective(model, objective, heads, opti
 def test_albert_sop_with_ngram_masking_and_lamb_visibly_learns(text_file, tmp_path):
     setup = PretrainSetup(model="albert-micro", train_files=(str(text_file),), vocab_size=400, batch_size=16, block_size=48)
     training = TrainingConfig(steps=60, lr=5e-2, min_lr=5e-3, warmup=5, eval_every=60, save_every=60, progress=False, device="cpu")
-    trainer, _ = prepare(setup, training, tmp_path)
+    trainer, _ = prepare(setup, training, tmp_path / "run")
     assert isinstance(trainer.optimizer, Lamb)
     before = trainer.evaluate()
     after = trainer.train()

@@ -8,3 +8,7 @@ line and exits with status 2, without a traceback.
 
 class PLMError(Exception):
     """A problem with the user's input: a file, a flag, a checkpoint or a prompt."""
+
+
+class PLMWarning(UserWarning):
+    """Something a user may want to change, though the run can go on (the CLI prints it as one line)."""

@@ -481,3 +481,7 @@ def _guess_roles(backend: tokenizers.Tokenizer) -> dict[str, str]:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+# The tokenizer kinds a recipe names, and how each is trained: trainer(texts, vocab_size=...).
+TOKENIZER_TRAINERS = {"bpe": Tokenizer.train_bpe, "wordpiece": Tokenizer.train_wordpiece, "unigram": Tokenizer.train_unigram}

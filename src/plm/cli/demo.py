@@ -47,13 +47,13 @@ def run(args: argparse.Namespace) -> None:
         seed=args.seed,
         device=args.device,
     )
-    trainer, tokenizer = prepare(setup, training, args.out)
+    trainer, tokenizer = prepare(setup, training, args.out, overwrite=True)  # the demo's own run, made anew
     model = trainer.model
     print(f"    {len(tokenizer):,}-token BPE; {args.model}: {model.num_parameters():,} parameters")
     before = trainer.evaluate()
     print(f"2/4 validation perplexity before training: {before['val_perplexity']:,.1f}", flush=True)
     print(f"3/4 pre-training for {args.steps} steps of {args.batch_size} x {args.block_size} tokens ...", flush=True)
-    after = trainer.train()
+    after = trainer.train(overwrite=True)
     print(f"    validation perplexity after training: {after['val_perplexity']:,.1f} (was {before['val_perplexity']:,.1f})")
     print("4/4 samples (greedy, then top-p 0.9 at temperature 0.8):")
     greedy = generate_text(model, tokenizer, PROMPTS, 40, repetition_penalty=1.2)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 from plm.cli import convert, demo, embed, evaluate, fill_mask, generate, pretrain, tokenizer
 from plm.cli.common import HelpFormatter, Parser
-from plm.errors import PLMError
+from plm.errors import PLMError, PLMWarning
 
 COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert)
 
@@ -24,8 +25,20 @@ def build_parser() -> Parser:
     return parser
 
 
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """plm's own warnings as one line on stderr; any other as Python shows it."""
+    if issubclass(category, PLMWarning):
+        print(f"plm: warning: {message}", file=sys.stderr)
+    else:
+        default_show_warning(message, category, filename, lineno, file, line)
+
+
+default_show_warning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = show_warning
     try:
         args.run(args)
     except PLMError as error:

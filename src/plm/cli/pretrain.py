@@ -7,9 +7,9 @@ import os
 
 from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
 from plm.device import PRECISIONS
-from plm.models import PRESETS
-from plm.training.optim import OPTIMIZERS
-from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain
+from plm.models import PRESETS, RECIPES
+from plm.recipe import OPTIMIZERS, SCHEDULES
+from plm.training.pretrain import HYPERPARAMETER_SETS, OBJECTIVES, PretrainSetup, pretrain
 from plm.training.trainer import TrainingConfig
 
 EXAMPLES = """examples:
@@ -18,54 +18,76 @@ EXAMPLES = """examples:
   plm pretrain --model albert --objective mlm+sop   # albert-mini, n-gram masking, LAMB, Unigram
   plm pretrain --model deberta --objective mlm   # deberta-mini with the enhanced mask decoder
   plm pretrain --model gpt2 --train a.txt b.txt --validation v.txt --out runs/gpt2
+  plm pretrain --model bert-base --hyperparameters paper --train wiki.txt   # BERT's own Adam 1e-4, 10k warmup
   plm pretrain --out runs/gpt2 --resume          # continue a run that was stopped
   torchrun --nproc_per_node=2 -m plm.cli.main pretrain --out runs/ddp   # data-parallel
 """
+
+
+def recipe_table() -> str:
+    """One line per family: what `--model FAMILY` trains, and the paper's hyperparameters beside plm's."""
+    lines = ["recipes (--model FAMILY; optimizer flags left out take these CPU-scale values):"]
+    for family, recipe in RECIPES.items():
+        cpu, paper = recipe.hyperparameters, recipe.paper
+        lines.append(
+            f"  {family:8} {recipe.preset}, {recipe.tokenizer}, {recipe.objective}: {cpu.optimizer} lr {cpu.lr:g}, "
+            f"{cpu.schedule}, warmup {cpu.warmup}, betas {cpu.betas[0]:g} {cpu.betas[1]:g}, eps {cpu.eps:g}"
+            f"  (paper: {paper.optimizer} lr {paper.lr:g}, {paper.schedule}, warmup {paper.warmup:,})"
+        )
+    return "\n".join(lines) + "\n\n"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "pretrain",
         help="pre-train a language model on text",
-        description="Pre-train a model with its paper's objective: GPT next-token prediction (clm); BERT masked LM "
+        description="Pre-train a model with its paper's recipe: GPT next-token prediction (clm); BERT masked LM "
         "+ next-sentence prediction; ALBERT masked LM with n-gram masking + sentence-order prediction, LAMB; "
         "DeBERTa masked LM. Without --train it uses the embedded corpus; without --tokenizer it trains the "
         "paper's kind (byte-level BPE, WordPiece, Unigram) on the training text. "
-        "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), tokenizer/ (when one was trained), "
-        "metrics.jsonl and training_config.json.",
-        epilog=EXAMPLES,
+        "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), "
+        "tokenizer/, metrics.jsonl and training_config.json. Every argument is checked before anything is "
+        "written, and a run directory is never replaced without --overwrite.",
+        epilog=recipe_table() + EXAMPLES,
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--model",
         default="gpt2-mini",
-        help=f"a family (gpt, bert, albert, deberta: its small preset), a preset ({', '.join(PRESETS)}) "
+        help=f"a family ({', '.join(RECIPES)}: its small preset), a preset ({', '.join(PRESETS)}) "
         "or a plm model directory to continue",
     )
     parser.add_argument("--objective", default="auto", choices=OBJECTIVES, help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm)")
-    parser.add_argument("--whole-word", action="store_true", help="mask whole words, not sub-word tokens")
+    parser.add_argument("--whole-word", action="store_true", help="mask whole words, not sub-word tokens (masked-LM objectives)")
     parser.add_argument("--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)")
-    parser.add_argument("--optimizer", default="auto", choices=OPTIMIZERS, help="auto: LAMB for ALBERT, AdamW otherwise")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE", help="UTF-8 training text; documents are separated by blank lines")
     parser.add_argument("--validation", nargs="+", default=[], metavar="FILE", help="validation text (default: 5%% of the documents held out)")
     parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
     parser.add_argument("--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given")
     parser.add_argument("--out", default="runs/pretrain", help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
     parser.add_argument("--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)")
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
-    parser.add_argument("--min-lr", type=float, default=6e-5, help="learning rate at the end of the cosine decay")
-    parser.add_argument("--warmup", type=int, default=100, help="steps of linear warmup")
-    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW decay of weight matrices (not biases, norms, embeddings)")
-    parser.add_argument("--dropout", type=float, help="one dropout rate for embeddings, attention and residuals (default: the preset's)")
+    optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe, listed below)")
+    optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from: plm's CPU-scale ones or the paper's")
+    optimizer.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW or LAMB (ALBERT's)")
+    optimizer.add_argument("--lr", type=float, help="peak learning rate")
+    optimizer.add_argument("--min-lr", type=float, help="learning rate at the end of the decay")
+    optimizer.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr")
+    optimizer.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
+    optimizer.add_argument("--betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam/LAMB moment decay rates")
+    optimizer.add_argument("--eps", type=float, help="Adam/LAMB epsilon")
+    optimizer.add_argument("--weight-decay", type=float, help="decoupled decay of weight matrices (not biases, norms, embeddings)")
+    parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads (default: the preset's)")
     parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_seed(parser)
     add_device(parser)
@@ -85,14 +107,18 @@ def run(args: argparse.Namespace) -> None:
         block_size=args.block_size,
         batch_size=args.batch_size,
         dropout=args.dropout,
+        hyperparameters=args.hyperparameters,
     )
     training = TrainingConfig(
         steps=args.steps,
+        optimizer=args.optimizer,
         lr=args.lr,
         min_lr=args.min_lr,
         warmup=args.warmup,
+        schedule=args.schedule,
+        betas=tuple(args.betas) if args.betas else None,
+        eps=args.eps,
         weight_decay=args.weight_decay,
-        optimizer=args.optimizer,
         grad_accum=args.grad_accum,
         clip=args.clip,
         eval_every=args.eval_every,
@@ -102,8 +128,9 @@ def run(args: argparse.Namespace) -> None:
         device=args.device,
         precision=args.precision,
         progress=not args.no_progress,
+        compile=args.compile,
     )
-    _, _, metrics = pretrain(setup, training, args.out, resume=args.resume)
+    _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     if os.environ.get("RANK", "0") != "0":
         return
     if "val_perplexity" in metrics:

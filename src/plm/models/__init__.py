@@ -13,9 +13,13 @@ from plm.models.bert import Bert, BertConfig
 from plm.models.deberta import Deberta, DebertaConfig
 from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
+from plm.recipe import Recipe
 
-FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model in (GPT, Bert, Albert, Deberta)}
-PRESETS: dict[str, Any] = {**gpt.PRESETS, **bert.PRESETS, **albert.PRESETS, **deberta.PRESETS}
+# Each family: its model class, its named presets and its pre-training recipe.
+_FAMILIES = ((GPT, gpt), (Bert, bert), (Albert, albert), (Deberta, deberta))
+FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model, _ in _FAMILIES}
+PRESETS: dict[str, Any] = {name: config for _, module in _FAMILIES for name, config in module.PRESETS.items()}
+RECIPES: dict[str, Recipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
 
 
 def preset_config(name: str, **overrides: Any) -> Any:
@@ -45,6 +49,7 @@ def from_preset(name: str, **overrides: Any) -> PretrainedModel:
 __all__ = [
     "FAMILIES",
     "PRESETS",
+    "RECIPES",
     "Albert",
     "AlbertConfig",
     "Bert",

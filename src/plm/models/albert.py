@@ -29,6 +29,7 @@ from torch import nn
 from plm.core import FeedForward, MultiHeadAttention, TransformerBlock
 from plm.errors import PLMError
 from plm.models.encoder import Encoder, EncoderConfig
+from plm.recipe import Hyperparameters, Recipe
 
 SHARING = ("all", "attention", "ffn", "none")
 
@@ -42,7 +43,7 @@ class AlbertConfig(EncoderConfig):
     activation: str = "gelu_tanh"
     dropout: float = 0.0
     attention_dropout: float = 0.0
-    pair_head_dropout: float = 0.1
+    pair_head_dropout: float = 0.0  # the paper pre-trains without dropout, the SOP head included
     sharing: str = "all"
     hidden_groups: int = 1
     inner_group_layers: int = 1
@@ -72,6 +73,25 @@ PRESETS = {
         vocab_size=512, context_length=64, embedding_dim=16, dim=32, layers=2, heads=2, ffn_dim=128
     ),
 }
+
+
+RECIPE = Recipe(
+    preset="albert-mini",
+    tokenizer="unigram",
+    objective="mlm+sop",
+    objectives=("mlm", "mlm+sop", "mlm+nsp"),
+    max_ngram=3,  # n-gram masking: spans of up to 3 words, p(n) ~ 1/n
+    block_size=128,
+    hyperparameters=Hyperparameters(
+        optimizer="lamb", lr=2e-3, min_lr=0.0, warmup=100, schedule="linear", betas=(0.9, 0.999), eps=1e-6
+    ),
+    # ALBERT: batch 4096, LAMB with lr 0.00176 for 125,000 steps; betas, eps, the 3,125 warmup steps and
+    # the linear decay to 0 are those of the released code.
+    paper=Hyperparameters(
+        optimizer="lamb", lr=0.00176, min_lr=0.0, warmup=3125, schedule="linear", betas=(0.9, 0.999), eps=1e-6
+    ),
+    source="ALBERT (Lan et al., 2020) section 4.1",
+)
 
 
 class Albert(Encoder):

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from plm.core import KVCache
+from plm.errors import PLMError
 
 
 class PretrainedModel(nn.Module):
@@ -20,6 +21,16 @@ class PretrainedModel(nn.Module):
     def __init__(self, config: Any) -> None:
         super().__init__()
         self.config = config
+
+    @classmethod
+    def config_with_heads(cls, config: Any, heads: tuple[str, ...]) -> Any:
+        """``config`` with the pre-training heads an objective trains (e.g. "mlm", "nsp").
+
+        A model with its head built in (a causal LM's tied output layer) takes none.
+        """
+        if heads:
+            raise PLMError(f"a {cls.family} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
+        return config
 
     def init_weights(self, std: float = 0.02) -> None:
         """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plm.models.encoder import Encoder, EncoderConfig
+from plm.recipe import Hyperparameters, Recipe
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,19 @@ PRESETS = {
     "bert-mini": BertConfig(vocab_size=8192, context_length=256, dim=256, layers=4, heads=4, ffn_dim=1024),
     "bert-micro": BertConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
 }
+
+RECIPE = Recipe(
+    preset="bert-mini",
+    tokenizer="wordpiece",
+    objective="mlm+nsp",
+    objectives=("mlm", "mlm+nsp", "mlm+sop"),
+    block_size=128,  # BERT trained 90% of its steps on 128-token sequences
+    hyperparameters=Hyperparameters(lr=6e-4, min_lr=0.0, warmup=100, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
+    # BERT: Adam with lr 1e-4, beta1 0.9, beta2 0.999, L2 weight decay 0.01, warmup over the first 10,000
+    # steps and linear decay (eps 1e-6 is the released code's).
+    paper=Hyperparameters(lr=1e-4, min_lr=0.0, warmup=10_000, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
+    source="BERT (Devlin et al., 2019) appendix A.2",
+)
 
 
 class Bert(Encoder):

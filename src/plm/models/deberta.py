@@ -40,6 +40,7 @@ from plm.core import LearnedPositions, Linear, MultiHeadAttention
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
 from plm.models.encoder import Encoder, EncoderConfig, EncoderPass
+from plm.recipe import Hyperparameters, Recipe
 
 POSITION_TERMS = ("c2p", "p2c")
 P2C_DISTANCES = ("released", "paper")
@@ -97,6 +98,20 @@ PRESETS = {
         vocab_size=512, context_length=64, max_relative_positions=64, dim=32, layers=2, heads=2, ffn_dim=128
     ),
 }
+
+
+RECIPE = Recipe(
+    preset="deberta-mini",
+    tokenizer="wordpiece",  # the paper reuses RoBERTa's byte-level BPE; plm's MLM needs [MASK]/[CLS]/[SEP]
+    objective="mlm",
+    objectives=("mlm", "mlm+nsp", "mlm+sop"),
+    block_size=128,
+    hyperparameters=Hyperparameters(lr=6e-4, min_lr=0.0, warmup=100, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
+    # DeBERTa: Adam, beta1 0.9, beta2 0.999, eps 1e-6, lr 2e-4, weight decay 0.01, 10K warmup steps,
+    # linear decay.
+    paper=Hyperparameters(lr=2e-4, min_lr=0.0, warmup=10_000, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
+    source="DeBERTa (He et al., 2021) appendix A, pre-training hyperparameters",
+)
 
 
 class DisentangledAttention(MultiHeadAttention):

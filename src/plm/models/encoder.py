@@ -148,6 +148,14 @@ class Encoder(PretrainedModel):
         self.pair_head = PairHead(config.dim, config.pair_head_dropout) if config.pair_head else None
         self.init_weights()
 
+    @classmethod
+    def config_with_heads(cls, config: EncoderConfig, heads: tuple[str, ...]) -> EncoderConfig:
+        """Exactly ``heads``; a sentence-pair head tells segment A from B, so it needs two segments."""
+        config = with_heads(config, *heads)
+        if config.pair_head and not config.segments:  # DeBERTa has no segment embedding of its own
+            config = dataclasses.replace(config, segments=2)
+        return config
+
     # Steps a family may override ----------------------------------------------------
 
     def build_attention(self, config: EncoderConfig) -> nn.Module | None:

@@ -26,6 +26,7 @@ from plm.core import (
 from plm.core.embeddings import check_context
 from plm.core.linear import linear
 from plm.models.base import CausalLM
+from plm.recipe import Hyperparameters, Recipe
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,20 @@ PRESETS = {
     "gpt2-mini": GPTConfig(vocab_size=8192, context_length=256, dim=256, layers=4, heads=4, ffn_dim=1024),
     "gpt2-micro": GPTConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
 }
+
+RECIPE = Recipe(
+    preset="gpt2-mini",
+    tokenizer="bpe",
+    objective="clm",
+    objectives=("clm",),
+    # CPU scale: a few hundred steps of a small model want a higher peak, a short warmup and a floor.
+    hyperparameters=Hyperparameters(lr=6e-4, min_lr=6e-5, warmup=100, schedule="cosine", betas=(0.9, 0.95)),
+    # GPT-1: Adam, lr raised linearly over the first 2000 updates to 2.5e-4, then annealed to 0 on a cosine;
+    # weight decay w = 0.01 on all non-bias, non-gain weights. GPT-2 publishes no optimizer values of its own
+    # (its learning rates were tuned per model on held-out WebText).
+    paper=Hyperparameters(lr=2.5e-4, min_lr=0.0, warmup=2000, schedule="cosine", betas=(0.9, 0.999), weight_decay=0.01),
+    source="GPT-1 (Radford et al., 2018) section 4.1",
+)
 
 
 class GPT(CausalLM):

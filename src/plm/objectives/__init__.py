@@ -8,7 +8,16 @@ micro-batches, all processes), so gradient accumulation and data parallelism giv
 the same loss as one big batch, and adds the terms.
 """
 
+from plm.objectives.builders import OBJECTIVES, ObjectiveData, ObjectiveSpec, objective_spec
 from plm.objectives.clm import CausalLMObjective, Objective
 from plm.objectives.mlm import MaskedLMObjective
 
-__all__ = ["CausalLMObjective", "MaskedLMObjective", "Objective"]
+__all__ = [
+    "OBJECTIVES",
+    "CausalLMObjective",
+    "MaskedLMObjective",
+    "Objective",
+    "ObjectiveData",
+    "ObjectiveSpec",
+    "objective_spec",
+]

@@ -13,7 +13,9 @@ from plm.data.tokens import BlockSampler, validation_blocks
 
 
 class Objective(Protocol):
-    """Draws batches and sums losses; see :mod:`plm.objectives`."""
+    """Draws batches and sums losses; see :mod:`plm.objectives`. ``train_tokens``: the training text's size."""
+
+    train_tokens: int
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]: ...
     def size(self, batch: dict[str, torch.Tensor]) -> int: ...
@@ -37,6 +39,7 @@ class CausalLMObjective:
         self.sampler = BlockSampler(train_ids, block_size, batch_size, seed)
         self.validation = validation_blocks(validation_ids, block_size, validation_blocks_max)
         self.batch_size = batch_size
+        self.train_tokens = len(train_ids)
 
     def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
         return {"tokens": self.sampler.batch(step, micro)}

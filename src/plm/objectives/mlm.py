@@ -61,6 +61,7 @@ class MaskedLMObjective:
         self.train = _examples("training", pair_task, train_documents, *options)
         self.validation = _examples("validation", pair_task, validation_documents, *options)
         self.pair_task, self.batch_size, self.seed = pair_task, batch_size, seed
+        self.train_tokens = sum(len(ids) for ids in self.train.documents.ids)
         self.masking = {
             "mask_id": tokenizer.mask_id,
             "vocab_size": tokenizer.vocab_size,

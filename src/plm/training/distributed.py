@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,14 @@ class Distributed:
     def barrier(self) -> None:
         if self.enabled:
             dist.barrier()
+
+    def broadcast(self, value: T) -> T:
+        """The first process's ``value``, on every process (pickled between our own processes)."""
+        if not self.enabled:
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
 
 
 def setup_distributed(device: torch.device) -> Distributed:

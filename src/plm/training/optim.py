@@ -1,4 +1,4 @@
-"""Optimizer parameter groups and the learning-rate schedule."""
+"""Optimizer parameter groups and the learning-rate schedules."""
 
 from __future__ import annotations
 
@@ -9,44 +9,68 @@ from torch import nn
 
 from plm.core import LearnedPositions
 from plm.errors import PLMError
+from plm.recipe import OPTIMIZERS, SCHEDULES
 from plm.training.lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only: never on biases, norms or embeddings."""
-    no_decay_modules = (nn.LayerNorm, nn.Embedding, LearnedPositions)
-    decay, no_decay = [], []
+    """Three groups: weight matrices (decayed), embeddings, and biases and norms (neither decayed).
+
+    Weight decay applies to weight matrices only, as in GPT-1 ("all non bias or gain
+    weights") and BERT. The groups carry ``layer_adaptation`` for LAMB: biases and
+    LayerNorm parameters take plain Adam steps, as in the LAMB implementation ALBERT
+    used. Their trust ratio ||w|| / ||r|| would otherwise pin a zero-initialised bias
+    to growing by a factor of about (1 + lr) per step.
+    """
+    embedding_modules = (nn.Embedding, LearnedPositions)
+    matrices, embeddings, biases_and_norms = [], [], []
     for module in model.modules():
         for name, parameter in module.named_parameters(recurse=False):
             if not parameter.requires_grad:
                 continue
-            if isinstance(module, no_decay_modules) or name.endswith("bias") or parameter.dim() < 2:
-                no_decay.append(parameter)
+            if isinstance(module, nn.LayerNorm) or name.endswith("bias") or parameter.dim() < 2:
+                biases_and_norms.append(parameter)
+            elif isinstance(module, embedding_modules):
+                embeddings.append(parameter)
             else:
-                decay.append(parameter)
+                matrices.append(parameter)
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": matrices, "weight_decay": weight_decay, "layer_adaptation": True},
+        {"params": embeddings, "weight_decay": 0.0, "layer_adaptation": True},
+        {"params": biases_and_norms, "weight_decay": 0.0, "layer_adaptation": False},
     ]
 
 
-def warmup_cosine(step: int, peak: float, warmup: int, total: int, floor: float) -> float:
-    """GPT-1's schedule: linear warmup from 0 to ``peak``, then cosine decay to ``floor``."""
+def learning_rate(schedule: str, step: int, peak: float, warmup: int, total: int, floor: float) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) out of ``total``.
+
+    A linear warmup from 0 to ``peak`` over ``warmup`` steps, then the schedule's decay:
+    ``cosine`` (GPT-1) and ``linear`` (BERT, ALBERT) reach ``floor`` at the last step,
+    ``inverse-sqrt`` is the Transformer's d^-0.5 min(n^-0.5, n warmup^-1.5) with
+    n = step + 1 and the peak d^-0.5 warmup^-0.5 written as ``peak``, ``constant`` stays.
+    """
+    if schedule not in SCHEDULES:
+        raise PLMError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "constant":
+        return peak
+    if schedule == "inverse-sqrt":
+        return peak * math.sqrt(max(1, warmup) / (step + 1))
+    progress = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    if schedule == "linear":
+        return floor + (peak - floor) * (1.0 - progress)
     return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
-
-
-OPTIMIZERS = ("auto", "adamw", "lamb")
 
 
 def build_optimizer(
     name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """AdamW (also for "auto"), or LAMB (ALBERT's large-batch optimizer), over :func:`parameter_groups`."""
+    """AdamW, or LAMB (ALBERT's large-batch optimizer), over :func:`parameter_groups`."""
     groups = parameter_groups(model, weight_decay)
-    if name in ("auto", "adamw"):
+    if name == "adamw":
+        for group in groups:
+            del group["layer_adaptation"]
         fused = next(model.parameters()).device.type == "cuda"
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
     if name == "lamb":

@@ -5,46 +5,48 @@ tokenizer trained on it, a small model of the family, the family's own objective
 and each can be replaced: the user's files, an existing tokenizer, any preset or a
 saved model to continue, another objective.
 
-The family decides the defaults the papers use:
-
-| family  | tokenizer (trained)       | objective | optimizer | masking     |
-| ------- | ------------------------- | --------- | --------- | ----------- |
-| gpt     | byte-level BPE            | clm       | AdamW     |             |
-| bert    | WordPiece                 | mlm+nsp   | AdamW     | tokens      |
-| albert  | Unigram (SentencePiece)   | mlm+sop   | LAMB      | n-grams <= 3 |
-| deberta | WordPiece                 | mlm       | AdamW     | tokens      |
+What a family's paper chose (its tokenizer, objective, masking, optimizer and
+schedule) is its :class:`plm.recipe.Recipe`, declared in the family's module; this
+module reads it and holds nothing per family. Every argument is checked before
+anything is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, has_checkpoint, load_model, model_directory
+from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
+from plm.config import config_from_dict
 from plm.data.corpus import Corpus, default_corpus, read_corpus
-from plm.data.tokens import cached_token_ids
 from plm.device import resolve_device
-from plm.errors import PLMError
-from plm.files import cache_dir, read_json
-from plm.models import PRESETS, Encoder, PretrainedModel, from_config, model_class, preset_config, with_heads
-from plm.objectives import CausalLMObjective, MaskedLMObjective, Objective
-from plm.tokenizer import Tokenizer
+from plm.errors import PLMError, PLMWarning
+from plm.files import read_json
+from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
+from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
+from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec
+from plm.recipe import Hyperparameters, Recipe
+from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
-from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
-# `--model bert` and friends: a family name stands for its small CPU preset.
-FAMILY_PRESETS = {"gpt": "gpt2-mini", "bert": "bert-mini", "albert": "albert-mini", "deberta": "deberta-mini"}
-TOKENIZER_DIR = "tokenizer"
-OBJECTIVES = ("auto", "clm", "mlm", "mlm+nsp", "mlm+sop")
-DEFAULT_OBJECTIVES = {"gpt": "clm", "bert": "mlm+nsp", "albert": "mlm+sop", "deberta": "mlm"}
+# `--model bert` and friends: a family name stands for its recipe's small CPU preset.
+FAMILY_PRESETS = {family: recipe.preset for family, recipe in RECIPES.items()}
+OBJECTIVES = ("auto", *OBJECTIVE_SPECS)  # auto: the recipe's
+HYPERPARAMETER_SETS = ("cpu", "paper")
 
 
 @dataclass(frozen=True)
 class PretrainSetup:
-    """What a run trains: the model (or preset), its data, objective and batch shape."""
+    """What a run trains: the model (or preset), its data, objective and batch shape.
+
+    Fields left None take the family recipe's value.
+    """
 
     model: str = "gpt2-mini"
     train_files: tuple[str, ...] = ()
@@ -53,11 +55,12 @@ class PretrainSetup:
     vocab_size: int = 8192
     objective: str = "auto"
     whole_word: bool = False
-    max_ngram: int | None = None  # None: 3 for ALBERT (its n-gram masking), else 1
-    block_size: int | None = None  # None: the context for GPT, 128 for encoders
+    max_ngram: int | None = None  # None: the recipe's (3 for ALBERT, else 1)
+    block_size: int | None = None  # None: the recipe's (128 for encoders), at most the context
     batch_size: int = 16
     validation_blocks: int = 64
     dropout: float | None = None  # None: the preset's own
+    hyperparameters: str = "cpu"  # "cpu": the recipe's CPU-scale values; "paper": the paper's
 
 
 def check_model_name(name: str) -> str:
@@ -69,41 +72,62 @@ def check_model_name(name: str) -> str:
     return name
 
 
+def model_config(name: str):
+    """The config of a preset, or of a saved plm model directory (read without its weights)."""
+    if name in PRESETS:
+        return PRESETS[name]
+    path = model_directory(name) / CONFIG_FILE
+    description = read_json(path)
+    family = description.get("family") if isinstance(description, dict) else None
+    if family not in FAMILIES:
+        raise PLMError(f"{name}: not a plm model directory (convert a Hugging Face one with plm convert first)")
+    return config_from_dict(FAMILIES[family].config_class, description.get("config", {}), str(path))
+
+
+def choose_objective(setup: PretrainSetup, family: str, recipe: Recipe) -> tuple[str, ObjectiveSpec]:
+    if setup.objective not in OBJECTIVES:
+        raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    name = recipe.objective if setup.objective == "auto" else setup.objective
+    if name not in recipe.objectives:
+        raise PLMError(f"--objective {name} does not fit a {family} model; it trains with {', '.join(recipe.objectives)}")
+    spec = objective_spec(name)
+    if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None):
+        flag = "--whole-word" if setup.whole_word else "--max-ngram"
+        raise PLMError(f"{flag} chooses which words a masked-LM objective masks; {name} ({family}) masks none")
+    return name, spec
+
+
+def check_setup(setup: PretrainSetup, context: int, recipe: Recipe) -> int:
+    """Check the data and batch shape; return the block size."""
+    if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
+        raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
+    if setup.hyperparameters not in HYPERPARAMETER_SETS:
+        raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
+    if setup.validation_files and not setup.train_files:
+        raise PLMError("--validation needs --train files as well")
+    for name in ("vocab_size", "batch_size", "validation_blocks"):
+        if getattr(setup, name) < 1:
+            raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
+    if setup.max_ngram is not None and setup.max_ngram < 1:
+        raise PLMError(f"--max-ngram must be at least 1, got {setup.max_ngram}")
+    block_size = setup.block_size or min(recipe.block_size or context, context)
+    if block_size > context:
+        raise PLMError(f"--block-size {block_size} exceeds the model's context of {context} tokens")
+    return block_size
+
+
 def load_corpus(setup: PretrainSetup) -> Corpus:
     if setup.train_files:
         return read_corpus(list(setup.train_files), list(setup.validation_files) or None)
-    if setup.validation_files:
-        raise PLMError("--validation needs --train files as well")
     return default_corpus()
 
 
-def model_family(name: str) -> str:
-    """The family of a preset or of a saved plm model directory."""
-    if name in PRESETS:
-        return model_class(PRESETS[name]).family
-    family = read_json(model_directory(name) / CONFIG_FILE).get("family")
-    if family not in DEFAULT_OBJECTIVES:
-        raise PLMError(f"{name}: not a plm model directory (convert a Hugging Face one with plm convert first)")
-    return family
+def resolve_tokenizer(setup: PretrainSetup, model: str, recipe: Recipe, corpus: Corpus, out: Path, resume: bool,
+                      world: Distributed) -> Tokenizer:
+    """The run's own tokenizer when resuming, else the one given, the model's, or a new one of the recipe's kind.
 
-
-def train_tokenizer(family: str, corpus: Corpus, vocab_size: int) -> Tokenizer:
-    """The tokenizer each paper used, trained on the training documents."""
-    texts = (document.text for document in corpus.train)
-    if family == "gpt":
-        return Tokenizer.train_bpe(texts, vocab_size=vocab_size)
-    if family == "albert":
-        return Tokenizer.train_unigram(texts, vocab_size=vocab_size)
-    return Tokenizer.train_wordpiece(texts, vocab_size=vocab_size)
-
-
-def resolve_tokenizer(
-    setup: PretrainSetup, model: str, family: str, corpus: Corpus, out: Path, resume: bool, world: Distributed
-) -> Tokenizer:
-    """The run's own tokenizer when resuming, else the one given, the model's, or a new one.
-
-    A new one is trained by the first process only and saved in ``out/tokenizer``;
-    the others load it, since Unigram training is not deterministic across processes.
+    A new one is trained by the first process and handed to the others, so that every
+    process of a distributed run encodes with the same vocabulary.
     """
     if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
         return Tokenizer.load(out / CHECKPOINT_DIR)
@@ -111,65 +135,42 @@ def resolve_tokenizer(
         return Tokenizer.load(setup.tokenizer)
     if model not in PRESETS and (model_directory(model) / "tokenizer.json").is_file():
         return Tokenizer.load(model_directory(model))
+    trained = None
     if world.is_main:
-        train_tokenizer(family, corpus, setup.vocab_size).save(out / TOKENIZER_DIR)
-    world.barrier()
-    return Tokenizer.load(out / TOKENIZER_DIR)
+        texts = (document.text for document in corpus.train)
+        trained = TOKENIZER_TRAINERS[recipe.tokenizer](texts, vocab_size=setup.vocab_size)
+    return world.broadcast(trained)
 
 
-def heads_for(objective: str) -> tuple[str, ...]:
-    return tuple(objective.split("+")) if objective != "clm" else ()
-
-
-def build_model(setup: PretrainSetup, model: str, objective: str, tokenizer: Tokenizer) -> PretrainedModel:
+def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokenizer: Tokenizer) -> PretrainedModel:
     """A fresh preset sized to the tokenizer with the objective's heads, or a saved model to continue."""
     if model in PRESETS:
         config = preset_config(model, vocab_size=len(tokenizer))
         if setup.dropout is not None:  # every dropout rate of the family: embeddings, attention, residuals, heads
             rates = {f.name: setup.dropout for f in dataclasses.fields(config) if f.name.endswith("dropout")}
             config = dataclasses.replace(config, **rates)
-        if objective != "clm":
-            config = with_heads(config, *heads_for(objective))
-            if "+" in objective and not config.segments:  # NSP/SOP tell A from B by segment (DeBERTa has none)
-                config = dataclasses.replace(config, segments=2)
-        return from_config(config)
+        return from_config(model_class(config).config_with_heads(config, heads))
     loaded = load_model(model)
     if loaded.config.vocab_size < len(tokenizer):
         raise PLMError(
             f"{model}: the model has {loaded.config.vocab_size} embeddings but the tokenizer {len(tokenizer)} tokens"
         )
-    if isinstance(loaded, Encoder) and set(loaded.config.pretraining_heads) != set(heads_for(objective)):
-        have = "+".join(loaded.config.pretraining_heads) or "none"
-        raise PLMError(f"{model}: the model's pretraining heads are {have}; --objective {objective} needs {objective}")
+    have = tuple(getattr(loaded.config, "pretraining_heads", ()))
+    if set(have) != set(heads):
+        raise PLMError(f"{model}: the model's pretraining heads are {'+'.join(have) or 'none'}; the objective needs "
+                       f"{'+'.join(heads) or 'none'}")
     return loaded
 
 
-def build_objective(
-    setup: PretrainSetup, model: PretrainedModel, family: str, objective: str, corpus: Corpus, tokenizer: Tokenizer, seed: int
-) -> Objective:
-    context = model.config.context_length
-    block_size = setup.block_size or (context if objective == "clm" else min(128, context))
-    if block_size > context:
-        raise PLMError(f"--block-size {block_size} exceeds the model's context of {context} tokens")
-    if objective == "clm":
-        ids_cache = cache_dir() / "token-ids"
-        train_ids = cached_token_ids(corpus.train, tokenizer, ids_cache, "train")
-        validation_ids = cached_token_ids(corpus.validation, tokenizer, ids_cache, "validation")
-        return CausalLMObjective(train_ids, validation_ids, block_size, setup.batch_size, seed, setup.validation_blocks)
-    max_ngram = setup.max_ngram or (3 if family == "albert" else 1)
-    pair_task = objective.split("+")[1] if "+" in objective else "none"
-    return MaskedLMObjective(
-        corpus.train,
-        corpus.validation,
-        tokenizer,
-        max_length=block_size,
-        batch_size=setup.batch_size,
-        pair_task=pair_task,
-        whole_word=setup.whole_word,
-        max_ngram=max_ngram,
-        seed=seed,
-        validation_batches_max=max(1, setup.validation_blocks // setup.batch_size),
-    )
+def warn_if_too_little_data(objective: Objective, setup: PretrainSetup, block_size: int) -> None:
+    wanted = setup.batch_size * block_size
+    if wanted > objective.train_tokens:
+        warnings.warn(
+            f"a batch of {setup.batch_size} x {block_size} tokens is more than the {objective.train_tokens:,} training "
+            f"tokens: blocks repeat within a step",
+            PLMWarning,
+            stacklevel=2,
+        )
 
 
 def prepare(
@@ -177,27 +178,43 @@ def prepare(
     training: TrainingConfig,
     out: str | Path,
     resume: bool = False,
+    overwrite: bool = False,
 ) -> tuple[Trainer, Tokenizer]:
-    """Build the trainer for ``setup`` (without training), so callers can evaluate first."""
+    """Build the trainer for ``setup`` (without training), so callers can evaluate first.
+
+    Every argument is checked before the first (slow) step; nothing is written here.
+    """
     out = Path(out)
     model_name = check_model_name(setup.model)
-    if resume and not has_checkpoint(out):
-        raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
-    if setup.objective not in OBJECTIVES:
-        raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    family = model_family(model_name)
-    objective = DEFAULT_OBJECTIVES[family] if setup.objective == "auto" else setup.objective
-    if (family == "gpt") != (objective == "clm"):
-        raise PLMError(f"--objective {objective} does not fit a {family} model (GPT: clm; encoders: mlm, mlm+nsp, mlm+sop)")
-    corpus = load_corpus(setup)
+    config = model_config(model_name)
+    family = model_class(config).family
+    recipe = RECIPES[family]
+    objective_name, spec = choose_objective(setup, family, recipe)
+    block_size = check_setup(setup, config.context_length, recipe)
+    defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    training = training.with_defaults(defaults)
+    training.validate()
     world = setup_distributed(resolve_device(training.device))
-    tokenizer = resolve_tokenizer(setup, model_name, family, corpus, out, resume, world)
+    if world.is_main:
+        check_run_directory(out, resume, overwrite)
+    corpus = load_corpus(setup)
+    tokenizer = resolve_tokenizer(setup, model_name, recipe, corpus, out, resume, world)
     torch.manual_seed(training.seed)
-    model = build_model(setup, model_name, objective, tokenizer)
-    built = build_objective(setup, model, family, objective, corpus, tokenizer, training.seed)
-    if training.optimizer == "auto":
-        training = dataclasses.replace(training, optimizer="lamb" if family == "albert" else "adamw")
-    return Trainer(model, built, training, out, tokenizer, world), tokenizer
+    model = build_model(setup, model_name, spec.heads, tokenizer)
+    data = ObjectiveData(
+        corpus=corpus,
+        tokenizer=tokenizer,
+        block_size=block_size,
+        batch_size=setup.batch_size,
+        seed=training.seed,
+        validation_blocks=setup.validation_blocks,
+        whole_word=setup.whole_word,
+        max_ngram=setup.max_ngram or recipe.max_ngram,
+    )
+    objective = spec.build(data)
+    if world.is_main:
+        warn_if_too_little_data(objective, setup, block_size)
+    return Trainer(model, objective, training, out, tokenizer, world), tokenizer
 
 
 def pretrain(
@@ -205,11 +222,15 @@ def pretrain(
     training: TrainingConfig = TrainingConfig(),
     out: str | Path = "runs/pretrain",
     resume: bool = False,
+    overwrite: bool = False,
 ) -> tuple[PretrainedModel, Tokenizer, dict[str, float]]:
-    """Pre-train with the family's objective; returns the model, tokenizer and last metrics."""
-    trainer, tokenizer = prepare(setup, training, out, resume)
+    """Pre-train with the family's recipe; returns the model, tokenizer and last metrics.
+
+    ``overwrite`` lets a new run replace the run (or other files) in ``out``.
+    """
+    trainer, tokenizer = prepare(setup, training, out, resume, overwrite)
     try:
-        metrics = trainer.train(resume=resume)
+        metrics = trainer.train(resume=resume, overwrite=overwrite)
     finally:
         teardown_distributed()
     return trainer.model, tokenizer, metrics

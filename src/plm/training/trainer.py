@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,28 +22,40 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from plm.checkpoint import load_checkpoint, save_checkpoint
+from plm.checkpoint import CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, has_checkpoint, load_checkpoint, save_checkpoint
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
 from plm.files import write_json
 from plm.models import PretrainedModel
+from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.objectives import Objective
 from plm.training.distributed import Distributed, setup_distributed
-from plm.training.optim import build_optimizer, warmup_cosine
+from plm.training.optim import build_optimizer, learning_rate
 
 METRICS_FILE = "metrics.jsonl"
+TRAINING_CONFIG_FILE = "training_config.json"
+TOKENIZER_DIR = "tokenizer"  # a tokenizer trained for the run
+HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
+    """How long and how to train. The optimizer fields left None take the recipe's values.
+
+    Those fields are :class:`plm.recipe.Hyperparameters`' (optimizer, lr, min_lr,
+    warmup, schedule, betas, eps, weight_decay); the pre-training recipe fills them
+    from the family's recipe, a bare :class:`Trainer` from ``Hyperparameters()``.
+    """
+
     steps: int = 1000
-    lr: float = 6e-4
-    min_lr: float = 6e-5
-    warmup: int = 100
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    optimizer: str = "auto"  # "adamw", "lamb"; auto: AdamW here, the paper's choice in the pre-training recipe
+    optimizer: str | None = None
+    lr: float | None = None
+    min_lr: float | None = None
+    warmup: int | None = None
+    schedule: str | None = None
+    betas: tuple[float, float] | None = None
+    eps: float | None = None
+    weight_decay: float | None = None
     grad_accum: int = 1
     clip: float = 1.0
     eval_every: int = 200
@@ -51,6 +65,35 @@ class TrainingConfig:
     device: str = "auto"
     precision: str = "auto"
     progress: bool = True
+    compile: bool = False  # torch.compile the training forward and backward
+
+    def with_defaults(self, defaults: Hyperparameters) -> TrainingConfig:
+        """This config with every optimizer field left None taken from ``defaults``."""
+        unset = {name: getattr(defaults, name) for name in HYPERPARAMETERS if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset)
+
+    def validate(self) -> None:
+        """Raise a PLMError naming the flag of the first value that cannot train."""
+        if self.steps < 1 or self.grad_accum < 1:
+            raise PLMError("--steps and --grad-accum must be at least 1")
+        if self.optimizer not in OPTIMIZERS:
+            raise PLMError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.schedule not in SCHEDULES:
+            raise PLMError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        for flag, value in (("--lr", self.lr), ("--min-lr", self.min_lr), ("--weight-decay", self.weight_decay),
+                            ("--clip", self.clip)):
+            if not math.isfinite(value) or value < 0:
+                raise PLMError(f"{flag} must be a finite number >= 0, got {value}")
+        if self.lr == 0:
+            raise PLMError("--lr must be above 0")
+        if self.min_lr > self.lr:
+            raise PLMError(f"--min-lr {self.min_lr} is above --lr {self.lr}; the schedule decays from lr to min-lr")
+        if self.warmup < 0:
+            raise PLMError(f"--warmup must be >= 0, got {self.warmup}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, self.betas))}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise PLMError(f"--eps must be a finite number above 0, got {self.eps}")
 
 
 class Trainer:
@@ -65,8 +108,8 @@ class Trainer:
         tokenizer: Any = None,
         distributed: Distributed | None = None,
     ) -> None:
-        if config.steps < 1 or config.grad_accum < 1:
-            raise PLMError("--steps and --grad-accum must be at least 1")
+        config = config.with_defaults(Hyperparameters())
+        config.validate()
         self.config = config
         self.out = Path(out)
         self.device = resolve_device(config.device)
@@ -81,9 +124,15 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = 0
 
-    def train(self, resume: bool = False) -> dict[str, float]:
-        """Run until ``config.steps``; return the last metrics (with validation loss)."""
+    def train(self, resume: bool = False, overwrite: bool = False) -> dict[str, float]:
+        """Run until ``config.steps``; return the last metrics (with validation loss).
+
+        A new run refuses a run directory that holds another run or other files, unless
+        ``overwrite``; ``resume`` continues the run directory's checkpoint.
+        """
         config = self.config
+        if self.distributed.is_main:
+            check_run_directory(self.out, resume, overwrite)
         if resume:
             state = load_checkpoint(self.out, self.model, self.optimizer)
             self.step = state["step"]
@@ -96,8 +145,12 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             if not resume:
                 (self.out / METRICS_FILE).unlink(missing_ok=True)
-            write_json(self.out / "training_config.json", asdict(config))
+            write_json(self.out / TRAINING_CONFIG_FILE, asdict(config))
+            if not resume and self.tokenizer is not None:
+                self.tokenizer.save(self.out / TOKENIZER_DIR)
         wrapped = self.wrap(self.model)
+        if config.compile:  # the same parameters, run through a compiled graph
+            wrapped = torch.compile(wrapped)
         bar = tqdm(
             total=config.steps,
             initial=self.step,
@@ -109,7 +162,7 @@ class Trainer:
         started, tokens_seen = time.perf_counter(), 0
         try:
             while self.step < config.steps:
-                lr = warmup_cosine(self.step, config.lr, config.warmup, config.steps, config.min_lr)
+                lr = learning_rate(config.schedule, self.step, config.lr, config.warmup, config.steps, config.min_lr)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 losses, tokens = self.optimizer_step(wrapped)
@@ -211,6 +264,35 @@ class Trainer:
             return
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
+
+
+def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``--out`` that cannot take this run, before anything is written.
+
+    It must be a directory or not exist yet, sit under a directory (not a file), and
+    hold nothing, unless ``resume`` (it must then hold a checkpoint) or ``overwrite``.
+    """
+    if out.exists() and not out.is_dir():
+        raise PLMError(f"--out {out}: is a file, not a directory")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise PLMError(f"--out {out}: {parent} is a file, not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PLMError(f"--out {out}: {parent} is not writable")
+            break
+    if resume:
+        if not has_checkpoint(out):
+            raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
+        return
+    if overwrite or not out.exists() or not any(out.iterdir()):
+        return
+    if any((out / name).exists() for name in RUN_FILES):
+        raise PLMError(f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again")
+    raise PLMError(f"{out} is not empty and holds no plm run; choose another --out or pass --overwrite")
 
 
 def named_losses(terms: list[str], means: list[float]) -> dict[str, float]:

@@ -1,0 +1,85 @@
+"""Objectives by name: what each needs of the model, and how it is built from a run's data.
+
+The pre-training recipe looks an objective up here by the name a user gives
+(``clm``, ``mlm``, ``mlm+nsp``, ``mlm+sop``) and knows nothing of its kind: the spec
+says which pre-training heads the model must have, whether it takes masking
+options, and builds the objective from :class:`ObjectiveData`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from plm.data.corpus import Corpus
+from plm.data.tokens import cached_token_ids
+from plm.errors import PLMError
+from plm.files import cache_dir
+from plm.objectives.clm import CausalLMObjective, Objective
+from plm.objectives.mlm import MaskedLMObjective
+
+if TYPE_CHECKING:
+    from plm.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class ObjectiveData:
+    """Everything a builder may read: the text, the tokenizer and the batch shape."""
+
+    corpus: Corpus
+    tokenizer: Tokenizer
+    block_size: int
+    batch_size: int
+    seed: int
+    validation_blocks: int
+    whole_word: bool = False
+    max_ngram: int = 1
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """An objective's needs: the heads it trains, whether it masks, and its builder."""
+
+    heads: tuple[str, ...]
+    masks_words: bool
+    build: Callable[[ObjectiveData], Objective]
+
+
+def causal_lm(data: ObjectiveData) -> CausalLMObjective:
+    ids_cache = cache_dir() / "token-ids"
+    train_ids = cached_token_ids(data.corpus.train, data.tokenizer, ids_cache, "train")
+    validation_ids = cached_token_ids(data.corpus.validation, data.tokenizer, ids_cache, "validation")
+    return CausalLMObjective(train_ids, validation_ids, data.block_size, data.batch_size, data.seed, data.validation_blocks)
+
+
+def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
+    def build(data: ObjectiveData) -> MaskedLMObjective:
+        return MaskedLMObjective(
+            data.corpus.train,
+            data.corpus.validation,
+            data.tokenizer,
+            max_length=data.block_size,
+            batch_size=data.batch_size,
+            pair_task=pair_task,
+            whole_word=data.whole_word,
+            max_ngram=data.max_ngram,
+            seed=data.seed,
+            validation_batches_max=max(1, data.validation_blocks // data.batch_size),
+        )
+
+    return build
+
+
+OBJECTIVES: dict[str, ObjectiveSpec] = {
+    "clm": ObjectiveSpec(heads=(), masks_words=False, build=causal_lm),
+    "mlm": ObjectiveSpec(heads=("mlm",), masks_words=True, build=masked_lm("none")),
+    "mlm+nsp": ObjectiveSpec(heads=("mlm", "nsp"), masks_words=True, build=masked_lm("nsp")),
+    "mlm+sop": ObjectiveSpec(heads=("mlm", "sop"), masks_words=True, build=masked_lm("sop")),
+}
+
+
+def objective_spec(name: str) -> ObjectiveSpec:
+    if name not in OBJECTIVES:
+        raise PLMError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name]

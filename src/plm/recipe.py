@@ -1,0 +1,58 @@
+"""Recipes: how each family is pre-trained, declared next to the family.
+
+A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
+:class:`Recipe`: the small preset that ``--model FAMILY`` stands for, the tokenizer
+its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
+the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
+as data so that a test can hold them to the paper and ``--hyperparameters paper``
+can use them. The pre-training entry point (``plm.training.pretrain``) reads the
+recipe and has no per-family code, so a new family adds a recipe and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("cosine", "linear", "inverse-sqrt", "constant")
+TOKENIZER_KINDS = ("bpe", "wordpiece", "unigram")
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """The optimizer and its learning-rate schedule.
+
+    Every schedule warms up linearly from 0 to ``lr`` over ``warmup`` steps, then
+    ``cosine`` and ``linear`` decay to ``min_lr`` at the last step, ``inverse-sqrt``
+    decays as lr * sqrt(warmup / step) (the Transformer's), ``constant`` stays at lr.
+    """
+
+    optimizer: str = "adamw"
+    lr: float = 6e-4
+    min_lr: float = 6e-5
+    warmup: int = 100
+    schedule: str = "cosine"
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A family's pre-training choices.
+
+    ``objectives`` are those its models accept (the first one a plain ``--model
+    FAMILY`` run uses unless ``objective`` says otherwise); ``max_ngram`` is the
+    longest masked span in words; ``block_size`` None means the model's context.
+    ``paper`` holds the published hyperparameters, ``source`` says where they come from.
+    """
+
+    preset: str
+    tokenizer: str
+    objective: str
+    objectives: tuple[str, ...]
+    hyperparameters: Hyperparameters
+    paper: Hyperparameters
+    source: str
+    max_ngram: int = 1
+    block_size: int | None = None
