@@ -17,12 +17,12 @@ import pytest
 from conftest import SHARED_DATA
 from plm.tokenizer import Tokenizer
 
-SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
+WIKITEXT = SHARED_DATA / "wikitext-2" / "valid.txt"
 SRC = Path(__file__).resolve().parents[1] / "src"
 KINDS = ("bpe", "wordpiece", "unigram")
 VOCAB_SIZE = 500
 
-pytestmark = pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"{SHAKESPEARE} is not here")
+pytestmark = pytest.mark.skipif(not WIKITEXT.is_file(), reason=f"{WIKITEXT} is not here")
 
 TRAIN_EVERY_KIND = f"""
 import sys
@@ -34,8 +34,8 @@ for kind in {KINDS!r}:
 """
 
 
-def shakespeare(path: Path, characters: int) -> Path:
-    path.write_text(SHAKESPEARE.read_text(encoding="utf-8")[:characters], encoding="utf-8")
+def wikitext(path: Path, characters: int) -> Path:
+    path.write_text(WIKITEXT.read_text(encoding="utf-8")[:characters], encoding="utf-8")
     return path
 
 
@@ -51,10 +51,11 @@ def run_side_by_side(*commands: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def trained_twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two processes, each training every kind of tokenizer on the same 100 kB of Shakespeare."""
+    """Two processes, each training every kind of tokenizer on the same 100 kB of WikiText."""
     folder = tmp_path_factory.mktemp("reproducible")
-    # 100 kB is enough for the trainers to differ: Unigram gives back 4 characters that EM dropped.
-    text = shakespeare(folder / "shakespeare.txt", 100_000)
+    # Enough for every way the trainers differ: Unigram's output has characters that EM
+    # dropped and characters of equal score, both in hash order.
+    text = wikitext(folder / "wikitext.txt", 100_000)
     first, second = folder / "first", folder / "second"
     run_side_by_side(*([sys.executable, "-c", TRAIN_EVERY_KIND, str(text), str(out)] for out in (first, second)))
     return first, second
@@ -70,7 +71,7 @@ def test_the_same_text_trains_a_byte_identical_tokenizer_in_every_process(traine
 
 def test_two_pretraining_runs_with_one_seed_log_the_same_losses(tmp_path):
     """ALBERT trains its own Unigram tokenizer, then 3 steps of MLM+SOP: twice, in two processes."""
-    text = shakespeare(tmp_path / "train.txt", 30_000)
+    text = wikitext(tmp_path / "train.txt", 30_000)
     runs = [tmp_path / "first", tmp_path / "second"]
     run_side_by_side(*(
         [sys.executable, "-m", "plm.cli.main", "pretrain", "--model", "albert-micro", "--seed", "1",
