@@ -43,7 +43,10 @@ def run_side_by_side(*commands: list[str]) -> None:
     """Run the commands as processes at the same time, and check that each succeeded."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
-    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in commands]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for command in commands
+    ]
     for process in processes:
         _, err = process.communicate(timeout=120)
         assert process.returncode == 0, err[-2000:]
