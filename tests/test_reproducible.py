@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import tokenizers
+from tokenizers import trainers
 
 from conftest import SHARED_DATA
-from plm.tokenizer import Tokenizer
+from plm.tokenizer import UNIGRAM_SPECIALS, Tokenizer
 
 WIKITEXT = SHARED_DATA / "wikitext-2" / "valid.txt"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -70,6 +72,30 @@ def test_the_same_text_trains_a_byte_identical_tokenizer_in_every_process(traine
     assert Tokenizer.load(first).vocab_size == VOCAB_SIZE  # a real tokenizer, not two empty ones
     assert (first / "tokenizer.json").read_bytes() == (second / "tokenizer.json").read_bytes()
     assert (first / "tokenizer_config.json").read_bytes() == (second / "tokenizer_config.json").read_bytes()
+
+
+def test_a_unigram_is_what_its_trainer_learned_in_a_canonical_form():
+    """plm rounds the trainer's scores and orders them; the pieces, and the way text is cut, stay the trainer's."""
+    text = WIKITEXT.read_text(encoding="utf-8")
+    lines, held_out = [line for line in text[:100_000].splitlines() if line.strip()], text[100_000:200_000]
+    ours = Tokenizer.train_unigram(lines, vocab_size=VOCAB_SIZE)
+    theirs = tokenizers.Tokenizer(tokenizers.models.Unigram())
+    theirs.normalizer, theirs.pre_tokenizer = ours.backend.normalizer, ours.backend.pre_tokenizer
+    specials = list(UNIGRAM_SPECIALS.values())
+    theirs.train_from_iterator(lines, trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials,
+                                                              unk_token="<unk>", show_progress=False))
+    our_vocab, their_vocab = (json.loads(t.to_str())["model"]["vocab"] for t in (ours.backend, theirs))
+    our_scores, their_scores = dict(our_vocab), dict(their_vocab)
+    assert list(our_scores)[:5] == specials and our_scores.keys() == their_scores.keys()
+    assert sorted(our_scores.values()) == pytest.approx(sorted(their_scores.values()), abs=1e-6)
+    moved = [piece for piece in our_scores if abs(our_scores[piece] - their_scores[piece]) > 1e-6]
+    lowest = min(their_scores.values())
+    assert all(len(piece) == 1 and their_scores[piece] < lowest + 0.01 for piece in moved)  # given back in hash order
+    # Held-out text is cut as the trainer's model cuts it, up to ties: 000 is 0 00 or 00 0, as rounding falls.
+    cuts = [(ours.backend.encode(held_out, add_special_tokens=False).ids, our_vocab),
+            (theirs.encode(held_out).ids, their_vocab)]
+    log_likelihood = [sum(their_scores[vocab[i][0]] for i in ids) for ids, vocab in cuts]  # by the trainer's scores
+    assert log_likelihood[0] == pytest.approx(log_likelihood[1], rel=1e-9)
 
 
 def test_two_pretraining_runs_with_one_seed_log_the_same_losses(tmp_path):
