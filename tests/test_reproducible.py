@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tokenizers
-from tokenizers import trainers
+from tokenizers import models, trainers
 
 from conftest import SHARED_DATA
 from plm.tokenizer import UNIGRAM_SPECIALS, Tokenizer
@@ -79,7 +79,7 @@ def test_a_unigram_is_what_its_trainer_learned_in_a_canonical_form():
     text = WIKITEXT.read_text(encoding="utf-8")
     lines, held_out = [line for line in text[:100_000].splitlines() if line.strip()], text[100_000:200_000]
     ours = Tokenizer.train_unigram(lines, vocab_size=VOCAB_SIZE)
-    theirs = tokenizers.Tokenizer(tokenizers.models.Unigram())
+    theirs = tokenizers.Tokenizer(models.Unigram())
     theirs.normalizer, theirs.pre_tokenizer = ours.backend.normalizer, ours.backend.pre_tokenizer
     specials = list(UNIGRAM_SPECIALS.values())
     theirs.train_from_iterator(lines, trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials,
