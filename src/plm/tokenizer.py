@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tokenizers
 import torch
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -165,17 +166,29 @@ class Tokenizer:
         ``lowercase``, as in BERT) and splits words from punctuation; WordPiece then
         cuts each word into the longest pieces of the vocabulary, continuations
         marked ``##``. The specials are ``[PAD] [UNK] [CLS] [SEP] [MASK]``, ids 0 to 4.
+
+        The same texts give the same vocabulary, ids included: the ``##`` piece of
+        every character that continues a word gets its id (5 on, in character order)
+        before training. Left to the trainer, those ids follow the order of a Rust
+        hash map, which differs from process to process, and the trainer breaks ties
+        between equally frequent merges by id (tokenizers issue #1794).
         """
+        texts = list(texts)  # read twice: for the continuation pieces, then to train
         backend = _bert_pipeline(tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]")), lowercase, strip_accents)
+        specials = list(WORDPIECE_SPECIALS.values())
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=list(WORDPIECE_SPECIALS.values()),
+            special_tokens=specials + _continuation_pieces(backend, texts),
             continuing_subword_prefix="##",
             show_progress=show_progress,
         )
         backend.train_from_iterator(texts, trainer=trainer)
-        return cls(_with_template(backend), WORDPIECE_SPECIALS)
+        # Rebuilt from the vocabulary, so that only the real specials are added tokens.
+        model = models.WordPiece(backend.get_vocab(with_added_tokens=False), unk_token="[UNK]")
+        trained = _bert_pipeline(tokenizers.Tokenizer(model), lowercase, strip_accents)
+        trained.add_special_tokens(specials)
+        return cls(_with_template(trained), WORDPIECE_SPECIALS)
 
     @classmethod
     def from_vocab_txt(
@@ -213,6 +226,10 @@ class Tokenizer:
         ALBERT's released models) it is lowercased; a space is part of the piece that
         follows it, written ``▁``, so decoding gives the normalised text back. The
         specials are ALBERT's ``<pad> <unk> [CLS] [SEP] [MASK]``, ids 0 to 4.
+
+        The same texts give the same ``tokenizer.json``: see :func:`_canonical_scores`
+        for what differs from one process to the next in the trainer's output, and how
+        it is made the same.
         """
         steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
         if lowercase:
@@ -229,6 +246,7 @@ class Tokenizer:
             show_progress=show_progress,
         )
         backend.train_from_iterator(texts, trainer=trainer)
+        _canonical_scores(backend, len(UNIGRAM_SPECIALS))
         return cls(_with_template(backend), UNIGRAM_SPECIALS)
 
     @classmethod
@@ -441,6 +459,49 @@ def _bert_pipeline(backend: tokenizers.Tokenizer, lowercase: bool, strip_accents
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix="##")
     return backend
+
+
+def _continuation_pieces(backend: tokenizers.Tokenizer, texts: Iterable[str]) -> list[str]:
+    """``##c`` for every character ``c`` that is not the first of a word, in character order."""
+    normalize, split = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
+    characters = {c for text in texts for word, _ in split(normalize(text)) for c in word[1:]}
+    return [f"##{c}" for c in sorted(characters)]
+
+
+def _canonical_scores(backend: tokenizers.Tokenizer, specials: int) -> None:
+    """Make a trained Unigram model the same in every process: the same scores, in the same order.
+
+    The trainer visits the words in the order of a Rust hash map, which is seeded
+    afresh in every process (no trainer option, ``RAYON_NUM_THREADS`` or
+    ``TOKENIZERS_PARALLELISM`` changes that, nor the order of the texts), so its sums
+    of expected counts differ in the last bits: scores by up to 4e-11 on WikiText
+    and Shakespeare. The pieces chosen could differ too (a pruning decision on a
+    near tie) but did not in any run we made; the scores and the order of equal
+    scores did. So, after the ``specials``:
+
+    - the characters EM dropped come back from the trainer with the model's lowest
+      score plus 0, 1e-4, 2e-4, ... in hash order; here they get those scores in
+      character order;
+    - scores are rounded to float32, the precision of SentencePiece's model files,
+      which hides the noise unless it straddles a rounding boundary (about 1e-8 per
+      piece, so 3e-4 for 30,000 pieces); held-out WikiText gets the same tokens;
+    - equal scores are ordered by piece.
+    """
+    model = json.loads(backend.to_str())["model"]
+    head = [(piece, score) for piece, score in model["vocab"][:specials]]
+    pieces = dict(model["vocab"][specials:])
+    characters: dict[float, list[str]] = {}
+    for piece, score in pieces.items():
+        if len(piece) == 1:
+            characters.setdefault(score, []).append(piece)
+    lowest, penalty, given_back = min(pieces.values(), default=0.0), 0.0, []
+    while lowest + penalty in characters:  # the trainer's own arithmetic, so that the scores match to the bit
+        given_back += characters[lowest + penalty]
+        penalty += 0.0001
+    pieces.update(zip(sorted(given_back), sorted(pieces[c] for c in given_back)))
+    rounded = [(piece, float(np.float32(score))) for piece, score in pieces.items()]
+    rounded.sort(key=lambda piece_score: (-piece_score[1], piece_score[0]))
+    backend.model = models.Unigram(head + rounded, model["unk_id"], model["byte_fallback"])
 
 
 def _with_template(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
