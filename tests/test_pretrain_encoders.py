@@ -92,7 +92,7 @@ def test_encoder_commands_refuse_bad_input_in_one_line(text_file, tmp_path, caps
 
 def test_torchrun_pretrains_albert_sop_like_one_process_with_accumulation(text_file, tmp_path):
     """Every head gets a gradient (no unused NSP head or pooler), so DDP runs; the losses match."""
-    # Unigram training is not deterministic, so both runs take the same tokenizer.
+    # Both runs take one tokenizer, so that only the training is compared.
     assert main(["tokenizer", "train", str(text_file), "--kind", "unigram", "--vocab-size", "400", "--out", str(tmp_path / "tok")]) == 0
     common = ["--model", "albert-micro", *QUICK, "--steps", "2", "--dropout", "0", "--train", str(text_file),
               "--tokenizer", str(tmp_path / "tok")]
