@@ -10,6 +10,7 @@ temporary one too) anywhere in it fails the case.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -67,6 +68,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy_with_config(root, "gpt", "config-missing", lambda d: d["config"].pop("dim"))
     copy_with_config(root, "gpt", "config-float", lambda d: d["config"].update(dropout="0.1"))
     copy_with_config(root, "gpt", "config-bool", lambda d: d["config"].update(norm_first=1))
+    copy_with_config(root, "gpt", "config-zero", lambda d: d["config"].update(layers=0))
+    copy_with_config(root, "gpt", "config-dropout", lambda d: d["config"].update(attention_dropout=2.0))
     copy_with_config(root, "gpt", "config-extra", lambda d: d["config"].update(colour="blue"))
     copy_with_config(root, "gpt", "config-family", lambda d: d.update(family="gpt5"))
     copy_with_config(root, "gpt", "config-list", lambda d: d.update(config=[1, 2]))
@@ -106,12 +109,17 @@ CASES = {
     "truncated": (["generate", "--model", "{w}/truncated", "x"], "model.safetensors: not a readable safetensors file, perhaps truncated"),
     "mismatched": (["generate", "--model", "{w}/other", "x"], "weights do not fit a GPT of this config"),
     "long prompt": (["generate", "--model", "{w}/gpt", "cat " * 80], "but the model's context is 64"),
+    "prompt fills the context": (["generate", "--model", "{w}/gpt", "cat " * 80, "--keep-last", "64"],
+                                 "prompt of 64 tokens fills the model's context of 64"),
     # config.json
     "config wrong type": (["generate", "--model", "{w}/config-type", "x"], "config.json: field 'layers' should be int, got str"),
     "config null": (["generate", "--model", "{w}/config-null", "x"], "config.json: field 'heads' should be int, got null"),
     "config missing field": (["generate", "--model", "{w}/config-missing", "x"], "config.json: GPTConfig field(s) dim missing"),
     "config float as string": (["generate", "--model", "{w}/config-float", "x"], "field 'dropout' should be float, got str"),
     "config int for bool": (["generate", "--model", "{w}/config-bool", "x"], "field 'norm_first' should be bool, got int"),
+    "config zero layers": (["generate", "--model", "{w}/config-zero", "x"], "field 'layers' should be positive, got 0"),
+    "config dropout": (["generate", "--model", "{w}/config-dropout", "x"],
+                       "field 'attention_dropout' should be a probability between 0 and 1, got 2.0"),
     "config unknown field": (["generate", "--model", "{w}/config-extra", "x"], "unknown GPTConfig field(s) colour"),
     "config unknown family": (["generate", "--model", "{w}/config-family", "x"], "unknown model family 'gpt5'"),
     "config not an object": (["generate", "--model", "{w}/config-list", "x"], "GPTConfig should be a JSON object, got list"),
@@ -242,11 +250,18 @@ def test_a_full_disk_names_the_file_and_leaves_no_temporary_file(
     assert f"{workspace / target}: cannot write (No space left on device)" in err
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a directory without write permission")
-def test_an_unwritable_directory_names_the_file(workspace: Path, capsys: pytest.CaptureFixture) -> None:
+def test_an_unwritable_directory_names_the_file(
+    workspace: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     read_only = workspace / "read-only"
-    read_only.mkdir()
+    read_only.mkdir(exist_ok=True)
     read_only.chmod(0o500)
+    if os.geteuid() == 0:  # root writes there anyway: refuse the file the way the kernel would refuse others
+
+        def mkstemp(*args, dir: str, **kwargs):
+            raise PermissionError(errno.EACCES, "Permission denied", str(Path(dir) / "temporary"))
+
+        monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     try:
         err = run_failing(["embed", "--model", str(workspace / "bert"), "x", "--out", str(read_only / "e.npy")],
                           capsys, workspace)

@@ -11,6 +11,10 @@ from plm.errors import PLMError
 
 C = TypeVar("C")
 
+# Fields that every family names and uses alike, checked before a model is built from them
+# (a zero or negative size fails deep in the constructor, or builds a model of nothing).
+POSITIVE_FIELDS = ("vocab_size", "context_length", "dim", "layers", "heads", "ffn_dim", "norm_eps")
+
 
 def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
@@ -19,10 +23,11 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 def config_from_dict(cls: type[C], values: Any, source: str = "config", complete: bool = False) -> C:
     """Build ``cls`` from ``values``, checked against the field annotations first.
 
-    A wrong type, a null where the field takes none, an unknown field, or a missing
-    one (a field without default; every field when ``complete``, as for the
-    config.json that plm writes whole) is a PLMError naming ``source`` and the field,
-    instead of a model built from garbage or a traceback deep in its constructor.
+    A wrong type, a null where the field takes none, an unknown field, a missing one
+    (a field without default; every field when ``complete``, as for the config.json
+    that plm writes whole), a size that is not positive or a dropout that is not a
+    probability is a PLMError naming ``source`` and the field, instead of a model
+    built from garbage or a traceback deep in its constructor.
     JSON lists become tuples and JSON integers floats where the field wants those.
     """
     if not isinstance(values, dict):
@@ -41,6 +46,11 @@ def config_from_dict(cls: type[C], values: Any, source: str = "config", complete
         raise PLMError(f"{source}: {cls.__name__} field(s) {', '.join(missing)} missing")
     hints = typing.get_type_hints(cls)
     checked = {name: checked_value(value, hints[name], f"{source}: field {name!r}") for name, value in values.items()}
+    for name, value in checked.items():
+        if name in POSITIVE_FIELDS and not value > 0:
+            raise PLMError(f"{source}: field {name!r} should be positive, got {value}")
+        if name.endswith("dropout") and not 0 <= value <= 1:
+            raise PLMError(f"{source}: field {name!r} should be a probability between 0 and 1, got {value}")
     try:
         return cls(**checked)
     except (TypeError, ValueError) as error:
