@@ -106,12 +106,10 @@ def fill_mask(model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5) -
     context = model.config.context_length
     batch = tokenizer.encode_batch_pairs([text], max_length=context)
     positions = batch["input_ids"][0] == tokenizer.mask_id
-    if int(positions.sum()) < masks:
-        raise PLMError(
-            f"the text is longer than the model's context of {context} tokens and is cut before "
-            f"{'its mask token' if masks == 1 else f'{masks - int(positions.sum())} of its {masks} mask tokens'}; "
-            "shorten the text"
-        )
+    kept = int(positions.sum())
+    if kept < masks:
+        lost = "its mask token" if masks == 1 else f"{masks - kept} of its {masks} mask tokens"
+        raise PLMError(f"the text is longer than the model's context of {context} tokens and is cut before {lost}; shorten it")
     device = next(model.parameters()).device
     model.eval()
     logits = model(

@@ -54,5 +54,3 @@ def run(args: argparse.Namespace) -> None:
         model = load_hf(source)
         save_model(model, out, find_tokenizer(source))
         print(f"wrote plm {model.family} model to {out}")
-
-
