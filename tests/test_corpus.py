@@ -61,6 +61,16 @@ def test_read_text_names_the_file_and_what_is_wrong(tmp_path):
         read_text(tmp_path)
 
 
+def test_text_with_some_control_characters_is_still_text(tmp_path):
+    # Form feeds between sections (Python sources, RFCs), tabs, a coloured log line, accents.
+    text = "Section 1\tIntro\n\x0c\nSection 2\n\x1b[31mERROR\x1b[0m caf\u00e9 \u00fcber\n" * 50
+    (tmp_path / "log.txt").write_text(text, encoding="utf-8")
+    assert read_text(tmp_path / "log.txt") == text
+    (tmp_path / "data.bin").write_bytes(b"text, then a NUL\x00 and more text\n")
+    with pytest.raises(PLMError, match=r"data.bin: looks like a binary file \(it has NUL bytes at byte 16\), not text"):
+        read_text(tmp_path / "data.bin")
+
+
 def test_documents_are_paragraphs_named_by_file_and_line(tmp_path):
     (tmp_path / "a.txt").write_text("First document,\nline two.\n\n\n  Second document.\n \nThird.")
     (tmp_path / "b.txt").write_text("Held out.\n")

@@ -23,7 +23,7 @@ import torch
 
 from plm.config import config_from_dict, config_to_dict
 from plm.errors import PLMError
-from plm.files import read_json, read_tensors, write_json, write_tensors
+from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
 CONFIG_FILE = "config.json"
@@ -50,8 +50,7 @@ def model_directory(path: str | Path) -> Path:
 
 def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = None) -> Path:
     """Write config, weights (and tokenizer) of ``model`` into ``directory``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_directory(directory)
     write_tensors(directory / WEIGHTS_FILE, model.state_dict(), metadata={"format": "pt", "family": model.family})
     write_json(directory / CONFIG_FILE, {"family": model.family, "config": config_to_dict(model.config)})
     if tokenizer is not None:
@@ -65,9 +64,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
     description = read_json(directory / CONFIG_FILE)
     family = description.get("family") if isinstance(description, dict) else None
     if family not in FAMILIES:
-        raise PLMError(f"{directory / CONFIG_FILE}: unknown model family {family!r}")
+        raise PLMError(f"{directory / CONFIG_FILE}: unknown model family {family!r}; plm knows {', '.join(FAMILIES)}")
     model_cls = FAMILIES[family]
-    config = config_from_dict(model_cls.config_class, description.get("config", {}), str(directory / CONFIG_FILE))
+    if "config" not in description:
+        raise PLMError(f"{directory / CONFIG_FILE}: no \"config\" (the {family} model's fields)")
+    config = config_from_dict(model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True)
     with torch.device("meta"):
         model = model_cls(config)
     load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
@@ -101,8 +102,7 @@ def save_checkpoint(
     tokenizer: Any = None,
 ) -> Path:
     """Atomically replace ``run_directory/checkpoint`` with the current training state."""
-    run_directory = Path(run_directory)
-    run_directory.mkdir(parents=True, exist_ok=True)
+    run_directory = make_directory(run_directory)
     staging = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run_directory))
     save_model(model, staging, tokenizer)
     tensors, structure = flatten_optimizer(optimizer.state_dict())

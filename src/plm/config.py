@@ -3,24 +3,119 @@
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from typing import Any, TypeVar
 
 from plm.errors import PLMError
 
 C = TypeVar("C")
 
+# Fields that every family names and uses alike, checked before a model is built from them
+# (a zero or negative size fails deep in the constructor, or builds a model of nothing).
+POSITIVE_FIELDS = ("vocab_size", "context_length", "dim", "layers", "heads", "ffn_dim", "norm_eps")
+
 
 def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def config_from_dict(cls: type[C], values: dict[str, Any], source: str = "config") -> C:
-    """Build ``cls`` from ``values``; unknown or ill-typed fields are a PLMError naming ``source``."""
-    names = {field.name for field in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+def config_from_dict(cls: type[C], values: Any, source: str = "config", complete: bool = False) -> C:
+    """Build ``cls`` from ``values``, checked against the field annotations first.
+
+    A wrong type, a null where the field takes none, an unknown field, a missing one
+    (a field without default; every field when ``complete``, as for the config.json
+    that plm writes whole), a size that is not positive or a dropout that is not a
+    probability is a PLMError naming ``source`` and the field, instead of a model
+    built from garbage or a traceback deep in its constructor.
+    JSON lists become tuples and JSON integers floats where the field wants those.
+    """
+    if not isinstance(values, dict):
+        raise PLMError(f"{source}: the {cls.__name__} should be a JSON object, got {json_type(values)}")
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
         raise PLMError(f"{source}: unknown {cls.__name__} field(s) {', '.join(unknown)}")
+    missing = [
+        name
+        for name, field in fields.items()
+        if name not in values
+        and (complete or (field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING))
+    ]
+    if missing:
+        raise PLMError(f"{source}: {cls.__name__} field(s) {', '.join(missing)} missing")
+    hints = typing.get_type_hints(cls)
+    checked = {name: checked_value(value, hints[name], f"{source}: field {name!r}") for name, value in values.items()}
+    for name, value in checked.items():
+        if name in POSITIVE_FIELDS and not value > 0:
+            raise PLMError(f"{source}: field {name!r} should be positive, got {value}")
+        if name.endswith("dropout") and not 0 <= value <= 1:
+            raise PLMError(f"{source}: field {name!r} should be a probability between 0 and 1, got {value}")
     try:
-        return cls(**values)
+        return cls(**checked)
     except (TypeError, ValueError) as error:
         raise PLMError(f"{source}: invalid {cls.__name__}: {error}") from None
+    except PLMError as error:
+        raise PLMError(f"{source}: {error}") from None
+
+
+def checked_value(value: Any, annotation: Any, where: str) -> Any:
+    """``value`` as a field annotated ``annotation`` holds it, or a PLMError saying what was expected."""
+    converted = convert(value, annotation)
+    if converted is _WRONG:
+        raise PLMError(f"{where} should be {type_name(annotation)}, got {json_type(value)}")
+    return converted
+
+
+_WRONG = object()
+
+
+def convert(value: Any, annotation: Any) -> Any:
+    """``value`` converted to ``annotation`` (int, float, bool, str, tuples, ``X | None``), else ``_WRONG``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        for option in args:
+            converted = convert(value, option)
+            if converted is not _WRONG:
+                return converted
+        return _WRONG
+    if annotation is type(None):
+        return None if value is None else _WRONG
+    if annotation is bool or annotation is str:
+        return value if isinstance(value, annotation) else _WRONG
+    if annotation is int:  # JSON true/false are not numbers, though Python's bool is an int
+        return value if isinstance(value, int) and not isinstance(value, bool) else _WRONG
+    if annotation is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _WRONG
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return _WRONG
+        items = args[:1] * len(value) if args[-1:] == (Ellipsis,) else args
+        if len(items) != len(value):
+            return _WRONG
+        converted = tuple(convert(item, kind) for item, kind in zip(value, items))
+        return _WRONG if any(item is _WRONG for item in converted) else converted
+    raise TypeError(f"config fields annotated {annotation!r} are not supported by config_from_dict")
+
+
+def type_name(annotation: Any) -> str:
+    """How an annotation reads in an error message: ``int``, ``int or null``, ``list of str``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(type_name(option) for option in args)
+    if annotation is type(None):
+        return "null"
+    if origin is tuple:
+        if args[-1:] == (Ellipsis,):
+            return f"list of {type_name(args[0])}"
+        return f"list of {len(args)} ({', '.join(type_name(arg) for arg in args)})"
+    return annotation.__name__
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type, with the value when it is short."""
+    names = {type(None): "null", bool: "bool", int: "int", float: "float", str: "str", list: "list",
+             tuple: "list", dict: "object"}
+    name = names.get(type(value), type(value).__name__)
+    shown = repr(value)
+    return f"{name} {shown}" if value is not None and len(shown) <= 40 else name

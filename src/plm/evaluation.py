@@ -61,6 +61,8 @@ def perplexity(
     """Perplexity of the token sequence ``ids``; the first token is context only."""
     window = window or model.context_length()
     stride = stride or max(1, window // 2)
+    if window < 2:
+        raise PLMError(f"window must be at least 2 tokens (context for one, one to score), got {window}")
     if window > model.context_length():
         raise PLMError(f"window {window} exceeds the model's context of {model.context_length()} tokens")
     if not 0 < stride < window:

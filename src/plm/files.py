@@ -2,13 +2,20 @@
 
 Everything plm writes goes to a temporary file in the same directory that replaces
 the target with one rename, so a killed process leaves the old file or the new
-one, never half of one.
+one, never half of one. A write that fails (no such directory, no permission, a
+full disk) is a PLMError naming the file, and leaves no temporary file behind.
+
+The safetensors files plm writes carry the SHA-256 of their tensor data in the
+header's metadata; reading checks it, so weights damaged or edited after saving
+are an error instead of a model that silently computes something else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,10 +27,27 @@ from safetensors.torch import load_file, save
 
 from plm.errors import PLMError
 
+CHECKSUM_KEY = "sha256"  # in a safetensors header's __metadata__: the SHA-256 of the data after the header
+
 
 def cache_dir() -> Path:
     """Where plm keeps what it can rebuild: ``$PLM_CACHE``, else ``~/.cache/plm``."""
     return Path(os.environ.get("PLM_CACHE") or Path.home() / ".cache" / "plm")
+
+
+def cannot_write(path: str | os.PathLike[str], error: OSError) -> PLMError:
+    return PLMError(f"{path}: cannot write ({error.strerror or error})")
+
+
+def make_directory(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` and its parents if missing; a PLMError if that is impossible."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        reason = "a file of that name is in the way" if isinstance(error, FileExistsError) else error.strerror
+        raise PLMError(f"{path}: cannot create the directory ({reason})") from None
+    return path
 
 
 @contextmanager
@@ -31,17 +55,23 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open ``path`` for writing so that readers see the old file or the whole new one.
 
     The data goes to a temporary file in the same directory that replaces ``path``
-    only when the ``with`` block ends without an error.
+    only when the ``with`` block ends without an error; otherwise it is removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    make_directory(path.parent)
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise cannot_write(path, error) from None
     try:
         with os.fdopen(fd, "wb") as file:
             yield file
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         os.unlink(temporary)
+        # A failed write or close names no file, a failed rename the temporary one: both are this file's.
+        if isinstance(error, OSError) and error.filename in (None, temporary):
+            raise cannot_write(path, error) from None
         raise
 
 
@@ -62,15 +92,45 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def write_tensors(
     path: str | os.PathLike[str], tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
 ) -> None:
-    data = save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=metadata)
+    """A safetensors file whose metadata holds the SHA-256 of its tensor data (see :func:`read_tensors`)."""
+    data = memoryview(save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
+    # The checksum goes into the header, which precedes the data: rewrite the header with it.
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(bytes(data[8 : 8 + length]))
+    header.setdefault("__metadata__", {})[CHECKSUM_KEY] = hashlib.sha256(data[8 + length :]).hexdigest()
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # safetensors keeps the data 8-byte aligned
     with atomic_open(path) as file:
-        file.write(data)
+        file.write(struct.pack("<Q", len(encoded)))
+        file.write(encoded)
+        file.write(data[8 + length :])
 
 
 def read_tensors(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; its checksum is verified when it has one (plm wrote it)."""
     if not Path(path).is_file():
         raise PLMError(f"{path}: file not found")
     try:
-        return load_file(str(path), device="cpu")
+        tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError) as error:
         raise PLMError(f"{path}: not a readable safetensors file, perhaps truncated ({error})") from None
+    verify_checksum(path)
+    return tensors
+
+
+def verify_checksum(path: str | os.PathLike[str]) -> None:
+    """Compare the data of a (readable) safetensors file with the SHA-256 in its header, if any.
+
+    The file was just read, so hashing it again reads from the page cache.
+    """
+    with open(path, "rb") as file:
+        length = struct.unpack("<Q", file.read(8))[0]
+        expected = json.loads(file.read(length)).get("__metadata__", {}).get(CHECKSUM_KEY)
+        if expected is None:
+            return  # written by another program, or by plm before it kept checksums
+        actual = hashlib.file_digest(file, "sha256").hexdigest()
+    if actual != expected:
+        raise PLMError(
+            f"{path}: the tensor data does not match the checksum saved with it; "
+            "the file was damaged or changed after it was written"
+        )

@@ -8,6 +8,7 @@ default: the prompt is encoded once, then each step feeds only the newest token.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -34,14 +35,15 @@ class SamplingOptions:
         return self.temperature != 1.0 or self.top_k > 0 or self.top_p < 1.0
 
     def validate(self) -> None:
-        if self.temperature <= 0:
-            raise PLMError(f"temperature must be > 0, got {self.temperature}")
+        # Written so that NaN fails every check: it compares false with everything.
+        if not 0 < self.temperature < math.inf:
+            raise PLMError(f"temperature must be a positive number, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise PLMError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise PLMError(f"top_k must be >= 0, got {self.top_k}")
-        if self.repetition_penalty <= 0:
-            raise PLMError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not 0 < self.repetition_penalty < math.inf:
+            raise PLMError(f"repetition_penalty must be a positive number, got {self.repetition_penalty}")
 
 
 def penalize_repetition(
@@ -109,6 +111,11 @@ def fit_prompt(
         raise PLMError(
             f"prompt is {length} tokens but the model's context is {context}; "
             f"pass keep_last (--keep-last N) to keep only the last N tokens"
+        )
+    if length == context and max_new_tokens:
+        raise PLMError(
+            f"prompt of {length} tokens fills the model's context of {context}; "
+            f"keep fewer prompt tokens (keep_last, --keep-last N) to make room for new ones"
         )
     if length + max_new_tokens > context:
         raise PLMError(

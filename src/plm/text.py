@@ -65,6 +65,12 @@ def generate_text(
     return [stop_strings.cut(text) for text in texts] if stop_strings else texts
 
 
+def room_for_new_tokens(model: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], keep_last: int | None = None) -> int:
+    """How many tokens fit in the model's context after the longest prompt (cut to ``keep_last``)."""
+    longest = max(max(len(tokenizer.encode(prompt)), 1) for prompt in prompts)  # an empty prompt gets a start token
+    return model.context_length() - min(longest, keep_last or longest)
+
+
 def file_perplexity(
     model: CausalLM,
     tokenizer: Tokenizer,
@@ -91,13 +97,21 @@ def fill_mask(model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5) -
     """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order."""
     if "mlm" not in model.config.pretraining_heads:
         raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
+    if not 0 < top_k <= model.config.vocab_size:
+        raise PLMError(f"top_k must be between 1 and the vocabulary's {model.config.vocab_size:,} tokens, got {top_k}")
     mask_token = tokenizer.special_tokens.get("mask")
-    if mask_token is None or mask_token not in text:
+    masks = tokenizer.encode(text).count(tokenizer.mask_id) if mask_token is not None else 0
+    if not masks:
         raise PLMError(f"the text has no mask token; write {mask_token or '[MASK]'} where a word is missing")
-    batch = tokenizer.encode_batch_pairs([text], max_length=model.config.context_length)
+    context = model.config.context_length
+    batch = tokenizer.encode_batch_pairs([text], max_length=context)
+    positions = batch["input_ids"][0] == tokenizer.mask_id
+    kept = int(positions.sum())
+    if kept < masks:
+        lost = "its mask token" if masks == 1 else f"{masks - kept} of its {masks} mask tokens"
+        raise PLMError(f"the text is longer than the model's context of {context} tokens and is cut before {lost}; shorten it")
     device = next(model.parameters()).device
     model.eval()
-    positions = batch["input_ids"][0] == tokenizer.mask_id
     logits = model(
         batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), **segments(model, batch, device)
     ).logits[0, positions.to(device)]  # (masks, vocab)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from plm.device import DEVICES, resolve_device
 from plm.errors import PLMError
@@ -19,7 +20,17 @@ class Parser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults and keeps the examples in descriptions as written."""
+    """Shows defaults and keeps the examples in descriptions as written.
+
+    A default is shown only when it says something: not when the help text already
+    explains it, and not for None, an empty list or an off switch.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        unhelpful = action.default is None or action.default == [] or isinstance(action, argparse._StoreTrueAction)
+        if unhelpful or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def add_device(parser: argparse.ArgumentParser) -> None:
@@ -56,3 +67,21 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
+
+def check_output_file(path: str) -> None:
+    """Before any work: ``path`` names a file in an existing directory (plm does not guess where to create one)."""
+    out = Path(path)
+    if out.is_dir():
+        raise PLMError(f"{out}: is a directory; --out names the file to write")
+    if not out.parent.is_dir():
+        what = "is not a directory" if out.parent.exists() else "no such directory"
+        raise PLMError(f"{out.parent}: {what} (for --out {out})")
+
+
+def check_output_directory(path: str | Path) -> Path:
+    """Before any work: --out can become a directory (it is one, or its nearest existing parent is)."""
+    out = Path(path)
+    existing = next(parent for parent in (out, *out.parents) if parent.exists())  # "." or "/" at the latest
+    if not existing.is_dir():
+        raise PLMError(f"{existing}: is a file, not a directory" + (f" (for --out {out})" if existing != out else ""))
+    return out

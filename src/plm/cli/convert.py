@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from plm.checkpoint import load_model, model_directory, save_model
-from plm.cli.common import HelpFormatter
+from plm.cli.common import HelpFormatter, check_output_directory
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.loading import find_tokenizer, is_plm_directory
@@ -29,7 +29,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", required=True, help="the directory to convert")
-    parser.add_argument("--out", required=True, help="directory to write")
+    parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="write into a directory that is not empty (files of the same name are replaced)")
     parser.set_defaults(run=run)
 
 
@@ -37,6 +38,11 @@ def run(args: argparse.Namespace) -> None:
     source, out = Path(args.model), Path(args.out)
     if not source.exists():
         raise PLMError(f"{source}: no such directory")
+    check_output_directory(out)
+    if out.is_dir() and out.resolve() == source.resolve():
+        raise PLMError(f"{out}: is the directory being converted; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise PLMError(f"{out}: the directory is not empty; choose another --out or pass --overwrite")
     if is_plm_directory(source):
         directory = model_directory(source)
         model = load_model(directory)
@@ -48,4 +54,3 @@ def run(args: argparse.Namespace) -> None:
         model = load_hf(source)
         save_model(model, out, find_tokenizer(source))
         print(f"wrote plm {model.family} model to {out}")
-

@@ -6,9 +6,10 @@ import argparse
 
 import numpy as np
 
-from plm.cli.common import HelpFormatter, add_device, add_model, load_encoder, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, load_encoder, positive_int
 from plm.data.corpus import read_text
 from plm.errors import PLMError
+from plm.files import atomic_open
 from plm.text import embed_texts
 
 EXAMPLES = """examples:
@@ -45,10 +46,12 @@ def run(args: argparse.Namespace) -> None:
         sentences += [line for line in read_text(args.file).splitlines() if line.strip()]
     if not sentences:
         raise PLMError("give sentences to embed (or --file)")
+    if args.out:
+        check_output_file(args.out)
     model, tokenizer = load_encoder(args.model, args.device)
     vectors = embed_texts(model, tokenizer, sentences, args.batch_size, normalize=not args.no_normalize)
     if args.out:
-        with open(args.out, "wb") as handle:
+        with atomic_open(args.out) as handle:
             np.save(handle, vectors.numpy().astype(np.float32))
         print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings to {args.out}")
         return

@@ -8,7 +8,11 @@ import sys
 from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, load_causal_lm, positive_int
 from plm.data.corpus import read_text
 from plm.errors import PLMError
-from plm.text import generate_text
+from plm.models import CausalLM
+from plm.text import generate_text, room_for_new_tokens
+from plm.tokenizer import Tokenizer
+
+DEFAULT_NEW_TOKENS = 64
 
 EXAMPLES = """examples:
   plm generate --model runs/pretrain "The list type"
@@ -29,7 +33,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run")
     parser.add_argument("prompts", nargs="*", help="prompts (an empty string starts from nothing)")
     parser.add_argument("--prompt-file", help="a UTF-8 file with one prompt per line")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens to add to each prompt")
+    parser.add_argument("--max-new-tokens", type=positive_int, help=f"tokens to add to each prompt (default: {DEFAULT_NEW_TOKENS}, fewer when the context has less room left)")
     parser.add_argument("--temperature", type=float, default=1.0, help="divide the logits by this before sampling")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     parser.add_argument("--top-p", type=float, default=1.0, help="sample among the fewest tokens whose probability reaches p")
@@ -50,11 +54,12 @@ def run(args: argparse.Namespace) -> None:
     if not prompts:
         raise PLMError("give at least one prompt (or --prompt-file)")
     model, tokenizer = load_causal_lm(args.model, args.device)
+    max_new_tokens = args.max_new_tokens or default_new_tokens(model, tokenizer, prompts, args.keep_last)
     texts = generate_text(
         model,
         tokenizer,
         prompts,
-        args.max_new_tokens,
+        max_new_tokens,
         stop=args.stop,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -69,3 +74,12 @@ def run(args: argparse.Namespace) -> None:
         sys.stdout.write(f"{prompt}{text}\n")
         if len(prompts) > 1:
             sys.stdout.write("-" * 40 + "\n")
+    if max_new_tokens < DEFAULT_NEW_TOKENS and args.max_new_tokens is None:
+        print(f"plm generate: note: generated at most {max_new_tokens} new tokens, the room the model's context of "
+              f"{model.context_length()} leaves after the prompt (--max-new-tokens to choose)", file=sys.stderr)
+
+
+def default_new_tokens(model: CausalLM, tokenizer: Tokenizer, prompts: list[str], keep_last: int | None) -> int:
+    """DEFAULT_NEW_TOKENS, or fewer where the context has less room left after the prompt."""
+    room = room_for_new_tokens(model, tokenizer, prompts, keep_last)
+    return room if 0 < room < DEFAULT_NEW_TOKENS else DEFAULT_NEW_TOKENS  # no room: generate says why

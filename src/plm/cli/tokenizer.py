@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli.common import HelpFormatter, positive_int
+from plm.cli.common import HelpFormatter, check_output_directory, positive_int
 from plm.data.corpus import default_corpus, read_corpus
 from plm.tokenizer import Tokenizer
 
@@ -41,6 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    check_output_directory(args.out)
     corpus = read_corpus(args.files, validation_fraction=0.05) if args.files else default_corpus()
     texts = (document.text for document in (*corpus.train, *corpus.validation))
     if args.kind == "bpe":

@@ -25,6 +25,11 @@ from plm.files import atomic_open, cache_dir
 # Bump when the way the default corpus is built changes, so old caches are not reused.
 CORPUS_FORMAT = 1
 _SKIPPED_DIRS = {"test", "tests", "idle_test", "__pycache__"}
+# A text whose first characters are more than this fraction of control characters (other
+# than tab, line breaks and form feed) is taken for a binary file.
+_BINARY_SAMPLE = 1 << 16
+_BINARY_FRACTION = 0.3
+_CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F])
 
 
 @dataclass(frozen=True)
@@ -125,8 +130,10 @@ def _definitions(node: ast.AST) -> Iterator[ast.AST]:
 def read_text(path: str | os.PathLike[str]) -> str:
     """The UTF-8 text of a user's file, with a BOM removed and Windows line ends made ``\\n``.
 
-    A PLMError says which file is unusable and why: missing, a directory, empty, or
-    not UTF-8 (with the offset of the first bad byte, to find it in a hex editor).
+    A PLMError says which file is unusable and why: missing, a directory, empty,
+    binary (NUL bytes, or mostly control characters: nothing to train a tokenizer on
+    or to score), or not UTF-8 (with the offset of the first bad byte, to find it in
+    a hex editor).
     """
     try:
         data = Path(path).read_bytes()
@@ -136,6 +143,8 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise PLMError(f"{path}: is a directory, not a text file") from None
     except OSError as error:
         raise PLMError(f"{path}: cannot read ({error.strerror})") from None
+    if b"\0" in data:
+        raise PLMError(f"{path}: looks like a binary file (it has NUL bytes at byte {data.index(0)}), not text")
     try:
         text = data.decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n")
     except UnicodeDecodeError as error:
@@ -143,6 +152,10 @@ def read_text(path: str | os.PathLike[str]) -> str:
         raise PLMError(f"{path}: not valid UTF-8 at byte {error.start} (0x{bad:02x})") from None
     if not text.strip():
         raise PLMError(f"{path}: the file is empty")
+    sample = text[:_BINARY_SAMPLE]
+    control = (len(sample) - len(sample.translate(_CONTROL_CHARACTERS))) / len(sample)
+    if control > _BINARY_FRACTION:
+        raise PLMError(f"{path}: looks like a binary file ({control:.0%} control characters), not text")
     return text
 
 

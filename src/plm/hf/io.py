@@ -19,7 +19,7 @@ import torch
 
 from plm.checkpoint import load_weights
 from plm.errors import PLMError
-from plm.files import read_json, read_tensors, write_json, write_tensors
+from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
 CONFIG_FILE = "config.json"
@@ -125,8 +125,7 @@ def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
     converter = BY_FAMILY[model.family]
     hf_config = converter.config_to_hf(model.config)
     tensors = converter.weights_to_hf(model.state_dict(), model.config)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_directory(directory)
     write_tensors(directory / SAFETENSORS_FILE, tensors, metadata={"format": "pt"})
     write_json(directory / CONFIG_FILE, hf_config)
     return directory
