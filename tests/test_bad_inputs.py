@@ -182,9 +182,6 @@ CASES = {
     "control characters": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/control.txt"],
                            "control.txt: looks like a binary file (71% control characters)"),
 }
-PRETRAIN_WRITES_FIRST = pytest.mark.xfail(
-    strict=True, reason="pretrain writes its tokenizer before it checks --block-size (the lead's check-before-writing fix)"
-)
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int] | None]:
@@ -206,9 +203,7 @@ def run_failing(argv: list[str], capsys: pytest.CaptureFixture, workspace: Path)
     return err
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(case, marks=PRETRAIN_WRITES_FIRST) if case == "block size" else case for case in CASES]
-)
+@pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     case: str, workspace: Path, capsys: pytest.CaptureFixture
 ) -> None:
