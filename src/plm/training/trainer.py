@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from plm.checkpoint import load_checkpoint, save_checkpoint
+from plm.checkpoint import load_checkpoint, rng_states, save_checkpoint
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
 from plm.files import write_json
@@ -85,7 +85,7 @@ class Trainer:
         """Run until ``config.steps``; return the last metrics (with validation loss)."""
         config = self.config
         if resume:
-            state = load_checkpoint(self.out, self.model, self.optimizer)
+            state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank)
             self.step = state["step"]
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
@@ -194,9 +194,10 @@ class Trainer:
         return metrics
 
     def save(self) -> None:
+        rng = self.distributed.all_gather_object(rng_states())  # each process resumes its own dropout masks
         if self.distributed.is_main:
             state = {"step": self.step, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
-            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer)
+            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
         self.distributed.barrier()
 
     def log(self, metrics: dict[str, float]) -> None:
