@@ -157,8 +157,7 @@ def load_checkpoint(
     states = {key.removeprefix(prefix): t for key, t in saved_rng.items() if key.startswith(prefix)}
     if not states:
         processes = len({key.split(".", 1)[0] for key in saved_rng})
-        raise PLMError(f"{directory}: holds the RNG states of {processes} processes, none of process {rank}; "
-                       f"resume with {processes} processes")
+        raise PLMError(f"{directory}: written by a run of {processes} process(es); resume it with no more")
     restore_rng_states(states)
     return state
 
