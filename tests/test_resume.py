@@ -175,5 +175,5 @@ def test_resuming_with_more_processes_than_wrote_the_checkpoint_is_refused(tmp_p
     optimizer = torch.optim.AdamW(model.parameters())
     save_checkpoint(tmp_path, model, optimizer, {"step": 1})  # by one process
     load_checkpoint(tmp_path, model, optimizer, rank=0)
-    with pytest.raises(PLMError, match="1 process"):
+    with pytest.raises(PLMError, match="no RNG state of process 1"):
         load_checkpoint(tmp_path, model, optimizer, rank=1)

@@ -152,12 +152,10 @@ def load_checkpoint(
     model.load_state_dict(saved.state_dict())
     state = read_json(directory / STATE_FILE)
     optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))
-    saved_rng = read_tensors(directory / RNG_FILE)
     prefix = f"{rank}."
-    states = {key.removeprefix(prefix): t for key, t in saved_rng.items() if key.startswith(prefix)}
+    states = {k.removeprefix(prefix): t for k, t in read_tensors(directory / RNG_FILE).items() if k.startswith(prefix)}
     if not states:
-        processes = len({key.split(".", 1)[0] for key in saved_rng})
-        raise PLMError(f"{directory}: written by a run of {processes} process(es); resume it with no more")
+        raise PLMError(f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it")
     restore_rng_states(states)
     return state
 
