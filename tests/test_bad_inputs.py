@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import synthetic_text
 from safetensors.torch import load_file, save_file
 
+from conftest import synthetic_text
 from plm.checkpoint import load_model, save_model
 from plm.cli.main import build_parser, main
 from plm.config import config_from_dict, config_to_dict

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import synthetic_text
 from plm.cli.main import main
 
 QUICK = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
@@ -28,8 +29,6 @@ def pretrain(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from tests.conftest import synthetic_text
-
     root = tmp_path_factory.mktemp("finished")
     text = root / "train.txt"
     text.write_text(synthetic_text(), encoding="utf-8")

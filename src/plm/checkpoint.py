@@ -3,9 +3,9 @@
 A model directory holds ``config.json`` (family + config), ``model.safetensors``
 and, when there is one, the tokenizer. A training run directory keeps its latest
 checkpoint in ``checkpoint/``: the model directory plus the optimizer, the RNG
-states and the step. A new checkpoint is written to a temporary directory and
-swapped in with renames, so a run killed at any moment leaves the previous
-checkpoint or the new one, never half of one.
+states of every process and the step. A new checkpoint is written to a temporary
+directory and swapped in with renames, so a run killed at any moment leaves the
+previous checkpoint or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +101,21 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     tokenizer: Any = None,
+    rng: Sequence[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Atomically replace ``run_directory/checkpoint`` with the current training state."""
+    """Atomically replace ``run_directory/checkpoint`` with the current training state.
+
+    ``rng`` holds the :func:`rng_states` of every process in rank order (default: this
+    process's), since each process of a data-parallel run draws its own dropout masks.
+    """
     run_directory = make_directory(run_directory)
     staging = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run_directory))
     save_model(model, staging, tokenizer)
     tensors, structure = flatten_optimizer(optimizer.state_dict())
     write_tensors(staging / OPTIMIZER_FILE, tensors)
-    write_tensors(staging / RNG_FILE, torch_rng_states())
-    write_json(staging / STATE_FILE, {**state, "optimizer": structure, "python_rng": python_rng_state()})
+    rng = rng or [rng_states()]
+    write_tensors(staging / RNG_FILE, {f"{rank}.{key}": t for rank, states in enumerate(rng) for key, t in states.items()})
+    write_json(staging / STATE_FILE, {**state, "optimizer": structure})
     final, previous = run_directory / CHECKPOINT_DIR, run_directory / PREVIOUS_CHECKPOINT_DIR
     if final.exists():
         shutil.rmtree(previous, ignore_errors=True)
@@ -130,8 +137,10 @@ def recover_checkpoint(run_directory: Path) -> None:
         os.replace(previous, final)
 
 
-def load_checkpoint(run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore model, optimizer and RNG states in place; return the saved trainer state."""
+def load_checkpoint(
+    run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer, rank: int = 0
+) -> dict[str, Any]:
+    """Restore model, optimizer and process ``rank``'s RNG states in place; return the saved trainer state."""
     run_directory = Path(run_directory)
     recover_checkpoint(run_directory)
     directory = run_directory / CHECKPOINT_DIR
@@ -143,8 +152,11 @@ def load_checkpoint(run_directory: str | Path, model: PretrainedModel, optimizer
     model.load_state_dict(saved.state_dict())
     state = read_json(directory / STATE_FILE)
     optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))
-    restore_python_rng(state.pop("python_rng"))
-    restore_torch_rng(read_tensors(directory / RNG_FILE))
+    prefix = f"{rank}."
+    states = {k.removeprefix(prefix): t for k, t in read_tensors(directory / RNG_FILE).items() if k.startswith(prefix)}
+    if not states:
+        raise PLMError(f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it")
+    restore_rng_states(states)
     return state
 
 
@@ -171,22 +183,36 @@ def unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, A
     return {"state": state, "param_groups": structure["param_groups"]}
 
 
-def torch_rng_states() -> dict[str, torch.Tensor]:
-    states = {"cpu": torch.get_rng_state(), "numpy": torch.from_numpy(np.frombuffer(
-        json.dumps(np_state_to_json()).encode(), dtype=np.uint8).copy())}
+def rng_states() -> dict[str, torch.Tensor]:
+    """This process's RNG states as tensors: torch's (CPU and each GPU), NumPy's and Python's."""
+    states = {
+        "cpu": torch.get_rng_state(),
+        "numpy": json_tensor(np_state_to_json()),
+        "python": json_tensor(python_rng_state()),
+    }
     if torch.cuda.is_available():
         for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
             states[f"cuda{index}"] = cuda_state
     return states
 
 
-def restore_torch_rng(states: dict[str, torch.Tensor]) -> None:
+def restore_rng_states(states: dict[str, torch.Tensor]) -> None:
     torch.set_rng_state(states["cpu"])
-    restore_np_state(json.loads(states["numpy"].numpy().tobytes().decode()))
+    restore_np_state(tensor_json(states["numpy"]))
+    restore_python_rng(tensor_json(states["python"]))
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             if f"cuda{index}" in states:
                 torch.cuda.set_rng_state(states[f"cuda{index}"], index)
+
+
+def json_tensor(value: Any) -> torch.Tensor:
+    """``value`` as the UTF-8 bytes of its JSON, so that safetensors can hold it."""
+    return torch.frombuffer(bytearray(json.dumps(value).encode()), dtype=torch.uint8)
+
+
+def tensor_json(tensor: torch.Tensor) -> Any:
+    return json.loads(tensor.numpy().tobytes().decode())
 
 
 def np_state_to_json() -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,14 @@ class Distributed:
         if self.enabled:
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
         return value
+
+    def all_gather_object(self, value: Any) -> list[Any]:
+        """``value`` of every process, in rank order."""
+        if not self.enabled:
+            return [value]
+        values: list[Any] = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
 
     def barrier(self) -> None:
         if self.enabled:

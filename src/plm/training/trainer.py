@@ -9,11 +9,11 @@ number of targets of the whole step, so the gradient equals that of one big batc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import time
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,20 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from plm.checkpoint import CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, has_checkpoint, load_checkpoint, save_checkpoint
+from plm.checkpoint import (
+    CHECKPOINT_DIR,
+    PREVIOUS_CHECKPOINT_DIR,
+    has_checkpoint,
+    load_checkpoint,
+    rng_states,
+    save_checkpoint,
+)
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
 from plm.files import write_json
 from plm.models import PretrainedModel
-from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.objectives import Objective
+from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.optim import build_optimizer, learning_rate
 
@@ -134,7 +141,7 @@ class Trainer:
         if self.distributed.is_main:
             check_run_directory(self.out, resume, overwrite)
         if resume:
-            state = load_checkpoint(self.out, self.model, self.optimizer)
+            state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank)
             self.step = state["step"]
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
@@ -247,9 +254,10 @@ class Trainer:
         return metrics
 
     def save(self) -> None:
+        rng = self.distributed.all_gather_object(rng_states())  # each process resumes its own dropout masks
         if self.distributed.is_main:
             state = {"step": self.step, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
-            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer)
+            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
         self.distributed.barrier()
 
     def log(self, metrics: dict[str, float]) -> None:

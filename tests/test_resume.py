@@ -1,0 +1,179 @@
+"""A resumed run is the run that was never interrupted, bit for bit.
+
+A run is killed with SIGKILL some time after its first checkpoint and continued with
+``--resume``; its metrics.jsonl must then hold exactly the losses of a run that was
+not killed. Dropout stays on, so every process's RNG states must come back with the
+weights and the optimizer, and the batches (MLM masks included) must go on from the
+checkpoint's step; in fp16, the loss scaler's state must come back as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import plm
+from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, recover_checkpoint, save_checkpoint
+from plm.errors import PLMError
+from plm.training.pretrain import PretrainSetup, prepare, pretrain
+from plm.training.trainer import Trainer, TrainingConfig
+
+STEPS = 24
+RUN = ["--vocab-size", "400", "--block-size", "32", "--batch-size", "4", "--warmup", "2", "--no-progress",
+       "--device", "cpu", "--steps", str(STEPS), "--save-every", "6", "--eval-every", "12", "--log-every", "1"]
+PLM = [sys.executable, "-m", "plm.cli.main"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "plm.cli.main"]
+
+
+def logged_losses(run: Path) -> list[dict[str, float]]:
+    """Every metrics line without its timing."""
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+    return [{k: v for k, v in line.items() if k != "tokens_per_second"} for line in lines]
+
+
+def start(launcher: list[str], args: list[str], out: Path) -> subprocess.Popen:
+    """``plm pretrain`` into ``out`` in a session of its own, its output appended to :func:`log_of` ``out``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log_of(out), "a", encoding="utf-8") as log:
+        return subprocess.Popen([*launcher, "pretrain", *args, "--out", str(out)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def log_of(out: Path) -> Path:
+    return out.with_name(f"{out.name}.log")
+
+
+def finish(process: subprocess.Popen, out: Path) -> None:
+    assert process.wait(timeout=300) == 0, log_of(out).read_text()[-3000:]
+
+
+def wait_for(path: Path, process: subprocess.Popen, out: Path) -> Path:
+    """``path``, once the run into ``out`` has written it."""
+    deadline = time.monotonic() + 300
+    while not path.exists():
+        assert process.poll() is None, f"the run ended before it wrote {path}: {log_of(out).read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {path} within the time limit"
+        time.sleep(0.02)
+    return path
+
+
+def kill(process: subprocess.Popen) -> None:
+    """SIGKILL the run: the launcher and its children (torchrun starts each worker in a session of its own)."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    for group in [process.pid, *map(int, children)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    process.wait()
+
+
+def killed_and_resumed_like_straight(launcher: list[str], args: list[str], tmp_path: Path) -> None:
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    uninterrupted = start(launcher, args, straight)
+    # The other run goes alongside, with this run's tokenizer: Unigram training differs between processes.
+    tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
+    args = [*args, "--tokenizer", str(tokenizer)]
+    interrupted = start(launcher, args, killed)
+    wait_for(killed / CHECKPOINT_DIR / STATE_FILE, interrupted, killed)
+    kill(interrupted)
+    recover_checkpoint(killed)  # as the resumed run will, should the kill have hit a checkpoint swap
+    saved = json.loads((killed / CHECKPOINT_DIR / STATE_FILE).read_text())["step"]
+    assert saved < STEPS, "the run finished before it could be killed"
+    finish(start(launcher, [*args, "--resume"], killed), killed)
+    finish(uninterrupted, straight)
+
+    expected = logged_losses(straight)
+    assert [line["step"] for line in expected] == list(range(1, STEPS + 1))
+    assert logged_losses(killed) == expected
+
+
+@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro"])  # CLM, MLM + NSP, MLM + SOP
+def test_a_killed_run_resumes_bit_exactly(model: str, text_file: Path, tmp_path: Path) -> None:
+    killed_and_resumed_like_straight(PLM, [*RUN, "--model", model, "--train", str(text_file)], tmp_path)
+
+
+def test_a_killed_torchrun_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
+    # Each process draws its own dropout masks: each must get its own RNG state back, not the first one's.
+    killed_and_resumed_like_straight(TORCHRUN, [*RUN, "--model", "gpt2-micro", "--train", str(text_file)], tmp_path)
+
+
+# In one process, an interrupt during step 6, after the step-4 checkpoint, stands for the kill.
+
+IN_PROCESS = dict(steps=8, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=4, save_every=4, log_every=1, progress=False,
+                  device="cpu")
+
+
+def gpt_setup(text_file: Path) -> PretrainSetup:
+    return PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4)
+
+
+def interrupted_then_resumable(setup: PretrainSetup, config: TrainingConfig, out: Path) -> Trainer:
+    """Train into ``out`` until interrupted during step 6; return the trainer a new process would resume with."""
+    interrupted, _ = prepare(setup, config, out)
+    draw = interrupted.objective.batch
+
+    def interrupted_during_step_six(step: int, micro: int) -> dict[str, torch.Tensor]:
+        if step == 5:
+            raise KeyboardInterrupt
+        return draw(step, micro)
+
+    interrupted.objective.batch = interrupted_during_step_six
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.train()
+    return prepare(setup, config, out, resume=True)[0]
+
+
+def test_an_interrupted_run_resumes_bit_exactly(tmp_path: Path, text_file: Path) -> None:
+    config = TrainingConfig(**IN_PROCESS)
+    pretrain(gpt_setup(text_file), config, tmp_path / "straight")
+    interrupted_then_resumable(gpt_setup(text_file), config, tmp_path / "halves").train(resume=True)
+
+    expected = logged_losses(tmp_path / "straight")
+    assert [line["step"] for line in expected] == list(range(1, 9))
+    assert logged_losses(tmp_path / "halves") == expected
+
+
+def scaler_states(trainer: Trainer) -> list[dict]:
+    """The loss scaler's state after every optimizer step ``trainer`` takes from now on."""
+    states: list[dict] = []
+    update = trainer.scaler.update
+
+    def update_and_record(*args, **kwargs) -> None:
+        update(*args, **kwargs)
+        states.append(trainer.scaler.state_dict())
+
+    trainer.scaler.update = update_and_record
+    return states
+
+
+def test_the_fp16_loss_scaler_resumes_where_it_stopped(tmp_path: Path, text_file: Path) -> None:
+    config = TrainingConfig(**IN_PROCESS, precision="fp16")  # on the CPU too: autocast to fp16, GradScaler("cpu")
+    straight, _ = prepare(gpt_setup(text_file), config, tmp_path / "straight")
+    assert straight.scaler.is_enabled()
+    expected = scaler_states(straight)
+    straight.train()
+    assert expected[3] != torch.amp.GradScaler("cpu").state_dict(), "at the checkpoint the scaler must differ from a new one"
+
+    resumed = interrupted_then_resumable(gpt_setup(text_file), config, tmp_path / "halves")
+    actual = scaler_states(resumed)
+    resumed.train(resume=True)
+
+    assert actual == expected[4:]
+    assert logged_losses(tmp_path / "halves") == logged_losses(tmp_path / "straight")
+
+
+def test_resuming_with_more_processes_than_wrote_the_checkpoint_is_refused(tmp_path: Path) -> None:
+    model = plm.from_preset("gpt2-micro")
+    optimizer = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path, model, optimizer, {"step": 1})  # by one process
+    load_checkpoint(tmp_path, model, optimizer, rank=0)
+    with pytest.raises(PLMError, match="no RNG state of process 1"):
+        load_checkpoint(tmp_path, model, optimizer, rank=1)
