@@ -170,6 +170,7 @@ def generate(
         mask[:, :prompt_length] = attention_mask
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     cache = model.new_cache(batch, tokens.shape[1]) if use_cache else None
+    can_finish = eos_token_id is not None or stop is not None
     length = prompt_length
     try:
         for _ in range(max_new_tokens):
@@ -177,13 +178,13 @@ def generate(
             step_mask = mask[:, :length] if mask is not None else None
             logits = model(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
             chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
-            tokens[:, length] = torch.where(finished, pad, chosen)
+            tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
             length += 1
             if eos_token_id is not None:
                 finished |= chosen == eos_token_id
             if stop is not None:
                 finished |= stop.reached(tokens[:, prompt_length:length])
-            if (eos_token_id is not None or stop is not None) and bool(finished.all()):
+            if can_finish and bool(finished.all()):
                 break
     finally:
         model.train(was_training)

@@ -48,10 +48,12 @@ class KVCache:
         end = self.length + keys.shape[2]
         if end > self.max_length:
             raise PLMError(f"the key/value cache holds {self.max_length} tokens; {end} were asked for")
-        self.keys.narrow(2, self.length, keys.shape[2]).copy_(keys)
-        self.values.narrow(2, self.length, values.shape[2]).copy_(values)
+        # Slice assignment is one call into C++ (narrow + copy_ would be two): decoding
+        # runs this for every layer and token, where Python-side calls are the cost.
+        self.keys[:, :, self.length : end] = keys
+        self.values[:, :, self.length : end] = values
         self.length = end
-        return self.keys.narrow(2, 0, end), self.values.narrow(2, 0, end)
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
 
 class MultiHeadAttention(nn.Module):
@@ -73,7 +75,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries from ``x``; keys and values from ``memory`` (cross-attention) or ``x``."""
         if memory is None:
-            return self.in_proj(x).split(self.dim, dim=-1)
+            return self.in_proj(x).chunk(3, dim=-1)  # chunk, not split: split is a Python wrapper
         weight_q, weight_kv = self.in_proj.weight.split([self.dim, 2 * self.dim])
         bias_q, bias_kv = self.in_proj.bias.split([self.dim, 2 * self.dim]) if self.in_proj.bias is not None else (None, None)
         keys, values = linear(memory, weight_kv, bias_kv).split(self.dim, dim=-1)

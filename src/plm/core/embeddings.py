@@ -41,6 +41,14 @@ class LearnedPositions(nn.Module):
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         return nn.functional.embedding(positions, self.weight)
 
+    def span(self, start: int, length: int) -> torch.Tensor:
+        """(length, dim) vectors of positions start .. start + length - 1, for every row alike.
+
+        Without padding all rows share their positions, so a slice of the table broadcast
+        over the batch replaces building an index tensor and looking it up.
+        """
+        return self.weight[start : start + length]
+
 
 class SinusoidalPositions(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer)."""

@@ -204,25 +204,29 @@ class DisentangledAttention(MultiHeadAttention):
         """c2p + p2c, already scaled: (B, H, T, S) from scaled queries (B, H, T, hd) and keys (B, H, S, hd).
 
         Each term multiplies by every one of the 2k relative positions, then picks for
-        score (i, j) the one at the pair's distance (a gather), as the released code does.
+        score (i, j) the one at the pair's distance: with a strided view when no distance
+        is clipped (:meth:`unclipped_position_scores`), else with a gather, as the
+        released code does.
         """
         batch, heads, query_length, _ = queries.shape
         key_length = keys.shape[2]
-        shape = (batch, heads, query_length, key_length)
         # Only distances in (-span, span) occur, so only those 2 * span rows of P are projected.
         k = self.max_relative_positions
         span = min(max(query_length, key_length), k)
-        table = self.position_dropout(relative_embeddings[k - span : k + span])[None]  # (1, 2span, dim)
+        table = self.position_dropout(relative_embeddings[k - span : k + span])  # (2span, dim); row r: distance r - span
+        if query_length == key_length == span:
+            return self.unclipped_position_scores(queries, keys, table)
+        shape = (batch, heads, query_length, key_length)
         i = torch.arange(query_length, device=queries.device)[:, None]
         j = torch.arange(key_length, device=queries.device)[None, :]
         query_to_key = (i - j + span).clamp(0, 2 * span - 1)  # (T, S): delta(i, j), a row of the sliced table
         scores = None
         if self.position_key_proj is not None:
-            position_keys = self.split_heads(self.position_key_proj(table))  # (1, H, 2span, hd)
+            position_keys = self.split_heads(self.position_key_proj(table[None]))  # (1, H, 2span, hd)
             c2p = queries @ position_keys.transpose(-1, -2)  # (B, H, T, 2span): Q^c_i . K^r of every distance
             scores = c2p.gather(-1, query_to_key.expand(shape))
         if self.position_query_proj is not None:
-            position_queries = self.split_heads(self.position_query_proj(table)) / self.scale  # (1, H, 2span, hd)
+            position_queries = self.split_heads(self.position_query_proj(table[None])) / self.scale  # (1, H, 2span, hd)
             p2c = position_queries @ keys.transpose(-1, -2)  # (B, H, 2span, S): Q^r of every distance . K^c_j
             if self.p2c_distance == "paper":
                 distance = (j - i + span).clamp(0, 2 * span - 1)  # delta(j, i)
@@ -231,6 +235,47 @@ class DisentangledAttention(MultiHeadAttention):
             p2c = p2c.gather(-2, distance.expand(shape))
             scores = p2c if scores is None else scores + p2c
         return scores
+
+    def unclipped_position_scores(self, queries: torch.Tensor, keys: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """:meth:`position_scores` when T = S = span <= k, so that no distance is clipped.
+
+        Every distance i - j then lies in (-span, span) and the score of (i, j) sits in
+        row i (c2p) or row j (p2c) of a term's product with the 2span positions, at a
+        column that moves by one with j - i: :func:`diagonals` picks it with a strided
+        view instead of gathering, which saves the (B, H, T, S) copies, the index tensors
+        and the scatter of the gather's backward. Reversing the table's rows turns a
+        distance i - j into a column that grows with j.
+        """
+        span = queries.shape[2]
+        reversed_table = table.flip(0)  # row r: distance span - 1 - r
+        scores = None
+        if self.position_key_proj is not None:
+            position_keys = self.split_heads(self.position_key_proj(reversed_table[None]))  # (1, H, 2span, hd)
+            # c2p(i, j) = Q^c_i . K^r of distance i - j: reversed row span - 1 - (i - j), column j - i + span - 1
+            scores = diagonals(queries @ position_keys.transpose(-1, -2), span - 1)  # (B, H, T, S)
+        if self.position_query_proj is not None:
+            released = self.p2c_distance == "released"
+            position_queries = self.split_heads(self.position_query_proj((table if released else reversed_table)[None]))
+            position_queries = position_queries / self.scale  # (1, H, 2span, hd)
+            # p2c(i, j) = K^c_j . Q^r of distance i - j (released): row j, column i - j + span of the table;
+            # of distance j - i (paper): row j, column span - 1 - (j - i) of the reversed table
+            p2c = diagonals(keys @ position_queries.transpose(-1, -2), span if released else span - 1)  # (B, H, S, T)
+            p2c = p2c.transpose(-1, -2)
+            scores = p2c if scores is None else scores + p2c
+        return scores
+
+
+def diagonals(products: torch.Tensor, offset: int) -> torch.Tensor:
+    """The (..., A, A) view ``out[..., a, b] = products[..., a, b - a + offset]`` of (..., A, W) products.
+
+    One row down and one column left in ``products`` is W - 1 elements further in
+    memory, so the result is ``products`` read with row stride W - 1: a view, no copy
+    (Transformer-XL's "relative shift"). Needs 0 <= b - a + offset < W for all a, b < A.
+    """
+    products = products.contiguous()
+    *batch, rows, width = products.shape
+    strides = (*products.stride()[:-2], width - 1, 1)
+    return products.as_strided((*batch, rows, rows), strides, products.storage_offset() + offset)
 
 
 class EnhancedMaskDecoder(nn.Module):

@@ -130,10 +130,14 @@ class GPT(CausalLM):
         batch, time = input_ids.shape
         past = cache[0].length if cache else 0
         check_context(past + time, self.config.context_length)
-        if position_ids is None:
-            position_ids = build_position_ids(batch, time, past, attention_mask, input_ids.device)
+        if position_ids is None and attention_mask is None:
+            positions = self.position_embedding.span(past, time)  # (T, dim), the same for every row
+        else:
+            if position_ids is None:
+                position_ids = build_position_ids(batch, time, past, attention_mask, input_ids.device)
+            positions = self.position_embedding(position_ids)  # (B, T, dim)
         mask, is_causal = build_attention_mask(attention_mask, time, past + time, causal=True)
-        hidden = self.embedding_dropout(self.token_embedding(input_ids) + self.position_embedding(position_ids))
+        hidden = self.embedding_dropout(self.token_embedding(input_ids) + positions)
         for index, block in enumerate(self.blocks):
             hidden = block(hidden, mask, is_causal=is_causal, cache=cache[index] if cache else None)
         hidden = self.final_norm(hidden)
