@@ -6,6 +6,10 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
+
+from plm.core import KVCache, ModelOutput
+from plm.models import CausalLM
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -46,3 +50,31 @@ def text_file(tmp_path: Path) -> Path:
     path = tmp_path / "train.txt"
     path.write_text(synthetic_text(), encoding="utf-8")
     return path
+
+
+class StubCausalLM(CausalLM):
+    """A causal LM whose logits a test decides in ``logits_for`` (B, T) -> (B, T, V).
+
+    Its one-layer cache only keeps count of the positions, so generation runs the
+    same cached decoding loop as for a real model.
+    """
+
+    def __init__(self, context: int = 32) -> None:
+        super().__init__(config=None)
+        self.context = context
+
+    def logits_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def context_length(self) -> int:
+        return self.context
+
+    def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
+        return [KVCache.empty(batch, 1, max_length, 1, torch.float32, torch.device("cpu"))]
+
+    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
+        batch, time = input_ids.shape
+        if cache:
+            cache[0].append(torch.zeros(batch, 1, time, 1), torch.zeros(batch, 1, time, 1))
+        logits = self.logits_for(input_ids)
+        return ModelOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])

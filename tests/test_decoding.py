@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from plm.core import KVCache, ModelOutput
-from plm.models import CausalLM, from_preset
+from conftest import StubCausalLM
+from plm.models import from_preset
 
 
 def tiny_gpt():
@@ -76,24 +76,14 @@ LOGITS = torch.tensor([2.0, 1.4, 1.1, 0.6, 0.2, -0.3, -0.9, -1.6])  # distinct, 
 DRAWS = 20_000
 
 
-class FixedLogitsLM(CausalLM):
+class FixedLogitsLM(StubCausalLM):
     """A model whose next-token logits are always ``LOGITS``, whatever it reads."""
 
     def __init__(self) -> None:
-        super().__init__(config=None)
+        super().__init__(context=8)
 
-    def context_length(self) -> int:
-        return 8
-
-    def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
-        return [KVCache.empty(batch, 1, max_length, 1, torch.float32, torch.device("cpu"))]
-
-    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
-        batch, time = input_ids.shape
-        if cache:
-            cache[0].append(torch.zeros(batch, 1, time, 1), torch.zeros(batch, 1, time, 1))
-        logits = LOGITS.expand(batch, time, len(LOGITS))
-        return ModelOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])
+    def logits_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return LOGITS.expand(*input_ids.shape, len(LOGITS))
 
 
 def expected_distribution(temperature: float, top_k: int, top_p: float) -> list[float]:

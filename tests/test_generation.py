@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.core import KVCache, ModelOutput
+from conftest import StubCausalLM
 from plm.errors import PLMError
 from plm.generation import StopStrings, filter_top_k_top_p, generate, penalize_repetition
-from plm.models import CausalLM, from_preset
+from plm.models import from_preset
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -19,26 +19,15 @@ def tiny_gpt():
     return from_preset("gpt2-micro").eval()  # vocabulary 512, context 64
 
 
-class CountingLM(CausalLM):
+class CountingLM(StubCausalLM):
     """A model whose continuation is known: it always predicts (last token + 1) mod vocab."""
 
     def __init__(self, vocab_size: int = 26, context: int = 32) -> None:
-        super().__init__(config=None)
+        super().__init__(context)
         self.vocab_size = vocab_size
-        self.context = context
 
-    def context_length(self) -> int:
-        return self.context
-
-    def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
-        return [KVCache.empty(batch, 1, max_length, 1, torch.float32, torch.device("cpu"))]
-
-    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
-        batch, time = input_ids.shape
-        if cache:
-            cache[0].append(torch.zeros(batch, 1, time, 1), torch.zeros(batch, 1, time, 1))
-        logits = F.one_hot((input_ids + 1) % self.vocab_size, self.vocab_size).float()
-        return ModelOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])
+    def logits_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.one_hot((input_ids + 1) % self.vocab_size, self.vocab_size).float()
 
 
 def letters(ids: list[int]) -> str:
