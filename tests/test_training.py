@@ -5,6 +5,7 @@ Accumulation and data parallelism are in test_accumulation.py, resuming in test_
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,24 @@ def test_weight_decay_on_weight_matrices_only_and_no_trust_ratio_for_biases_and_
     assert [g["weight_decay"] for g in (matrices, embeddings, biases_and_norms)] == [0.01, 0.0, 0.0]
     assert [g["layer_adaptation"] for g in (matrices, embeddings, biases_and_norms)] == [True, True, False]
     assert len(group(matrices) | group(embeddings) | group(biases_and_norms)) == len(list(model.parameters()))
+
+
+def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path, monkeypatch) -> None:
+    """--compile trains the same parameters through a compiled graph (aot_eager here: inductor is slow to build)."""
+    compiled = []
+
+    def compile_for_the_test(module, **options):
+        compiled.append(module)
+        return torch.compile.__wrapped__(module, backend="aot_eager")
+
+    compile_for_the_test.__wrapped__ = torch.compile
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4,
+                          dropout=0.0)
+    config = {**TINY, "steps": 3, "log_every": 1}
+    pretrain(setup, TrainingConfig(**config), tmp_path / "eager")
+    monkeypatch.setattr(torch, "compile", compile_for_the_test)
+    pretrain(setup, TrainingConfig(**config, compile=True), tmp_path / "compiled")
+    assert len(compiled) == 1
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+              for run in ("eager", "compiled")]
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5)
