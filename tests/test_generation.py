@@ -54,6 +54,34 @@ def test_cached_and_uncached_greedy_decoding_agree(make_model):
     assert torch.equal(generate(model, batch, max_new_tokens=20), generate(model, batch, 20, use_cache=False))
 
 
+@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile does not support this Python/platform")
+def test_compiled_decoding_gives_the_tokens_of_eager_decoding(monkeypatch):
+    """generate(compile=True) runs the prompt pass and the cached one-token step as captured graphs.
+
+    The aot_eager backend checks the captured graphs, the in-place cache writes
+    included, without inductor's C++ build (a minute on a small CPU); bench_gpt2.py
+    --compile reports whether inductor's greedy tokens are eager's too.
+    """
+    real_compile, compiled = torch.compile, []
+
+    def compile_with_aot_eager(model, **options):
+        compiled.append(model)
+        return real_compile(model, backend="aot_eager", **options)
+
+    monkeypatch.setattr(torch, "compile", compile_with_aot_eager)
+    model = wide_gpt()  # wide enough for the batched one-token linear route
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):  # GPT-2 starts them at zero; a bias lost in the graph must show
+                parameter.normal_(std=0.1)
+    prompt = torch.tensor([[1, 2, 3, 4]])
+    try:
+        assert torch.equal(generate(model, prompt, 12, compile=True), generate(model, prompt, 12))
+    finally:
+        torch._dynamo.reset()  # drop the compiled code, so that it cannot leak into other tests
+    assert compiled == [model]
+
+
 def test_model_generate_delegates_to_generate():
     model = tiny_gpt()
     prompt = torch.tensor([[7, 8, 9]])

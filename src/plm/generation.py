@@ -143,12 +143,20 @@ def generate(
     use_cache: bool = True,
     keep_last: int | None = None,
     stop: StopStrings | None = None,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``; returns (batch, time + N).
 
     Greedy unless a sampling option is given. A row that emits ``eos_token_id`` (or
     hits a stop string) is finished: its later positions hold ``pad_token_id``
     (default: the eos id, else 0). Generation ends early when every row is finished.
+
+    ``compile`` runs the model through ``torch.compile`` (inductor; on the CPU it needs
+    a C++ compiler). The first call compiles the prompt pass and the one-token step,
+    which takes tens of seconds; later calls on the same model with the same batch
+    size and prompt length reuse that code. It pays off where a step is mostly Python
+    overhead (small models, long generations), not where reading the weights bounds
+    the step (see benchmarks/README.md).
     """
     options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
     options.validate()
@@ -170,13 +178,14 @@ def generate(
         mask[:, :prompt_length] = attention_mask
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     cache = model.new_cache(batch, tokens.shape[1]) if use_cache else None
+    forward = torch.compile(model) if compile else model  # compiled code is cached with the model's forward
     can_finish = eos_token_id is not None or stop is not None
     length = prompt_length
     try:
         for _ in range(max_new_tokens):
             start = length - 1 if cache is not None and cache[0].length else 0
             step_mask = mask[:, :length] if mask is not None else None
-            logits = model(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
+            logits = forward(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
             chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
             tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
             length += 1

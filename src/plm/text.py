@@ -37,7 +37,7 @@ def generate_text(
     """The continuation of each prompt (without the prompt), cut before any stop string.
 
     ``options`` are those of :func:`plm.generation.generate` (temperature, top_k,
-    top_p, repetition_penalty, seed, keep_last, ...). An empty prompt starts from
+    top_p, repetition_penalty, seed, keep_last, compile, ...). An empty prompt starts from
     the tokenizer's beginning-of-text token.
     """
     rows = [tokenizer.encode(prompt) for prompt in prompts]

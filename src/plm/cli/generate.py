@@ -42,6 +42,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)")
     parser.add_argument("--keep-last", type=positive_int, help="cut prompts longer than the context to their last N tokens")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence each step (slow; for checking)")
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="run the model through torch.compile: tens of seconds to compile (a C++ compiler on the CPU), "
+        "then faster steps for small models; see benchmarks/README.md",
+    )
     add_seed(parser, default=None)
     add_device(parser)
     parser.set_defaults(run=run)
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> None:
         seed=args.seed,
         keep_last=args.keep_last,
         use_cache=not args.no_cache,
+        compile=args.compile,
     )
     for prompt, text in zip(prompts, texts):
         sys.stdout.write(f"{prompt}{text}\n")
