@@ -24,8 +24,9 @@ test: setup
 	$(PY) -m pytest
 
 bench: setup
-	$(PY) benchmarks/bench_gpt2.py --config both
+	$(PY) benchmarks/bench_gpt2.py --config both --compile
 	$(PY) benchmarks/bench_bert.py --config both
+	$(PY) benchmarks/bench_deberta.py --config both
 
 clean:
 	rm -rf $(VENV) runs

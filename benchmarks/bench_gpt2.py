@@ -5,7 +5,9 @@ Measures, after warm-up, the median over repeats of
   (b) forward tokens/s under torch.inference_mode();
   (c) greedy generation tokens/s with the KV cache, batch 1, exactly N new tokens.
 plm and Hugging Face take turns inside each repeat, so a slow spell of the machine
-hits both. See benchmarks/README.md.
+hits both. ``--compile`` adds plm rows with torch.compile. Training is also reported
+as model FLOPs utilisation against the machine's measured matmul peak, and decoding
+against its measured memory bandwidth. See benchmarks/README.md.
 
     python benchmarks/bench_gpt2.py --config both
 """
@@ -15,14 +17,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import statistics
 import tempfile
-import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from common import interleaved_medians, matmul_peak, memory_bandwidth, quiet_transformers
+from plm.generation import generate
 from plm.hf import load_hf
 from plm.models import GPTConfig
 
@@ -81,29 +83,6 @@ def build_models(config: GPTConfig, device: torch.device, seed: int, dropout: fl
     return ours.to(device), hf.to(device)
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def interleaved_medians(
-    steps: dict[str, Callable[[], object]], repeats: int, warmup: int, device: torch.device
-) -> dict[str, float]:
-    """Median seconds per call of each step; the steps take turns within every repeat."""
-    for step in steps.values():
-        for _ in range(warmup):
-            step()
-    synchronize(device)
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(seconds) for name, seconds in times.items()}
-
-
 def logits_of(model, input_ids: torch.Tensor) -> torch.Tensor:
     return model(input_ids).logits
 
@@ -129,7 +108,26 @@ def forward_fn(model, input_ids: torch.Tensor, autocast) -> Callable[[], None]:
     return step
 
 
-def bench_config(name: str, device: torch.device, args: argparse.Namespace) -> list[tuple[str, float, float]]:
+@dataclasses.dataclass
+class Results:
+    """Rows of the table, and the lines that set them against the machine's limits."""
+
+    rows: list[tuple[str, str, float, float]] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def training_flops_per_token(config: GPTConfig, parameters: int, length: int) -> int:
+    """6 N + 12 L d T (PaLM, appendix B): forward and backward of the weights and of attention.
+
+    N counts every weight that multiplies each token once: all parameters but the
+    position table (the token table does, as the tied LM head). 12 L d T counts
+    QK^T and AV over the full T x T square, causal masking notwithstanding.
+    """
+    weights = parameters - config.context_length * config.dim
+    return 6 * weights + 12 * config.layers * config.dim * length
+
+
+def bench_config(name: str, device: torch.device, args: argparse.Namespace, limits: dict[str, float]) -> Results:
     config, work = CONFIGS[name], WORKLOADS[name]
     train_steps = args.train_steps or work.train_steps
     forward_steps = args.forward_steps or work.forward_steps
@@ -150,35 +148,54 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace) -> l
     hf.eval()
     with torch.inference_mode():
         difference = (ours(check).logits - hf(check).logits).abs().max().item()
-    print(f"[{name}] {ours.num_parameters():,} parameters; max |plm - hf| logits on the same weights: {difference:.2e}")
+    parameters = ours.num_parameters()
+    print(f"[{name}] {parameters:,} parameters; max |plm - hf| logits on the same weights: {difference:.2e}")
+    results = Results()
 
-    rows = []
+    def add_row(measure: str, seconds: dict[str, float], work_per_call: float) -> None:
+        results.rows.append((name, measure, work_per_call / seconds["plm"], work_per_call / seconds["hf"]))
+        if "plm compiled" in seconds:
+            results.rows.append((name, f"{measure}, plm compiled", work_per_call / seconds["plm compiled"],
+                                 work_per_call / seconds["hf"]))
+
     train_ids = tokens(work.train_batch, work.train_length + 1)
+    # Training moves the two models' weights apart (and, with --compile, plm's twice as far);
+    # the forward and generation rows need them equal again.
+    initial = {label: {key: value.clone() for key, value in model.state_dict().items()} for label, model in models.items()}
     steps = {}
-    for label, model in models.items():
+    trained = {**models, **({"plm compiled": torch.compile(ours)} if args.compile else {})}
+    for label, model in trained.items():
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         steps[label] = train_step_fn(model, optimizer, train_ids, autocast)
     seconds = interleaved_medians(steps, train_steps, work.warmup, device)
     train_tokens = work.train_batch * work.train_length
-    rows.append((f"train tok/s ({work.train_batch}x{work.train_length})", *(train_tokens / seconds[m] for m in models)))
-    for model in models.values():
+    add_row(f"train tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens)
+    flops = training_flops_per_token(config, parameters, work.train_length) * train_tokens
+    utilisation = ", ".join(f"{label} {flops / seconds[label] / 1e9:,.1f} GFLOP/s = {flops / seconds[label] / limits['flops']:.0%}"
+                            for label in seconds)
+    results.notes.append(f"[{name}] training, 6 N + 12 L d T = {flops / train_tokens / 1e6:,.1f} MFLOP per token "
+                         f"(N = {parameters - config.context_length * config.dim:,}); MFU: {utilisation} of the matmul peak")
+    for label, model in models.items():
         model.zero_grad(set_to_none=True)
+        model.load_state_dict(initial[label])
         model.eval()
     print(f"[{name}] training done")
 
     forward_ids = tokens(work.train_batch, work.train_length)
     steps = {label: forward_fn(model, forward_ids, autocast) for label, model in models.items()}
     seconds = interleaved_medians(steps, forward_steps, work.warmup, device)
-    rows.append((f"forward tok/s ({work.train_batch}x{work.train_length})", *(train_tokens / seconds[m] for m in models)))
+    add_row(f"forward tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens)
     print(f"[{name}] forward done")
 
     prompt = tokens(1, work.prompt_length)
     outputs = {}
 
-    def plm_generate() -> None:
-        with autocast():
-            outputs["plm"] = ours.generate(prompt, max_new_tokens=new_tokens)
+    def plm_generate(compile: bool) -> Callable[[], None]:
+        def step() -> None:
+            with autocast():
+                outputs["plm compiled" if compile else "plm"] = generate(ours, prompt, new_tokens, compile=compile)
+        return step
 
     def hf_generate() -> None:
         with torch.inference_mode(), autocast():
@@ -191,13 +208,22 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace) -> l
                 pad_token_id=config.vocab_size - 1,
             )
 
-    seconds = interleaved_medians({"plm": plm_generate, "hf": hf_generate}, generate_runs, 1, device)
+    steps = {"plm": plm_generate(False), "hf": hf_generate, **({"plm compiled": plm_generate(True)} if args.compile else {})}
+    seconds = interleaved_medians(steps, generate_runs, 1, device)  # the warm-up call compiles
     for label, out in outputs.items():
         assert out.shape == (1, work.prompt_length + new_tokens), f"{label} generated {tuple(out.shape)}"
-    same = torch.equal(outputs["plm"], outputs["hf"])
-    rows.append((f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", *(new_tokens / seconds[m] for m in models)))
+    same = ", ".join(f"{label} {torch.equal(out, outputs['hf'])}" for label, out in outputs.items() if label != "hf")
+    add_row(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens)
     print(f"[{name}] generation done; same greedy tokens as hf: {same}")
-    return [(name, *row) for row in rows]
+    # Each new token reads every weight once; the position table only one row. The KV cache adds
+    # 2 * layers * length * dim floats, a few MB at these lengths, left out.
+    weight_bytes = (parameters - config.context_length * config.dim) * ours.token_embedding.weight.element_size()
+    limit = limits["bandwidth"] / weight_bytes
+    reached = ", ".join(f"{label} {new_tokens / seconds[label]:,.1f} tok/s = {new_tokens / seconds[label] / limit:.0%}"
+                        for label in seconds)
+    results.notes.append(f"[{name}] decoding reads {weight_bytes / 1e6:,.0f} MB of weights per token: the memory-bandwidth "
+                         f"limit is {limit:,.1f} tok/s; {reached} of it")
+    return results
 
 
 def main() -> None:
@@ -211,31 +237,34 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per generate call (default: per config)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout of both models while training")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
+    parser.add_argument("--compile", action="store_true", help="add rows for plm under torch.compile (training, generation)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
 
-    import transformers
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    version = quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
     print(
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
+        f"torch {torch.__version__}, transformers {version}"
         f"; device {device}{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}"
         f", {torch.get_num_threads()} threads, {'bf16 autocast' if args.bf16 else 'fp32'}, dropout {args.dropout}"
     )
+    limits = {"bandwidth": memory_bandwidth(device), "flops": matmul_peak(device)}
+    print(f"memory bandwidth {limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
+          f"matmul peak {limits['flops'] / 1e9:.1f} GFLOP/s (2048^3 fp32 product)")
     names = ["small", "gpt2"] if args.config == "both" else [args.config]
-    rows = [row for name in names for row in bench_config(name, device, args)]
+    results = [bench_config(name, device, args, limits) for name in names]
 
     print()
-    print(f"{'config':<7} {'measure':<38} {'plm':>10} {'hf':>10} {'plm/hf':>7}")
-    for name, measure, ours, theirs in rows:
-        print(f"{name:<7} {measure:<38} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>6.2f}x")
+    print(f"{'config':<7} {'measure':<52} {'plm':>10} {'hf':>10} {'plm/hf':>7}")
+    for name, measure, ours, theirs in (row for result in results for row in result.rows):
+        print(f"{name:<7} {measure:<52} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>6.2f}x")
+    print()
+    for note in (note for result in results for note in result.notes):
+        print(note)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What every benchmark shares: interleaved timing, the machine's limits, peak memory, the table.
+"""What the benchmarks share: interleaved timing, the machine's limits, peak tensor memory.
 
 The machine's limits are measured, not looked up, in the same process and just before
 the models run, so a slow or shared machine lowers the limit and the result alike:
@@ -72,16 +72,6 @@ def quiet_transformers() -> str:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     return transformers.__version__
-
-
-def print_table(header: tuple[str, ...], rows: list[tuple], widths: tuple[int, ...]) -> None:
-    """Left-aligned text columns, then right-aligned numbers; a float prints with one decimal."""
-    def cell(value, width: int, first: bool) -> str:
-        text = f"{value:,.1f}" if isinstance(value, float) else str(value)
-        return f"{text:<{width}}" if first else f"{text:>{width}}"
-
-    for row in (header, *rows):
-        print(" ".join(cell(value, width, index < 2) for index, (value, width) in enumerate(zip(row, widths))))
 
 
 # --- peak memory of one step ----------------------------------------------------------------------

@@ -89,6 +89,15 @@ def test_causal_attention_matches_reference(attention):
     torch.testing.assert_close(attention(x, mask, is_causal=is_causal), expected)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_mask_without_padding_takes_the_maskless_path(attention, causal):
+    x = torch.randn(2, 5, 16)
+    mask, is_causal = build_attention_mask(torch.ones(2, 5, dtype=torch.long), 5, 5, causal=causal)
+    assert mask is None and is_causal == causal  # as if no mask were given: SDPA's fast path
+    expected = reference_attention(attention, x, allowed=causal_allowed(5, 5) if causal else None)
+    torch.testing.assert_close(attention(x, mask, is_causal=is_causal), expected)
+
+
 def test_padding_mask_matches_reference(attention):
     x = torch.randn(2, 5, 16)
     padding = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])

@@ -15,12 +15,18 @@ def build_attention_mask(
 
     ``padding_mask`` is (batch, key_length) with 1 for real tokens and 0 for padding.
     The queries are the last ``query_length`` of the keys (a KV cache holds the rest).
-    When nothing is masked, or only plain causality over a square, no tensor is built
-    so that SDPA can take its fastest path. Otherwise the boolean mask (True = may
-    attend) has shape (batch, 1, query, key). A query row with no key to attend to
-    (a left-padding position) attends to every key instead: its output is ignored
-    anyway, and an all-False row would make softmax return NaN.
+    When nothing is masked (no padding mask, or one without padding), or only plain
+    causality over a square, no tensor is built so that SDPA can take its fastest
+    path. Otherwise the boolean mask (True = may attend) has shape (batch, 1, query,
+    key). A query row with no key to attend to (a left-padding position) attends to
+    every key instead: its output is ignored anyway, and an all-False row would make
+    softmax return NaN.
     """
+    if padding_mask is not None and not torch.compiler.is_compiling() and bool(padding_mask.all()):
+        # Nothing is padded: no mask tensor, as if none were given. The check reads the
+        # mask on the host (a sync on a GPU); under torch.compile it is skipped so that
+        # the graph does not break on it.
+        padding_mask = None
     if padding_mask is None:
         if not causal or query_length == 1:
             return None, False
