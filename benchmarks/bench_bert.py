@@ -19,7 +19,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
-from common import interleaved_medians
+from bench_common import interleaved_medians
 from plm.hf import load_hf
 from plm.models import from_config, with_heads
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from common import interleaved_medians, peak_tensor_memory, quiet_transformers
+from bench_common import interleaved_medians, peak_tensor_memory, quiet_transformers
 from plm.hf import load_hf
 from plm.models import from_config, with_heads
 

@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from common import interleaved_medians, matmul_peak, memory_bandwidth, quiet_transformers
+from bench_common import interleaved_medians, matmul_peak, memory_bandwidth, quiet_transformers
 from plm.generation import generate
 from plm.hf import load_hf
 from plm.models import GPTConfig

@@ -157,6 +157,24 @@ def test_linear_equals_torch_linear_on_every_route(rows, out_features):
     torch.testing.assert_close(gradient, x.reshape(rows, 512).sum(0).expand(out_features, 512))
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_many_outputs_has_the_values_and_gradients_of_torch_linear(with_bias):
+    """2,500 outputs for 6 rows: the column-chunked route, with a last chunk shorter than the others."""
+    torch.manual_seed(0)
+    weight = torch.randn(2500, 64, requires_grad=True)
+    bias = torch.randn(2500, requires_grad=True) if with_bias else None
+    x = torch.randn(2, 3, 64, requires_grad=True)
+    upstream = torch.randn(2, 3, 2500)
+    inputs = (x, weight, bias) if with_bias else (x, weight)
+    out = linear(x, weight, bias)
+    assert type(out.grad_fn).__name__ == "WideLinearBackward"  # the route under test was taken
+    expected = F.linear(x, weight, bias)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    gradients = torch.autograd.grad(out, inputs, upstream)
+    for gradient, reference in zip(gradients, torch.autograd.grad(expected, inputs, upstream)):
+        torch.testing.assert_close(gradient, reference, atol=1e-4, rtol=1e-5)
+
+
 # --- fully masked rows (PITFALLS #8) -------------------------------------------------------------
 
 
