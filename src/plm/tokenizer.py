@@ -490,14 +490,14 @@ def _canonical_scores(backend: tokenizers.Tokenizer, specials: int) -> None:
     model = json.loads(backend.to_str())["model"]
     head = [(piece, score) for piece, score in model["vocab"][:specials]]
     pieces = dict(model["vocab"][specials:])
-    characters: dict[float, list[str]] = {}
-    for piece, score in pieces.items():
-        if len(piece) == 1:
-            characters.setdefault(score, []).append(piece)
-    lowest, penalty, given_back = min(pieces.values(), default=0.0), 0.0, []
-    while lowest + penalty in characters:  # the trainer's own arithmetic, so that the scores match to the bit
-        given_back += characters[lowest + penalty]
-        penalty += 0.0001
+    characters = [(score, piece) for piece, score in pieces.items() if len(piece) == 1]
+    lowest, step, given_back = min(pieces.values(), default=0.0), 0, []
+    while True:  # the rungs lowest + k 1e-4, each matched within the noise, not to the bit
+        rung = [piece for score, piece in characters if abs(score - (lowest + step * 0.0001)) < 1e-8]
+        if not rung:
+            break
+        given_back += rung
+        step += 1
     pieces.update(zip(sorted(given_back), sorted(pieces[c] for c in given_back)))
     rounded = [(piece, float(np.float32(score))) for piece, score in pieces.items()]
     rounded.sort(key=lambda piece_score: (-piece_score[1], piece_score[0]))
