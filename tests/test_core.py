@@ -159,12 +159,12 @@ def test_linear_equals_torch_linear_on_every_route(rows, out_features):
 
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_with_many_outputs_has_the_values_and_gradients_of_torch_linear(with_bias):
-    """2,500 outputs for 6 rows: the column-chunked route, with a last chunk shorter than the others."""
+    """16,900 outputs for 6 rows: the column-chunked route, with a last chunk shorter than the others."""
     torch.manual_seed(0)
-    weight = torch.randn(2500, 64, requires_grad=True)
-    bias = torch.randn(2500, requires_grad=True) if with_bias else None
+    weight = torch.randn(16900, 64, requires_grad=True)
+    bias = torch.randn(16900, requires_grad=True) if with_bias else None
     x = torch.randn(2, 3, 64, requires_grad=True)
-    upstream = torch.randn(2, 3, 2500)
+    upstream = torch.randn(2, 3, 16900)
     inputs = (x, weight, bias) if with_bias else (x, weight)
     out = linear(x, weight, bias)
     assert type(out.grad_fn).__name__ == "WideLinearBackward"  # the route under test was taken

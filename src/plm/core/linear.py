@@ -10,11 +10,12 @@ plain F.linear is as fast or faster, so it is used there.
   ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which streams the
   weight at memory speed and spreads the blocks over threads: a GPT-2 (124M) layer
   is 1.5-3x faster that way.
-* Many output features (the vocabulary projection of a language model, on every
-  position of a batch). MKL's GEMM slows down as the number of output features
+* Very many output features (the vocabulary projection of a language model, on
+  every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written
-  into its slice of the result, gives the same numbers 1.6-1.9x faster for
-  vocabularies of 8k-50k (and 10-15% for GPT-2's 2,304 and 3,072).
+  into its slice of the result, gives the same numbers about 1.3x faster for
+  vocabularies of 30k-50k. Below ``MIN_CHUNKED_FEATURES`` the gain is lost to the
+  page faults of writing a freshly allocated result in column stripes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BLOCKS = 4
 MAX_ROWS = 4
 MIN_WEIGHT_NUMEL = 1 << 18
 CHUNK = 1024
+MIN_CHUNKED_FEATURES = 16384
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -42,7 +44,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     ):
         return F.linear(x, weight, bias)
     if rows > MAX_ROWS:
-        if out_features <= CHUNK:
+        if out_features < MIN_CHUNKED_FEATURES:
             return F.linear(x, weight, bias)
         return WideLinear.apply(x, weight, bias)
     if weight.numel() < MIN_WEIGHT_NUMEL:
