@@ -35,20 +35,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out)."""
     out_features, in_features = weight.shape
     rows = x.numel() // max(in_features, 1)
-    if (
-        x.device.type != "cpu"
-        or weight.dtype != torch.float32
-        or x.dtype != torch.float32
-        or not weight.is_contiguous()
-        or torch.compiler.is_compiling()  # inductor chooses its own kernels
-    ):
+    one_token = rows <= MAX_ROWS and weight.numel() >= MIN_WEIGHT_NUMEL
+    wide = rows > MAX_ROWS and out_features >= MIN_CHUNKED_FEATURES
+    if not (one_token or wide) or not measured_case(x, weight):
         return F.linear(x, weight, bias)
-    if rows > MAX_ROWS:
-        if out_features < MIN_CHUNKED_FEATURES:
-            return F.linear(x, weight, bias)
-        return WideLinear.apply(x, weight, bias)
-    if weight.numel() < MIN_WEIGHT_NUMEL:
-        return F.linear(x, weight, bias)
+    if wide:
+        # Under torch.compile inductor picks its own kernels for the product.
+        return F.linear(x, weight, bias) if torch.compiler.is_compiling() else WideLinear.apply(x, weight, bias)
     blocked = out_features - out_features % BLOCKS
     columns = x.reshape(rows, in_features).t()  # (in, rows)
     blocks = weight[:blocked].view(BLOCKS, blocked // BLOCKS, in_features)  # (BLOCKS, out/BLOCKS, in)
@@ -58,6 +51,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if bias is not None:
         y = y + bias
     return y.reshape(*x.shape[:-1], out_features)
+
+
+def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """The setting the faster routes were measured in: fp32 on the CPU, a contiguous weight."""
+    return x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and weight.is_contiguous()
 
 
 class WideLinear(torch.autograd.Function):
