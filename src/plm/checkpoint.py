@@ -31,17 +31,21 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_DIR = "checkpoint"
 PREVIOUS_CHECKPOINT_DIR = ".checkpoint-previous"
+BEST_DIR = "best"  # the model a task objective's validation metric chose
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 
 
 def model_directory(path: str | Path) -> Path:
-    """The model directory of ``path``: itself, or a training run's latest checkpoint."""
+    """The model directory of ``path``: itself, or a training run's best model, else its latest checkpoint."""
     path = Path(path)
     if (path / CONFIG_FILE).is_file():
         return path
     recover_checkpoint(path)
+    recover_checkpoint(path, BEST_DIR)
+    if (path / BEST_DIR / CONFIG_FILE).is_file():
+        return path / BEST_DIR
     if (path / CHECKPOINT_DIR / CONFIG_FILE).is_file():
         return path / CHECKPOINT_DIR
     if not path.exists():
@@ -116,7 +120,24 @@ def save_checkpoint(
     rng = rng or [rng_states()]
     write_tensors(staging / RNG_FILE, {f"{rank}.{key}": t for rank, states in enumerate(rng) for key, t in states.items()})
     write_json(staging / STATE_FILE, {**state, "optimizer": structure})
-    final, previous = run_directory / CHECKPOINT_DIR, run_directory / PREVIOUS_CHECKPOINT_DIR
+    return swap_in(staging, run_directory, CHECKPOINT_DIR)
+
+
+def save_best(run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None) -> Path:
+    """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory)."""
+    run_directory = make_directory(run_directory)
+    staging = Path(tempfile.mkdtemp(prefix=f".{BEST_DIR}-", dir=run_directory))
+    save_model(model, staging, tokenizer)
+    return swap_in(staging, run_directory, BEST_DIR)
+
+
+def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
+    """Move the finished ``staging`` directory to ``run_directory/name``, replacing what was there.
+
+    Two renames: a kill between them leaves ``.name-previous``, which
+    :func:`recover_checkpoint` moves back, so a complete directory always survives.
+    """
+    final, previous = run_directory / name, run_directory / f".{name}-previous"
     if final.exists():
         shutil.rmtree(previous, ignore_errors=True)
         os.replace(final, previous)
@@ -130,9 +151,9 @@ def has_checkpoint(run_directory: str | Path) -> bool:
     return (run_directory / CHECKPOINT_DIR).is_dir() or (run_directory / PREVIOUS_CHECKPOINT_DIR).is_dir()
 
 
-def recover_checkpoint(run_directory: Path) -> None:
-    """Finish a swap that a kill interrupted between its two renames."""
-    final, previous = run_directory / CHECKPOINT_DIR, run_directory / PREVIOUS_CHECKPOINT_DIR
+def recover_checkpoint(run_directory: Path, name: str = CHECKPOINT_DIR) -> None:
+    """Finish a swap (:func:`swap_in`) that a kill interrupted between its two renames."""
+    final, previous = run_directory / name, run_directory / f".{name}-previous"
     if not final.exists() and previous.is_dir():
         os.replace(previous, final)
 

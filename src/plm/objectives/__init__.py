@@ -5,11 +5,13 @@ use any objective. ``loss`` returns, for each term (``lm``, ``mlm``, ``nsp`` ...
 the *sum* of its per-target losses, and ``target_counts`` the number of targets;
 the trainer divides each term by its targets over the whole optimizer step (all
 micro-batches, all processes), so gradient accumulation and data parallelism give
-the same loss as one big batch, and adds the terms.
+the same loss as one big batch, and adds the terms (weighted by ``loss_weights``).
+Task objectives add optional hooks: see :mod:`plm.objectives.base`.
 """
 
+from plm.objectives.base import Objective, Selection
 from plm.objectives.builders import OBJECTIVES, ObjectiveData, ObjectiveSpec, objective_spec
-from plm.objectives.clm import CausalLMObjective, Objective
+from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
 
 __all__ = [
@@ -19,5 +21,6 @@ __all__ = [
     "Objective",
     "ObjectiveData",
     "ObjectiveSpec",
+    "Selection",
     "objective_spec",
 ]

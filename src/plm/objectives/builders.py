@@ -16,7 +16,8 @@ from plm.data.corpus import Corpus
 from plm.data.tokens import cached_token_ids
 from plm.errors import PLMError
 from plm.files import cache_dir
-from plm.objectives.clm import CausalLMObjective, Objective
+from plm.objectives.base import Objective
+from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
 
 if TYPE_CHECKING:

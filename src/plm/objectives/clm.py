@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -10,18 +10,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.data.tokens import BlockSampler, validation_blocks
-
-
-class Objective(Protocol):
-    """Draws batches and sums losses; see :mod:`plm.objectives`. ``train_tokens``: the training text's size."""
-
-    train_tokens: int
-
-    def batch(self, step: int, index: int) -> dict[str, torch.Tensor]: ...
-    def size(self, batch: dict[str, torch.Tensor]) -> int: ...
-    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]: ...
-    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
-    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
 
 
 class CausalLMObjective:

@@ -23,11 +23,13 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from plm.checkpoint import (
+    BEST_DIR,
     CHECKPOINT_DIR,
     PREVIOUS_CHECKPOINT_DIR,
     has_checkpoint,
     load_checkpoint,
     rng_states,
+    save_best,
     save_checkpoint,
 )
 from plm.device import autocast, resolve_device, resolve_precision
@@ -35,6 +37,7 @@ from plm.errors import PLMError
 from plm.files import write_json
 from plm.models import PretrainedModel
 from plm.objectives import Objective
+from plm.objectives.base import loss_weights, selection
 from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.optim import build_optimizer, learning_rate
@@ -55,6 +58,7 @@ class TrainingConfig:
     """
 
     steps: int = 1000
+    epochs: float | None = None  # when set, steps = this many passes over the objective's training data
     optimizer: str | None = None
     lr: float | None = None
     min_lr: float | None = None
@@ -83,6 +87,8 @@ class TrainingConfig:
         """Raise a PLMError naming the flag of the first value that cannot train."""
         if self.steps < 1 or self.grad_accum < 1:
             raise PLMError("--steps and --grad-accum must be at least 1")
+        if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise PLMError(f"--epochs must be a number above 0, got {self.epochs}")
         if self.optimizer not in OPTIMIZERS:
             raise PLMError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
@@ -126,10 +132,23 @@ class Trainer:
             self.device = torch.device("cuda", self.distributed.local_rank)
         self.model = model.to(self.device)
         self.objective = objective
+        self.loss_weights = loss_weights(objective)
+        self.selection = selection(objective)
+        self.best: float | None = None  # the selection metric's best value so far
+        if config.epochs is not None:
+            self.config = config = dataclasses.replace(config, steps=self.steps_for_epochs(config.epochs))
         self.tokenizer = tokenizer
         self.optimizer = build_optimizer(config.optimizer, self.model, config.lr, config.weight_decay, config.betas, config.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = 0
+
+    def steps_for_epochs(self, epochs: float) -> int:
+        """Optimizer steps that read ``epochs`` passes over the training data (at least one step)."""
+        per_epoch = getattr(self.objective, "batches_per_epoch", None)
+        if per_epoch is None:
+            raise PLMError("--epochs needs a task with a fixed training set; give --steps instead")
+        per_step = self.config.grad_accum * self.distributed.world_size
+        return max(1, math.ceil(epochs * per_epoch / per_step))
 
     def train(self, resume: bool = False, overwrite: bool = False) -> dict[str, float]:
         """Run until ``config.steps``; return the last metrics (with validation loss).
@@ -143,6 +162,7 @@ class Trainer:
         if resume:
             state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank)
             self.step = state["step"]
+            self.best = state.get("best")
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
             self.truncate_metrics(self.step)
@@ -162,7 +182,7 @@ class Trainer:
             total=config.steps,
             initial=self.step,
             disable=not (config.progress and self.distributed.is_main),
-            desc="pretrain",
+            desc="train",
             dynamic_ncols=True,
         )
         metrics: dict[str, float] = {}
@@ -179,6 +199,7 @@ class Trainer:
                 metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": rate}
                 if self.step % config.eval_every == 0 or self.step == config.steps:
                     metrics.update(self.evaluate())
+                    self.keep_if_best(metrics)
                 if self.step % config.log_every == 0 or "val_loss" in metrics:
                     self.log(metrics)
                 bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
@@ -218,7 +239,9 @@ class Trainer:
                 losses = self.objective.loss(wrapped, batch)
             # Each term is a mean over the whole step's targets. DDP averages gradients over
             # processes; multiplying by the world size turns that average into the sum.
-            total = sum(losses[t] * (world.world_size / count) for t, count in zip(terms, counts))
+            total = sum(
+                losses[t] * (self.loss_weights.get(t, 1.0) * world.world_size / count) for t, count in zip(terms, counts)
+            )
             self.scaler.scale(total).backward()
             sums += torch.stack([losses[t].detach().float() for t in terms])
         self.scaler.unscale_(self.optimizer)
@@ -229,11 +252,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         means = (world.all_reduce_sum(sums) / torch.tensor(counts, device=self.device)).tolist()
         tokens = sum(self.objective.size(b) for b in batches) * world.world_size
-        return named_losses(terms, means), tokens
+        return named_losses(terms, means, self.loss_weights), tokens
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean losses over the objective's fixed validation batches; perplexity of the first term."""
+        """Mean losses over the objective's fixed validation batches; perplexity of the first term.
+
+        An objective with ``validation_metrics`` adds its task metrics, as ``val_<name>``.
+        """
         self.model.eval()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -244,19 +270,38 @@ class Trainer:
                     sums[term] = sums.get(term, 0.0) + value.item()
             for term, count in self.objective.target_counts(batch).items():
                 counts[term] = counts.get(term, 0) + count
+        metrics: dict[str, float] = {}
+        if counts:
+            terms = list(counts)
+            means = [sums[t] / max(1, counts[t]) for t in terms]
+            metrics = {f"val_{k}": v for k, v in named_losses(terms, means, self.loss_weights).items()}
+            metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
+        task_metrics = getattr(self.objective, "validation_metrics", None)
+        if task_metrics is not None:
+            metrics.update({f"val_{name}": value for name, value in task_metrics(self.model).items()})
         self.model.train()
-        if not counts:
-            return {}
-        terms = list(counts)
-        means = [sums[t] / max(1, counts[t]) for t in terms]
-        metrics = {f"val_{k}": v for k, v in named_losses(terms, means).items()}
-        metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
         return metrics
+
+    def keep_if_best(self, metrics: dict[str, float]) -> None:
+        """Save the model to ``best/`` when the objective's selection metric improved."""
+        if self.selection is None:
+            return
+        if self.selection.metric not in metrics:
+            raise PLMError(f"the task selects its best model by {self.selection.metric}, which its validation did not report")
+        value = metrics[self.selection.metric]
+        if self.selection.better(value, self.best):
+            self.best = value
+            if self.distributed.is_main:
+                save_best(self.out, self.model, self.tokenizer)
 
     def save(self) -> None:
         rng = self.distributed.all_gather_object(rng_states())  # each process resumes its own dropout masks
         if self.distributed.is_main:
-            state = {"step": self.step, "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None}
+            state = {
+                "step": self.step,
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                "best": self.best,
+            }
             save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
         self.distributed.barrier()
 
@@ -274,7 +319,7 @@ class Trainer:
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
+RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
 
 
 def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
@@ -303,9 +348,9 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
     raise PLMError(f"{out} is not empty and holds no plm run; choose another --out or pass --overwrite")
 
 
-def named_losses(terms: list[str], means: list[float]) -> dict[str, float]:
-    """``loss`` is the sum of the terms; each term is logged too when there are several."""
-    named = {"loss": sum(means)}
+def named_losses(terms: list[str], means: list[float], weights: dict[str, float]) -> dict[str, float]:
+    """``loss`` is the weighted sum of the terms; each term is logged too (unweighted) when there are several."""
+    named = {"loss": sum(weights.get(term, 1.0) * mean for term, mean in zip(terms, means))}
     if len(terms) > 1:
         named |= {f"loss_{term}": mean for term, mean in zip(terms, means)}
     return named

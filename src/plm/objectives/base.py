@@ -1,0 +1,56 @@
+"""What the trainer asks of an objective, and the optional hooks a task objective adds.
+
+Required: ``batch``, ``size``, ``target_counts``, ``loss``, ``validation_batches`` and
+``train_tokens``. Optional, read by the trainer with these defaults:
+
+- ``loss_weights`` (``{}``): a weight per loss term, 1 where absent; GPT-1's
+  fine-tuning loss L3 = L2 + lambda * L1 is ``{"lm": lambda}``.
+- ``validation_metrics(model)`` (none): task metrics (accuracy, F1, EM, BLEU ...)
+  computed at every evaluation, logged as ``val_<name>``.
+- ``selection`` (None): the validation metric that picks the best model, which the
+  trainer then keeps in ``best/`` of the run directory.
+- ``batches_per_epoch`` (None): micro-batches in one pass over the training data,
+  so that a run can be given in epochs rather than steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+
+
+class Objective(Protocol):
+    """Draws batches and sums losses; see :mod:`plm.objectives`. ``train_tokens``: the training text's size."""
+
+    train_tokens: int
+
+    def batch(self, step: int, index: int) -> dict[str, torch.Tensor]: ...
+    def size(self, batch: dict[str, torch.Tensor]) -> int: ...
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]: ...
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which logged validation metric (e.g. ``val_accuracy``) picks the best model, and its direction."""
+
+    metric: str
+    maximize: bool = True
+
+    def better(self, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return value > best if self.maximize else value < best
+
+
+def loss_weights(objective: Objective) -> dict[str, float]:
+    return dict(getattr(objective, "loss_weights", None) or {})
+
+
+def selection(objective: Objective) -> Selection | None:
+    return getattr(objective, "selection", None)
