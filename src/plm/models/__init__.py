@@ -26,6 +26,9 @@ def preset_config(name: str, **overrides: Any) -> Any:
     """The config of preset ``name``, with fields replaced by ``overrides``."""
     if name not in PRESETS:
         raise PLMError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PRESETS[name])})
+    if unknown:
+        raise PLMError(f"preset {name!r} has no field {', '.join(unknown)}")
     return dataclasses.replace(PRESETS[name], **overrides)
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,6 +62,7 @@ class PretrainSetup:
     validation_blocks: int = 64
     dropout: float | None = None  # None: the preset's own
     hyperparameters: str = "cpu"  # "cpu": the recipe's CPU-scale values; "paper": the paper's
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # preset config fields to change (ablations)
 
 
 def check_model_name(name: str) -> str:
@@ -72,10 +74,12 @@ def check_model_name(name: str) -> str:
     return name
 
 
-def model_config(name: str):
-    """The config of a preset, or of a saved plm model directory (read without its weights)."""
+def model_config(name: str, overrides: dict[str, Any] | None = None):
+    """The config of a preset (with ``overrides``), or of a saved plm model directory (read without its weights)."""
     if name in PRESETS:
-        return PRESETS[name]
+        return preset_config(name, **(overrides or {}))
+    if overrides:
+        raise PLMError(f"{name}: model fields ({', '.join(overrides)}) can be changed only for a preset, not a saved model")
     path = model_directory(name) / CONFIG_FILE
     description = read_json(path)
     family = description.get("family") if isinstance(description, dict) else None
@@ -145,7 +149,7 @@ def resolve_tokenizer(setup: PretrainSetup, model: str, recipe: Recipe, corpus: 
 def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokenizer: Tokenizer) -> PretrainedModel:
     """A fresh preset sized to the tokenizer with the objective's heads, or a saved model to continue."""
     if model in PRESETS:
-        config = preset_config(model, vocab_size=len(tokenizer))
+        config = preset_config(model, **setup.model_overrides, vocab_size=len(tokenizer))
         if setup.dropout is not None:  # every dropout rate of the family: embeddings, attention, residuals, heads
             rates = {f.name: setup.dropout for f in dataclasses.fields(config) if f.name.endswith("dropout")}
             config = dataclasses.replace(config, **rates)
@@ -160,6 +164,12 @@ def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokeni
         raise PLMError(f"{model}: the model's pretraining heads are {'+'.join(have) or 'none'}; the objective needs "
                        f"{'+'.join(heads) or 'none'}")
     return loaded
+
+
+def block_size_of(setup: PretrainSetup) -> int:
+    """The block size a run of ``setup`` trains on: the one given, else the recipe's, at most the context."""
+    config = model_config(check_model_name(setup.model), setup.model_overrides)
+    return check_setup(setup, config.context_length, RECIPES[model_class(config).family])
 
 
 def warn_if_too_little_data(objective: Objective, setup: PretrainSetup, block_size: int) -> None:
@@ -186,7 +196,7 @@ def prepare(
     """
     out = Path(out)
     model_name = check_model_name(setup.model)
-    config = model_config(model_name)
+    config = model_config(model_name, setup.model_overrides)
     family = model_class(config).family
     recipe = RECIPES[family]
     objective_name, spec = choose_objective(setup, family, recipe)

@@ -59,6 +59,7 @@ class TrainingConfig:
 
     steps: int = 1000
     epochs: float | None = None  # when set, steps = this many passes over the objective's training data
+    time_limit: float | None = None  # seconds of training (resumed runs included) after which the run stops
     optimizer: str | None = None
     lr: float | None = None
     min_lr: float | None = None
@@ -89,6 +90,8 @@ class TrainingConfig:
             raise PLMError("--steps and --grad-accum must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"--epochs must be a number above 0, got {self.epochs}")
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise PLMError(f"the time limit must be above 0 seconds, got {self.time_limit}")
         if self.optimizer not in OPTIMIZERS:
             raise PLMError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
@@ -135,6 +138,7 @@ class Trainer:
         self.loss_weights = loss_weights(objective)
         self.selection = selection(objective)
         self.best: float | None = None  # the selection metric's best value so far
+        self.elapsed = 0.0  # seconds spent training in this run directory, over all resumes
         if config.epochs is not None:
             self.config = config = dataclasses.replace(config, steps=self.steps_for_epochs(config.epochs))
         self.tokenizer = tokenizer
@@ -163,6 +167,7 @@ class Trainer:
             state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank)
             self.step = state["step"]
             self.best = state.get("best")
+            self.elapsed = state.get("elapsed", 0.0)
             if state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
             self.truncate_metrics(self.step)
@@ -186,7 +191,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         metrics: dict[str, float] = {}
-        started, tokens_seen = time.perf_counter(), 0
+        started, tokens_seen, elapsed_before = time.perf_counter(), 0, self.elapsed
         try:
             while self.step < config.steps:
                 lr = learning_rate(config.schedule, self.step, config.lr, config.warmup, config.steps, config.min_lr)
@@ -195,17 +200,27 @@ class Trainer:
                 losses, tokens = self.optimizer_step(wrapped)
                 self.step += 1
                 tokens_seen += tokens
-                rate = tokens_seen / (time.perf_counter() - started)
-                metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": rate}
-                if self.step % config.eval_every == 0 or self.step == config.steps:
+                running = time.perf_counter() - started
+                self.elapsed = elapsed_before + running
+                # Every process stops at the same step: the first one's clock decides.
+                out_of_time = config.time_limit is not None and bool(
+                    self.distributed.broadcast(self.elapsed >= config.time_limit)
+                )
+                last = self.step == config.steps or out_of_time
+                metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": tokens_seen / running,
+                           "elapsed": self.elapsed}
+                if self.step % config.eval_every == 0 or last:
                     metrics.update(self.evaluate())
                     self.keep_if_best(metrics)
                 if self.step % config.log_every == 0 or "val_loss" in metrics:
                     self.log(metrics)
-                bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}", refresh=False)
+                bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / running:,.0f}",
+                                refresh=False)
                 bar.update(1)
-                if self.step % config.save_every == 0 or self.step == config.steps:
+                if self.step % config.save_every == 0 or last:
                     self.save()
+                if out_of_time:
+                    break
         finally:
             bar.close()
         return metrics
@@ -301,6 +316,7 @@ class Trainer:
                 "step": self.step,
                 "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
                 "best": self.best,
+                "elapsed": self.elapsed,
             }
             save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
         self.distributed.barrier()
@@ -349,8 +365,7 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
 
 
 def named_losses(terms: list[str], means: list[float], weights: dict[str, float]) -> dict[str, float]:
-    """``loss`` is the weighted sum of the terms; each term is logged too (unweighted) when there are several."""
+    """``loss`` is the weighted sum of the terms; each term is logged too (unweighted), so that runs
+    with different terms (MLM alone, MLM + NSP) can be compared on the one they share."""
     named = {"loss": sum(weights.get(term, 1.0) * mean for term, mean in zip(terms, means))}
-    if len(terms) > 1:
-        named |= {f"loss_{term}": mean for term, mean in zip(terms, means)}
-    return named
+    return named | {f"loss_{term}": mean for term, mean in zip(terms, means)}

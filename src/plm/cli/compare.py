@@ -1,0 +1,65 @@
+"""plm compare: rerun a paper's ablation at CPU scale, runs side by side on an equal budget."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from plm.cli.common import HelpFormatter, add_device, check_output_directory
+from plm.compare import CompareSpec, compare, plot_curves, read_spec, results_table
+from plm.files import atomic_open, write_json
+
+EXAMPLES = """a spec (TOML): a [budget] every run gets alike, a [base] every run starts from, and [[run]] tables:
+
+  title = "Pre-LN (GPT-2) vs post-LN (GPT-1)"
+  metric = "val_loss"            # the validation metric to plot and rank by
+  [budget]
+  steps = 300                    # or: tokens = 2_000_000, or: minutes = 5
+  [base]
+  model = "gpt2"                 # pretrain's options by name: objective, whole_word, batch_size, lr, ...
+  [[run]]
+  name = "pre-LN"
+  [[run]]
+  name = "post-LN"
+  config = { norm_first = false, final_norm = false, scaled_residual_init = false }   # preset fields
+
+examples:
+  plm compare examples/compare/pre-ln-vs-post-ln.toml
+  plm compare examples/compare/nsp-vs-sop.toml --out runs/nsp-vs-sop
+  plm compare my-spec.toml --device cuda        # run it again after a stop: finished runs are kept
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "compare",
+        help="run an ablation: several pre-training runs on an equal budget",
+        description="Run the runs of a comparison spec one after another, each in its own run directory under "
+        "--out, on the same budget of steps, tokens or minutes. A finished run is kept and an interrupted one "
+        "resumes, so running the command again finishes the comparison. Prints a table of final metrics and "
+        "writes results.md, results.json and curves.png (the validation curves against steps and against "
+        "wall-clock time, on shared axes). Specs for the papers' ablations are in examples/compare/.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("spec", help="comparison spec (TOML)")
+    parser.add_argument("--out", help="output directory (default: runs/compare/SPEC-NAME)")
+    add_device(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> None:
+    spec = read_spec(args.spec)
+    spec = CompareSpec(spec.title, spec.metric, spec.budget, tuple(
+        dataclasses.replace(run, training=dataclasses.replace(run.training, device=args.device)) for run in spec.runs
+    ))
+    out = check_output_directory(args.out or Path("runs/compare") / Path(args.spec).stem)
+    results = compare(spec, out)
+    table = results_table(spec, results)
+    print(f"\n{spec.title} ({spec.budget.describe()} each)\n\n{table}")
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out / "results.md") as file:
+        file.write(f"# {spec.title}\n\n{table}\n".encode())
+    write_json(out / "results.json", {result.name: result.final for result in results})
+    print(f"\nwrote {out / 'results.md'}, {out / 'results.json'} and {plot_curves(spec, results, out / 'curves.png')}")

@@ -1,0 +1,277 @@
+"""Side-by-side runs on an equal budget: the papers' ablations at CPU scale.
+
+A comparison is a TOML spec: a ``[base]`` that every run starts from, a list of
+``[[run]]`` tables that each change a few things, and one ``[budget]`` (steps,
+tokens or minutes) that every run gets alike. The keys of ``base`` and of a run
+are the pre-training options by their Python names (``model``, ``objective``,
+``whole_word``, ``batch_size``, ``lr``, ``schedule`` ...), and ``config`` changes
+fields of the model's preset (``norm_first``, ``sharing``, ``position_terms`` ...)::
+
+    title = "Pre-LN (GPT-2) vs post-LN (GPT-1)"
+    metric = "val_loss"
+
+    [budget]
+    steps = 300
+
+    [base]
+    model = "gpt2"
+
+    [[run]]
+    name = "pre-LN"
+
+    [[run]]
+    name = "post-LN"
+    config = { norm_first = false, final_norm = false, scaled_residual_init = false }
+
+The runs go one after another, each in its own run directory under the output
+directory; a finished run is kept, an interrupted one resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import tomllib
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plm.checkpoint import has_checkpoint
+from plm.config import checked_value
+from plm.errors import PLMError
+from plm.files import atomic_open, read_json, write_json
+from plm.models import PRESETS
+from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, prepare
+from plm.training.trainer import METRICS_FILE, TrainingConfig
+
+BUDGETS = ("steps", "tokens", "minutes")
+RESULT_FILE = "result.json"  # written into a run directory once its run has finished
+SETUP_FIELDS = {f.name: f for f in dataclasses.fields(PretrainSetup) if f.name != "model_overrides"}
+TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "time_limit")}
+SETUP_HINTS = typing.get_type_hints(PretrainSetup)
+TRAINING_HINTS = typing.get_type_hints(TrainingConfig)
+# A run's defaults where pre-training's would not suit a comparison: curves need points, and runs are quiet.
+COMPARE_DEFAULTS = {"eval_every": 25, "log_every": 5, "progress": True}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every run gets alike: exactly one of optimizer steps, training tokens or minutes."""
+
+    kind: str
+    amount: float
+
+    def describe(self) -> str:
+        return f"{self.amount:g} {self.kind}"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a name, the pre-training setup and training config it trains with."""
+
+    name: str
+    setup: PretrainSetup
+    training: TrainingConfig
+
+    @property
+    def slug(self) -> str:
+        """The run's directory name: its name in lower case, runs of other characters as one dash."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-") or "run"
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    title: str
+    metric: str
+    budget: Budget
+    runs: tuple[RunSpec, ...]
+
+
+@dataclass
+class RunResult:
+    """A finished run: its final metrics and the validation curve, as (step, seconds, value) points."""
+
+    name: str
+    directory: Path
+    final: dict[str, float]
+    curve: list[tuple[int, float, float]]
+
+
+def read_spec(path: str | Path) -> CompareSpec:
+    """Parse and check a comparison spec; every mistake is a PLMError naming the file and the run."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PLMError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise PLMError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise PLMError(f"{path}: not valid TOML: {error}") from None
+    unknown = sorted(set(data) - {"title", "metric", "budget", "base", "run"})
+    if unknown:
+        raise PLMError(f"{path}: unknown key(s) {', '.join(unknown)}; a spec has title, metric, budget, base and run")
+    budget = read_budget(data.get("budget"), path)
+    base = data.get("base", {})
+    if not isinstance(base, dict):
+        raise PLMError(f"{path}: [base] should be a table")
+    runs = data.get("run")
+    if not isinstance(runs, list) or not runs:
+        raise PLMError(f"{path}: no [[run]] tables; a comparison needs at least one run")
+    specs = tuple(run_spec({**base, **run}, budget, path, index) for index, run in enumerate(runs, 1))
+    slugs = [run.slug for run in specs]
+    repeated = sorted({slug for slug in slugs if slugs.count(slug) > 1})
+    if repeated:
+        raise PLMError(f"{path}: two runs would share the directory {repeated[0]!r}; give them distinct names")
+    metric = data.get("metric", "val_loss")
+    if not isinstance(metric, str) or not metric.startswith("val_"):
+        raise PLMError(f"{path}: metric should name a validation metric such as \"val_loss\", got {metric!r}")
+    return CompareSpec(str(data.get("title", path.stem)), metric, budget, specs)
+
+
+def read_budget(budget: Any, path: Path) -> Budget:
+    if not isinstance(budget, dict) or len(budget) != 1 or next(iter(budget)) not in BUDGETS:
+        raise PLMError(f"{path}: [budget] should hold exactly one of {', '.join(BUDGETS)}, e.g. steps = 300")
+    kind, amount = next(iter(budget.items()))
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not (math.isfinite(amount) and amount > 0):
+        raise PLMError(f"{path}: budget {kind} should be a number above 0, got {amount!r}")
+    return Budget(kind, float(amount))
+
+
+def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> RunSpec:
+    """Route each key of a run to the pre-training setup, the training config or the model's preset."""
+    name = values.pop("name", None)
+    where = f"{path}: run {index}" + (f" ({name})" if isinstance(name, str) else "")
+    if not isinstance(name, str) or not name.strip():
+        raise PLMError(f"{where}: needs a name")
+    overrides = values.pop("config", {})
+    if not isinstance(overrides, dict):
+        raise PLMError(f"{where}: config should be a table of model fields")
+    setup_values, training_values = {}, {**COMPARE_DEFAULTS}
+    for key, value in values.items():
+        hints = SETUP_HINTS if key in SETUP_FIELDS else TRAINING_HINTS if key in TRAINING_FIELDS else None
+        if hints is None:
+            raise PLMError(f"{where}: unknown option {key!r}; see `plm compare --help` for the options a run takes")
+        target = setup_values if key in SETUP_FIELDS else training_values
+        target[key] = checked_value(value, hints[key], f"{where}: {key}")
+    setup = PretrainSetup(**setup_values, model_overrides=checked_overrides(setup_values.get("model"), overrides, where))
+    steps, time_limit = steps_and_time_limit(budget, setup, where)
+    training = TrainingConfig(**training_values, steps=steps, time_limit=time_limit)
+    return RunSpec(name.strip(), setup, training)
+
+
+def checked_overrides(model: str | None, overrides: dict[str, Any], where: str) -> dict[str, Any]:
+    """The model fields of ``config``, each checked against the preset config's annotation."""
+    if not overrides:
+        return {}
+    preset = check_model_name(model or PretrainSetup.model)
+    if preset not in PRESETS:
+        raise PLMError(f"{where}: config changes a preset's fields; {preset} is a saved model")
+    config_class = type(PRESETS[preset])
+    hints = typing.get_type_hints(config_class)
+    unknown = sorted(set(overrides) - set(hints))
+    if unknown:
+        raise PLMError(f"{where}: {config_class.__name__} has no field {', '.join(unknown)}")
+    return {key: checked_value(value, hints[key], f"{where}: config.{key}") for key, value in overrides.items()}
+
+
+def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tuple[int, float | None]:
+    """Optimizer steps (and a time limit) for ``budget``.
+
+    Tokens become steps of ``batch_size x block_size`` tokens. Minutes become a time
+    limit: the run then plans its learning-rate schedule over ``steps`` (10,000 by
+    default, or the ``steps`` a spec does not give: the schedule is cut, not squeezed).
+    """
+    if budget.kind == "steps":
+        return int(budget.amount), None
+    if budget.kind == "tokens":
+        try:
+            per_step = setup.batch_size * block_size_of(setup)
+        except PLMError as error:
+            raise PLMError(f"{where}: {error}") from None
+        return max(1, math.ceil(budget.amount / per_step)), None
+    return 10_000, budget.amount * 60
+
+
+def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] = print) -> list[RunResult]:
+    """Run (or resume, or keep) every run of ``spec`` under ``out``; return their results in spec order."""
+    out = Path(out)
+    results = []
+    for index, run in enumerate(spec.runs, 1):
+        directory = out / run.slug
+        if (directory / RESULT_FILE).is_file():
+            progress(f"[{index}/{len(spec.runs)}] {run.name}: finished before, kept")
+        else:
+            resume = has_checkpoint(directory)
+            progress(f"[{index}/{len(spec.runs)}] {run.name}: {'resuming' if resume else 'training'} "
+                     f"({spec.budget.describe()}) in {directory}")
+            trainer, _ = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
+            final = trainer.train(resume=resume, overwrite=not resume)
+            final["parameters"] = trainer.model.num_parameters()
+            write_json(directory / RESULT_FILE, final)
+        results.append(RunResult(run.name, directory, read_json(directory / RESULT_FILE),
+                                 validation_curve(directory, spec.metric)))
+    return results
+
+
+def validation_curve(directory: Path, metric: str) -> list[tuple[int, float, float]]:
+    """(step, elapsed seconds, value) of ``metric`` at each evaluation logged in the run's metrics."""
+    lines = (directory / METRICS_FILE).read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    return [(r["step"], r.get("elapsed", math.nan), r[metric]) for r in records if metric in r]
+
+
+def results_table(spec: CompareSpec, results: list[RunResult]) -> str:
+    """A Markdown table: one row per run, the spec's metric first (final and best), then size and speed."""
+    metric = spec.metric
+    header = f"| run | final {metric} | best {metric} | steps | minutes | tokens/s | parameters |"
+    rows = [header, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for result in results:
+        final = result.final
+        pick = min if metric.endswith(("loss", "perplexity")) else max  # lower is better only for losses
+        best = pick((value for _, _, value in result.curve), default=math.nan)
+        rows.append(
+            f"| {result.name} | {final.get(metric, math.nan):.4f} | {best:.4f} | {final['step']} | "
+            f"{final.get('elapsed', math.nan) / 60:.1f} | {final.get('tokens_per_second', math.nan):,.0f} | "
+            f"{int(final.get('parameters', 0)):,} |"
+        )
+    return "\n".join(rows)
+
+
+def draw_curves(spec: CompareSpec, results: list[RunResult]):
+    """A matplotlib figure of every run's validation curve on shared axes: against steps, and against minutes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (by_step, by_time) = pyplot.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for result in results:
+        steps, seconds, values = zip(*result.curve) if result.curve else ((), (), ())
+        by_step.plot(steps, values, marker=".", label=result.name)
+        by_time.plot([s / 60 for s in seconds], values, marker=".", label=result.name)
+    by_step.set_xlabel("optimizer step")
+    by_time.set_xlabel("wall-clock minutes")
+    by_step.set_ylabel(spec.metric)
+    for axes in (by_step, by_time):
+        axes.grid(alpha=0.3)
+    by_step.legend()
+    figure.suptitle(f"{spec.title} ({spec.budget.describe()} each)")
+    figure.tight_layout()
+    return figure
+
+
+def plot_curves(spec: CompareSpec, results: list[RunResult], path: str | Path) -> Path:
+    """Write :func:`draw_curves` as a PNG."""
+    from matplotlib import pyplot
+
+    figure = draw_curves(spec, results)
+    path = Path(path)
+    with atomic_open(path) as file:
+        figure.savefig(file, format="png", dpi=120)
+    pyplot.close(figure)
+    return path
