@@ -33,12 +33,13 @@ import dataclasses
 import json
 import math
 import re
-import tomllib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from plm.checkpoint import has_checkpoint
 from plm.config import checked_value
