@@ -114,9 +114,7 @@ class TaskModel(PretrainedModel):
         mask = flatten(attention_mask)
         output = self.backbone(flatten(input_ids), mask, **backbone_options)
         if self.head.pools:
-            features = self.pool(output, mask).view(*input_ids.shape[:-1], -1)  # (B, H) or (B, K, H)
-            if not several:
-                features = features.unsqueeze(1)  # (B, 1, H)
+            features = self.pool(output, mask).view(len(input_ids), -1, self.config.backbone.dim)  # (B, K, H), K = 1
         else:
             features = output.last_hidden_state
         result = self.head(features)
