@@ -122,6 +122,15 @@ def test_the_word_vocabulary_keeps_the_most_frequent_words() -> None:
     assert split_words("don't stop, ok?") == ["don", "'", "t", "stop", ",", "ok", "?"]
 
 
+def test_plm_tokenizer_train_writes_the_word_vocabulary(text_file: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    code, _, _ = run_cli("tokenizer", "train", str(text_file), "--kind", "words", "--vocab-size", "10",
+                         "--out", str(tmp_path / "words"), capsys=capsys)
+    loaded = plm.Tokenizer.load(tmp_path / "words")
+    assert code == 0 and loaded.backend.get_vocab() == train_words([text_file.read_text()], 10).backend.get_vocab()
+    assert loaded.special_tokens == {"bos": "<S>", "eos": "</S>", "unk": "<UNK>"}
+
+
 def test_bilm_batches_read_words_and_target_the_next_and_previous_ones() -> None:
     documents = [Document(str(i), synthetic_text(paragraphs=3, seed=i)) for i in range(4)]
     tokenizer = train_words((d.text for d in documents), vocab_size=20)
