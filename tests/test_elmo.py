@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import synthetic_text
-from test_resume import PLM, RUN, killed_and_resumed_like_straight
 
 import plm
+from conftest import synthetic_text
 from plm.cli.main import main
 from plm.data.corpus import Document
 from plm.errors import PLMError
@@ -22,6 +21,7 @@ from plm.tokenizer import train_words
 from plm.training.pretrain import PretrainSetup, pretrain
 from plm.training.trainer import TrainingConfig
 from plm.words import MAX_CHARACTERS, PADDING, character_ids, split_words
+from test_resume import PLM, RUN, killed_and_resumed_like_straight
 
 STEPS_TO_LEARN = 80
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark", "."]]

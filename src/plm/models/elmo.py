@@ -209,7 +209,8 @@ class Elmo(PretrainedModel):
 
         With targets (word ids, (batch, words)): ``next_words`` are what the forward LM
         predicts at each position, ``previous_words`` the backward LM's; their summed
-        negative log-likelihoods come back as ``forward_loss`` and ``backward_loss``.
+        negative log-likelihoods come back as ``forward_loss`` and ``backward_loss``. States
+        at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them.
         """
         token = self.token_encoder(chars)
         lengths = None if mask is None else mask.sum(dim=1)
@@ -256,10 +257,14 @@ class Elmo(PretrainedModel):
             layers = self(chars, mask).layers()
         return (layers * mask[:, None, :, None]).float()
 
+    @torch.no_grad()
     def token_vectors(self, words: Sequence[str], batch_size: int = 4096) -> torch.Tensor:
-        """The context-free token representation x of each word (len(words), projection_dim)."""
-        vectors = [self.embed([[word] for word in words[start : start + batch_size]])[:, 0, 0, : self.config.projection_dim]
-                   for start in range(0, len(words), batch_size)]
+        """The context-free token representation x of each word (len(words), projection_dim): the char-CNN alone."""
+        vectors = []
+        with evaluating(self):
+            for start in range(0, len(words), batch_size):
+                chars, _ = batch_to_ids([words[start : start + batch_size]])  # one "sentence" of up to batch_size words
+                vectors.append(self.token_encoder(chars.to(self.device))[0].float())
         return torch.cat(vectors) if vectors else torch.zeros(0, self.config.projection_dim)
 
 
