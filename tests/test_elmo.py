@@ -18,7 +18,7 @@ from plm.errors import PLMError
 from plm.models.scalar_mix import ScalarMix
 from plm.objectives.bilm import BiLMObjective, word_streams
 from plm.tokenizer import train_words
-from plm.training.pretrain import PretrainSetup, pretrain
+from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import TrainingConfig
 from plm.words import MAX_CHARACTERS, PADDING, character_ids, split_words
 from test_resume import PLM, RUN, killed_and_resumed_like_straight
@@ -335,3 +335,11 @@ def test_plm_elmo_help(capsys: pytest.CaptureFixture) -> None:
         with pytest.raises(SystemExit) as exit:
             main([*command, "--help"])
         assert exit.value.code == 0 and "examples:" in capsys.readouterr().out
+
+
+def test_the_paper_recipe_trains_with_adagrad(text_file: Path, tmp_path: Path) -> None:
+    setup = PretrainSetup(model="elmo-micro", train_files=(str(text_file),), vocab_size=100, hyperparameters="paper")
+    trainer, _ = prepare(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / "run")
+    group = trainer.optimizer.param_groups[0]
+    assert isinstance(trainer.optimizer, torch.optim.Adagrad) and group["initial_accumulator_value"] == 1.0
+    assert (trainer.config.lr, trainer.config.schedule, trainer.config.warmup) == (0.2, "constant", 0)
