@@ -35,7 +35,7 @@ def test_the_paper_values_are_the_seeds() -> None:
 
 
 def test_each_family_name_stands_for_its_recipe(text_file: Path, tmp_path: Path) -> None:
-    tokenizer_kinds = {"bpe": "BPE", "wordpiece": "WordPiece", "unigram": "Unigram"}
+    tokenizer_kinds = {"bpe": "BPE", "wordpiece": "WordPiece", "unigram": "Unigram", "words": "WordLevel"}
     for family, recipe in RECIPES.items():
         setup = PretrainSetup(model=family, train_files=(str(text_file),), vocab_size=300, batch_size=2)
         trainer, tokenizer = prepare(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / family)

@@ -37,7 +37,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 def logged_losses(run: Path) -> list[dict[str, float]]:
     """Every metrics line without its timing."""
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    return [{k: v for k, v in line.items() if k != "tokens_per_second"} for line in lines]
+    return [{k: v for k, v in line.items() if k not in ("tokens_per_second", "elapsed")} for line in lines]
 
 
 def start(launcher: list[str], args: list[str], out: Path) -> subprocess.Popen:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "lamb", "adagrad")
 SCHEDULES = ("cosine", "linear", "inverse-sqrt", "constant")
-TOKENIZER_KINDS = ("bpe", "wordpiece", "unigram")
+TOKENIZER_KINDS = ("bpe", "wordpiece", "unigram", "words")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import tokenizers
 import torch
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from plm import words
 from plm.errors import PLMError
 from plm.files import atomic_open
 
@@ -554,5 +555,11 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def train_words(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:
+    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.words`)."""
+    return Tokenizer(*words.train_word_vocabulary(texts, vocab_size))
+
+
 # The tokenizer kinds a recipe names, and how each is trained: trainer(texts, vocab_size=...).
-TOKENIZER_TRAINERS = {"bpe": Tokenizer.train_bpe, "wordpiece": Tokenizer.train_wordpiece, "unigram": Tokenizer.train_unigram}
+TOKENIZER_TRAINERS = {"bpe": Tokenizer.train_bpe, "wordpiece": Tokenizer.train_wordpiece, "unigram": Tokenizer.train_unigram,
+                      "words": train_words}

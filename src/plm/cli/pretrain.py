@@ -17,6 +17,7 @@ EXAMPLES = """examples:
   plm pretrain --model bert                      # bert-mini, MLM + NSP, WordPiece trained on the corpus
   plm pretrain --model albert --objective mlm+sop   # albert-mini, n-gram masking, LAMB, Unigram
   plm pretrain --model deberta --objective mlm   # deberta-mini with the enhanced mask decoder
+  plm pretrain --model elmo                      # elmo-mini, char-CNN biLM, forward + backward LM over words
   plm pretrain --model gpt2 --train a.txt b.txt --validation v.txt --out runs/gpt2
   plm pretrain --model bert-base --hyperparameters paper --train wiki.txt   # BERT's own Adam 1e-4, 10k warmup
   plm pretrain --out runs/gpt2 --resume          # continue a run that was stopped
@@ -43,8 +44,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="pre-train a language model on text",
         description="Pre-train a model with its paper's recipe: GPT next-token prediction (clm); BERT masked LM "
         "+ next-sentence prediction; ALBERT masked LM with n-gram masking + sentence-order prediction, LAMB; "
-        "DeBERTa masked LM. Without --train it uses the embedded corpus; without --tokenizer it trains the "
-        "paper's kind (byte-level BPE, WordPiece, Unigram) on the training text. "
+        "DeBERTa masked LM; ELMo's biLM, forward and backward LM over words read as characters. Without --train it uses the embedded corpus; without --tokenizer it trains the "
+        "paper's kind (byte-level BPE, WordPiece, Unigram, a word vocabulary) on the training text. "
         "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), "
         "tokenizer/, metrics.jsonl and training_config.json. Every argument is checked before anything is "
         "written, and a run directory is never replaced without --overwrite.",
@@ -57,7 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"a family ({', '.join(RECIPES)}: its small preset), a preset ({', '.join(PRESETS)}) "
         "or a plm model directory to continue",
     )
-    parser.add_argument("--objective", default="auto", choices=OBJECTIVES, help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm)")
+    parser.add_argument("--objective", default="auto", choices=OBJECTIVES, help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm, elmo bilm)")
     parser.add_argument("--whole-word", action="store_true", help="mask whole words, not sub-word tokens (masked-LM objectives)")
     parser.add_argument("--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE", help="UTF-8 training text; documents are separated by blank lines")
@@ -73,7 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
     optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe, listed below)")
     optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from: plm's CPU-scale ones or the paper's")
-    optimizer.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW or LAMB (ALBERT's)")
+    optimizer.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW, LAMB (ALBERT's) or Adagrad (ELMo's)")
     optimizer.add_argument("--lr", type=float, help="peak learning rate")
     optimizer.add_argument("--min-lr", type=float, help="learning rate at the end of the decay")
     optimizer.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr")
@@ -134,5 +135,8 @@ def run(args: argparse.Namespace) -> None:
     if os.environ.get("RANK", "0") != "0":
         return
     if "val_perplexity" in metrics:
-        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}")
+        # An objective with several language models (ELMo's two directions) reports the perplexity of each.
+        each = "".join(f", {name.removeprefix('val_perplexity_')} {value:.2f}" for name, value in metrics.items()
+                       if name.startswith("val_perplexity_"))
+        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}{each}")
     print(f"saved to {args.out}/checkpoint")

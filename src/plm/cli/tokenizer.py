@@ -6,16 +6,17 @@ import argparse
 
 from plm.cli.common import HelpFormatter, check_output_directory, positive_int
 from plm.data.corpus import default_corpus, read_corpus
-from plm.tokenizer import Tokenizer
+from plm.tokenizer import Tokenizer, train_words
 
 EXAMPLES = """examples:
   plm tokenizer train --out tok                     # on the embedded corpus
   plm tokenizer train my.txt more.txt --out tok --vocab-size 16000
   plm tokenizer train my.txt --kind wordpiece --out bert-tok      # BERT: [CLS] A [SEP] B [SEP]
   plm tokenizer train my.txt --kind unigram --out albert-tok      # ALBERT's SentencePiece-style
+  plm tokenizer train my.txt --kind words --out elmo-words        # ELMo's word vocabulary (softmax)
 """
 
-KINDS = ("bpe", "wordpiece", "unigram")
+KINDS = ("bpe", "wordpiece", "unigram", "words")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="train a tokenizer: byte-level BPE (GPT-2), WordPiece (BERT) or Unigram (ALBERT)",
         description="Train a tokenizer with the tokenizers library. bpe: GPT-2's byte-level BPE (every byte is in "
         "the alphabet, so any text round-trips; merges never cross letters, digits, punctuation and spaces). "
-        "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. "
+        "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. words: ELMo's vocabulary of the most frequent words, <UNK> for the rest. "
         "Writes tokenizer.json and tokenizer_config.json (special-token roles) into --out.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
@@ -48,6 +49,8 @@ def run_train(args: argparse.Namespace) -> None:
         tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
     elif args.kind == "wordpiece":
         tokenizer = Tokenizer.train_wordpiece(texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True)
+    elif args.kind == "words":
+        tokenizer = train_words(texts, args.vocab_size)
     else:
         tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase, show_progress=True)
     tokenizer.save(args.out)

@@ -10,12 +10,14 @@ Task objectives add optional hooks: see :mod:`plm.objectives.base`.
 """
 
 from plm.objectives.base import Objective, Selection
+from plm.objectives.bilm import BiLMObjective
 from plm.objectives.builders import OBJECTIVES, ObjectiveData, ObjectiveSpec, objective_spec
 from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
 
 __all__ = [
     "OBJECTIVES",
+    "BiLMObjective",
     "CausalLMObjective",
     "MaskedLMObjective",
     "Objective",

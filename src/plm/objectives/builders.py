@@ -1,7 +1,7 @@
 """Objectives by name: what each needs of the model, and how it is built from a run's data.
 
 The pre-training recipe looks an objective up here by the name a user gives
-(``clm``, ``mlm``, ``mlm+nsp``, ``mlm+sop``) and knows nothing of its kind: the spec
+(``clm``, ``mlm``, ``mlm+nsp``, ``mlm+sop``, ``bilm``) and knows nothing of its kind: the spec
 says which pre-training heads the model must have, whether it takes masking
 options, and builds the objective from :class:`ObjectiveData`.
 """
@@ -17,6 +17,7 @@ from plm.data.tokens import cached_token_ids
 from plm.errors import PLMError
 from plm.files import cache_dir
 from plm.objectives.base import Objective
+from plm.objectives.bilm import BiLMObjective, word_streams
 from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
 
@@ -72,11 +73,17 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
     return build
 
 
+def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
+    streams = word_streams(data.corpus.train, data.corpus.validation, data.tokenizer.backend.get_vocab())
+    return BiLMObjective(streams, data.block_size, data.batch_size, data.seed, data.validation_blocks)
+
+
 OBJECTIVES: dict[str, ObjectiveSpec] = {
     "clm": ObjectiveSpec(heads=(), masks_words=False, build=causal_lm),
     "mlm": ObjectiveSpec(heads=("mlm",), masks_words=True, build=masked_lm("none")),
     "mlm+nsp": ObjectiveSpec(heads=("mlm", "nsp"), masks_words=True, build=masked_lm("nsp")),
     "mlm+sop": ObjectiveSpec(heads=("mlm", "sop"), masks_words=True, build=masked_lm("sop")),
+    "bilm": ObjectiveSpec(heads=(), masks_words=False, build=bidirectional_lm),
 }
 
 

@@ -66,7 +66,7 @@ def learning_rate(schedule: str, step: int, peak: float, warmup: int, total: int
 def build_optimizer(
     name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """AdamW, or LAMB (ALBERT's large-batch optimizer), over :func:`parameter_groups`."""
+    """AdamW, LAMB (ALBERT's large-batch optimizer) or Adagrad (ELMo's), over :func:`parameter_groups`."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
         for group in groups:
@@ -75,4 +75,8 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if name == "adagrad":  # as bilm-tf (TensorFlow's): accumulators start at 1; it takes no betas
+        for group in groups:
+            del group["layer_adaptation"]
+        return torch.optim.Adagrad(groups, lr=lr, eps=eps, initial_accumulator_value=1.0)
     raise PLMError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")

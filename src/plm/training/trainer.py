@@ -271,7 +271,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean losses over the objective's fixed validation batches; perplexity of the first term.
+        """Mean losses over the objective's fixed validation batches; perplexity of the first term (and of each).
 
         An objective with ``validation_metrics`` adds its task metrics, as ``val_<name>``.
         """
@@ -291,6 +291,8 @@ class Trainer:
             means = [sums[t] / max(1, counts[t]) for t in terms]
             metrics = {f"val_{k}": v for k, v in named_losses(terms, means, self.loss_weights).items()}
             metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
+            if len(terms) > 1:  # e.g. ELMo's forward and backward LMs
+                metrics |= {f"val_perplexity_{t}": math.exp(min(mean, 50.0)) for t, mean in zip(terms, means)}
         task_metrics = getattr(self.objective, "validation_metrics", None)
         if task_metrics is not None:
             metrics.update({f"val_{name}": value for name, value in task_metrics(self.model).items()})

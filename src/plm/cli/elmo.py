@@ -1,0 +1,123 @@
+"""plm elmo: contextual word vectors from a trained biLM, and the nearest-neighbour demo."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, positive_int
+from plm.data.corpus import read_text
+from plm.device import resolve_device
+from plm.errors import PLMError
+from plm.files import atomic_open
+from plm.loading import load_pretrained
+from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
+from plm.tokenizer import Tokenizer
+from plm.words import WORD_ROLES, split_words
+
+EXAMPLES = """examples:
+  plm pretrain --model elmo --out runs/elmo               # a small biLM on the embedded corpus
+  plm elmo embed --model runs/elmo sentences.txt --out vectors.npy             # every layer
+  plm elmo embed --model runs/elmo sentences.txt --out vectors.npy --mix average
+  plm elmo neighbors --model runs/elmo --word play plays.txt
+  plm elmo neighbors --model runs/elmo --word play plays.txt --query "They saw a play on Broadway ."
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "elmo",
+        help="ELMo: contextual word vectors from a biLM",
+        description="Use a biLM trained with `plm pretrain --model elmo`. Sentences are the non-empty lines of a "
+        "UTF-8 file, split into words and punctuation as in training.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    embed = actions.add_parser(
+        "embed",
+        help="write each word's vectors to a .npy file",
+        description="Write the biLM's vectors of every word of FILE to a float32 .npy: (sentences, L + 1, words, "
+        "2 x projection), layer 0 the token layer repeated to that width, layers 1..L the forward state then the "
+        "backward state; or, with --mix, one vector per word (sentences, words, 2 x projection). Sentences are "
+        "padded with zero vectors to the longest.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(embed, "a biLM directory or training run")
+    embed.add_argument("file", help="UTF-8 text, one sentence per line")
+    embed.add_argument("--out", required=True, help="the .npy file to write")
+    embed.add_argument("--mix", choices=MIXES, help="average: the mean of the layers; top (or last): the top LSTM layer")
+    embed.add_argument("--batch-size", type=positive_int, default=64, help="sentences per forward pass")
+    add_device(embed)
+    embed.set_defaults(run=run_embed)
+
+    neighbors = actions.add_parser(
+        "neighbors",
+        help="nearest sentences by a word's contextual vector, nearest words by its token vector",
+        description="For each query sentence holding --word (by default every sentence of FILE holding it), list "
+        "the sentences of FILE whose top-layer vector of the word is nearest (cosine): a word with several senses "
+        "finds sentences of its own sense. Beside them, the words of the model's vocabulary nearest by the "
+        "context-free token layer, which has one vector per word whatever the sense.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(neighbors, "a biLM directory or training run")
+    neighbors.add_argument("file", help="UTF-8 text, one sentence per line")
+    neighbors.add_argument("--word", required=True, help="the word to follow (one word, as split in training)")
+    neighbors.add_argument("--query", help="a query sentence holding --word (default: each sentence of FILE holding it)")
+    neighbors.add_argument("--top-k", type=positive_int, default=3, help="neighbours to list")
+    add_device(neighbors)
+    neighbors.set_defaults(run=run_neighbors)
+
+
+def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer]:
+    model, tokenizer = load_pretrained(path, resolve_device(device))
+    if not isinstance(model, Elmo):
+        raise PLMError(f"{path}: a {model.family} model is not a biLM (train one with plm pretrain --model elmo)")
+    return model, tokenizer
+
+
+def read_sentences(path: str) -> tuple[list[str], list[list[str]]]:
+    """The non-empty lines of ``path`` and their words."""
+    lines = [line.strip() for line in read_text(path).splitlines() if split_words(line)]
+    if not lines:
+        raise PLMError(f"{path}: no words in the file")
+    return lines, [split_words(line) for line in lines]
+
+
+def run_embed(args: argparse.Namespace) -> None:
+    check_output_file(args.out)
+    _, sentences = read_sentences(args.file)
+    model, _ = load_elmo(args.model, args.device)
+    vectors = embed_sentences(model, sentences, args.mix, args.batch_size).numpy().astype(np.float32)
+    with atomic_open(args.out) as handle:
+        np.save(handle, vectors)
+    shape = " x ".join(map(str, vectors.shape))
+    print(f"wrote {shape} vectors of {sum(map(len, sentences)):,} words to {args.out}")
+
+
+def run_neighbors(args: argparse.Namespace) -> None:
+    if split_words(args.word) != [args.word]:
+        raise PLMError(f"--word {args.word!r} is not one word as training splits text: {split_words(args.word)}")
+    lines, sentences = read_sentences(args.file)
+    holding = [index for index, sentence in enumerate(sentences) if args.word in sentence]
+    if args.query is not None:
+        queries = [(args.query.strip(), split_words(args.query))]
+        if args.word not in queries[0][1]:
+            raise PLMError(f"--query does not contain the word {args.word!r}")
+    else:
+        queries = [(lines[index], sentences[index]) for index in holding]
+    if not holding or (args.query is None and len(holding) < 2):
+        raise PLMError(f"{args.file}: {len(holding)} sentence(s) hold {args.word!r}; the demo needs "
+                       f"{'one' if args.query is not None else 'two'} at least")
+    model, tokenizer = load_elmo(args.model, args.device)
+    vocabulary = [word for word in tokenizer.backend.get_vocab() if word not in WORD_ROLES.values()]
+    words = static_neighbors(model, args.word, vocabulary, args.top_k)
+    print(f"nearest words to {args.word!r} by the token layer (one vector, any context): "
+          + ", ".join(f"{word} {similarity:.2f}" for word, similarity in words))
+    for text, query in queries:
+        print(f"\n{text}")
+        for index, similarity in contextual_neighbors(model, sentences, args.word, query, args.top_k):
+            print(f"  {similarity:.3f}  {lines[index]}")

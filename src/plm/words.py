@@ -1,0 +1,106 @@
+"""ELMo's inputs: words, the character ids its char-CNN reads, and the word vocabulary of its softmax.
+
+The biLM reads characters, so its input needs no vocabulary: a word is its UTF-8
+bytes (ids 0-255) between a begin-of-word and an end-of-word mark, cut to
+:data:`MAX_CHARACTERS` and padded, as in AllenNLP's ``ELMoCharacterMapper``. Any
+word, one never seen included, gets its own ids and so its own vector. Only the
+softmax predicts from a vocabulary: the most frequent words of the training text,
+every other word mapped to ``<UNK>``; ``<S>`` and ``</S>`` open and close each document.
+The vocabulary is a word-level ``tokenizers`` model, so it saves, loads and travels
+with a run like every other plm tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import tokenizers
+import torch
+from tokenizers import models, pre_tokenizers
+
+from plm.errors import PLMError
+
+MAX_CHARACTERS = 50  # a longer word keeps its first 48 bytes
+BEGIN_OF_WORD, END_OF_WORD, BEGIN_OF_SENTENCE, END_OF_SENTENCE, PADDING = 256, 257, 258, 259, 260
+CHARACTERS = 261  # the char-CNN's embedding rows: 256 bytes and the five marks above
+
+SENTENCE_START, SENTENCE_END, UNKNOWN = "<S>", "</S>", "<UNK>"
+WORD_ROLES = {"bos": SENTENCE_START, "eos": SENTENCE_END, "unk": UNKNOWN}
+
+_SPLITTER = pre_tokenizers.Whitespace()  # runs of word characters, and runs of punctuation: \w+|[^\w\s]+
+
+
+def split_words(text: str) -> list[str]:
+    """The words of ``text``: what the vocabulary counts and the biLM reads (``don't`` -> ``don ' t``)."""
+    return [word for word, _ in _SPLITTER.pre_tokenize_str(text)]
+
+
+def character_ids(word: str) -> list[int]:
+    """The :data:`MAX_CHARACTERS` character ids of ``word``; ``<S>`` and ``</S>`` get marks of their own."""
+    if word == SENTENCE_START:
+        inner = [BEGIN_OF_SENTENCE]
+    elif word == SENTENCE_END:
+        inner = [END_OF_SENTENCE]
+    else:
+        inner = list(word.encode("utf-8")[: MAX_CHARACTERS - 2])
+    ids = [BEGIN_OF_WORD, *inner, END_OF_WORD]
+    return ids + [PADDING] * (MAX_CHARACTERS - len(ids))
+
+
+def character_table(words: Sequence[str]) -> np.ndarray:
+    """(len(words), MAX_CHARACTERS) int16: :func:`character_ids` of each word."""
+    table = np.full((len(words), MAX_CHARACTERS), PADDING, dtype=np.int16)
+    for row, word in enumerate(words):
+        table[row] = character_ids(word)
+    return table
+
+
+def batch_to_ids(sentences: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sentences (lists of words) as char ids (batch, max_words, MAX_CHARACTERS) and a mask (batch, max_words).
+
+    The mask is 1 at words, 0 at padding; padding words are all padding characters.
+    """
+    check_sentences(sentences)
+    width = max((len(sentence) for sentence in sentences), default=0)
+    chars = torch.full((len(sentences), width, MAX_CHARACTERS), PADDING, dtype=torch.long)
+    mask = torch.zeros((len(sentences), width), dtype=torch.long)
+    for row, sentence in enumerate(sentences):
+        if sentence:
+            chars[row, : len(sentence)] = torch.from_numpy(character_table(sentence).astype(np.int64))
+            mask[row, : len(sentence)] = 1
+    return chars, mask
+
+
+def check_sentences(sentences: Sequence[Sequence[str]]) -> None:
+    """A PLMError unless ``sentences`` is a list of lists of non-empty strings."""
+    if isinstance(sentences, str) or not isinstance(sentences, Sequence):
+        raise PLMError(f"ELMo embeds a list of sentences, each a list of words; got {type(sentences).__name__}")
+    for index, sentence in enumerate(sentences):
+        if isinstance(sentence, str) or not isinstance(sentence, Sequence):
+            raise PLMError(
+                f"sentence {index} is a {type(sentence).__name__}, not a list of words (split it, e.g. with plm.words.split_words)"
+            )
+        for word in sentence:
+            if not isinstance(word, str) or not word:
+                raise PLMError(f"sentence {index} holds {word!r}; every word must be a non-empty string")
+
+
+def train_word_vocabulary(texts: Iterable[str], vocab_size: int) -> tuple[tokenizers.Tokenizer, dict[str, str]]:
+    """A word-level vocabulary of the ``vocab_size - 3`` most frequent words, and its special-token roles.
+
+    Ties in frequency are broken by the word, so the same texts always give the same ids;
+    ids run from the most frequent word down, the order an adaptive softmax needs.
+    """
+    if vocab_size <= len(WORD_ROLES):
+        raise PLMError(f"a word vocabulary needs more than {len(WORD_ROLES)} entries (its special words); got {vocab_size}")
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(split_words(text))
+    kept = sorted(counts, key=lambda word: (-counts[word], word))[: vocab_size - len(WORD_ROLES)]
+    vocabulary = {word: index for index, word in enumerate([*WORD_ROLES.values(), *kept])}
+    backend = tokenizers.Tokenizer(models.WordLevel(vocabulary, unk_token=UNKNOWN))
+    backend.pre_tokenizer = _SPLITTER
+    backend.add_special_tokens(list(WORD_ROLES.values()))
+    return backend, dict(WORD_ROLES)
