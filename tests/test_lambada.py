@@ -22,7 +22,7 @@ PASSAGES = [  # (context, target): the stub is told below what it predicts after
     ("The cat reads the book. A dog sees the", " answer"),  # one token, predicted: right
     ("The list sorts every token. The cat reads", " zqx"),  # " ", "z", "q", "x": all but "x" predicted: wrong
     ("A dog sees the answer. The list sorts every", " token"),  # the model prefers " book": wrong
-    ("He sat down. The cat reads the book and", " zq"),  # " ", "z", "q": all predicted: right
+    ("He sat down. The cat reads the book and", " zhe"),  # " ", "z", "he": all predicted: right
 ]
 
 
@@ -75,7 +75,7 @@ def test_the_stop_word_filter_takes_the_best_answer_that_is_not_a_stop_word(pass
     model.prefer(tok.encode(PASSAGES[0][0]), the, answer)  # "... sees the the": a stop word first
     assert evaluate_lambada(model, tok, passages).correct == 1
     filtered = evaluate_lambada(model, tok, passages, stop_words=True)
-    assert filtered.correct == 2 and filtered.stop_word_filter
+    assert filtered.correct == 2 and filtered.stop_word_filter  # " zhe" stays right: "he" is not its first token
     # The filter changes the answer, not the probabilities.
     assert filtered.perplexity == pytest.approx(evaluate_lambada(model, tok, passages).perplexity, rel=1e-6)
 
