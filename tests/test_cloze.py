@@ -18,7 +18,7 @@ from plm.zeroshot.cloze import evaluate_cloze, read_cloze
 from zeroshot_stubs import PreferenceLM, tokenizer
 
 BEFORE = "The book sat on the list because"
-AFTER = " is too big."
+AFTER = " sees the answer."
 WINOGRAD = {"query": f"{BEFORE} XXXXX{AFTER}", "options": [" the book", " the list"], "answer": 0}
 
 
@@ -37,10 +37,10 @@ def test_full_scoring_favours_the_likely_word_and_partial_scoring_what_follows_i
     model = PreferenceLM(len(tok), {})
     book, the_list = tok.encode(" the book"), tok.encode(" the list")  # [" the", " book"], [" the", " list"]
     context = tok.encode(BEFORE)
-    is_ = tok.encode(" is")[0]
+    sees = tok.encode(" sees")[0]
     model.prefer(context + book[:1], the_list[1])  # "because the list" is far likelier than "... the book"
-    model.prefer(context + book, is_)  # but " is" is likelier after " book" (first choice)
-    model.prefer(context + the_list, book[1], is_)  # than after " list" (second choice)
+    model.prefer(context + book, sees)  # but " sees" is likelier after " book" (first choice)
+    model.prefer(context + the_list, book[1], sees)  # than after " list" (second choice)
     path = write_jsonl(tmp_path / "wsc.jsonl", [WINOGRAD])
     full = evaluate_cloze(model, tok, path, "full")
     partial = evaluate_cloze(model, tok, path, "partial")
