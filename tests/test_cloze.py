@@ -19,7 +19,7 @@ from zeroshot_stubs import PreferenceLM, tokenizer
 
 BEFORE = "The book sat on the list because"
 AFTER = " sees the answer."
-WINOGRAD = {"query": f"{BEFORE} XXXXX{AFTER}", "options": [" the book", " the list"], "answer": 0}
+WINOGRAD = {"query": f"{BEFORE} XXXXX{AFTER}", "options": ["the book", "the list"], "answer": 0}
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -46,8 +46,8 @@ def test_full_scoring_favours_the_likely_word_and_partial_scoring_what_follows_i
     partial = evaluate_cloze(model, tok, path, "partial")
     assert (full.choices, full.correct, partial.choices, partial.correct) == ([1], 0, [0], 1)
     for option, full_score, partial_score in zip(WINOGRAD["options"], full.scores[0], partial.scores[0]):
-        assert full_score == pytest.approx(table_logprob(model, tok, BEFORE, option + AFTER), abs=1e-4)
-        assert partial_score == pytest.approx(table_logprob(model, tok, BEFORE + option, AFTER), abs=1e-4)
+        assert full_score == pytest.approx(table_logprob(model, tok, BEFORE, f" {option}{AFTER}"), abs=1e-4)
+        assert partial_score == pytest.approx(table_logprob(model, tok, f"{BEFORE} {option}", AFTER), abs=1e-4)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
