@@ -63,7 +63,8 @@ def generate_text(
         stop=stop_strings,
         **options,
     )
-    texts = tokenizer.decode_batch(output[:, ids.shape[1] :].tolist(), skip_special_tokens=True)
+    kept = min(ids.shape[1], options.get("keep_last") or ids.shape[1])  # generate cut the prompt to keep_last
+    texts = tokenizer.decode_batch(output[:, kept:].tolist(), skip_special_tokens=True)
     return [stop_strings.cut(text) for text in texts] if stop_strings else texts
 
 

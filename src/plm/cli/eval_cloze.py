@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_json, report
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.zeroshot.cloze import SCORINGS, evaluate_cloze
 
 EXAMPLES = """examples:
@@ -39,7 +39,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_cloze(args: argparse.Namespace) -> None:
-    check_json(args)
+    check_outputs(args.json)
     model, tokenizer = load_causal_lm(args.model, args.device)
     result = evaluate_cloze(model, tokenizer, args.file, args.scoring, args.blank, args.batch_size, progress=True)
     report(f"cloze ({args.scoring} scoring): {args.file}", result.as_dict(), args.json)

@@ -13,10 +13,11 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to this JSON file")
 
 
-def check_json(args: argparse.Namespace) -> None:
-    """Before any work: --json names a file that can be written."""
-    if args.json:
-        check_output_file(args.json)
+def check_outputs(*paths: str | None) -> None:
+    """Before any work: each output file given (--json, ...) can be written."""
+    for path in paths:
+        if path:
+            check_output_file(path)
 
 
 def report(title: str, numbers: Mapping[str, Any], json_path: str | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_json, report
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.zeroshot.lambada import evaluate_lambada
 
 EXAMPLES = """examples:
@@ -38,7 +38,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_lambada(args: argparse.Namespace) -> None:
-    check_json(args)
+    check_outputs(args.json)
     model, tokenizer = load_causal_lm(args.model, args.device)
     result = evaluate_lambada(model, tokenizer, args.file, args.stop_word_filter, args.batch_size, progress=True)
     report(f"LAMBADA: {args.file}", result.as_dict(), args.json)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_json
+from plm.cli.eval_common import add_json, check_outputs
 from plm.files import write_json
 from plm.text import file_perplexity
 from plm.zeroshot.detokenize import DETOKENIZERS
@@ -44,7 +44,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_perplexity(args: argparse.Namespace) -> None:
-    check_json(args)
+    check_outputs(args.json)
     model, tokenizer = load_causal_lm(args.model, args.device)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True, detokenize=args.detokenize

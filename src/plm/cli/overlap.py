@@ -6,7 +6,7 @@ import argparse
 import time
 
 from plm.cli.common import HelpFormatter, positive_int
-from plm.cli.eval_common import add_json, check_json, format_number
+from plm.cli.eval_common import add_json, check_outputs, format_number
 from plm.files import write_json
 from plm.overlap import WordHashes, build_filter, measure_overlap
 
@@ -58,7 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_overlap(args: argparse.Namespace) -> None:
-    check_json(args)
+    check_outputs(args.json)
     start = time.perf_counter()
     bloom, built = build_filter(args.train, args.fpr, args.expected_ngrams)
     seconds = time.perf_counter() - start
