@@ -73,3 +73,16 @@ def test_every_task_has_help_with_its_input_format(task: str, capsys) -> None:
         main(["eval", task, "--help"])
     text = capsys.readouterr().out
     assert "examples:" in text and "JSONL" in text
+
+
+def test_perplexity_with_wikitext_detokenising_prints_and_writes_per_word_numbers(model_dir: Path, tmp_path: Path, capsys) -> None:
+    data = tmp_path / "wiki.txt"
+    data.write_text(" = The cat = \n The cat reads the book , a dog sees the answer . \n", encoding="utf-8")
+    out = tmp_path / "ppl.json"
+    assert main(["eval", "perplexity", "--model", str(model_dir), str(data), "--detokenize", "wikitext", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    model, tok = plm.load_pretrained(model_dir)
+    expected = plm.file_perplexity(model, tok, str(data), detokenize="wikitext").as_dict()
+    assert json.loads(out.read_text()) == pytest.approx(expected)
+    assert expected["words"] == 16 and expected["bytes"] == len("= The cat =\nThe cat reads the book, a dog sees the answer.\n")
+    assert "word_perplexity" in printed and "per word" in printed

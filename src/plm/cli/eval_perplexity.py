@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_outputs
-from plm.files import write_json
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.text import file_perplexity
 from plm.zeroshot.detokenize import DETOKENIZERS
 
@@ -49,6 +48,4 @@ def run_perplexity(args: argparse.Namespace) -> None:
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True, detokenize=args.detokenize
     )
-    print(f"{args.file}: {result}")
-    if args.json:
-        write_json(args.json, result.as_dict())
+    report(f"{args.file}: {result}", result.as_dict(), args.json)
