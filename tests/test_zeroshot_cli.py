@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ def test_lambada_prints_a_table_and_writes_the_library_numbers(model_dir: Path, 
     assert main(["eval", "lambada", "--model", str(model_dir), str(data), "--json", str(out), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "LAMBADA" in printed and "accuracy" in printed and "perplexity" in printed
+    assert re.search(r"\n  passages +2\n", printed) and re.search(r"\n  stop_word_filter +no\n", printed)
     model, tok = plm.load_pretrained(model_dir)
     assert json.loads(out.read_text()) == pytest.approx(evaluate_lambada(model, tok, data).as_dict())
 

@@ -32,6 +32,8 @@ def report(title: str, numbers: Mapping[str, Any], json_path: str | None) -> Non
 
 
 def format_number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:,.4f}" if abs(value) < 1e6 else f"{value:.4g}"
     if isinstance(value, int):
