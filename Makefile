@@ -28,6 +28,7 @@ bench: setup
 	$(PY) benchmarks/bench_bert.py --config both
 	$(PY) benchmarks/bench_deberta.py --config both
 	$(PY) benchmarks/bench_elmo.py
+	$(PY) benchmarks/bench_overlap.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -133,3 +133,20 @@ def test_file_perplexity_scores_the_first_token_after_the_beginning_of_text(tmp_
     nll = brute_force_nll(model, ids, window=16, stride=8)
     assert result.tokens == len(ids) - 1 == len(tokenizer.encode(text))
     assert result.loss == pytest.approx(nll / result.tokens, rel=1e-6)
+
+
+def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: Path):
+    tokenised = " The cat 's book , well @-@ read , sorts every token . \n = = A list = = \n"
+    written = "The cat's book, well-read, sorts every token.\n== A list ==\n"
+    tokenizer = plm.Tokenizer.train_bpe([written * 20], vocab_size=300, min_frequency=1)
+    path = tmp_path / "wiki.txt"
+    path.write_text(tokenised, encoding="utf-8")
+    model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
+    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, detokenize="wikitext")
+    nll = brute_force_nll(model, [tokenizer.eos_id, *tokenizer.encode(written)], window=16, stride=8)
+    words = 19  # as WikiText counts them: "The cat 's book , well @-@ read , ..."
+    assert (result.words, result.bytes) == (words, len(written.encode("utf-8")))
+    assert result.word_perplexity == pytest.approx(math.exp(nll / words), rel=1e-6)
+    assert result.byte_perplexity == pytest.approx(math.exp(nll / result.bytes), rel=1e-6)
+    assert result.bits_per_byte == pytest.approx(nll / result.bytes / math.log(2), rel=1e-6)
+    assert f"per word {math.exp(nll / words):.3f} over 19 words" in str(result)

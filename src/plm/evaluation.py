@@ -22,17 +22,57 @@ from plm.models import CausalLM
 
 @dataclass(frozen=True)
 class Perplexity:
+    """The mean loss over the scored tokens, and what the text was, so that tokenizers compare.
+
+    Per-token perplexity depends on how finely a tokenizer cuts the text; ``words``
+    (whitespace-separated words of the text as given) and ``bytes`` (UTF-8 bytes of
+    the text the model read) give per-word and per-byte perplexities from the same
+    total negative log-likelihood, which compare across tokenizers (GPT-2 §3.1).
+    """
+
     perplexity: float
     loss: float  # mean negative log-likelihood, nats per token
     tokens: int  # tokens scored
     window: int
     stride: int
+    words: int | None = None
+    bytes: int | None = None
+
+    @property
+    def nll(self) -> float:
+        """Total negative log-likelihood of the scored tokens, in nats."""
+        return self.loss * self.tokens
+
+    @property
+    def word_perplexity(self) -> float | None:
+        return math.exp(self.nll / self.words) if self.words else None
+
+    @property
+    def byte_perplexity(self) -> float | None:
+        return math.exp(self.nll / self.bytes) if self.bytes else None
+
+    @property
+    def bits_per_byte(self) -> float | None:
+        return self.nll / self.bytes / math.log(2) if self.bytes else None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        names = ("perplexity", "loss", "tokens", "window", "stride", "words", "bytes")
+        return {name: getattr(self, name) for name in names} | {
+            "word_perplexity": self.word_perplexity,
+            "byte_perplexity": self.byte_perplexity,
+            "bits_per_byte": self.bits_per_byte,
+        }
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"perplexity {self.perplexity:.3f} (loss {self.loss:.4f} nats/token) over {self.tokens:,} tokens, "
             f"window {self.window}, stride {self.stride}"
         )
+        if self.words:
+            text += f"; per word {self.word_perplexity:.3f} over {self.words:,} words"
+        if self.bytes:
+            text += f"; per byte {self.byte_perplexity:.4f} ({self.bits_per_byte:.4f} bits/byte) over {self.bytes:,} bytes"
+        return text
 
 
 def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]:

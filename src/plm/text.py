@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -13,6 +14,7 @@ from plm.generation import StopStrings, generate
 from plm.heads import sentence_embeddings
 from plm.models import CausalLM, Encoder
 from plm.tokenizer import Tokenizer
+from plm.zeroshot.detokenize import DETOKENIZERS
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +63,8 @@ def generate_text(
         stop=stop_strings,
         **options,
     )
-    texts = tokenizer.decode_batch(output[:, ids.shape[1] :].tolist(), skip_special_tokens=True)
+    kept = min(ids.shape[1], options.get("keep_last") or ids.shape[1])  # generate cut the prompt to keep_last
+    texts = tokenizer.decode_batch(output[:, kept:].tolist(), skip_special_tokens=True)
     return [stop_strings.cut(text) for text in texts] if stop_strings else texts
 
 
@@ -79,17 +82,25 @@ def file_perplexity(
     stride: int | None = None,
     batch_size: int = 8,
     progress: bool = False,
+    detokenize: str = "none",
 ) -> Perplexity:
     """Sliding-window perplexity of a UTF-8 text file (see :func:`plm.evaluation.perplexity`).
 
-    The text is preceded by the beginning-of-text token when the tokenizer has one,
-    so that its first token is scored too.
+    ``detokenize`` ("none", "wikitext", "ptb") undoes a benchmark's tokenisation first
+    (:mod:`plm.zeroshot.detokenize`). The text is preceded by the beginning-of-text
+    token when the tokenizer has one, so that its first token is scored too. The
+    result counts the file's words (before detokenising) and the bytes the model read.
     """
-    ids = tokenizer.encode(read_text(path))
+    if detokenize not in DETOKENIZERS:
+        raise PLMError(f"unknown detokenizer {detokenize!r}; choose one of {', '.join(DETOKENIZERS)}")
+    original = read_text(path)
+    text = DETOKENIZERS[detokenize](original)
+    ids = tokenizer.encode(text)
     start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
     if start is not None:
         ids = [start, *ids]
-    return perplexity(model, ids, window, stride, batch_size, progress)
+    result = perplexity(model, ids, window, stride, batch_size, progress)
+    return replace(result, words=len(original.split()), bytes=len(text.encode("utf-8")))
 
 
 @torch.inference_mode()

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.text import file_perplexity
+from plm.zeroshot.detokenize import DETOKENIZERS
 
 EXAMPLES = """examples:
   plm eval perplexity --model runs/pretrain test.txt
   plm eval perplexity --model runs/pretrain test.txt --window 256 --stride 128
+  plm eval perplexity --model gpt2-hf wikitext-2/test.txt --detokenize wikitext --json wt2.json
 """
 
 
@@ -19,7 +22,12 @@ def register(metrics: argparse._SubParsersAction) -> None:
         help="perplexity of a text file with a sliding window",
         description="Perplexity of a causal LM on a text file. The text is cut into windows of --window tokens "
         "that move by --stride; each token is scored exactly once, reading the (window - stride) tokens before "
-        "it as context. Prints perplexity, mean loss, token count, window and stride.",
+        "it as context. Prints perplexity per token, per word and per byte (the same total loss divided by "
+        "the tokens scored, by the file's whitespace-separated words, and by the UTF-8 bytes the model read), "
+        "so that models with different tokenizers compare, with the window and stride.\n\n"
+        "--detokenize undoes a benchmark's tokenisation before scoring, as GPT-2 did: 'wikitext' joins "
+        "'@-@', '@,@', '@.@', punctuation, quotes, contractions and '= = heading = =' back; 'ptb' joins "
+        "contractions. Words are counted before detokenising, as the benchmark counts them.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -28,11 +36,16 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--window", type=positive_int, help="tokens per window (default: the model's context)")
     parser.add_argument("--stride", type=positive_int, help="tokens between windows (default: half the window)")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass")
+    parser.add_argument("--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation")
+    add_json(parser)
     add_device(parser)
     parser.set_defaults(run=run_perplexity)
 
 
 def run_perplexity(args: argparse.Namespace) -> None:
+    check_outputs(args.json)
     model, tokenizer = load_causal_lm(args.model, args.device)
-    result = file_perplexity(model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True)
-    print(f"{args.file}: {result}")
+    result = file_perplexity(
+        model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True, detokenize=args.detokenize
+    )
+    report(f"{args.file}: {result}", result.as_dict(), args.json)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import warnings
 
-from plm.cli import compare, convert, demo, elmo, embed, evaluate, fill_mask, generate, pretrain, tokenizer
+from plm.cli import compare, convert, demo, elmo, embed, evaluate, fill_mask, generate, overlap, pretrain, tokenizer
 from plm.cli.common import HelpFormatter, Parser
 from plm.errors import PLMError, PLMWarning
 
-COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, compare, elmo)
+COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, compare, elmo, overlap)
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,41 @@
+"""What every `plm eval TASK` prints and writes: a two-column table, and the numbers as JSON (--json)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Mapping
+
+from plm.cli.common import check_output_file
+from plm.files import write_json
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", help="also write the numbers to this JSON file")
+
+
+def check_outputs(*paths: str | None) -> None:
+    """Before any work: each output file given (--json, ...) can be written."""
+    for path in paths:
+        if path:
+            check_output_file(path)
+
+
+def report(title: str, numbers: Mapping[str, Any], json_path: str | None) -> None:
+    """Print ``numbers`` as a table under ``title``; write them to ``json_path`` when given."""
+    rows = [(name, format_number(value)) for name, value in numbers.items()]
+    width = max(len(name) for name, _ in rows)
+    print(title)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value:>12}")
+    if json_path:
+        write_json(json_path, dict(numbers))
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 1e6 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else str(value)

@@ -1,0 +1,108 @@
+"""Cloze and multiple choice (GPT-2 §3.2, §3.4): fill each candidate into the blank, keep the likeliest.
+
+The input is JSONL, one item per line::
+
+    {"context": "...", "query": "... XXXXX ...", "options": ["a", "b", ...], "answer": "a"}
+
+``context`` is optional (CBT's 20 sentences before the query); the text scored is
+``context + " " + query``. The query holds the blank once (``XXXXX`` as in CBT, or
+another marker). ``answer`` is one of the options or its index.
+
+Full scoring (CBT, as the paper): log p(candidate + rest of the text | text before the
+blank). Partial scoring (Winograd, after Trinh and Le): log p(rest of the text | text
+before + candidate), the candidate itself unscored, so that a rare name does not lose
+for being rare. The candidate with the highest total log-probability wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from plm.errors import PLMError
+from plm.models import CausalLM
+from plm.tokenizer import Tokenizer
+from plm.zeroshot.jsonl import read_jsonl
+from plm.zeroshot.scoring import score_continuations
+
+SCORINGS = ("full", "partial")
+
+
+@dataclass(frozen=True)
+class ClozeItem:
+    before: str  # the text up to the blank
+    after: str  # the text after it
+    options: list[str]
+    answer: int  # index into options
+
+
+@dataclass(frozen=True)
+class ClozeResult:
+    accuracy: float
+    items: int
+    correct: int
+    scoring: str
+    choices: list[int]  # the option each item chose
+    scores: list[list[float]]  # log p of each option's scored part, in nats
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"accuracy": self.accuracy, "items": self.items, "correct": self.correct, "scoring": self.scoring}
+
+
+def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
+    """The items of a cloze JSONL file (format in the module docstring)."""
+    items = []
+    schema = {"query": str, "options": list, "answer": (str, int)}
+    for number, row in read_jsonl(path, schema, optional={"context": str}):
+        where = f"{path}:{number}"
+        options = row["options"]
+        if len(options) < 2 or not all(isinstance(option, str) and option.strip() for option in options):
+            raise PLMError(f"{where}: 'options' should be a list of at least two non-empty strings")
+        answer = row["answer"]
+        if isinstance(answer, str):
+            if answer not in options:
+                raise PLMError(f"{where}: the answer {answer!r} is not one of the options")
+            answer = options.index(answer)
+        elif not 0 <= answer < len(options):
+            raise PLMError(f"{where}: the answer index {answer} is not between 0 and {len(options) - 1}")
+        text = f"{row['context']} {row['query']}" if row.get("context") else row["query"]
+        if text.count(blank) != 1:
+            raise PLMError(f"{where}: the query should hold the blank {blank!r} once, it holds it {text.count(blank)} times")
+        before, after = text.split(blank)
+        items.append(ClozeItem(before, after, options, answer))
+    return items
+
+
+def candidate_pair(item: ClozeItem, option: str, scoring: str) -> tuple[str, str]:
+    """(context, continuation) to score for one candidate."""
+    if scoring == "full":
+        return item.before, option + item.after
+    if not item.after.strip():
+        raise PLMError("partial scoring scores the text after the blank, and this item has none")
+    return item.before + option, item.after
+
+
+def evaluate_cloze(
+    model: CausalLM,
+    tokenizer: Tokenizer,
+    path: str | Path,
+    scoring: str = "full",
+    blank: str = "XXXXX",
+    batch_size: int = 16,
+    progress: bool = False,
+) -> ClozeResult:
+    """Accuracy of choosing, for each item, the option with the highest log-probability."""
+    if scoring not in SCORINGS:
+        raise PLMError(f"unknown scoring {scoring!r}; use {' or '.join(SCORINGS)}")
+    items = read_cloze(path, blank)
+    pairs = []
+    for number, item in enumerate(items, start=1):
+        try:
+            pairs += [candidate_pair(item, option, scoring) for option in item.options]
+        except PLMError as error:
+            raise PLMError(f"{path}: item {number}: {error}") from None
+    scored = iter(score_continuations(model, tokenizer, pairs, batch_size, progress=progress, desc="cloze"))
+    scores = [[next(scored).logprob for _ in item.options] for item in items]
+    choices = [max(range(len(row)), key=row.__getitem__) for row in scores]
+    correct = sum(choice == item.answer for choice, item in zip(choices, items))
+    return ClozeResult(correct / len(items), len(items), correct, scoring, choices, scores)

@@ -1,0 +1,54 @@
+"""The tasks' input: JSONL, one JSON object per line, with the fields a task names.
+
+Blank lines are skipped. A row that is not JSON, not an object, lacks a field or has
+one of the wrong type is a :class:`PLMError` naming the file and the line, so that a
+user finds it in an editor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from plm.errors import PLMError
+
+
+def read_jsonl(
+    path: str | Path, required: dict[str, type | tuple[type, ...]], optional: dict[str, type | tuple[type, ...]] | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for each non-blank line of ``path``; each row has the ``required`` fields."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PLMError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise PLMError(f"{path}: is a directory, not a JSONL file") from None
+    except UnicodeDecodeError as error:
+        raise PLMError(f"{path}: not valid UTF-8 at byte {error.start}") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise PLMError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(row, dict):
+            raise PLMError(f"{path}:{number}: expected a JSON object {{...}}, got {type(row).__name__}")
+        for name, kind in (required | (optional or {})).items():
+            if name not in row:
+                if name in required:
+                    raise PLMError(f"{path}:{number}: missing field {name!r}")
+            elif not isinstance(row[name], kind) or isinstance(row[name], bool):
+                raise PLMError(f"{path}:{number}: field {name!r} should be {type_name(kind)}, got {json.dumps(row[name])[:40]}")
+        rows.append((number, row))
+    if not rows:
+        raise PLMError(f"{path}: the file has no rows")
+    return rows
+
+
+def type_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", list: "a list", float: "a number"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)

@@ -1,0 +1,83 @@
+"""Summarisation by prompting (GPT-2 §3.6): the article, then "TL;DR:", and the model goes on.
+
+The input is JSONL, one ``{"article": ..., "summary": ...}`` per line (the summary is
+the reference). As in the paper: the prompt is the article followed by ``\\nTL;DR:``,
+the model samples 100 tokens with top-k 2, the first three sentences of what it wrote
+are its summary, and ROUGE-1, ROUGE-2 and ROUGE-L F1 (``rouge-score``, with stemming)
+compare that with the reference. An article too long for the context loses its beginning.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rouge_score import rouge_scorer
+from tqdm.auto import tqdm
+
+from plm.errors import PLMError
+from plm.models import CausalLM
+from plm.text import generate_text
+from plm.tokenizer import Tokenizer
+from plm.zeroshot.jsonl import read_jsonl
+
+PROMPT = "\nTL;DR:"
+ROUGE = ("rouge1", "rouge2", "rougeL")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def first_sentences(text: str, count: int = 3) -> str:
+    """The first ``count`` sentences (ending in . ! or ? before whitespace), joined by spaces."""
+    sentences = [sentence for sentence in _SENTENCE_END.split(text.strip()) if sentence]
+    return " ".join(" ".join(sentence.split()) for sentence in sentences[:count])
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    rouge1: float  # F1 x 100, the mean over articles
+    rouge2: float
+    rougeL: float
+    articles: int
+    summaries: list[str]
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"rouge1": self.rouge1, "rouge2": self.rouge2, "rougeL": self.rougeL, "articles": self.articles}
+
+
+def read_articles(path: str | Path) -> list[tuple[str, str]]:
+    """(article, reference summary) of each row."""
+    rows = []
+    for number, row in read_jsonl(path, {"article": str, "summary": str}):
+        if not row["article"].strip() or not row["summary"].strip():
+            raise PLMError(f"{path}:{number}: 'article' and 'summary' should not be empty")
+        rows.append((row["article"], row["summary"]))
+    return rows
+
+
+def evaluate_summaries(
+    model: CausalLM,
+    tokenizer: Tokenizer,
+    path: str | Path,
+    max_new_tokens: int = 100,
+    top_k: int = 2,
+    sentences: int = 3,
+    seed: int | None = 0,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> SummaryResult:
+    """ROUGE F1 of the model's TL;DR summaries against the references."""
+    rows = read_articles(path)
+    room = model.context_length() - max_new_tokens
+    if room < 1:
+        raise PLMError(f"{max_new_tokens} new tokens leave no room for the article in a context of {model.context_length()}")
+    summaries = []
+    for start in tqdm(range(0, len(rows), batch_size), disable=not progress, desc="summarize"):
+        prompts = [article.rstrip() + PROMPT for article, _ in rows[start : start + batch_size]]
+        seed_here = None if seed is None else seed + start
+        texts = generate_text(model, tokenizer, prompts, max_new_tokens, top_k=top_k, seed=seed_here, keep_last=room)
+        summaries += [first_sentences(text, sentences) for text in texts]
+    scorer = rouge_scorer.RougeScorer(list(ROUGE), use_stemmer=True)
+    scores = [scorer.score(reference, summary) for (_, reference), summary in zip(rows, summaries)]
+    mean = {name: 100 * sum(score[name].fmeasure for score in scores) / len(scores) for name in ROUGE}
+    return SummaryResult(mean["rouge1"], mean["rouge2"], mean["rougeL"], len(rows), summaries)
