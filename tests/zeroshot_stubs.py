@@ -8,7 +8,7 @@ import torch
 
 import plm
 from conftest import StubCausalLM
-from plm.core import ModelOutput
+from plm.core import CausalLMOutput
 
 CORPUS = "The cat reads the book. A dog sees the answer. The list sorts every token. He and she sat down.\n"
 FIRST, SECOND = 5.0, 3.0  # logits of a context's first and second choice; every other token has 0
@@ -32,7 +32,7 @@ class PreferenceLM(StubCausalLM):
         self.choices = choices
         self.device_marker = torch.nn.Parameter(torch.zeros(1))  # where the task code puts its inputs
 
-    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
+    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> CausalLMOutput:
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         logits = torch.zeros(*input_ids.shape, self.vocab_size)
         for row in range(input_ids.shape[0]):
@@ -41,7 +41,7 @@ class PreferenceLM(StubCausalLM):
             for index, t in enumerate(positions):
                 for logit, token in zip((FIRST, SECOND), self.choices.get(tuple(real[: index + 1]), [])):
                     logits[row, t, token] = logit
-        return ModelOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or input_ids.shape[1]) :])
+        return CausalLMOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or input_ids.shape[1]) :])
 
     def prefer(self, context: list[int], *tokens: int) -> None:
         self.choices[tuple(context)] = list(tokens)
