@@ -131,6 +131,17 @@ def test_one_beam_is_greedy_search():
     assert torch.equal(beam.sequences, greedy)
 
 
+def test_one_beam_does_not_keep_an_ending_that_greedy_search_passed_over():
+    # EOS is the second-best first token (0.4 against 0.6): greedy search writes 1, then EOS.
+    model = ScriptedLM([[0.4, 0.6, 1e-9], [0.9, 0.1, 1e-9]])
+    greedy = generate(model, torch.tensor([[2]]), 4, eos_token_id=0)
+    assert greedy[0, 1:].tolist() == [1, 0]
+    for early_stopping in (True, False):
+        beam = beam_search(model, torch.tensor([[2]]), beam_size=1, alpha=0.0, max_len_b=4, eos_token_id=0,
+                           early_stopping=early_stopping)
+        assert torch.equal(beam.sequences, greedy)
+
+
 def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
