@@ -6,6 +6,7 @@ from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_pos
 from plm.core.linear import Linear, linear
 from plm.core.masks import build_attention_mask
 from plm.core.outputs import ModelOutput
+from plm.core.stack import run_blocks
 
 __all__ = [
     "BlockConfig",
@@ -20,4 +21,5 @@ __all__ = [
     "build_attention_mask",
     "build_position_ids",
     "linear",
+    "run_blocks",
 ]
