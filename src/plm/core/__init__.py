@@ -1,6 +1,6 @@
 """The shared Transformer core: every family builds on these pieces."""
 
-from plm.core.attention import KVCache, MultiHeadAttention
+from plm.core.attention import KVCache, MultiHeadAttention, attention_weights
 from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
 from plm.core.linear import Linear, linear
@@ -18,6 +18,7 @@ __all__ = [
     "MultiHeadAttention",
     "SinusoidalPositions",
     "TransformerBlock",
+    "attention_weights",
     "build_attention_mask",
     "build_position_ids",
     "linear",
