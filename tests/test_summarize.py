@@ -10,7 +10,7 @@ import torch
 from rouge_score import rouge_scorer
 
 from conftest import StubCausalLM
-from plm.core import ModelOutput
+from plm.core import CausalLMOutput
 from plm.errors import PLMError
 from plm.zeroshot.summarize import evaluate_summaries, first_sentences
 from zeroshot_stubs import tokenizer
@@ -33,7 +33,7 @@ class ScriptLM(StubCausalLM):
         self.step = 0
         self.device_marker = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
+    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> CausalLMOutput:
         if input_ids.shape[1] > 1:  # the prompt pass
             mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
             self.prompts += [row[keep.bool()].tolist() for row, keep in zip(input_ids, mask)]
