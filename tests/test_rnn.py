@@ -1,0 +1,99 @@
+"""The RNN encoder-decoder in its three forms: padding, teacher forcing vs decoding, attention weights.
+
+Every check runs for each form (no attention, Bahdanau, Luong with input feeding, Luong
+without it) and both cells, since each form takes its own path through the decoder.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plm.models import RNNConfig, RNNSeq2Seq, from_preset
+from plm.models.rnn import PRESETS
+
+FORMS = {
+    "none-lstm": dict(attention="none", input_feeding=False),
+    "bahdanau-gru": dict(attention="bahdanau", input_feeding=False, cell="gru"),
+    "luong-general-feeding": dict(attention="general", input_feeding=True),
+    "luong-dot": dict(attention="dot", input_feeding=False, cell="gru", bidirectional=False),
+    "luong-concat-feeding": dict(attention="concat", input_feeding=True, layers=1),
+}
+
+
+def tiny(form: str) -> RNNSeq2Seq:
+    torch.manual_seed(0)
+    options = dict(vocab_size=20, target_vocab_size=17, embedding_dim=8, hidden_dim=12, layers=2) | FORMS[form]
+    model = RNNSeq2Seq(RNNConfig(**options)).eval()
+    for parameter in model.parameters():  # larger than Luong's init, so that every input visibly moves the output
+        torch.nn.init.normal_(parameter, std=0.5)
+    return model
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Three sources of lengths 5, 2 and 4, right-padded with id 0 (a real token id too)."""
+    lengths = [5, 2, 4]
+    ids = torch.randint(1, 20, (3, 5), generator=torch.Generator().manual_seed(1))
+    mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
+    return ids.masked_fill(~mask, 0), mask.long(), lengths
+
+
+TARGET = torch.randint(0, 17, (3, 6), generator=torch.Generator().manual_seed(2))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_padding_in_the_source_changes_nothing(form: str) -> None:
+    model = tiny(form)
+    ids, mask, lengths = padded_batch()
+    batched = model(ids, mask, TARGET)
+    for row, length in enumerate(lengths):
+        alone = model(ids[row : row + 1, :length], None, TARGET[row : row + 1])
+        torch.testing.assert_close(batched.logits[row], alone.logits[0], rtol=1e-5, atol=1e-6)
+        if alone.attentions is not None:
+            torch.testing.assert_close(batched.attentions[row, :, :length], alone.attentions[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_teacher_forcing_equals_decoding_one_token_at_a_time(form: str) -> None:
+    model = tiny(form)
+    ids, mask, _ = padded_batch()
+    forced = model(ids, mask, TARGET)
+    state, logits, attentions = model.encode(ids, mask), [], []
+    for t in range(TARGET.shape[1]):
+        step = model.decode(TARGET[:, t : t + 1], state)
+        state = step.state
+        logits.append(step.logits)
+        attentions.append(step.attentions)
+    torch.testing.assert_close(forced.logits, torch.cat(logits, 1), rtol=1e-5, atol=1e-6)
+    if forced.attentions is not None:
+        torch.testing.assert_close(forced.attentions, torch.cat(attentions, 1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", [form for form in FORMS if not form.startswith("none")])
+def test_attention_weights_sum_to_one_over_real_tokens_and_are_zero_on_pads(form: str) -> None:
+    model = tiny(form)
+    ids, mask, lengths = padded_batch()
+    weights = model(ids, mask, TARGET).attentions  # (B, T, S)
+    assert weights.shape == (3, TARGET.shape[1], 5)
+    for row, length in enumerate(lengths):
+        torch.testing.assert_close(weights[row, :, :length].sum(-1), torch.ones(TARGET.shape[1]))
+        assert torch.all(weights[row, :, length:] == 0)
+        assert torch.all(weights[row, :, :length] > 0)
+
+
+def test_reordering_the_state_decodes_the_chosen_rows() -> None:
+    """Beam search keeps some rows and repeats others: the reordered state must decode like those rows."""
+    model = tiny("luong-general-feeding")
+    ids, mask, _ = padded_batch()
+    state = model.decode(TARGET[:, :3], model.encode(ids, mask)).state
+    index = torch.tensor([2, 2, 0])
+    reordered = model.decode(TARGET[index, 3:], state.reorder(index))
+    expected = model(ids[index], mask[index], TARGET[index]).logits[:, 3:]
+    torch.testing.assert_close(reordered.logits, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_presets_are_the_three_forms() -> None:
+    assert [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")] == [
+        ("none", False), ("bahdanau", False), ("general", True)]
+    with torch.device("meta"):
+        assert from_preset("rnn-luong", vocab_size=100, target_vocab_size=90).output.out_features == 90
