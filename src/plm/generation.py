@@ -1,21 +1,25 @@
-"""Decoding for causal language models: greedy, sampling, stop strings, batched prompts.
+"""Greedy search and sampling, for any :class:`plm.decoding.Decoder`: stop strings, batched prompts.
 
 Prompts of different lengths are left-padded so that every row's next token sits in
 the last column; the attention mask marks the padding and positions skip it, so a
 padded prompt decodes exactly like the same prompt alone. The KV cache is on by
 default: the prompt is encoded once, then each step feeds only the newest token.
+An encoder-decoder decodes from a prompt of start tokens (its BOS column) and takes
+its source as ``source_ids`` / ``source_mask``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from plm.errors import PLMError
-from plm.models.base import CausalLM
+
+if TYPE_CHECKING:  # plm.decoding's beam search imports this module
+    from plm.decoding.interface import Decoder
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def fit_prompt(
 
 @torch.inference_mode()
 def generate(
-    model: CausalLM,
+    model: Decoder,
     input_ids: torch.Tensor,
     max_new_tokens: int = 32,
     attention_mask: torch.Tensor | None = None,
@@ -144,6 +148,8 @@ def generate(
     keep_last: int | None = None,
     stop: StopStrings | None = None,
     compile: bool = False,
+    source_ids: torch.Tensor | None = None,
+    source_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``; returns (batch, time + N).
 
@@ -157,6 +163,9 @@ def generate(
     size and prompt length reuse that code. It pays off where a step is mostly Python
     overhead (small models, long generations), not where reading the weights bounds
     the step (see benchmarks/README.md).
+
+    An encoder-decoder translates ``source_ids`` (batch, source_length), 0 in
+    ``source_mask`` at padding, starting from ``input_ids`` (its start token per row).
     """
     options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
     options.validate()
@@ -172,20 +181,21 @@ def generate(
     batch, prompt_length = input_ids.shape
     tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
     tokens[:, :prompt_length] = input_ids
-    mask = None
-    if attention_mask is not None:
-        mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
-        mask[:, :prompt_length] = attention_mask
+    history_mask = None  # what the repetition penalty counts as present: not the prompt's padding
+    if attention_mask is not None and options.repetition_penalty != 1.0:
+        history_mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
+        history_mask[:, :prompt_length] = attention_mask
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    cache = model.new_cache(batch, tokens.shape[1]) if use_cache else None
-    forward = torch.compile(model) if compile else model  # compiled code is cached with the model's forward
     can_finish = eos_token_id is not None or stop is not None
     length = prompt_length
     try:
+        state = model.start_decoding(
+            input_ids, attention_mask, tokens.shape[1], use_cache=use_cache, compile=compile,
+            source_ids=source_ids, source_mask=source_mask,
+        )
         for _ in range(max_new_tokens):
-            start = length - 1 if cache is not None and cache[0].length else 0
-            step_mask = mask[:, :length] if mask is not None else None
-            logits = forward(tokens[:, start:length], step_mask, cache=cache, num_logits=1).logits[:, -1]
+            logits, state = model.decode_step(tokens[:, :length], state)
+            step_mask = history_mask[:, :length] if history_mask is not None else None
             chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
             tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
             length += 1

@@ -55,6 +55,15 @@ class KVCache:
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
 
+    def reorder(self, order: torch.Tensor) -> KVCache:
+        """A cache whose row i is this cache's row ``order[i]``: beam search keeps the chosen beams' history.
+
+        ``order`` (new_batch,) may repeat rows (one sentence's cache copied to its beams).
+        """
+        cache = KVCache(self.keys.index_select(0, order), self.values.index_select(0, order))
+        cache.length = self.length
+        return cache
+
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
 from plm.core import KVCache
 from plm.errors import PLMError
+from plm.generation import generate
 
 
 class PretrainedModel(nn.Module):
@@ -65,8 +67,17 @@ class PretrainedModel(nn.Module):
         return next(self.parameters()).device
 
 
+@dataclass
+class CausalState:
+    """A decoder-only model's decoding state: its caches and the padding of the history."""
+
+    forward: Callable[..., Any]  # the model, or the model under torch.compile
+    cache: list[KVCache] | None  # None: every step recomputes the whole history
+    mask: torch.Tensor | None  # (batch, max_length), 0 at the prompt's left padding; None without padding
+
+
 class CausalLM(PretrainedModel):
-    """A decoder-only language model: it can make a KV cache and generate."""
+    """A decoder-only language model: it can make a KV cache and decode (:class:`plm.decoding.Decoder`)."""
 
     def context_length(self) -> int:
         raise NotImplementedError
@@ -74,12 +85,66 @@ class CausalLM(PretrainedModel):
     def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
         raise NotImplementedError
 
+    def start_decoding(
+        self,
+        prompt: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        max_length: int,
+        *,
+        use_cache: bool = True,
+        compile: bool = False,
+        source_ids: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
+    ) -> CausalState:
+        if source_ids is not None or source_mask is not None:
+            raise PLMError(f"a {self.family} model continues a prompt; it takes no source sentence")
+        batch, prompt_length = prompt.shape
+        mask = None
+        if prompt_mask is not None and not bool(prompt_mask.all()):
+            mask = prompt_mask.new_ones(batch, max_length)
+            mask[:, :prompt_length] = prompt_mask
+        cache = self.new_cache(batch, max_length) if use_cache else None
+        # compiled code is cached with the model's forward, so later calls reuse it
+        return CausalState(torch.compile(self) if compile else self, cache, mask)
+
+    def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
+        start = state.cache[0].length if state.cache is not None else 0
+        mask = state.mask[:, : history.shape[1]] if state.mask is not None else None
+        logits = state.forward(history[:, start:], mask, cache=state.cache, num_logits=1).logits[:, -1]
+        return logits, state
+
+    def reorder_state(self, state: CausalState, order: torch.Tensor) -> CausalState:
+        return CausalState(
+            state.forward,
+            [layer.reorder(order) for layer in state.cache] if state.cache is not None else None,
+            state.mask.index_select(0, order) if state.mask is not None else None,
+        )
+
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None, **options: Any) -> torch.Tensor:
         """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
 
         See :func:`plm.generation.generate` for the options.
         """
-        from plm.generation import generate
-
         return generate(self, input_ids, max_new_tokens=max_new_tokens, attention_mask=attention_mask, **options)
+
+
+class Seq2SeqModel(PretrainedModel):
+    """An encoder-decoder: it encodes a source once and decodes a target (:class:`plm.decoding.Decoder`).
+
+    A family implements ``context_length``, ``start_decoding`` (which runs the encoder),
+    ``decode_step`` and ``reorder_state``; greedy search, sampling and beam search then
+    work as for a causal LM, with the source given as ``source_ids`` / ``source_mask``.
+    """
+
+    def context_length(self) -> int:
+        raise NotImplementedError
+
+    def start_decoding(self, prompt: torch.Tensor, prompt_mask: torch.Tensor | None, max_length: int, **options: Any) -> Any:
+        raise NotImplementedError
+
+    def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    def reorder_state(self, state: Any, order: torch.Tensor) -> Any:
+        raise NotImplementedError

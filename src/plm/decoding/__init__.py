@@ -1,0 +1,9 @@
+"""Decoding: one model interface (:mod:`plm.decoding.interface`) and batched beam search.
+
+Greedy search and sampling are :func:`plm.generation.generate`.
+"""
+
+from plm.decoding.beam import BeamSearchOutput, beam_search, length_penalty
+from plm.decoding.interface import Decoder
+
+__all__ = ["BeamSearchOutput", "Decoder", "beam_search", "length_penalty"]
