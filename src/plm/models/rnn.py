@@ -15,8 +15,9 @@ In every form ``[c_t; s_t]`` feeds the output layer, as the seed describes it:
 h~_t = tanh(W_c [c_t; s_t]), p(y_t) = softmax(W_s h~_t). A bidirectional encoder runs
 hidden_dim / 2 units each way, so its states are hidden_dim wide like the decoder's.
 
-Decoding goes through :meth:`RNNSeq2Seq.encode` (the source once), :meth:`RNNSeq2Seq.decode`
-(any number of target tokens from a state) and :meth:`RNNState.reorder` (beams).
+:meth:`RNNSeq2Seq.encode` reads the source once, :meth:`RNNSeq2Seq.decode` any number of
+target tokens from a state, :meth:`RNNState.reorder` picks rows for beams; on these the
+model implements :class:`plm.decoding.Decoder`, so greedy, sampling and beam search work.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from plm.errors import PLMError
-from plm.models.base import PretrainedModel
+from plm.models.base import Seq2SeqModel
 from plm.models.rnn_attention import build_attention
 from plm.recipe import Hyperparameters, Recipe
 
@@ -93,7 +94,8 @@ class RNNState:
     ``hidden`` is (h,) for a GRU or (h, c) for an LSTM, each (layers, B, H); ``memory``
     (B, S, H) the encoder states, ``mask`` (B, S) True at real source tokens;
     ``summary`` (B, H) the final encoder state (the no-attention form's context);
-    ``feed`` (B, H) the attentional state of the last step (Luong's input feeding).
+    ``feed`` (B, H) the attentional state of the last step (Luong's input feeding);
+    ``read`` how many target tokens the state has read.
     """
 
     hidden: tuple[torch.Tensor, ...]
@@ -101,6 +103,7 @@ class RNNState:
     mask: torch.Tensor
     summary: torch.Tensor
     feed: torch.Tensor
+    read: int = 0
 
     def reorder(self, index: torch.Tensor) -> RNNState:
         """The state of rows ``index`` (new_B,): beams that survive, or each sentence repeated per beam."""
@@ -110,6 +113,7 @@ class RNNState:
             mask=self.mask.index_select(0, index),
             summary=self.summary.index_select(0, index),
             feed=self.feed.index_select(0, index),
+            read=self.read,
         )
 
 
@@ -122,7 +126,7 @@ class Seq2SeqOutput:
     state: RNNState
 
 
-class RNNSeq2Seq(PretrainedModel):
+class RNNSeq2Seq(Seq2SeqModel):
     family = "rnn"
     config_class = RNNConfig
 
@@ -220,7 +224,7 @@ class RNNSeq2Seq(PretrainedModel):
                 step_weights.append(weight)
             attended, weights = torch.cat(steps, 1), torch.cat(step_weights, 1)
         logits = self.output(self.dropout(attended))  # (B, T, target vocab)
-        return Seq2SeqOutput(logits, weights, replace(state, hidden=hidden, feed=feed))
+        return Seq2SeqOutput(logits, weights, replace(state, hidden=hidden, feed=feed, read=state.read + time))
 
     def forward(
         self,
@@ -232,3 +236,34 @@ class RNNSeq2Seq(PretrainedModel):
         if decoder_input_ids is None:
             raise PLMError("an encoder-decoder needs decoder_input_ids: the target tokens it reads")
         return self.decode(decoder_input_ids, self.encode(input_ids, attention_mask))
+
+    # The decoding interface (plm.decoding.Decoder). The state is the RNN's own (h[, c]): there is
+    # no cache to turn off and no position limit, so use_cache and compile change nothing here.
+
+    def context_length(self) -> int:
+        return 1 << 30  # an RNN has no positions: any target length fits
+
+    def start_decoding(
+        self,
+        prompt: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        max_length: int,
+        *,
+        use_cache: bool = True,
+        compile: bool = False,
+        source_ids: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
+    ) -> RNNState:
+        if source_ids is None:
+            raise PLMError("an encoder-decoder translates a source: pass source_ids")
+        if prompt_mask is not None and not bool(prompt_mask.all()):
+            raise PLMError("an RNN decoder reads its prompt left to right; pass prompts of one length, unpadded")
+        return self.encode(source_ids, source_mask)
+
+    def decode_step(self, history: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
+        """Read the tokens of ``history`` (B, length) that ``state`` has not; the next token's logits (B, V)."""
+        step = self.decode(history[:, state.read :], state)
+        return step.logits[:, -1], step.state
+
+    def reorder_state(self, state: RNNState, order: torch.Tensor) -> RNNState:
+        return state.reorder(order)
