@@ -45,6 +45,7 @@ class ObjectiveSpec:
     heads: tuple[str, ...]
     masks_words: bool
     build: Callable[[ObjectiveData], Objective]
+    parallel_text: bool = False  # trains on sentence pairs (plm seq2seq train), not on a corpus
 
 
 def causal_lm(data: ObjectiveData) -> CausalLMObjective:
@@ -72,11 +73,16 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
     return build
 
 
+def needs_parallel_text(data: ObjectiveData) -> Objective:
+    raise PLMError("the seq2seq objective trains on sentence pairs, not on a corpus: use plm seq2seq train")
+
+
 OBJECTIVES: dict[str, ObjectiveSpec] = {
     "clm": ObjectiveSpec(heads=(), masks_words=False, build=causal_lm),
     "mlm": ObjectiveSpec(heads=("mlm",), masks_words=True, build=masked_lm("none")),
     "mlm+nsp": ObjectiveSpec(heads=("mlm", "nsp"), masks_words=True, build=masked_lm("nsp")),
     "mlm+sop": ObjectiveSpec(heads=("mlm", "sop"), masks_words=True, build=masked_lm("sop")),
+    "seq2seq": ObjectiveSpec(heads=(), masks_words=False, build=needs_parallel_text, parallel_text=True),
 }
 
 
