@@ -110,7 +110,7 @@ class GardenPathLM(StubCausalLM):
 def test_two_beams_find_the_sequence_that_greedy_search_misses():
     model, prompt = GardenPathLM(), torch.tensor([[2]])  # the prompt token is only a start symbol
     greedy = generate(model, prompt, 4, eos_token_id=0)
-    assert greedy[0, 1:].tolist() == [1, 0, 0, 0]  # greedy commits to token 1, then EOS is as likely as any
+    assert greedy[0, 1:].tolist() == [1, 0]  # greedy commits to token 1 (then EOS, as likely as any)
     out = beam_search(model, prompt, beam_size=2, alpha=0.0, max_len_b=4, eos_token_id=0)
     assert out.sequences[0, 1:].tolist() == [2, 0]
     assert out.scores[0].item() == pytest.approx(math.log(0.4 * 0.9))
@@ -129,6 +129,17 @@ def test_one_beam_is_greedy_search():
     greedy = generate(model, ids, 12, attention_mask=mask, eos_token_id=eos, pad_token_id=7)
     beam = beam_search(model, ids, mask, beam_size=1, alpha=0.0, max_len_b=12, eos_token_id=eos, pad_token_id=7)
     assert torch.equal(beam.sequences, greedy)
+
+
+def test_one_beam_does_not_keep_an_ending_that_greedy_search_passed_over():
+    # EOS is the second-best first token (0.4 against 0.6): greedy search writes 1, then EOS.
+    model = ScriptedLM([[0.4, 0.6, 1e-9], [0.9, 0.1, 1e-9]])
+    greedy = generate(model, torch.tensor([[2]]), 4, eos_token_id=0)
+    assert greedy[0, 1:].tolist() == [1, 0]
+    for early_stopping in (True, False):
+        beam = beam_search(model, torch.tensor([[2]]), beam_size=1, alpha=0.0, max_len_b=4, eos_token_id=0,
+                           early_stopping=early_stopping)
+        assert torch.equal(beam.sequences, greedy)
 
 
 def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

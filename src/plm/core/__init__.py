@@ -1,11 +1,12 @@
 """The shared Transformer core: every family builds on these pieces."""
 
-from plm.core.attention import KVCache, MultiHeadAttention
+from plm.core.attention import KVCache, MultiHeadAttention, attention_weights
 from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
 from plm.core.linear import Linear, linear
 from plm.core.masks import build_attention_mask
 from plm.core.outputs import ModelOutput
+from plm.core.stack import run_blocks
 
 __all__ = [
     "BlockConfig",
@@ -17,7 +18,9 @@ __all__ = [
     "MultiHeadAttention",
     "SinusoidalPositions",
     "TransformerBlock",
+    "attention_weights",
     "build_attention_mask",
     "build_position_ids",
     "linear",
+    "run_blocks",
 ]

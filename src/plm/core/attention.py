@@ -6,11 +6,19 @@ stacked as in ``torch.nn.MultiheadAttention``; for cross-attention the queries c
 from the decoder and the keys and values from the encoder's output ("memory").
 Families that change the scores (DeBERTa's disentangled attention) subclass it and
 override :meth:`MultiHeadAttention.attend`.
+
+When decoding, the encoder-decoder attention computes the keys and values of the
+memory once per source sentence (:meth:`MultiHeadAttention.memory_cache`) and is
+then given that cache as its memory. SDPA returns no attention weights;
+:func:`attention_weights` switches the layers of a model to an explicit softmax that
+keeps them, for as long as it is asked to.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -78,6 +86,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.in_proj = Linear(dim, 3 * dim, bias=bias)
         self.out_proj = Linear(dim, dim, bias=bias)
+        self.keep_weights = False  # set by attention_weights(); then ``weights`` holds the last call's
+        self.weights: torch.Tensor | None = None  # (B, H, T, S)
 
     def project(
         self, x: torch.Tensor, memory: torch.Tensor | None
@@ -85,10 +95,24 @@ class MultiHeadAttention(nn.Module):
         """Queries from ``x``; keys and values from ``memory`` (cross-attention) or ``x``."""
         if memory is None:
             return self.in_proj(x).chunk(3, dim=-1)  # chunk, not split: split is a Python wrapper
-        weight_q, weight_kv = self.in_proj.weight.split([self.dim, 2 * self.dim])
-        bias_q, bias_kv = self.in_proj.bias.split([self.dim, 2 * self.dim]) if self.in_proj.bias is not None else (None, None)
-        keys, values = linear(memory, weight_kv, bias_kv).split(self.dim, dim=-1)
-        return linear(x, weight_q, bias_q), keys, values
+        return self.project_queries(x), *self.project_memory(memory)
+
+    def project_queries(self, x: torch.Tensor) -> torch.Tensor:
+        """x W_Q + b_Q: the first third of the fused projection."""
+        bias = self.in_proj.bias[: self.dim] if self.in_proj.bias is not None else None
+        return linear(x, self.in_proj.weight[: self.dim], bias)
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory W_K + b_K and memory W_V + b_V, in one product: the last two thirds."""
+        bias = self.in_proj.bias[self.dim :] if self.in_proj.bias is not None else None
+        return linear(memory, self.in_proj.weight[self.dim :], bias).chunk(2, dim=-1)
+
+    def memory_cache(self, memory: torch.Tensor) -> KVCache:
+        """The keys and values of ``memory`` (B, S, dim), full: pass it as ``memory`` at every decoding step."""
+        keys, values = (self.split_heads(t) for t in self.project_memory(memory))
+        cache = KVCache(keys, values)
+        cache.length = keys.shape[2]
+        return cache
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, time, _ = x.shape
@@ -101,14 +125,21 @@ class MultiHeadAttention(nn.Module):
         *,
         is_causal: bool = False,
         cache: KVCache | None = None,
-        memory: torch.Tensor | None = None,
+        memory: torch.Tensor | KVCache | None = None,
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """x: (B, T, dim); mask: boolean (B, 1, T, S), True where a query may attend."""
+        """x: (B, T, dim); mask: boolean (B, 1, T, S), True where a query may attend.
+
+        ``memory``: the encoder's output (B, S, dim) for encoder-decoder attention, or
+        its keys and values already computed (:meth:`memory_cache`).
+        """
         batch, time, _ = x.shape
-        queries, keys, values = (self.split_heads(t) for t in self.project(x, memory))
-        if cache is not None:
-            keys, values = cache.append(keys, values)
+        if isinstance(memory, KVCache):
+            queries, keys, values = self.split_heads(self.project_queries(x)), memory.keys, memory.values
+        else:
+            queries, keys, values = (self.split_heads(t) for t in self.project(x, memory))
+            if cache is not None:
+                keys, values = cache.append(keys, values)
         out = self.attend(queries, keys, values, mask, is_causal, **attention_inputs)  # (B, H, T, hd)
         return self.out_proj(out.transpose(1, 2).reshape(batch, time, self.dim))
 
@@ -122,12 +153,65 @@ class MultiHeadAttention(nn.Module):
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
         """softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, hd) tensors."""
-        return F.scaled_dot_product_attention(
-            queries,
-            keys,
-            values,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
-            scale=1.0 / math.sqrt(self.head_dim),
-        )
+        return self.scaled_dot_product(queries, keys, values, mask, is_causal, 1.0 / math.sqrt(self.head_dim))
+
+    def scaled_dot_product(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        scale: float,
+    ) -> torch.Tensor:
+        """SDPA, or while :func:`attention_weights` records, the explicit softmax that keeps the weights.
+
+        ``mask`` is boolean (True = may attend) or added to the scores (a float bias).
+        """
+        dropout = self.dropout if self.training else 0.0
+        if not self.keep_weights:
+            return F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
+            )
+        scores = (queries @ keys.transpose(-1, -2)) * scale  # (B, H, T, S)
+        if is_causal:
+            mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else scores + mask
+        self.weights = scores.softmax(-1)
+        return F.dropout(self.weights, dropout, self.training) @ values
+
+
+class AttentionWeights(Mapping):
+    """Module name (e.g. "blocks.0.attention") -> the softmax weights (B, H, T, S) of its last call."""
+
+    def __init__(self, modules: dict[str, MultiHeadAttention]) -> None:
+        self.modules = modules
+
+    def __getitem__(self, name: str) -> torch.Tensor | None:
+        return self.modules[name].weights
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.modules)
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+
+@contextmanager
+def attention_weights(model: nn.Module) -> Iterator[AttentionWeights]:
+    """Within the block, every attention layer of ``model`` keeps its weights (an explicit softmax, slower).
+
+    ``with attention_weights(model) as weights: model(ids); weights["blocks.0.attention"]``
+    gives layer 0's (batch, heads, query, key) weights. A layer that runs more than once
+    (ALBERT's shared blocks, or a decoder step by step) holds those of its last call.
+    """
+    modules = {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+    for module in modules.values():
+        module.keep_weights = True
+    try:
+        yield AttentionWeights(modules)
+    finally:
+        for module in modules.values():
+            module.keep_weights = False
+            module.weights = None

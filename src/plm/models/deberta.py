@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from plm.core import LearnedPositions, Linear, MultiHeadAttention
@@ -188,15 +187,7 @@ class DisentangledAttention(MultiHeadAttention):
             attention_bias = self.position_scores(queries, keys, relative_embeddings)  # (B, H, T, S)
             if mask is not None:
                 attention_bias = attention_bias.masked_fill(~mask, float("-inf"))
-        return F.scaled_dot_product_attention(
-            queries,
-            keys,
-            values,
-            attn_mask=attention_bias,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
-            scale=1.0,
-        )
+        return self.scaled_dot_product(queries, keys, values, attention_bias, is_causal, scale=1.0)
 
     def position_scores(
         self, queries: torch.Tensor, keys: torch.Tensor, relative_embeddings: torch.Tensor

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from plm.core import BlockConfig, LearnedPositions, ModelOutput, TransformerBlock, build_attention_mask
+from plm.core import BlockConfig, LearnedPositions, ModelOutput, TransformerBlock, build_attention_mask, run_blocks
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
 from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, check_pretraining_heads
@@ -180,12 +180,7 @@ class Encoder(PretrainedModel):
 
     def encode(self, hidden: torch.Tensor, step: EncoderPass) -> torch.Tensor:
         """Run the blocks over the embeddings (B, T, dim); record each output when asked."""
-        inputs = self.attention_inputs(step)
-        for block in self.layers():
-            hidden = block(hidden, step.mask, **inputs)
-            if step.hidden_states is not None:
-                step.hidden_states.append(hidden)
-        return hidden
+        return run_blocks(self.layers(), hidden, step.mask, hidden_states=step.hidden_states, **self.attention_inputs(step))
 
     def predict_masked(
         self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None

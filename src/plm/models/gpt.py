@@ -22,6 +22,7 @@ from plm.core import (
     TransformerBlock,
     build_attention_mask,
     build_position_ids,
+    run_blocks,
 )
 from plm.core.embeddings import check_context
 from plm.core.linear import linear
@@ -138,9 +139,7 @@ class GPT(CausalLM):
             positions = self.position_embedding(position_ids)  # (B, T, dim)
         mask, is_causal = build_attention_mask(attention_mask, time, past + time, causal=True)
         hidden = self.embedding_dropout(self.token_embedding(input_ids) + positions)
-        for index, block in enumerate(self.blocks):
-            hidden = block(hidden, mask, is_causal=is_causal, cache=cache[index] if cache else None)
-        hidden = self.final_norm(hidden)
+        hidden = self.final_norm(run_blocks(self.blocks, hidden, mask, is_causal=is_causal, caches=cache))
         head_input = hidden if num_logits is None else hidden[:, -num_logits:]
         logits = linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
         return ModelOutput(last_hidden_state=hidden, logits=logits, cache=cache)

@@ -1,0 +1,52 @@
+"""The stack of Transformer blocks: the one loop that every encoder and decoder runs.
+
+GPT runs it causally with a KV cache per block, the BERT-style encoders over the
+blocks their family lists (ALBERT repeats shared ones; DeBERTa passes relative
+positions to every attention), and the Transformer's decoder with the encoder's
+output as memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from plm.core.attention import KVCache
+
+
+def run_blocks(
+    blocks: Sequence[nn.Module],
+    hidden: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    caches: Sequence[KVCache] | None = None,
+    memory: torch.Tensor | Sequence[KVCache] | None = None,
+    memory_mask: torch.Tensor | None = None,
+    hidden_states: list[torch.Tensor] | None = None,
+    **attention_inputs: torch.Tensor,
+) -> torch.Tensor:
+    """hidden (B, T, dim) through ``blocks`` in order; returns the last block's output.
+
+    ``caches`` holds one self-attention KV cache per block. ``memory`` is the encoder's
+    output (B, S, dim), or one cache of its keys and values per block (see
+    :meth:`plm.core.MultiHeadAttention.memory_cache`); ``memory_mask`` (B, 1, 1, S)
+    hides its padding. Each block's output is appended to ``hidden_states`` when given;
+    ``attention_inputs`` go to every block's self-attention.
+    """
+    per_block_memory = isinstance(memory, (list, tuple))
+    for index, block in enumerate(blocks):
+        hidden = block(
+            hidden,
+            mask,
+            is_causal=is_causal,
+            cache=caches[index] if caches else None,
+            memory=memory[index] if per_block_memory else memory,
+            memory_mask=memory_mask,
+            **attention_inputs,
+        )
+        if hidden_states is not None:
+            hidden_states.append(hidden)
+    return hidden
