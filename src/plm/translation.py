@@ -12,15 +12,26 @@ model's output against the raw reference lines, with sacrebleu's own tokenisatio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sacrebleu
 import torch
 
+from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
 from plm.errors import PLMError
+from plm.models.base import Seq2SeqModel
+
+
+def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
+    """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers."""
+    model = load_model(path, device)
+    if not isinstance(model, Seq2SeqModel):
+        raise PLMError(f"{path}: a {model.family} model does not translate; give an encoder-decoder (plm seq2seq train)")
+    return model, Seq2SeqTokenizers.load(model_directory(path))
 
 
 @dataclass(frozen=True)

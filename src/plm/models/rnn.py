@@ -65,11 +65,13 @@ class RNNConfig:
                 raise PLMError(f"{name} should be positive, got {getattr(self, name)}")
 
 
+SMALL = dict(embedding_dim=64, hidden_dim=128, layers=2)
 PRESETS = {
-    # Small CPU presets, one per form; the vocabularies follow the tokenizer they are trained with.
-    "rnn": RNNConfig(attention="none", input_feeding=False),
-    "rnn-bahdanau": RNNConfig(attention="bahdanau", input_feeding=False),
-    "rnn-luong": RNNConfig(attention="general", input_feeding=True),
+    # Small CPU presets, one per form: 2 LSTM layers of 128 (64 each way in the encoder), embeddings of 64.
+    # The vocabularies follow the tokenizer they are trained with.
+    "rnn": RNNConfig(attention="none", input_feeding=False, **SMALL),
+    "rnn-bahdanau": RNNConfig(attention="bahdanau", input_feeding=False, **SMALL),
+    "rnn-luong": RNNConfig(attention="general", input_feeding=True, **SMALL),
 }
 
 RECIPE = Recipe(
