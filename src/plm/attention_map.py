@@ -35,11 +35,11 @@ class AttentionMap:
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """How each token reads: its own text (a byte-level token decodes to its characters), or its name."""
+    """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only."""
     labels = []
     for token in ids:
-        text = tokenizer.decode([token]).strip()
-        labels.append(text or tokenizer.backend.id_to_token(token))
+        text = tokenizer.decode([token])
+        labels.append(text.strip() or ("␣" if text else tokenizer.backend.id_to_token(token)))
     return labels
 
 
