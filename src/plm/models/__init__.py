@@ -6,18 +6,21 @@ import dataclasses
 from typing import Any
 
 from plm.errors import PLMError
-from plm.models import albert, bert, deberta, gpt, rnn
+from plm.models import albert, bert, deberta, gpt, rnn, transformer
 from plm.models.albert import Albert, AlbertConfig
-from plm.models.base import CausalLM, PretrainedModel
+from plm.models.base import CausalLM, PretrainedModel, Seq2SeqModel
 from plm.models.bert import Bert, BertConfig
 from plm.models.deberta import Deberta, DebertaConfig
 from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
 from plm.models.rnn import RNNConfig, RNNSeq2Seq
+from plm.models.transformer import Transformer, TransformerConfig
 from plm.recipe import Recipe
 
 # Each family: its model class, its named presets and its pre-training recipe.
-_FAMILIES = ((GPT, gpt), (Bert, bert), (Albert, albert), (Deberta, deberta), (RNNSeq2Seq, rnn))
+_FAMILIES = (
+    (GPT, gpt), (Bert, bert), (Albert, albert), (Deberta, deberta), (Transformer, transformer), (RNNSeq2Seq, rnn),
+)
 FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model, _ in _FAMILIES}
 PRESETS: dict[str, Any] = {name: config for _, module in _FAMILIES for name, config in module.PRESETS.items()}
 RECIPES: dict[str, Recipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
@@ -65,6 +68,9 @@ __all__ = [
     "PretrainedModel",
     "RNNConfig",
     "RNNSeq2Seq",
+    "Seq2SeqModel",
+    "Transformer",
+    "TransformerConfig",
     "from_config",
     "from_preset",
     "model_class",

@@ -1,0 +1,271 @@
+"""The Transformer (Vaswani et al., 2017): an encoder-decoder built from attention alone.
+
+What the paper specifies, and all this module holds (the blocks are the core's):
+
+- an encoder of N blocks (self-attention, feed-forward) and a decoder of N blocks
+  (masked self-attention, encoder-decoder attention over the encoder's output, then
+  feed-forward); post-LN: every sub-layer is LayerNorm(x + Dropout(Sublayer(x)));
+  FFN(x) = max(0, x W_1 + b_1) W_2 + b_2;
+- fixed sinusoidal positions added to the embeddings, which are multiplied by
+  sqrt(d_model) first; dropout on that sum;
+- with a joint (shared BPE) vocabulary, one matrix is the source embedding, the
+  target embedding and the pre-softmax projection (``source_vocab_size`` None);
+  with separate vocabularies the source has its own embedding and the target
+  embedding still serves as the pre-softmax projection.
+
+Sizes (Table 3): base N = 6, d_model 512, d_ff 2048, h = 8, P_drop 0.1; big d_model
+1024, d_ff 4096, h = 16, P_drop 0.3. With the 37,000-token joint vocabulary of WMT
+English-German, base has 63.1M parameters and big 214.2M (the paper rounds them
+to 65M and 213M).
+
+Decoding implements :class:`plm.decoding.Decoder`: the encoder runs once per source
+sentence, each decoder layer's encoder-decoder attention computes the keys and values
+of its output once, and the masked self-attention keeps a KV cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from plm.core import (
+    BlockConfig,
+    KVCache,
+    ModelOutput,
+    SinusoidalPositions,
+    TransformerBlock,
+    build_attention_mask,
+    run_blocks,
+)
+from plm.core.embeddings import check_context
+from plm.core.linear import linear
+from plm.errors import PLMError
+from plm.models.base import Seq2SeqModel
+from plm.recipe import Hyperparameters, Recipe
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Transformer-base by default.
+
+    ``vocab_size`` is the target vocabulary, or the joint one when ``source_vocab_size``
+    is None; ``context_length`` the longest source or target sentence (the sinusoid
+    table's rows). The paper's dropout is on sub-layer outputs and embeddings
+    (``dropout``); it names none inside attention (``attention_dropout`` 0).
+    """
+
+    vocab_size: int = 37000
+    source_vocab_size: int | None = None
+    context_length: int = 1024
+    dim: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    heads: int = 8
+    ffn_dim: int = 2048
+    activation: str = "relu"
+    norm_first: bool = False
+    norm_eps: float = 1e-5
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+
+    @property
+    def joint_vocabulary(self) -> bool:
+        return self.source_vocab_size is None
+
+    @property
+    def encoder_block(self) -> BlockConfig:
+        return BlockConfig.of(self)
+
+    @property
+    def decoder_block(self) -> BlockConfig:
+        return dataclasses.replace(BlockConfig.of(self), cross_attention=True)
+
+
+PRESETS = {
+    "transformer-base": TransformerConfig(),
+    "transformer-big": TransformerConfig(dim=1024, ffn_dim=4096, heads=16, dropout=0.3),
+    # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
+    "transformer-small": TransformerConfig(
+        vocab_size=8000, context_length=256, dim=256, encoder_layers=3, decoder_layers=3, heads=4, ffn_dim=1024
+    ),
+    "transformer-micro": TransformerConfig(
+        vocab_size=512, context_length=64, dim=32, encoder_layers=2, decoder_layers=2, heads=2, ffn_dim=128
+    ),
+}
+
+RECIPE = Recipe(
+    preset="transformer-small",
+    tokenizer="bpe",
+    objective="seq2seq",
+    objectives=("seq2seq",),
+    # CPU scale: a short warmup to the peak that d_model = 256 and 4000 warmup steps would reach.
+    hyperparameters=Hyperparameters(
+        lr=1e-3, min_lr=0.0, warmup=200, schedule="inverse-sqrt", betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
+    ),
+    # Adam, beta1 0.9, beta2 0.98, eps 1e-9; lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5), warmup
+    # 4000: a peak of 512^-0.5 4000^-0.5 at step 4000. No weight decay is mentioned.
+    paper=Hyperparameters(
+        lr=512**-0.5 * 4000**-0.5,
+        min_lr=0.0,
+        warmup=4000,
+        schedule="inverse-sqrt",
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        weight_decay=0.0,
+    ),
+    source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
+)
+
+
+@dataclass
+class TransformerState:
+    """The decoding state: the source's padding, the encoder's output, the self-attention caches."""
+
+    memory_mask: torch.Tensor | None  # (B, 1, 1, S), None when no source is padded
+    memory: torch.Tensor | list[KVCache]  # the encoder's output (B, S, dim), or each layer's keys/values of it
+    caches: list[KVCache] | None  # one per decoder block; None: every step reruns the whole target
+
+
+class Transformer(Seq2SeqModel):
+    family = "transformer"
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        self.target_embedding = nn.Embedding(config.vocab_size, config.dim)
+        self.source_embedding = (
+            None if config.joint_vocabulary else nn.Embedding(config.source_vocab_size, config.dim)
+        )
+        self.positions = SinusoidalPositions(config.context_length, config.dim)
+        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.encoder_blocks = nn.ModuleList(TransformerBlock(config.encoder_block) for _ in range(config.encoder_layers))
+        self.decoder_blocks = nn.ModuleList(TransformerBlock(config.decoder_block) for _ in range(config.decoder_layers))
+        # Pre-LN stacks end in a LayerNorm; the paper's post-LN blocks already end in one.
+        self.encoder_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.norm_first else nn.Identity()
+        self.init_transformer_weights()
+
+    def init_transformer_weights(self) -> None:
+        """Glorot-uniform matrices and zero biases (as tensor2tensor, fairseq and torch.nn.Transformer);
+        embeddings N(0, d^-0.5), so that after the sqrt(d) scaling their entries have unit variance."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.config.dim**-0.5)
+
+    def context_length(self) -> int:
+        return self.config.context_length
+
+    def embed(self, ids: torch.Tensor, embedding: nn.Embedding, start: int) -> torch.Tensor:
+        """Dropout(sqrt(d) E[ids] + PE[start .. start + T - 1]): (B, T) -> (B, T, dim)."""
+        check_context(start + ids.shape[1], self.config.context_length)
+        positions = self.positions.table[start : start + ids.shape[1]]  # (T, dim), the same for every row
+        return self.embedding_dropout(embedding(ids) * self.config.dim**0.5 + positions)
+
+    def encode(
+        self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder's output (B, S, dim) and the mask (B, 1, 1, S) that hides the source's padding from attention.
+
+        ``source_mask`` (B, S) is 1 for tokens and 0 for padding (on the right).
+        """
+        time = source_ids.shape[1]
+        embedding = self.source_embedding if self.source_embedding is not None else self.target_embedding
+        mask, _ = build_attention_mask(source_mask, time, time, causal=False)
+        memory = self.encoder_norm(run_blocks(self.encoder_blocks, self.embed(source_ids, embedding, 0), mask))
+        memory_mask, _ = build_attention_mask(source_mask, 1, time, causal=False)  # broadcasts over queries
+        return memory, memory_mask
+
+    def decode(
+        self,
+        target_ids: torch.Tensor,
+        memory: torch.Tensor | list[KVCache],
+        memory_mask: torch.Tensor | None,
+        caches: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """The decoder's output (B, T, dim) for ``target_ids`` (B, T), each position seeing only earlier ones.
+
+        With ``caches`` the ids are the newest tokens after those already cached.
+        """
+        past = caches[0].length if caches else 0
+        time = target_ids.shape[1]
+        mask, is_causal = build_attention_mask(None, time, past + time, causal=True)
+        hidden = run_blocks(
+            self.decoder_blocks,
+            self.embed(target_ids, self.target_embedding, past),
+            mask,
+            is_causal=is_causal,
+            caches=caches,
+            memory=memory,
+            memory_mask=memory_mask,
+        )
+        return self.decoder_norm(hidden)
+
+    def forward(
+        self,
+        source_ids: torch.Tensor,
+        target_ids: torch.Tensor,
+        source_mask: torch.Tensor | None = None,
+    ) -> ModelOutput:
+        """Teacher forcing: source (B, S) with ``source_mask`` (0 = padding), target input (B, T) -> logits (B, T, V).
+
+        ``target_ids`` starts with the start token; logits at position t predict token t + 1.
+        Padding at the end of a target changes no earlier position.
+        """
+        memory, memory_mask = self.encode(source_ids, source_mask)
+        hidden = self.decode(target_ids, memory, memory_mask)
+        logits = linear(hidden, self.target_embedding.weight)  # the pre-softmax matrix is the target embedding
+        return ModelOutput(last_hidden_state=hidden, logits=logits)
+
+    # plm.decoding.Decoder -----------------------------------------------------------------
+
+    def start_decoding(
+        self,
+        prompt: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        max_length: int,
+        *,
+        use_cache: bool = True,
+        compile: bool = False,
+        source_ids: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
+    ) -> TransformerState:
+        if source_ids is None:
+            raise PLMError("the Transformer translates a source sentence: pass source_ids")
+        if prompt_mask is not None and not bool(prompt_mask.all()):
+            raise PLMError("the Transformer's target prefixes must not be padded: give every row the same start")
+        if compile:
+            raise PLMError("compile is for decoder-only models; the Transformer decodes eagerly")
+        if source_ids.shape[0] != prompt.shape[0]:
+            raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
+        check_context(max_length, self.config.context_length)
+        memory, memory_mask = self.encode(source_ids, source_mask)
+        if not use_cache:
+            return TransformerState(memory_mask, memory, None)
+        weight = self.target_embedding.weight
+        head_dim = self.config.dim // self.config.heads
+        caches = [
+            KVCache.empty(prompt.shape[0], self.config.heads, max_length, head_dim, weight.dtype, weight.device)
+            for _ in self.decoder_blocks
+        ]
+        memory_caches = [block.cross_attention.memory_cache(memory) for block in self.decoder_blocks]
+        return TransformerState(memory_mask, memory_caches, caches)
+
+    def decode_step(self, history: torch.Tensor, state: TransformerState) -> tuple[torch.Tensor, TransformerState]:
+        start = state.caches[0].length if state.caches is not None else 0
+        hidden = self.decode(history[:, start:], state.memory, state.memory_mask, state.caches)
+        return linear(hidden[:, -1], self.target_embedding.weight), state  # (B, V)
+
+    def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
+        memory = state.memory
+        return TransformerState(
+            state.memory_mask.index_select(0, order) if state.memory_mask is not None else None,
+            [layer.reorder(order) for layer in memory] if isinstance(memory, list) else memory.index_select(0, order),
+            [layer.reorder(order) for layer in state.caches] if state.caches is not None else None,
+        )
