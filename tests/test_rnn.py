@@ -23,7 +23,7 @@ FORMS = {
 
 def tiny(form: str) -> RNNSeq2Seq:
     torch.manual_seed(0)
-    options = dict(vocab_size=20, target_vocab_size=17, embedding_dim=8, hidden_dim=12, layers=2) | FORMS[form]
+    options = dict(source_vocab_size=20, vocab_size=17, embedding_dim=8, hidden_dim=12, layers=2) | FORMS[form]
     model = RNNSeq2Seq(RNNConfig(**options)).eval()
     for parameter in model.parameters():  # larger than Luong's init, so that every input visibly moves the output
         torch.nn.init.normal_(parameter, std=0.5)
@@ -45,9 +45,9 @@ TARGET = torch.randint(0, 17, (3, 6), generator=torch.Generator().manual_seed(2)
 def test_padding_in_the_source_changes_nothing(form: str) -> None:
     model = tiny(form)
     ids, mask, lengths = padded_batch()
-    batched = model(ids, mask, TARGET)
+    batched = model(ids, TARGET, mask)
     for row, length in enumerate(lengths):
-        alone = model(ids[row : row + 1, :length], None, TARGET[row : row + 1])
+        alone = model(ids[row : row + 1, :length], TARGET[row : row + 1])
         torch.testing.assert_close(batched.logits[row], alone.logits[0], rtol=1e-5, atol=1e-6)
         if alone.attentions is not None:
             torch.testing.assert_close(batched.attentions[row, :, :length], alone.attentions[0], rtol=1e-5, atol=1e-6)
@@ -57,7 +57,7 @@ def test_padding_in_the_source_changes_nothing(form: str) -> None:
 def test_teacher_forcing_equals_decoding_one_token_at_a_time(form: str) -> None:
     model = tiny(form)
     ids, mask, _ = padded_batch()
-    forced = model(ids, mask, TARGET)
+    forced = model(ids, TARGET, mask)
     state, logits, attentions = model.encode(ids, mask), [], []
     for t in range(TARGET.shape[1]):
         step = model.decode(TARGET[:, t : t + 1], state)
@@ -73,7 +73,7 @@ def test_teacher_forcing_equals_decoding_one_token_at_a_time(form: str) -> None:
 def test_attention_weights_sum_to_one_over_real_tokens_and_are_zero_on_pads(form: str) -> None:
     model = tiny(form)
     ids, mask, lengths = padded_batch()
-    weights = model(ids, mask, TARGET).attentions  # (B, T, S)
+    weights = model(ids, TARGET, mask).attentions  # (B, T, S)
     assert weights.shape == (3, TARGET.shape[1], 5)
     for row, length in enumerate(lengths):
         torch.testing.assert_close(weights[row, :, :length].sum(-1), torch.ones(TARGET.shape[1]))
@@ -88,7 +88,7 @@ def test_reordering_the_state_decodes_the_chosen_rows() -> None:
     state = model.decode(TARGET[:, :3], model.encode(ids, mask)).state
     index = torch.tensor([2, 2, 0])
     reordered = model.decode(TARGET[index, 3:], state.reorder(index))
-    expected = model(ids[index], mask[index], TARGET[index]).logits[:, 3:]
+    expected = model(ids[index], TARGET[index], mask[index]).logits[:, 3:]
     torch.testing.assert_close(reordered.logits, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -96,7 +96,8 @@ def test_presets_are_the_three_forms() -> None:
     assert [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")] == [
         ("none", False), ("bahdanau", False), ("general", True)]
     with torch.device("meta"):
-        assert from_preset("rnn-luong", vocab_size=100, target_vocab_size=90).output.out_features == 90
+        model = from_preset("rnn-luong", vocab_size=90, source_vocab_size=100)
+        assert (model.source_embedding.num_embeddings, model.output.out_features) == (100, 90)
 
 
 @torch.no_grad()
@@ -111,13 +112,13 @@ def test_greedy_and_beam_search_decode_through_the_interface() -> None:
     greedy = generate(model, start, max_new_tokens=5, source_ids=ids, source_mask=mask)
     history = start
     for _ in range(5):  # the oracle: teacher-force the history so far, take the argmax of the last position
-        history = torch.cat([history, model(ids, mask, history).logits[:, -1].argmax(-1, keepdim=True)], 1)
+        history = torch.cat([history, model(ids, history, mask).logits[:, -1].argmax(-1, keepdim=True)], 1)
     assert torch.equal(greedy, history)
     one = beam_search(model, start, beam_size=1, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)
     assert torch.equal(one.sequences, greedy)
 
     def log_p(sequences: torch.Tensor) -> torch.Tensor:
-        logits = model(ids, mask, sequences[:, :-1]).logits.log_softmax(-1)
+        logits = model(ids, sequences[:, :-1], mask).logits.log_softmax(-1)
         return logits.gather(2, sequences[:, 1:, None]).squeeze(2).sum(1)
 
     three = beam_search(model, start, beam_size=3, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)

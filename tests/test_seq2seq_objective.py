@@ -33,7 +33,7 @@ def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
                                  decoding=DecodingOptions(max_len_b=12), **options)
     torch.manual_seed(0)
     size = len(tokenizers.source)
-    model = RNNSeq2Seq(RNNConfig(vocab_size=size, target_vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
+    model = RNNSeq2Seq(RNNConfig(vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
                                  attention="bahdanau", input_feeding=False))
     return objective, model.eval()
 
@@ -45,13 +45,13 @@ def test_a_batch_is_teacher_forced_and_its_loss_counts_real_targets_only() -> No
     pad = objective.target_pad
     assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])  # shifted by one
     assert torch.all(batch["decoder_input_ids"][:, 0] == objective.tokenizers.target.bos_id)
-    logits = model(batch["source_ids"], batch["source_mask"], batch["decoder_input_ids"]).logits
+    logits = model(batch["source_ids"], batch["decoder_input_ids"], batch["source_mask"]).logits
     # the oracle: a loop over sentences, each scored alone without padding
     expected = 0.0
     for row in range(len(batch["labels"])):
         length = int(batch["source_mask"][row].sum())
         targets = batch["labels"][row][batch["labels"][row] != pad]
-        alone = model(batch["source_ids"][row : row + 1, :length], None,
+        alone = model(batch["source_ids"][row : row + 1, :length],
                       batch["decoder_input_ids"][row : row + 1, : len(targets)]).logits[0]
         expected += F.cross_entropy(alone, targets, reduction="sum")
     torch.testing.assert_close(objective.loss(model, batch)["nll"], expected, rtol=1e-4, atol=1e-4)
@@ -67,7 +67,7 @@ def test_validation_metrics_score_greedy_translations_of_held_out_pairs() -> Non
 
 
 def test_averaging_checkpoints_gives_the_mean_of_their_weights(tmp_path: Path) -> None:
-    config = RNNConfig(vocab_size=11, target_vocab_size=11, embedding_dim=4, hidden_dim=6, layers=1, attention="dot",
+    config = RNNConfig(vocab_size=11, embedding_dim=4, hidden_dim=6, layers=1, attention="dot",
                        input_feeding=False, bidirectional=False)
     states = []
     for seed in range(3):

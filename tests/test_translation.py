@@ -32,11 +32,11 @@ def test_the_attention_map_of_an_rnn_is_its_attention_with_tokens_on_both_axes()
     tokenizers = Seq2SeqTokenizers.train(pairs, vocab_size=300)
     torch.manual_seed(0)
     size = len(tokenizers.source)
-    model = RNNSeq2Seq(RNNConfig(vocab_size=size, target_vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
+    model = RNNSeq2Seq(RNNConfig(vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
                                  attention="general", input_feeding=True)).eval()
     attention = pair_attention(model, tokenizers, "4 July 1976", "1976-07-04")
     [source], [target] = tokenizers.encode_sources(["4 July 1976"]), tokenizers.encode_targets(["1976-07-04"])
-    expected = model(torch.tensor([source]), None, torch.tensor([target[:-1]])).attentions[0]
+    expected = model(torch.tensor([source]), torch.tensor([target[:-1]])).attentions[0]
     torch.testing.assert_close(attention.weights, expected)
     assert "".join(attention.columns[:-1]).replace("␣", "") == "4July1976" and attention.columns[-1] == "</s>"
     assert "".join(attention.rows[:-1]) == "1976-07-04" and attention.rows[-1] == "</s>"

@@ -67,10 +67,8 @@ def pair_attention(
         [target] = translate(model, tokenizers, [source], DecodingOptions())
     [source_ids], [target_ids] = tokenizers.encode_sources([source]), tokenizers.encode_targets([target])
     device = next(model.parameters()).device
-    inputs = dict(input_ids=torch.tensor([source_ids], device=device),
-                  decoder_input_ids=torch.tensor([target_ids[:-1]], device=device))
     with attention_weights(model) as recorded:
-        output = model(**inputs)
+        output = model(torch.tensor([source_ids], device=device), torch.tensor([target_ids[:-1]], device=device))
         cross = {name: w for name, w in recorded.items() if "cross" in name and w is not None}
     if getattr(output, "attentions", None) is not None:  # an RNN: one attention, no layers or heads
         weights, title = output.attentions[0], f"{model.config.attention} attention"

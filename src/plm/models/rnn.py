@@ -40,8 +40,8 @@ ATTENTIONS = ("none", "bahdanau", *LUONG_SCORES)
 
 @dataclass(frozen=True)
 class RNNConfig:
-    vocab_size: int = 8192  # the source vocabulary
-    target_vocab_size: int = 8192  # the same as vocab_size with a joint tokenizer
+    vocab_size: int = 8192  # the target vocabulary, or the joint one when source_vocab_size is None
+    source_vocab_size: int | None = None
     cell: str = "lstm"
     embedding_dim: int = 128
     hidden_dim: int = 256
@@ -60,7 +60,7 @@ class RNNConfig:
             raise PLMError(f"input feeding is Luong's; {self.attention!r} attention takes none")
         if self.bidirectional and self.hidden_dim % 2:
             raise PLMError(f"a bidirectional encoder splits hidden_dim in two; {self.hidden_dim} is odd")
-        for name in ("target_vocab_size", "embedding_dim", "hidden_dim"):
+        for name in ("embedding_dim", "hidden_dim"):
             if getattr(self, name) < 1:
                 raise PLMError(f"{name} should be positive, got {getattr(self, name)}")
 
@@ -137,8 +137,8 @@ class RNNSeq2Seq(Seq2SeqModel):
         rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[config.cell]
         hidden, directions = config.hidden_dim, 2 if config.bidirectional else 1
         between_layers = config.dropout if config.layers > 1 else 0.0
-        self.source_embedding = nn.Embedding(config.vocab_size, config.embedding_dim)
-        self.target_embedding = nn.Embedding(config.target_vocab_size, config.embedding_dim)
+        self.source_embedding = nn.Embedding(config.source_vocab_size or config.vocab_size, config.embedding_dim)
+        self.target_embedding = nn.Embedding(config.vocab_size, config.embedding_dim)
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = rnn(config.embedding_dim, hidden // directions, config.layers, batch_first=True,
                            dropout=between_layers, bidirectional=config.bidirectional)
@@ -152,7 +152,7 @@ class RNNSeq2Seq(Seq2SeqModel):
             build_attention(config.attention, hidden, hidden, hidden) if config.attention != "none" else None
         )
         self.combine = nn.Linear(2 * hidden, hidden, bias=False)  # W_c over [c_t; s_t]
-        self.output = nn.Linear(hidden, config.target_vocab_size)  # W_s
+        self.output = nn.Linear(hidden, config.vocab_size)  # W_s
         for parameter in self.parameters():  # Luong et al.: every parameter uniform in [-0.1, 0.1]
             nn.init.uniform_(parameter, -0.1, 0.1)
 
@@ -229,15 +229,12 @@ class RNNSeq2Seq(Seq2SeqModel):
         return Seq2SeqOutput(logits, weights, replace(state, hidden=hidden, feed=feed, read=state.read + time))
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
+        self, source_ids: torch.Tensor, target_ids: torch.Tensor, source_mask: torch.Tensor | None = None
     ) -> Seq2SeqOutput:
-        """Teacher forcing: source (B, S) and the target shifted right (B, T) -> logits (B, T, V), attention."""
-        if decoder_input_ids is None:
-            raise PLMError("an encoder-decoder needs decoder_input_ids: the target tokens it reads")
-        return self.decode(decoder_input_ids, self.encode(input_ids, attention_mask))
+        """Teacher forcing: source (B, S), 0 in ``source_mask`` at padding, and the target shifted right
+        (B, T, starting with the start token) -> logits (B, T, V) predicting each next token, attention (B, T, S).
+        """
+        return self.decode(target_ids, self.encode(source_ids, source_mask))
 
     # The decoding interface (plm.decoding.Decoder). The state is the RNN's own (h[, c]): there is
     # no cache to turn off and no position limit, so use_cache and compile change nothing here.

@@ -79,8 +79,7 @@ class Seq2SeqObjective:
         return {LOSS: self.size(batch)}
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        logits = model(input_ids=batch["source_ids"], attention_mask=batch["source_mask"],
-                       decoder_input_ids=batch["decoder_input_ids"]).logits  # (B, T, V)
+        logits = model(batch["source_ids"], batch["decoder_input_ids"], batch["source_mask"]).logits  # (B, T, V)
         return {LOSS: label_smoothed_nll(logits.flatten(0, 1), batch["labels"].flatten(), self.label_smoothing,
                                          self.target_pad)}
 

@@ -127,15 +127,14 @@ def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) 
     """A fresh preset sized to the tokenizers, or a saved model to continue."""
     if model not in PRESETS:
         loaded = load_model(model)
-        if loaded.config.vocab_size < len(tokenizers.source):
-            raise PLMError(f"{model}: {loaded.config.vocab_size} source embeddings but {len(tokenizers.source)} tokens")
+        if loaded.config.vocab_size < len(tokenizers.target):
+            raise PLMError(f"{model}: {loaded.config.vocab_size} target embeddings but {len(tokenizers.target)} tokens")
         return loaded
     fields = {field.name for field in dataclasses.fields(PRESETS[model])}
-    sizes = {"vocab_size": len(tokenizers.source)}
-    if "target_vocab_size" in fields:
-        sizes["target_vocab_size"] = len(tokenizers.target)
-    elif not tokenizers.joint:
-        raise PLMError(f"{model} shares one vocabulary between source and target; drop --separate-vocabularies")
+    # Every encoder-decoder config names the target (or joint) vocabulary vocab_size, a separate source one
+    # source_vocab_size (None: joint).
+    sizes = {"vocab_size": len(tokenizers.target),
+             "source_vocab_size": None if tokenizers.joint else len(tokenizers.source)}
     config = preset_config(model, **sizes)
     if setup.dropout is not None:
         config = dataclasses.replace(config, **{f: setup.dropout for f in fields if f.endswith("dropout")})
