@@ -40,3 +40,24 @@ def test_the_attention_map_of_an_rnn_is_its_attention_with_tokens_on_both_axes()
     torch.testing.assert_close(attention.weights, expected)
     assert "".join(attention.columns[:-1]).replace("␣", "") == "4July1976" and attention.columns[-1] == "</s>"
     assert "".join(attention.rows[:-1]) == "1976-07-04" and attention.rows[-1] == "</s>"
+
+
+def test_the_self_attention_map_of_gpt_is_the_softmax_of_its_scaled_causal_scores() -> None:
+    from plm.models import from_preset
+    from plm.tokenizer import Tokenizer
+    from plm.attention_map import self_attention
+
+    tokenizer = Tokenizer.train_bpe(["the animal did not cross the street because it was tired"] * 5, vocab_size=300)
+    torch.manual_seed(0)
+    model = from_preset("gpt2-micro").eval()  # 2 heads of 16
+    text = "the animal did not cross"
+    attention = self_attention(model, tokenizer, text, layer=0, head=1)
+    ids = torch.tensor([tokenizer.encode(text)])
+    block = model.blocks[0]
+    x = block.attention_norm(model.token_embedding(ids) + model.position_embedding(torch.arange(ids.shape[1])[None]))
+    weight, bias = block.attention.in_proj.weight, block.attention.in_proj.bias
+    q = (x @ weight[:32].T + bias[:32])[0, :, 16:]  # head 1
+    k = (x @ weight[32:64].T + bias[32:64])[0, :, 16:]
+    scores = (q @ k.T / 4.0).masked_fill(~torch.ones(len(q), len(q), dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(attention.weights, scores.softmax(-1), atol=1e-5, rtol=1e-5)
+    assert attention.rows == attention.columns == [tokenizer.decode([t]).strip() for t in ids[0].tolist()]
