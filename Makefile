@@ -29,6 +29,7 @@ bench: setup
 	$(PY) benchmarks/bench_deberta.py --config both
 	$(PY) benchmarks/bench_elmo.py
 	$(PY) benchmarks/bench_overlap.py
+	$(PY) benchmarks/bench_seq2seq.py --config small
 
 clean:
 	rm -rf $(VENV) runs

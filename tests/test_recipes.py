@@ -14,6 +14,7 @@ from torch import nn
 import plm
 from plm.cli.main import main
 from plm.models import RECIPES
+from plm.objectives import objective_spec
 from plm.recipe import Hyperparameters
 from plm.training.optim import build_optimizer, learning_rate, parameter_groups
 from plm.training.pretrain import PretrainSetup, prepare
@@ -37,6 +38,8 @@ def test_the_paper_values_are_the_seeds() -> None:
 def test_each_family_name_stands_for_its_recipe(text_file: Path, tmp_path: Path) -> None:
     tokenizer_kinds = {"bpe": "BPE", "wordpiece": "WordPiece", "unigram": "Unigram", "words": "WordLevel"}
     for family, recipe in RECIPES.items():
+        if objective_spec(recipe.objective).parallel_text:  # encoder-decoders: plm seq2seq train (test_seq2seq_cli)
+            continue
         setup = PretrainSetup(model=family, train_files=(str(text_file),), vocab_size=300, batch_size=2)
         trainer, tokenizer = prepare(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / family)
         assert trainer.model.family == family

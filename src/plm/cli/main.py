@@ -5,11 +5,29 @@ from __future__ import annotations
 import sys
 import warnings
 
-from plm.cli import compare, convert, demo, elmo, embed, evaluate, fill_mask, generate, overlap, pretrain, tokenizer
+from plm.cli import (
+    attention,
+    compare,
+    convert,
+    demo,
+    elmo,
+    embed,
+    evaluate,
+    fill_mask,
+    generate,
+    overlap,
+    pretrain,
+    seq2seq,
+    tokenizer,
+    translate,
+)
 from plm.cli.common import HelpFormatter, Parser
 from plm.errors import PLMError, PLMWarning
 
-COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, compare, elmo, overlap)
+COMMANDS = (
+    demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, compare, elmo, overlap, seq2seq, translate,
+    attention,
+)
 
 
 def build_parser() -> Parser:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from plm.errors import PLMError
-from plm.models import albert, bert, deberta, elmo, gpt, transformer
+from plm.models import albert, bert, deberta, elmo, gpt, rnn, transformer
 from plm.models.albert import Albert, AlbertConfig
 from plm.models.base import CausalLM, PretrainedModel, Seq2SeqModel
 from plm.models.bert import Bert, BertConfig
@@ -14,11 +14,15 @@ from plm.models.deberta import Deberta, DebertaConfig
 from plm.models.elmo import Elmo, ElmoConfig
 from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
+from plm.models.rnn import RNNConfig, RNNSeq2Seq
 from plm.models.transformer import Transformer, TransformerConfig
 from plm.recipe import Recipe
 
 # Each family: its model class, its named presets and its pre-training recipe.
-_FAMILIES = ((GPT, gpt), (Bert, bert), (Albert, albert), (Deberta, deberta), (Elmo, elmo), (Transformer, transformer))
+_FAMILIES = (
+    (GPT, gpt), (Bert, bert), (Albert, albert), (Deberta, deberta), (Elmo, elmo), (Transformer, transformer),
+    (RNNSeq2Seq, rnn),
+)
 FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model, _ in _FAMILIES}
 PRESETS: dict[str, Any] = {name: config for _, module in _FAMILIES for name, config in module.PRESETS.items()}
 RECIPES: dict[str, Recipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
@@ -69,6 +73,8 @@ __all__ = [
     "GPT",
     "GPTConfig",
     "PretrainedModel",
+    "RNNConfig",
+    "RNNSeq2Seq",
     "Seq2SeqModel",
     "Transformer",
     "TransformerConfig",

@@ -46,6 +46,7 @@ class ObjectiveSpec:
     heads: tuple[str, ...]
     masks_words: bool
     build: Callable[[ObjectiveData], Objective]
+    parallel_text: bool = False  # trains on sentence pairs (plm seq2seq train), not on a corpus
 
 
 def causal_lm(data: ObjectiveData) -> CausalLMObjective:
@@ -78,12 +79,17 @@ def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
     return BiLMObjective(streams, data.block_size, data.batch_size, data.seed, data.validation_blocks)
 
 
+def needs_parallel_text(data: ObjectiveData) -> Objective:
+    raise PLMError("the seq2seq objective trains on sentence pairs, not on a corpus: use plm seq2seq train")
+
+
 OBJECTIVES: dict[str, ObjectiveSpec] = {
     "clm": ObjectiveSpec(heads=(), masks_words=False, build=causal_lm),
     "mlm": ObjectiveSpec(heads=("mlm",), masks_words=True, build=masked_lm("none")),
     "mlm+nsp": ObjectiveSpec(heads=("mlm", "nsp"), masks_words=True, build=masked_lm("nsp")),
     "mlm+sop": ObjectiveSpec(heads=("mlm", "sop"), masks_words=True, build=masked_lm("sop")),
     "bilm": ObjectiveSpec(heads=(), masks_words=False, build=bidirectional_lm),
+    "seq2seq": ObjectiveSpec(heads=(), masks_words=False, build=needs_parallel_text, parallel_text=True),
 }
 
 

@@ -200,6 +200,8 @@ def prepare(
     family = model_class(config).family
     recipe = RECIPES[family]
     objective_name, spec = choose_objective(setup, family, recipe)
+    if spec.parallel_text:
+        raise PLMError(f"--model {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train")
     block_size = check_setup(setup, config.context_length, recipe)
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     training = training.with_defaults(defaults)

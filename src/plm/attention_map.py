@@ -1,0 +1,116 @@
+"""Attention heatmaps: which source token each output token read (seq2seq), or each token's self-attention.
+
+For a sentence pair the rows are the target tokens the decoder predicts (y_1 .. y_m
+</s>) and the columns the source tokens: the RNN's attention, or a Transformer's
+encoder-decoder attention of one layer and head. For an encoder or a GPT model both
+axes are the tokens of one text, and the map is the self-attention of one layer and
+head (the seed's "it" -> "animal" picture). SDPA keeps no weights, so the Transformer
+maps are recorded with :func:`plm.core.attention_weights` (an explicit softmax).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from plm.core import attention_weights
+from plm.data.parallel import Seq2SeqTokenizers
+from plm.errors import PLMError
+from plm.files import atomic_open
+from plm.tokenizer import Tokenizer
+from plm.translation import DecodingOptions, translate
+
+
+@dataclass(frozen=True)
+class AttentionMap:
+    """``weights`` (rows, columns): row i's attention over the columns; the tokens label both axes."""
+
+    weights: torch.Tensor
+    rows: list[str]
+    columns: list[str]
+    title: str
+
+
+def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only."""
+    labels = []
+    for token in ids:
+        text = tokenizer.decode([token])
+        labels.append(text.strip() or ("␣" if text else tokenizer.backend.id_to_token(token)))
+    return labels
+
+
+def pick(weights: dict[str, torch.Tensor], layer: int, head: int, what: str) -> torch.Tensor:
+    """Layer ``layer``, head ``head`` of recorded weights {name: (1, H, T, S)} (in layer order), checked."""
+    names = list(weights)
+    if not names:
+        raise PLMError(f"the model has no {what} to show")
+    if not 0 <= layer < len(names):
+        raise PLMError(f"--layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})")
+    recorded = weights[names[layer]]
+    if not 0 <= head < recorded.shape[1]:
+        raise PLMError(f"--head {head} is out of range: layer {layer} has {recorded.shape[1]} heads (0 to {recorded.shape[1] - 1})")
+    return recorded[0, head]
+
+
+
+@torch.inference_mode()
+def pair_attention(
+    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target: str | None = None,
+    layer: int = 0, head: int = 0,
+) -> AttentionMap:
+    """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation)."""
+    if target is None:
+        [target] = translate(model, tokenizers, [source], DecodingOptions())
+    [source_ids], [target_ids] = tokenizers.encode_sources([source]), tokenizers.encode_targets([target])
+    device = next(model.parameters()).device
+    with attention_weights(model) as recorded:
+        output = model(torch.tensor([source_ids], device=device), torch.tensor([target_ids[:-1]], device=device))
+        cross = {name: w for name, w in recorded.items() if "cross" in name and w is not None}
+    if getattr(output, "attentions", None) is not None:  # an RNN: one attention, no layers or heads
+        weights, title = output.attentions[0], f"{model.config.attention} attention"
+    elif getattr(model.config, "attention", None) == "none":
+        raise PLMError("this model has no attention: its decoder reads only the final encoder state")
+    else:
+        weights, title = pick(cross, layer, head, "encoder-decoder attention"), f"cross-attention, layer {layer}, head {head}"
+    return AttentionMap(weights.float().cpu(), token_labels(tokenizers.target, target_ids[1:]),
+                        token_labels(tokenizers.source, source_ids), title)
+
+
+@torch.inference_mode()
+def self_attention(model: torch.nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0, head: int = 0) -> AttentionMap:
+    """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``."""
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise PLMError("the text has no tokens")
+    with attention_weights(model) as recorded:
+        model(torch.tensor([ids], device=next(model.parameters()).device))
+        weights = pick({name: w for name, w in recorded.items() if w is not None}, layer, head, "self-attention")
+    labels = token_labels(tokenizer, ids)
+    return AttentionMap(weights.float().cpu(), labels, labels, f"self-attention, layer {layer}, head {head}")
+
+
+def plot(attention: AttentionMap, path: str | os.PathLike[str]) -> None:
+    """A PNG heatmap: rows down the left, columns along the top, weights from white (0) to dark (1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    rows, columns = len(attention.rows), len(attention.columns)
+    figure, axes = pyplot.subplots(figsize=(max(4.0, 0.45 * columns + 2), max(3.0, 0.4 * rows + 1.5)))
+    image = axes.imshow(attention.weights.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    axes.set_xticks(range(columns), attention.columns, rotation=90)
+    axes.set_yticks(range(rows), attention.rows)
+    axes.xaxis.tick_top()
+    axes.set_title(attention.title, pad=12)
+    figure.colorbar(image, ax=axes, fraction=0.04)
+    figure.tight_layout()
+    try:
+        with atomic_open(path) as file:
+            figure.savefig(file, format="png", dpi=110)
+    finally:
+        pyplot.close(figure)

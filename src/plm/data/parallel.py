@@ -1,0 +1,212 @@
+"""Parallel text for sequence to sequence: sentence pairs, their tokenizers, and batches under a token budget.
+
+Pairs come from two aligned files (line i of one translates line i of the other) or
+one TSV (``source<TAB>target`` per line). Misaligned files and empty sentences are
+errors naming the file and line, found before anything trains.
+
+A source is encoded as ``x_1 .. x_n </s>``; a target as ``<s> y_1 .. y_m </s>``, whose
+first m + 1 tokens the decoder reads (teacher forcing) to predict the last m + 1.
+The tokenizer is byte-level BPE trained on both sides at once (one joint vocabulary)
+or one per side; a separate target tokenizer is saved in ``target/`` of the model directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from plm.data.corpus import read_text
+from plm.errors import PLMError
+from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
+
+# Special tokens of seq2seq tokenizers, ids 0 to 2: padding, start of target, end of sentence.
+SEQ2SEQ_SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>"}
+TARGET_TOKENIZER_DIR = "target"
+
+
+@dataclass(frozen=True)
+class SentencePair:
+    source: str
+    target: str
+
+
+def non_empty_lines(path: str | os.PathLike[str]) -> list[str]:
+    """The lines of a user's file (one sentence each); an empty one is an error naming its line."""
+    lines = read_text(path).removesuffix("\n").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise PLMError(f"{path}:{number}: empty line; every line must hold one sentence")
+    return lines
+
+
+def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> list[SentencePair]:
+    """Pairs from two aligned files, one sentence per line."""
+    sources, targets = non_empty_lines(source), non_empty_lines(target)
+    if len(sources) != len(targets):
+        shorter, longer = (source, target) if len(sources) < len(targets) else (target, source)
+        first_unmatched = min(len(sources), len(targets)) + 1
+        raise PLMError(
+            f"{source} has {len(sources)} lines but {target} has {len(targets)}: the files are not aligned "
+            f"({longer}:{first_unmatched} has no counterpart in {shorter})"
+        )
+    return [SentencePair(s, t) for s, t in zip(sources, targets)]
+
+
+def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
+    """Pairs from ``source<TAB>target`` lines."""
+    pairs = []
+    for number, line in enumerate(read_text(path).removesuffix("\n").split("\n"), 1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise PLMError(f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs")
+        if not fields[0].strip() or not fields[1].strip():
+            side = "source" if not fields[0].strip() else "target"
+            raise PLMError(f"{path}:{number}: empty {side} sentence")
+        pairs.append(SentencePair(*fields))
+    return pairs
+
+
+class Seq2SeqTokenizers:
+    """The source and target tokenizers: one object for a joint vocabulary, two for separate ones."""
+
+    def __init__(self, source: Tokenizer, target: Tokenizer | None = None) -> None:
+        self.source = source
+        self.target = target or source
+        for side, tokenizer in (("source", self.source), ("target", self.target)):
+            missing = [role for role in ("pad", "bos", "eos") if tokenizer.id_of(role) is None]
+            if missing:
+                raise PLMError(f"the {side} tokenizer has no {', '.join(missing)} token; seq2seq needs pad, bos, eos")
+
+    @property
+    def joint(self) -> bool:
+        return self.target is self.source
+
+    @classmethod
+    def train(
+        cls, pairs: Sequence[SentencePair], vocab_size: int = 8000, joint: bool = True, kind: str = "bpe"
+    ) -> Seq2SeqTokenizers:
+        """Learn one vocabulary from both sides (``joint``) or one per side, of ``vocab_size`` each."""
+        train = TOKENIZER_TRAINERS[kind]
+        options = {"special_tokens": SEQ2SEQ_SPECIALS} if kind == "bpe" else {}
+        sources = [pair.source for pair in pairs]
+        targets = [pair.target for pair in pairs]
+        if joint:
+            return cls(train(sources + targets, vocab_size=vocab_size, **options))
+        return cls(train(sources, vocab_size=vocab_size, **options), train(targets, vocab_size=vocab_size, **options))
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        self.source.save(directory)
+        if not self.joint:
+            Path(directory, TARGET_TOKENIZER_DIR).mkdir(parents=True, exist_ok=True)
+            self.target.save(Path(directory, TARGET_TOKENIZER_DIR))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Seq2SeqTokenizers:
+        target = Path(directory, TARGET_TOKENIZER_DIR)
+        return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None)
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        eos = self.source.eos_id
+        return [ids + [eos] for ids in self.source.encode_batch(texts)]
+
+    def encode_targets(self, texts: Sequence[str]) -> list[list[int]]:
+        bos, eos = self.target.bos_id, self.target.eos_id
+        return [[bos, *ids, eos] for ids in self.target.encode_batch(texts)]
+
+    def decode_targets(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """Target ids (as decoded: maybe <s>, tokens, </s>, padding) -> text, cut at the first </s>."""
+        eos, texts = self.target.eos_id, []
+        for row in rows:
+            row = list(row)
+            texts.append(self.target.decode(row[: row.index(eos)] if eos in row else row, skip_special_tokens=True))
+        return texts
+
+
+@dataclass(frozen=True)
+class EncodedPairs:
+    """Token ids of sentence pairs: sources ``x </s>``, targets ``<s> y </s>``."""
+
+    sources: list[list[int]]
+    targets: list[list[int]]
+
+    @classmethod
+    def of(cls, pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers) -> EncodedPairs:
+        return cls(tokenizers.encode_sources([p.source for p in pairs]), tokenizers.encode_targets([p.target for p in pairs]))
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ids -> (B, T) ids padded on the right with ``pad_id`` and the (B, T) mask, 1 at real tokens."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, values in enumerate(rows):
+        ids[row, : len(values)] = torch.tensor(values, dtype=torch.long)
+        mask[row, : len(values)] = 1
+    return ids, mask
+
+
+def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_pad: int) -> dict[str, torch.Tensor]:
+    """The pairs ``indices`` as one batch: source ids and mask, decoder inputs, labels (pad where none)."""
+    source_ids, source_mask = right_pad([data.sources[i] for i in indices], source_pad)
+    targets, _ = right_pad([data.targets[i] for i in indices], target_pad)
+    return {
+        "source_ids": source_ids,
+        "source_mask": source_mask,
+        "decoder_input_ids": targets[:, :-1],  # <s> y_1 .. y_m (and padding)
+        "labels": targets[:, 1:],  # y_1 .. y_m </s> (and padding)
+    }
+
+
+def token_budget_batches(data: EncodedPairs, max_tokens: int) -> list[list[int]]:
+    """Indices of pairs grouped by length, each group's padded size (rows x (longest source + longest target)) <= max_tokens.
+
+    Pairs are sorted by (source, target) length, so a batch holds sentences of similar
+    lengths and little padding (fairseq's ``--max-tokens``). A pair alone over the
+    budget is an error: it could never be trained on.
+    """
+    order = sorted(range(len(data)), key=lambda i: (len(data.sources[i]), len(data.targets[i])))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest_source = longest_target = 0
+    for index in order:
+        source, target = len(data.sources[index]), len(data.targets[index])
+        if source + target > max_tokens:
+            raise PLMError(f"pair {index + 1} has {source} + {target} tokens, more than the budget of {max_tokens} "
+                           f"tokens per batch; raise --max-tokens or drop the pair")
+        widths = max(longest_source, source) + max(longest_target, target)
+        if current and widths * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_source, longest_target = [], 0, 0
+        current.append(index)
+        longest_source, longest_target = max(longest_source, source), max(longest_target, target)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class BudgetSampler:
+    """Batches of similar lengths under a token budget, one drawn at random per (step, micro-batch).
+
+    Stateless like :class:`plm.data.tokens.BlockSampler`: the choice comes from a
+    generator seeded with (seed, step, micro-batch), so a resumed run draws the same.
+    """
+
+    def __init__(self, data: EncodedPairs, max_tokens: int, seed: int) -> None:
+        self.batches = token_budget_batches(data, max_tokens)
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def indices(self, step: int, micro: int) -> list[int]:
+        entropy = np.random.SeedSequence([self.seed, step, micro]).generate_state(1, np.uint64)
+        return self.batches[int(np.random.default_rng(entropy).integers(len(self.batches)))]
+

@@ -1,0 +1,268 @@
+"""The RNN encoder-decoder (Sutskever et al. 2014, Cho et al. 2014) and its attention (Bahdanau 2015, Luong 2015).
+
+The encoder (GRU or LSTM, optionally bidirectional) reads the source; its final states,
+bridged to the decoder's width, start the decoder. Three forms differ in what the
+decoder reads of the source at each step:
+
+- ``attention="none"``: the final encoder state c is the only context vector, read
+  at every step beside the previous target token (the context-vector bottleneck);
+- ``"bahdanau"``: the previous decoder state s_{t-1} scores every encoder state with a
+  learned additive score, and the context c_t is read with the previous target token;
+- ``"dot" | "general" | "concat"`` (Luong): the new decoder state s_t scores the encoder
+  states; with ``input_feeding`` the attentional state of step t-1 is read at step t.
+
+In every form ``[c_t; s_t]`` feeds the output layer, as the seed describes it:
+h~_t = tanh(W_c [c_t; s_t]), p(y_t) = softmax(W_s h~_t). A bidirectional encoder runs
+hidden_dim / 2 units each way, so its states are hidden_dim wide like the decoder's.
+
+:meth:`RNNSeq2Seq.encode` reads the source once, :meth:`RNNSeq2Seq.decode` any number of
+target tokens from a state, :meth:`RNNState.reorder` picks rows for beams; on these the
+model implements :class:`plm.decoding.Decoder`, so greedy, sampling and beam search work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from plm.errors import PLMError
+from plm.models.base import Seq2SeqModel
+from plm.models.rnn_attention import build_attention
+from plm.recipe import Hyperparameters, Recipe
+
+CELLS = ("gru", "lstm")
+LUONG_SCORES = ("dot", "general", "concat")
+ATTENTIONS = ("none", "bahdanau", *LUONG_SCORES)
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    vocab_size: int = 8192  # the target vocabulary, or the joint one when source_vocab_size is None
+    source_vocab_size: int | None = None
+    cell: str = "lstm"
+    embedding_dim: int = 128
+    hidden_dim: int = 256
+    layers: int = 2
+    bidirectional: bool = True
+    attention: str = "general"
+    input_feeding: bool = True  # Luong's; only with a Luong score
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise PLMError(f"unknown RNN cell {self.cell!r}; choose one of {', '.join(CELLS)}")
+        if self.attention not in ATTENTIONS:
+            raise PLMError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
+        if self.input_feeding and self.attention not in LUONG_SCORES:
+            raise PLMError(f"input feeding is Luong's; {self.attention!r} attention takes none")
+        if self.bidirectional and self.hidden_dim % 2:
+            raise PLMError(f"a bidirectional encoder splits hidden_dim in two; {self.hidden_dim} is odd")
+        for name in ("embedding_dim", "hidden_dim"):
+            if getattr(self, name) < 1:
+                raise PLMError(f"{name} should be positive, got {getattr(self, name)}")
+
+
+SMALL = dict(embedding_dim=64, hidden_dim=128, layers=2)
+PRESETS = {
+    # Small CPU presets, one per form: 2 LSTM layers of 128 (64 each way in the encoder), embeddings of 64.
+    # The vocabularies follow the tokenizer they are trained with.
+    "rnn": RNNConfig(attention="none", input_feeding=False, **SMALL),
+    "rnn-bahdanau": RNNConfig(attention="bahdanau", input_feeding=False, **SMALL),
+    "rnn-luong": RNNConfig(attention="general", input_feeding=True, **SMALL),
+}
+
+RECIPE = Recipe(
+    preset="rnn",
+    tokenizer="bpe",
+    objective="seq2seq",
+    objectives=("seq2seq",),
+    # CPU scale: Adam at 1e-3 learns the default task in minutes; no weight decay, as in both papers.
+    hyperparameters=Hyperparameters(lr=1e-3, min_lr=1e-4, warmup=50, schedule="cosine", betas=(0.9, 0.999),
+                                    weight_decay=0.0),
+    # Luong et al. trained with plain SGD (lr 1, halved every epoch after the fifth), which plm's optimizers do
+    # not include; Bahdanau et al. used Adadelta. The Adam values are GNMT's (Wu et al. 2016), for the same models.
+    paper=Hyperparameters(lr=2e-4, min_lr=2e-4, warmup=0, schedule="constant", betas=(0.9, 0.999), weight_decay=0.0),
+    source="Luong et al. (2015) section 4.1; Adam values of GNMT (Wu et al. 2016) section 8.1",
+)
+
+
+@dataclass
+class RNNState:
+    """The decoder's state after the tokens read so far, and the source it attends to.
+
+    ``hidden`` is (h,) for a GRU or (h, c) for an LSTM, each (layers, B, H); ``memory``
+    (B, S, H) the encoder states, ``mask`` (B, S) True at real source tokens;
+    ``summary`` (B, H) the final encoder state (the no-attention form's context);
+    ``feed`` (B, H) the attentional state of the last step (Luong's input feeding);
+    ``read`` how many target tokens the state has read.
+    """
+
+    hidden: tuple[torch.Tensor, ...]
+    memory: torch.Tensor
+    mask: torch.Tensor
+    summary: torch.Tensor
+    feed: torch.Tensor
+    read: int = 0
+
+    def reorder(self, index: torch.Tensor) -> RNNState:
+        """The state of rows ``index`` (new_B,): beams that survive, or each sentence repeated per beam."""
+        return RNNState(
+            hidden=tuple(h.index_select(1, index) for h in self.hidden),
+            memory=self.memory.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+            summary=self.summary.index_select(0, index),
+            feed=self.feed.index_select(0, index),
+            read=self.read,
+        )
+
+
+@dataclass
+class Seq2SeqOutput:
+    """``logits`` (B, T, target vocab); ``attentions`` (B, T, S), None without attention; ``state`` after the last token."""
+
+    logits: torch.Tensor
+    attentions: torch.Tensor | None
+    state: RNNState
+
+
+class RNNSeq2Seq(Seq2SeqModel):
+    family = "rnn"
+    config_class = RNNConfig
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__(config)
+        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[config.cell]
+        hidden, directions = config.hidden_dim, 2 if config.bidirectional else 1
+        between_layers = config.dropout if config.layers > 1 else 0.0
+        self.source_embedding = nn.Embedding(config.source_vocab_size or config.vocab_size, config.embedding_dim)
+        self.target_embedding = nn.Embedding(config.vocab_size, config.embedding_dim)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = rnn(config.embedding_dim, hidden // directions, config.layers, batch_first=True,
+                           dropout=between_layers, bidirectional=config.bidirectional)
+        states = 2 if config.cell == "lstm" else 1
+        # s_0 = tanh(W [forward; backward final state]), per layer, for h (and c); a one-way encoder hands its over.
+        self.bridge = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(states)) if config.bidirectional else None
+        reads_context = config.attention not in LUONG_SCORES or config.input_feeding
+        self.decoder = rnn(config.embedding_dim + (hidden if reads_context else 0), hidden, config.layers,
+                           batch_first=True, dropout=between_layers)
+        self.attention = (
+            build_attention(config.attention, hidden, hidden, hidden) if config.attention != "none" else None
+        )
+        self.combine = nn.Linear(2 * hidden, hidden, bias=False)  # W_c over [c_t; s_t]
+        self.output = nn.Linear(hidden, config.vocab_size)  # W_s
+        for parameter in self.parameters():  # Luong et al.: every parameter uniform in [-0.1, 0.1]
+            nn.init.uniform_(parameter, -0.1, 0.1)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> RNNState:
+        """Read the source (B, S), right-padded where ``attention_mask`` is 0; the state to decode from.
+
+        The source is packed, so padding changes no state: the backward direction starts
+        at each row's last real token and the final states are those of the real tokens.
+        """
+        batch, length = input_ids.shape
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        lengths = mask.sum(1).clamp(min=1).cpu()  # an all-padding row reads one pad; its mask stays empty
+        embedded = self.dropout(self.source_embedding(input_ids))
+        packed, final = self.encoder(pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False))
+        memory = pad_packed_sequence(packed, batch_first=True, total_length=length)[0]  # (B, S, H)
+        hidden = self.bridged(final if isinstance(final, tuple) else (final,))
+        summary = hidden[0][-1]  # the top layer's final state, (B, H)
+        return RNNState(hidden, memory, mask, summary, feed=torch.zeros_like(summary))
+
+    def bridged(self, final: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The encoder's final (h[, c]) as the decoder's initial state, each (layers, B, H)."""
+        if self.bridge is None:
+            return final
+        layers = self.config.layers
+        joined = [  # (layers * 2, B, H/2) -> (layers, B, H): forward and backward side by side
+            state.view(layers, 2, *state.shape[1:]).permute(0, 2, 1, 3).flatten(2) for state in final
+        ]
+        return tuple(torch.tanh(bridge(state)) for bridge, state in zip(self.bridge, joined))
+
+    def run_decoder(self, inputs: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        outputs, new = self.decoder(inputs, hidden if self.config.cell == "lstm" else hidden[0])
+        return outputs, new if isinstance(new, tuple) else (new,)
+
+    def attentional(self, context: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """h~ = tanh(W_c [c; s]): what the output layer reads (and input feeding feeds back)."""
+        return torch.tanh(self.combine(torch.cat([context, output], dim=-1)))
+
+    def decode(self, tokens: torch.Tensor, state: RNNState) -> Seq2SeqOutput:
+        """Read target tokens (B, T) from ``state``: their next-token logits, attention and the new state.
+
+        Teacher forcing reads the whole shifted target at once; decoding reads one token
+        per step. Both take the same path, so they give the same numbers. The forms whose
+        step t needs step t-1's attention (Bahdanau, input feeding) run a loop over T;
+        the others run the fused RNN over all T.
+        """
+        config, memory, mask = self.config, state.memory, state.mask
+        embedded = self.dropout(self.target_embedding(tokens))  # (B, T, E)
+        time = tokens.shape[1]
+        weights = None
+        if config.attention == "none":
+            contexts = state.summary[:, None].expand(-1, time, -1)  # (B, T, H), the same c at every step
+            outputs, hidden = self.run_decoder(torch.cat([embedded, contexts], -1), state.hidden)
+            attended, feed = self.attentional(contexts, outputs), state.feed
+        elif not (config.attention == "bahdanau" or config.input_feeding):
+            outputs, hidden = self.run_decoder(embedded, state.hidden)
+            contexts, weights = self.attention(outputs, memory, mask)
+            attended, feed = self.attentional(contexts, outputs), state.feed
+        else:
+            hidden, feed, steps, step_weights = state.hidden, state.feed, [], []
+            for t in range(time):
+                token = embedded[:, t : t + 1]  # (B, 1, E)
+                if config.attention == "bahdanau":  # s_{t-1} chooses what to read
+                    context, weight = self.attention(hidden[0][-1][:, None], memory, mask)
+                    output, hidden = self.run_decoder(torch.cat([token, context], -1), hidden)
+                else:  # Luong: read h~_{t-1}, then s_t chooses
+                    output, hidden = self.run_decoder(torch.cat([token, feed[:, None]], -1), hidden)
+                    context, weight = self.attention(output, memory, mask)
+                step = self.attentional(context, output)  # (B, 1, H)
+                feed = step[:, 0]
+                steps.append(step)
+                step_weights.append(weight)
+            attended, weights = torch.cat(steps, 1), torch.cat(step_weights, 1)
+        logits = self.output(self.dropout(attended))  # (B, T, target vocab)
+        return Seq2SeqOutput(logits, weights, replace(state, hidden=hidden, feed=feed, read=state.read + time))
+
+    def forward(
+        self, source_ids: torch.Tensor, target_ids: torch.Tensor, source_mask: torch.Tensor | None = None
+    ) -> Seq2SeqOutput:
+        """Teacher forcing: source (B, S), 0 in ``source_mask`` at padding, and the target shifted right
+        (B, T, starting with the start token) -> logits (B, T, V) predicting each next token, attention (B, T, S).
+        """
+        return self.decode(target_ids, self.encode(source_ids, source_mask))
+
+    # The decoding interface (plm.decoding.Decoder). The state is the RNN's own (h[, c]): there is
+    # no cache to turn off and no position limit, so use_cache and compile change nothing here.
+
+    def context_length(self) -> int:
+        return 1 << 30  # an RNN has no positions: any target length fits
+
+    def start_decoding(
+        self,
+        prompt: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        max_length: int,
+        *,
+        use_cache: bool = True,
+        compile: bool = False,
+        source_ids: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
+    ) -> RNNState:
+        if source_ids is None:
+            raise PLMError("an encoder-decoder translates a source: pass source_ids")
+        if prompt_mask is not None and not bool(prompt_mask.all()):
+            raise PLMError("an RNN decoder reads its prompt left to right; pass prompts of one length, unpadded")
+        return self.encode(source_ids, source_mask)
+
+    def decode_step(self, history: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
+        """Read the tokens of ``history`` (B, length) that ``state`` has not; the next token's logits (B, V)."""
+        step = self.decode(history[:, state.read :], state)
+        return step.logits[:, -1], step.state
+
+    def reorder_state(self, state: RNNState, order: torch.Tensor) -> RNNState:
+        return state.reorder(order)

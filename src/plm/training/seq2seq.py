@@ -1,0 +1,184 @@
+"""The sequence-to-sequence recipe: parallel text -> tokenizers -> encoder-decoder -> trainer.
+
+Like :mod:`plm.training.pretrain`, every step has a default that works with no input
+(the dates task of :mod:`plm.data.dates`, BPE trained on it, the family's small preset)
+and reads the family's :class:`plm.recipe.Recipe` for the optimizer and schedule, with
+no per-family code: any family whose recipe trains the ``seq2seq`` objective works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from plm.checkpoint import CHECKPOINT_DIR, load_model, model_directory
+from plm.data.dates import date_pairs
+from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
+from plm.device import resolve_device
+from plm.errors import PLMError
+from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
+from plm.objectives.seq2seq import Seq2SeqObjective
+from plm.recipe import Hyperparameters
+from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
+from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
+from plm.translation import DecodingOptions
+
+OBJECTIVE = "seq2seq"
+SELECTABLE = ("bleu", "chrf", "exact_match")
+DEFAULT_TASK_PAIRS = (20_000, 500)  # generated training and held-out pairs of the dates task
+DEFAULT_TASK_VOCABULARY = 400  # the dates task needs few tokens beyond BPE's 256 bytes
+
+
+@dataclass(frozen=True)
+class Seq2SeqSetup:
+    """What a run trains on. No files: the dates task. ``tsv`` or ``source`` + ``target``: the user's pairs.
+
+    Validation pairs come from ``validation_source`` + ``validation_target`` (or
+    ``validation_tsv``), else the last ``validation_fraction`` of the training pairs.
+    """
+
+    model: str = "rnn-luong"
+    source: str | None = None
+    target: str | None = None
+    tsv: str | None = None
+    validation_source: str | None = None
+    validation_target: str | None = None
+    validation_tsv: str | None = None
+    validation_fraction: float = 0.05
+    tokenizer: str | None = None
+    vocab_size: int | None = None  # None: 8000 for the user's text, 400 for the dates task
+    joint_vocabulary: bool = True
+    max_tokens: int = 2048
+    label_smoothing: float = 0.1
+    metric_examples: int = 200
+    select_by: str | None = None
+    dropout: float | None = None
+    hyperparameters: str = "cpu"
+    beam: int = 1  # for the validation metrics
+
+
+def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePair]]:
+    """Training and validation pairs, checked."""
+    if setup.tsv and (setup.source or setup.target):
+        raise PLMError("give either --tsv or --src and --tgt, not both")
+    if bool(setup.source) != bool(setup.target):
+        raise PLMError("--src and --tgt go together: one file of source sentences, one of their translations")
+    if setup.validation_tsv:
+        validation = read_tsv(setup.validation_tsv)
+    elif setup.validation_source or setup.validation_target:
+        if not (setup.validation_source and setup.validation_target):
+            raise PLMError("--valid-src and --valid-tgt go together")
+        validation = read_parallel(setup.validation_source, setup.validation_target)
+    else:
+        validation = None
+    if setup.tsv or setup.source:
+        train = read_tsv(setup.tsv) if setup.tsv else read_parallel(setup.source, setup.target)
+    elif validation is not None:
+        raise PLMError("validation files need training files (--src/--tgt or --tsv) as well")
+    else:
+        train_count, held_out_count = DEFAULT_TASK_PAIRS
+        return date_pairs(train_count, seed=0), date_pairs(held_out_count, seed=1, held_out=True)
+    if validation is None:
+        if not 0 < setup.validation_fraction < 1:
+            raise PLMError(f"--validation-fraction must be in (0, 1), got {setup.validation_fraction}")
+        count = max(1, round(len(train) * setup.validation_fraction))
+        if count >= len(train):
+            raise PLMError(f"{len(train)} pairs are too few to hold out validation pairs; give --valid-src/--valid-tgt")
+        train, validation = train[:-count], train[-count:]
+    return train, validation
+
+
+def check_setup(setup: Seq2SeqSetup) -> None:
+    if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
+        raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
+    if setup.hyperparameters not in HYPERPARAMETER_SETS:
+        raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
+    if setup.select_by is not None and setup.select_by not in SELECTABLE:
+        raise PLMError(f"--select-by takes {', '.join(SELECTABLE)}, got {setup.select_by!r}")
+    if not (math.isfinite(setup.label_smoothing) and 0 <= setup.label_smoothing < 1):
+        raise PLMError(f"--label-smoothing must be in [0, 1), got {setup.label_smoothing}")
+    for name in ("max_tokens", "beam"):
+        if getattr(setup, name) < 1:
+            raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
+    if setup.vocab_size is not None and setup.vocab_size < 1:
+        raise PLMError(f"--vocab-size must be at least 1, got {setup.vocab_size}")
+    if setup.metric_examples < 0:
+        raise PLMError(f"--metric-examples must be >= 0, got {setup.metric_examples}")
+
+
+def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair], out: Path,
+                       resume: bool) -> Seq2SeqTokenizers:
+    """The run's own tokenizers when resuming, else the ones given, the model's, or new ones trained on ``train``."""
+    if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
+        return Seq2SeqTokenizers.load(out / CHECKPOINT_DIR)
+    if setup.tokenizer:
+        return Seq2SeqTokenizers.load(setup.tokenizer)
+    if model not in PRESETS:
+        return Seq2SeqTokenizers.load(model_directory(model))
+    default_size = 8000 if setup.source or setup.tsv else DEFAULT_TASK_VOCABULARY
+    return Seq2SeqTokenizers.train(train, vocab_size=setup.vocab_size or default_size, joint=setup.joint_vocabulary)
+
+
+def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) -> PretrainedModel:
+    """A fresh preset sized to the tokenizers, or a saved model to continue."""
+    if model not in PRESETS:
+        loaded = load_model(model)
+        if loaded.config.vocab_size < len(tokenizers.target):
+            raise PLMError(f"{model}: {loaded.config.vocab_size} target embeddings but {len(tokenizers.target)} tokens")
+        return loaded
+    fields = {field.name for field in dataclasses.fields(PRESETS[model])}
+    # Every encoder-decoder config names the target (or joint) vocabulary vocab_size, a separate source one
+    # source_vocab_size (None: joint).
+    sizes = {"vocab_size": len(tokenizers.target),
+             "source_vocab_size": None if tokenizers.joint else len(tokenizers.source)}
+    config = preset_config(model, **sizes)
+    if setup.dropout is not None:
+        config = dataclasses.replace(config, **{f: setup.dropout for f in fields if f.endswith("dropout")})
+    return from_config(config)
+
+
+def prepare_seq2seq(
+    setup: Seq2SeqSetup, training: TrainingConfig, out: str | Path, resume: bool = False, overwrite: bool = False
+) -> tuple[Trainer, Seq2SeqTokenizers]:
+    """Build the trainer (without training); every argument is checked first and nothing is written."""
+    out = Path(out)
+    check_setup(setup)
+    model_name = check_model_name(setup.model)
+    family = model_class(model_config(model_name)).family
+    recipe = RECIPES[family]
+    if OBJECTIVE not in recipe.objectives:
+        seq2seq = [name for name, r in RECIPES.items() if OBJECTIVE in r.objectives]
+        raise PLMError(f"--model {setup.model}: a {family} model is not an encoder-decoder; seq2seq trains "
+                       f"{', '.join(seq2seq)} models")
+    defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    training = training.with_defaults(defaults)
+    training.validate()
+    resolve_device(training.device)
+    check_run_directory(out, resume, overwrite)
+    train, validation = read_pairs(setup)
+    tokenizers = resolve_tokenizers(setup, model_name, train, out, resume)
+    torch.manual_seed(training.seed)
+    model = build_model(setup, model_name, tokenizers)
+    objective = Seq2SeqObjective(
+        train, validation, tokenizers, max_tokens=setup.max_tokens, label_smoothing=setup.label_smoothing,
+        seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
+        select_by=setup.select_by,
+    )
+    return Trainer(model, objective, training, out, tokenizers), tokenizers
+
+
+def train_seq2seq(
+    setup: Seq2SeqSetup = Seq2SeqSetup(),
+    training: TrainingConfig = TrainingConfig(),
+    out: str | Path = "runs/seq2seq",
+    resume: bool = False,
+    overwrite: bool = False,
+) -> tuple[PretrainedModel, Seq2SeqTokenizers, dict[str, float]]:
+    """Train an encoder-decoder with its family's recipe; returns the model, tokenizers and last metrics."""
+    trainer, tokenizers = prepare_seq2seq(setup, training, out, resume, overwrite)
+    metrics = trainer.train(resume=resume, overwrite=overwrite)
+    return trainer.model, tokenizers, metrics

@@ -1,0 +1,85 @@
+"""Parallel text: aligned files and TSV with errors that name file and line, tokenizers for both sides, budget batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plm.data.parallel import (
+    EncodedPairs,
+    SentencePair,
+    Seq2SeqTokenizers,
+    collate,
+    read_parallel,
+    read_tsv,
+    token_budget_batches,
+)
+from plm.errors import PLMError
+
+GERMAN = ["ein hund läuft", "zwei katzen schlafen", "der mann liest ein buch", "eine frau singt"]
+ENGLISH = ["a dog runs", "two cats sleep", "the man reads a book", "a woman sings"]
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_two_aligned_files_and_a_tsv_give_the_same_pairs(tmp_path: Path) -> None:
+    pairs = read_parallel(write(tmp_path / "de", GERMAN), write(tmp_path / "en", ENGLISH))
+    assert pairs == [SentencePair(s, t) for s, t in zip(GERMAN, ENGLISH)]
+    assert read_tsv(write(tmp_path / "pairs.tsv", [f"{s}\t{t}" for s, t in zip(GERMAN, ENGLISH)])) == pairs
+
+
+def test_misaligned_files_name_both_files_and_the_first_unmatched_line(tmp_path: Path) -> None:
+    source, target = write(tmp_path / "de", GERMAN), write(tmp_path / "en", ENGLISH[:3])
+    with pytest.raises(PLMError, match=rf"{source} has 4 lines but {target} has 3.*{source}:4 has no counterpart"):
+        read_parallel(source, target)
+
+
+def test_an_empty_line_names_its_file_and_line(tmp_path: Path) -> None:
+    source, target = write(tmp_path / "de", GERMAN), write(tmp_path / "en", [*ENGLISH[:2], " ", ENGLISH[3]])
+    with pytest.raises(PLMError, match=rf"{target}:3: empty line"):
+        read_parallel(source, target)
+    tsv = write(tmp_path / "pairs.tsv", ["a\tb", "c\t", "d\te"])
+    with pytest.raises(PLMError, match=rf"{tsv}:2: empty target"):
+        read_tsv(tsv)
+    with pytest.raises(PLMError, match=rf"{tsv}:1: expected source<TAB>target, found 0 tabs"):
+        read_tsv(write(tmp_path / "pairs.tsv", ["no tab here", "a\tb"]))
+
+
+def test_a_joint_tokenizer_knows_both_sides_and_separate_ones_round_trip(tmp_path: Path) -> None:
+    pairs = [SentencePair(s, t) for s, t in zip(GERMAN, ENGLISH)] * 20
+    joint = Seq2SeqTokenizers.train(pairs, vocab_size=400)
+    assert joint.joint
+    assert len(joint.source.encode(" katzen")) == 1 and len(joint.source.encode(" cats")) == 1  # a word of each side is one token
+    separate = Seq2SeqTokenizers.train(pairs, vocab_size=400, joint=False)
+    assert len(separate.source.encode(" katzen")) == 1 and len(separate.target.encode(" katzen")) > 1
+    separate.save(tmp_path)
+    loaded = Seq2SeqTokenizers.load(tmp_path)
+    assert not loaded.joint and loaded.target.encode("cats sleep") == separate.target.encode("cats sleep")
+    [target] = loaded.encode_targets(["two cats sleep"])
+    assert target[0] == loaded.target.bos_id and target[-1] == loaded.target.eos_id
+    assert loaded.decode_targets([target + [loaded.target.pad_id] * 2]) == ["two cats sleep"]
+
+
+def test_budget_batches_hold_every_pair_once_and_each_stays_under_the_budget() -> None:
+    lengths = [(3, 4), (10, 12), (5, 5), (2, 2), (9, 11), (4, 3), (7, 8), (1, 2), (12, 9)]
+    data = EncodedPairs([[0] * s for s, _ in lengths], [[0] * t for _, t in lengths])
+    batches = token_budget_batches(data, max_tokens=40)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:  # the padded size, computed from the definition
+        assert len(batch) * (max(lengths[i][0] for i in batch) + max(lengths[i][1] for i in batch)) <= 40
+    assert [sorted(batch) for batch in batches] == [[0, 3, 5, 7], [2, 6], [4], [1], [8]]  # greedy over the length-sorted pairs
+    with pytest.raises(PLMError, match="pair 2 has 10 \\+ 12 tokens, more than the budget of 20"):
+        token_budget_batches(data, max_tokens=20)
+
+
+def test_a_batch_shifts_the_target_for_teacher_forcing() -> None:
+    data = EncodedPairs(sources=[[5, 6, 2], [7, 2]], targets=[[1, 8, 9, 2], [1, 4, 2]])
+    batch = collate(data, [0, 1], source_pad=0, target_pad=0)
+    assert batch["source_ids"].tolist() == [[5, 6, 2], [7, 2, 0]]
+    assert batch["source_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["decoder_input_ids"].tolist() == [[1, 8, 9], [1, 4, 2]]
+    assert batch["labels"].tolist() == [[8, 9, 2], [4, 2, 0]]

@@ -1,0 +1,78 @@
+"""The seq2seq commands end to end on tiny data: train, translate, eval bleu, attention; bad inputs are one line, exit 2."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from plm.cli.main import main
+from plm.data.dates import date_pairs
+
+PAIRS = date_pairs(24, seed=0)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An RNN with Bahdanau attention after two steps on date pairs (too few to learn; enough to run)."""
+    folder = tmp_path_factory.mktemp("seq2seq")
+    (folder / "src.txt").write_text("".join(p.source + "\n" for p in PAIRS), encoding="utf-8")
+    (folder / "tgt.txt").write_text("".join(p.target + "\n" for p in PAIRS), encoding="utf-8")
+    code = main(["seq2seq", "train", "--model", "rnn-bahdanau", "--src", str(folder / "src.txt"), "--tgt",
+                 str(folder / "tgt.txt"), "--vocab-size", "300", "--max-tokens", "256", "--steps", "2",
+                 "--metric-examples", "1", "--out", str(folder / "run"), "--no-progress", "--device", "cpu"])
+    assert code == 0
+    return folder
+
+
+def test_train_prints_held_out_scores_and_draws_the_attention(trained: Path, capsys: pytest.CaptureFixture) -> None:
+    assert (trained / "run" / "checkpoint" / "model.safetensors").is_file()
+    assert (trained / "run" / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_translate_reads_stdin_and_writes_one_line_per_sentence(trained: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("3 May 1999\nthe first of June, two thousand\n"))
+    assert main(["translate", "--model", str(trained / "run"), "--beam", "2", "--max-len-a", "0", "--max-len-b", "3", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_eval_bleu_prints_bleu_chrf_and_exact_match(trained: Path, capsys) -> None:
+    code = main(["eval", "bleu", "--model", str(trained / "run"), "--src", str(trained / "src.txt"), "--ref",
+                 str(trained / "tgt.txt"), "--max-len-a", "0", "--max-len-b", "3", "--device", "cpu"])
+    assert code == 0
+    assert "BLEU" in (out := capsys.readouterr().out) and "chrF" in out and "exact match" in out and "24 sentences" in out
+
+
+def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "map.png"
+    assert main(["attention", "--model", str(trained / "run"), "4 July 1976", "--target", "1976-07-04",
+                 "--out", str(out), "--device", "cpu"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "bahdanau attention" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["seq2seq", "train", "--src", "{src}", "--tgt", "{short}"], "has 24 lines but .* has 2: the files are not aligned"),
+        (["seq2seq", "train", "--src", "{src}"], "--src and --tgt go together"),
+        (["seq2seq", "train", "--model", "gpt2-micro"], "a gpt model is not an encoder-decoder"),
+        (["pretrain", "--model", "rnn"], "is an encoder-decoder: train it on sentence pairs with plm seq2seq train"),
+        (["translate", "--model", "{nowhere}"], "no such model directory"),
+        (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
+        (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
+    ],
+)
+def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsys, argv, message) -> None:
+    (tmp_path / "short.txt").write_text("a\nb\n", encoding="utf-8")
+    names = {"src": trained / "src.txt", "short": tmp_path / "short.txt", "nowhere": tmp_path / "nowhere",
+             "run": trained / "run"}
+    argv = [a.format(**names) for a in argv] + ["--device", "cpu"] * (argv[0] != "pretrain")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    import re
+
+    assert re.search(message, err), err
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,92 @@
+"""The seq2seq objective: label smoothing against torch, teacher-forced batches, metrics; checkpoint averaging; the dates task."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from plm.checkpoint import save_model
+from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
+from plm.data.parallel import Seq2SeqTokenizers
+from plm.models import RNNConfig, RNNSeq2Seq
+from plm.objectives.seq2seq import Seq2SeqObjective, label_smoothed_nll
+from plm.training.averaging import average_checkpoints
+from plm.translation import DecodingOptions
+
+
+def test_label_smoothed_loss_is_torchs_cross_entropy_with_label_smoothing_ignoring_pads() -> None:
+    torch.manual_seed(0)
+    logits, labels = torch.randn(12, 9) * 3, torch.randint(1, 9, (12,))
+    labels[[2, 5, 11]] = 0  # padding
+    for epsilon in (0.0, 0.1, 0.3):
+        expected = F.cross_entropy(logits, labels, ignore_index=0, label_smoothing=epsilon, reduction="sum")
+        torch.testing.assert_close(label_smoothed_nll(logits, labels, epsilon, ignore_index=0), expected)
+
+
+def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
+    train, held_out = date_pairs(200, seed=0), date_pairs(8, seed=1, held_out=True)
+    tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
+    objective = Seq2SeqObjective(train, held_out, tokenizers, max_tokens=256, seed=0, metric_examples=8,
+                                 decoding=DecodingOptions(max_len_b=12), **options)
+    torch.manual_seed(0)
+    size = len(tokenizers.source)
+    model = RNNSeq2Seq(RNNConfig(vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
+                                 attention="bahdanau", input_feeding=False))
+    return objective, model.eval()
+
+
+def test_a_batch_is_teacher_forced_and_its_loss_counts_real_targets_only() -> None:
+    objective, model = tiny_objective(label_smoothing=0.0)
+    batch = objective.batch(step=3, index=0)
+    assert all(torch.equal(batch[k], objective.batch(3, 0)[k]) for k in batch)  # the same step draws the same pairs
+    pad = objective.target_pad
+    assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])  # shifted by one
+    assert torch.all(batch["decoder_input_ids"][:, 0] == objective.tokenizers.target.bos_id)
+    # the oracle: a loop over sentences, each scored alone without padding
+    expected = 0.0
+    for row in range(len(batch["labels"])):
+        length = int(batch["source_mask"][row].sum())
+        targets = batch["labels"][row][batch["labels"][row] != pad]
+        alone = model(batch["source_ids"][row : row + 1, :length],
+                      batch["decoder_input_ids"][row : row + 1, : len(targets)]).logits[0]
+        expected += F.cross_entropy(alone, targets, reduction="sum")
+    torch.testing.assert_close(objective.loss(model, batch)["nll"], expected, rtol=1e-4, atol=1e-4)
+    assert objective.target_counts(batch) == {"nll": int((batch["labels"] != pad).sum())}
+
+
+def test_validation_metrics_score_greedy_translations_of_held_out_pairs() -> None:
+    objective, model = tiny_objective(select_by="exact_match")
+    metrics = objective.validation_metrics(model)
+    assert set(metrics) == {"bleu", "chrf", "exact_match"}
+    assert metrics["exact_match"] == 0.0  # an untrained model gets no date right
+    assert objective.selection.metric == "val_exact_match"
+
+
+def test_averaging_checkpoints_gives_the_mean_of_their_weights(tmp_path: Path) -> None:
+    config = RNNConfig(vocab_size=11, embedding_dim=4, hidden_dim=6, layers=1, attention="dot",
+                       input_feeding=False, bidirectional=False)
+    states = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = RNNSeq2Seq(config)
+        save_model(model, tmp_path / f"step{seed}")
+        states.append(model.state_dict())
+    averaged = average_checkpoints([tmp_path / f"step{seed}" for seed in range(3)]).state_dict()
+    for key, value in averaged.items():
+        torch.testing.assert_close(value, (states[0][key] + states[1][key] + states[2][key]) / 3)
+
+
+def test_dates_are_spelled_as_english_writes_them_and_held_out_days_never_train() -> None:
+    assert [ordinal_words(n) for n in (1, 2, 3, 5, 9, 12, 20, 21, 23, 30, 31)] == [
+        "first", "second", "third", "fifth", "ninth", "twelfth", "twentieth", "twenty-first", "twenty-third",
+        "thirtieth", "thirty-first"]
+    assert [year_words(y) for y in (1984, 2005, 2000, 1900, 1907, 2024)] == [
+        "nineteen eighty-four", "two thousand and five", "two thousand", "nineteen hundred", "nineteen oh seven",
+        "twenty twenty-four"]
+    assert "Friday, 15 March 2024" in styles(datetime.date(2024, 3, 15))  # 15 March 2024 was a Friday
+    train, held_out = date_pairs(2000, seed=0), date_pairs(200, seed=0, held_out=True)
+    assert not {p.target for p in train} & {p.target for p in held_out}
+    assert all(is_held_out(datetime.date.fromisoformat(p.target)) for p in held_out)
