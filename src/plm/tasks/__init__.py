@@ -1,0 +1,1 @@
+"""Fine-tuning: task heads, data readers, metrics and task objectives."""
