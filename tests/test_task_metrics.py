@@ -26,6 +26,7 @@ def test_accuracy_f1_and_matthews_by_hand():
     assert f1(predictions, labels) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
     assert matthews_correlation(predictions, labels) == pytest.approx((2 * 2 - 1 * 1) / np.sqrt(3 * 3 * 3 * 3))
     assert f1(predictions, labels, positive=0) == pytest.approx(2 / 3)
+    assert f1([1, 1, 1, 0], [1, 0, 0, 0]) == pytest.approx(0.5)  # P 1/3, R 1
 
 
 def test_matthews_is_the_correlation_of_one_hot_codes_for_many_classes():
