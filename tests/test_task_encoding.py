@@ -38,6 +38,10 @@ def test_each_word_labels_its_first_piece_only(tokenizer):
     assert feature["labels"] == expected
     assert feature["input_ids"][1:-1] == [i for word in WORDS for i in tokenizer.encode(word)]
 
+    short = encode_tagged(tokenizer, TaggedSentence(("the",), ("O",)), tag_ids, max_length=64)
+    batch = collate([feature, short], pad_id=tokenizer.pad_id)
+    assert batch["labels"][1].tolist() == [IGNORE, 0] + [IGNORE] * (len(expected) - 2)  # padding has no label
+
 
 def test_word_predictions_read_the_first_piece_and_fill_words_cut_off(tokenizer):
     ids_of_words = list(range(len(WORDS)))
