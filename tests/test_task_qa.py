@@ -20,7 +20,7 @@ def tokenizer():
     return Tokenizer.train_wordpiece([" ".join(WORDS)] * 20 + ["Paris France capital city"] * 20, vocab_size=200)
 
 
-def long_example(answer_at: int = 150):
+def long_example(answer_at: int = 155):
     rng = random.Random(0)
     words = [rng.choice(WORDS) for _ in range(300)]
     words[answer_at:answer_at + 2] = ["Paris", "France"]
@@ -47,6 +47,9 @@ def test_windows_cover_the_context_with_a_stride_and_locate_the_answer(tokenizer
     assert firsts == list(range(0, 20 * len(windows), 20))  # a window starts every 20 tokens ...
     assert firsts[-1] + len(windows[-1]["input_ids"]) - head - 1 == len(context_tokens)  # ... until the end
     holding = [w for w in windows if w["start_positions"]]
+    start = example.answers[0].start
+    cut = [w for w in windows if any(o and o[0] == start for o in w["offsets"]) and w not in holding]
+    assert cut  # a window ends inside the answer: it does not hold it
     assert 1 <= len(holding) < len(windows)  # the others point at [CLS]: the answer is not wholly inside
     assert all(w["start_positions"] == w["end_positions"] == 0 for w in windows if w not in holding)
 
@@ -79,7 +82,7 @@ def test_the_answer_is_read_from_the_original_text_across_windows(tokenizer):
     starts, ends = [], []
     for k, window in enumerate(windows):
         start, end = torch.zeros(len(window["input_ids"]) + 3), torch.zeros(len(window["input_ids"]) + 3)  # padded
-        start[0] = end[0] = 1.0  # null score 2 in every window
+        start[0] = end[0] = 1.0 + k  # null score 2 + 2k: the question's null score is the smallest
         if k == holding:
             start[window["start_positions"]], end[window["end_positions"]] = 5.0, 4.0
         starts.append(start)
@@ -108,3 +111,12 @@ def test_tau_maximises_f1_over_every_threshold():
     tau = best_threshold(predictions, gold)
     assert total(tau) == pytest.approx(max(total(t) for t in candidates))
     assert total(tau) > total(None)  # choosing tau beats always answering
+
+
+def test_tau_moves_tied_margins_together():
+    """Two questions with margin 1 turn to "no answer" at the same tau: one gains, one loses."""
+    predictions = {"wrong": QAPrediction("x", 2.0, 1.0, ()), "right": QAPrediction("a", 2.0, 1.0, ()),
+                   "low": QAPrediction("x", 1.5, 1.0, ())}
+    gold = {"wrong": [], "right": ["a"], "low": []}
+    tau = best_threshold(predictions, gold)
+    assert 0.5 <= tau < 1.0  # "low" says no answer; "wrong" and "right" keep their spans
