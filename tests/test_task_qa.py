@@ -115,8 +115,8 @@ def test_tau_maximises_f1_over_every_threshold():
 
 def test_tau_moves_tied_margins_together():
     """Two questions with margin 1 turn to "no answer" at the same tau: one gains, one loses."""
-    predictions = {"wrong": QAPrediction("x", 2.0, 1.0, ()), "right": QAPrediction("a", 2.0, 1.0, ()),
+    predictions = {"wrong": QAPrediction("x", 2.0, 1.0, ()), "right": QAPrediction("boat", 2.0, 1.0, ()),
                    "low": QAPrediction("x", 1.5, 1.0, ())}
-    gold = {"wrong": [], "right": ["a"], "low": []}
+    gold = {"wrong": [], "right": ["boat"], "low": []}
     tau = best_threshold(predictions, gold)
     assert 0.5 <= tau < 1.0  # "low" says no answer; "wrong" and "right" keep their spans
