@@ -20,7 +20,7 @@ def tokenizer():
     return Tokenizer.train_wordpiece([" ".join(WORDS)] * 20 + ["Paris France capital city"] * 20, vocab_size=200)
 
 
-def long_example(answer_at: int = 155):
+def long_example(answer_at: int = 154):  # the window of tokens [100, 155) ends inside the answer
     rng = random.Random(0)
     words = [rng.choice(WORDS) for _ in range(300)]
     words[answer_at:answer_at + 2] = ["Paris", "France"]
