@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from plm.core import KVCache, ModelOutput
+from plm.core import CausalLMOutput, KVCache
 from plm.models import CausalLM
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -72,9 +72,9 @@ class StubCausalLM(CausalLM):
     def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
         return [KVCache.empty(batch, 1, max_length, 1, torch.float32, torch.device("cpu"))]
 
-    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> ModelOutput:
+    def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> CausalLMOutput:
         batch, time = input_ids.shape
         if cache:
             cache[0].append(torch.zeros(batch, 1, time, 1), torch.zeros(batch, 1, time, 1))
         logits = self.logits_for(input_ids)
-        return ModelOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])
+        return CausalLMOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])

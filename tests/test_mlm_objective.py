@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from conftest import synthetic_text
-from plm.core import ModelOutput
 from plm.data.corpus import Document
 from plm.errors import PLMError
+from plm.heads import PretrainingOutput
 from plm.objectives import MaskedLMObjective
 from plm.objectives.masking import IGNORE_INDEX
 from plm.tokenizer import Tokenizer
@@ -37,7 +37,7 @@ class TinyEncoder(nn.Module):
         hidden = hidden * attention_mask[..., None]
         hidden = hidden + torch.tanh(self.mix(hidden.transpose(1, 2)).transpose(1, 2))  # (B, T, dim)
         logits = self.mlm(hidden[masked_positions] if self.restrict_to_masked else hidden)
-        return ModelOutput(last_hidden_state=hidden, logits=logits, pair_logits=self.pair(hidden[:, 0]))
+        return PretrainingOutput(last_hidden_state=hidden, logits=logits, pair_logits=self.pair(hidden[:, 0]))
 
 
 @pytest.fixture(scope="module")

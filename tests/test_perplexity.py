@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import plm
-from plm.core import ModelOutput
+from plm.core import CausalLMOutput
 from plm.evaluation import perplexity, windows
 from plm.models import CausalLM, from_preset
 
@@ -40,12 +40,12 @@ class ContextCountingLM(CausalLM):
     def context_length(self) -> int:
         return self.context
 
-    def forward(self, input_ids, attention_mask=None, **_) -> ModelOutput:
+    def forward(self, input_ids, attention_mask=None, **_) -> CausalLMOutput:
         seen = nn.functional.one_hot(input_ids, self.vocab_size).float().cumsum(1)  # (B, T, V); causal
         positions = torch.arange(input_ids.shape[1]).view(1, -1, 1)
         successor = nn.functional.one_hot((input_ids + 1) % self.vocab_size, self.vocab_size).float()
         logits = self.bigram[input_ids] + 0.7 * seen + 0.15 * positions * successor
-        return ModelOutput(last_hidden_state=logits, logits=logits)
+        return CausalLMOutput(last_hidden_state=logits, logits=logits)
 
 
 def context_begin(t: int, length: int, window: int, stride: int) -> int:

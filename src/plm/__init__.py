@@ -8,6 +8,7 @@
     ids = model.generate(input_ids, max_new_tokens=20)
     bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
     out = bert(input_ids, attention_mask, token_type_ids)   # .last_hidden_state, .logits, .pair_logits
+    classifier = plm.task_model(bert, "classify", labels=3)  # out.logits: (batch, 3)
 """
 
 from plm.checkpoint import load_model as load
@@ -19,6 +20,7 @@ from plm.heads import sentence_embeddings
 from plm.hf import load_hf, save_hf
 from plm.loading import load_pretrained
 from plm.models import PRESETS, from_config, from_preset, with_heads
+from plm.tasks import TaskModel, task_model
 from plm.text import embed_texts, file_perplexity, fill_mask, generate_text
 from plm.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain
@@ -29,6 +31,7 @@ __all__ = [
     "PLMError",
     "PretrainSetup",
     "Tokenizer",
+    "TaskModel",
     "Trainer",
     "TrainingConfig",
     "embed_texts",
@@ -45,6 +48,7 @@ __all__ = [
     "pretrain",
     "save",
     "save_hf",
+    "task_model",
     "sentence_embeddings",
     "with_heads",
 ]

@@ -32,6 +32,9 @@ def config_from_dict(cls: type[C], values: Any, source: str = "config", complete
     """
     if not isinstance(values, dict):
         raise PLMError(f"{source}: the {cls.__name__} should be a JSON object, got {json_type(values)}")
+    reader = getattr(cls, "from_dict", None)
+    if reader is not None:  # a config that nests others (the task model's) reads them itself
+        return reader(values, source, complete)
     fields = {field.name: field for field in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:

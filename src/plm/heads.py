@@ -1,13 +1,16 @@
 """Heads: small modules over any encoder's hidden states.
 
 The pretraining heads of BERT and ALBERT (masked-token prediction, next-sentence or
-sentence-order prediction), the pooler they sit on, and mean pooling for sentence
-embeddings. A head never owns the word embeddings it is tied to: the model hands
+sentence-order prediction), the pooler they sit on, what an encoder with them returns
+(:class:`PretrainingOutput`), and mean pooling for sentence embeddings. The task
+(fine-tuning) heads are in :mod:`plm.tasks.heads`. A head never owns the word embeddings it is tied to: the model hands
 the embedding matrix to :class:`MaskedLMHead` at call time, so a checkpoint holds
 the tied matrix once.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +18,7 @@ from torch import nn
 
 from plm.core.block import ACTIVATIONS
 from plm.core.linear import linear
+from plm.core.outputs import ModelOutput
 from plm.errors import PLMError
 
 # Pretraining heads a config can ask for: ``mlm`` and one sentence-pair head.
@@ -39,15 +43,38 @@ def check_pretraining_heads(heads: tuple[str, ...], pooler: bool) -> None:
         raise PLMError(f"the {pair[0]} head reads the pooled [CLS] vector; it needs pooler=True")
 
 
-class Pooler(nn.Module):
-    """tanh(W h_[CLS] + b): the sentence vector that BERT's NSP and classifiers read."""
+POOLER_ACTIVATIONS = {"tanh": torch.tanh, **ACTIVATIONS}
 
-    def __init__(self, dim: int) -> None:
+
+@dataclass
+class PretrainingOutput(ModelOutput):
+    """An encoder's outputs: the hidden states, then what its pooler and pre-training heads give.
+
+    ``pooler_output`` (batch, hidden) is the pooled [CLS] vector; ``logits`` the MLM
+    head's, (batch, time, vocab) or (masked, vocab) for the masked positions only;
+    ``pair_logits`` (batch, 2) the NSP/SOP head's. A field is None without its module.
+    """
+
+    pooler_output: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    pair_logits: torch.Tensor | None = None
+
+
+class Pooler(nn.Module):
+    """act(W h_[CLS] + b): the sentence vector that BERT's NSP and classifiers read.
+
+    BERT's activation is tanh; DeBERTa's classifier pools the same way with GELU.
+    """
+
+    def __init__(self, dim: int, activation: str = "tanh") -> None:
         super().__init__()
+        if activation not in POOLER_ACTIVATIONS:
+            raise PLMError(f"unknown pooler activation {activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}")
         self.dense = nn.Linear(dim, dim)
+        self.activation = POOLER_ACTIVATIONS[activation]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+        return self.activation(self.dense(hidden[:, 0]))  # (B, H)
 
 
 class MaskedLMHead(nn.Module):

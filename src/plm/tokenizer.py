@@ -394,6 +394,16 @@ class Tokenizer:
         ids = [[int(i) for i in sequence] for sequence in batch]
         return self.backend.decode_batch(ids, skip_special_tokens=skip_special_tokens)
 
+    def add_special_tokens(self, tokens: Sequence[str]) -> list[int]:
+        """Add ``tokens`` as special tokens (never split, never merged) and return their ids.
+
+        A token already in the vocabulary keeps its id; new ones take the next ids, so a
+        model's embeddings must grow to :attr:`vocab_size` rows (GPT-1's task tokens:
+        :func:`plm.tasks.gpt_inputs.add_task_tokens`). Saving keeps them.
+        """
+        self.backend.add_special_tokens(list(tokens))
+        return [self.backend.token_to_id(token) for token in tokens]
+
     @property
     def vocab_size(self) -> int:
         """The number of ids, special and added tokens included: the embedding's rows."""

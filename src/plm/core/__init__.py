@@ -5,10 +5,11 @@ from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
 from plm.core.linear import Linear, linear
 from plm.core.masks import build_attention_mask
-from plm.core.outputs import ModelOutput
+from plm.core.outputs import CausalLMOutput, ModelOutput
 
 __all__ = [
     "BlockConfig",
+    "CausalLMOutput",
     "FeedForward",
     "KVCache",
     "LearnedPositions",

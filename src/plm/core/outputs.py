@@ -1,4 +1,4 @@
-"""What every model's forward pass returns."""
+"""What a backbone's forward pass returns; each head adds its own fields in a subclass."""
 
 from __future__ import annotations
 
@@ -11,15 +11,21 @@ from plm.core.attention import KVCache
 
 @dataclass
 class ModelOutput:
-    """Outputs of a forward pass; a field is None when the model has no such output.
+    """The backbone's part: ``last_hidden_state`` (batch, time, hidden), every layer's
+    hidden states when asked for, and the per-layer key/value caches after this step.
 
-    ``last_hidden_state`` is (batch, time, hidden); ``logits`` (batch, time, vocab)
-    from a language-model head; ``pair_logits`` (batch, 2) from a sentence-pair head
-    (NSP/SOP); ``cache`` the per-layer key/value caches after this step.
+    Heads do not add fields here: a model with a head returns a subclass that holds
+    the head's outputs (:class:`CausalLMOutput`, the encoders' ``PretrainingOutput``,
+    the task heads' outputs in :mod:`plm.tasks.heads`).
     """
 
     last_hidden_state: torch.Tensor
-    logits: torch.Tensor | None = None
-    pair_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     cache: list[KVCache] | None = None
+
+
+@dataclass
+class CausalLMOutput(ModelOutput):
+    """A language model's outputs: ``logits`` (batch, time, vocab) predict the next token."""
+
+    logits: torch.Tensor | None = None

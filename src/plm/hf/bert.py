@@ -179,7 +179,8 @@ class EncoderConverter(Converter):
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: EncoderConfig) -> dict[str, torch.Tensor]:
-        pooler, _ = self.architectures[self.architecture(config)]
+        # A bare encoder is written as it is (a task checkpoint's backbone may have no pooler).
+        pooler = config.pooler if not config.pretraining_heads else self.architectures[self.architecture(config)][0]
         tensors = {}
         for hf, plm in self.name_pairs(dataclasses.replace(config, pooler=pooler)):
             parts = [part.clone() for part in state[plm].chunk(len(hf))] if len(hf) > 1 else [state[plm]]
@@ -188,7 +189,8 @@ class EncoderConverter(Converter):
 
     def discard_other_heads(self, weights: HFWeights, config: EncoderConfig) -> None:
         """Drop the pooler and heads that this architecture lacks but others of the family have."""
-        unused = [] if config.pooler else [f"{self.base_prefix}{self.pooler}"]
+        prefix = self.base_prefix if config.pretraining_heads else ""  # a bare encoder's names lost it already
+        unused = [] if config.pooler else [f"{prefix}{self.pooler}"]
         if "mlm" not in config.pretraining_heads:
             unused += [*self.mlm_names, self.mlm_bias, self.mlm_decoder]
         if config.pair_head is None:

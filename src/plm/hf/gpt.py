@@ -58,6 +58,9 @@ class GPTConverter(Converter):
     family = "gpt"
     model_types = ("gpt2", "openai-gpt")
 
+    def model_type(self, config: GPTConfig) -> str:
+        return "gpt2" if is_gpt2(config) else "openai-gpt"
+
     def config_from_hf(self, hf: dict[str, Any], source: str) -> GPTConfig:
         gpt2 = hf["model_type"] == "gpt2"
         hf = {**(GPT2_DEFAULTS if gpt2 else OPENAI_DEFAULTS), **hf}

@@ -66,6 +66,12 @@ class Converter:
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
+    # Architectures this converter reads whatever their model_type (the task heads' XFor... classes).
+    claims: ClassVar[tuple[str, ...]] = ()
+
+    def model_type(self, config: Any) -> str:
+        """The Hugging Face model_type that ``config`` is written as."""
+        return self.model_types[0]
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> Any:
         """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it."""
@@ -86,6 +92,7 @@ class Converter:
 
 BY_MODEL_TYPE: dict[str, Converter] = {}
 BY_FAMILY: dict[str, Converter] = {}
+BY_ARCHITECTURE: dict[str, Converter] = {}
 
 
 def register(converter_class: type[Converter]) -> type[Converter]:
@@ -93,6 +100,7 @@ def register(converter_class: type[Converter]) -> type[Converter]:
     converter = converter_class()
     BY_FAMILY[converter.family] = converter
     BY_MODEL_TYPE.update(dict.fromkeys(converter.model_types, converter))
+    BY_ARCHITECTURE.update(dict.fromkeys(converter.claims, converter))
     return converter_class
 
 
@@ -107,7 +115,11 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     if model_type not in BY_MODEL_TYPE:
         supported = ", ".join(BY_MODEL_TYPE)
         raise PLMError(f"{config_path}: model_type {model_type!r} is not supported; plm reads {supported}")
+    architectures = hf_config.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
     converter = BY_MODEL_TYPE[model_type]
+    if isinstance(architecture, str) and architecture in BY_ARCHITECTURE:  # a task model on this family
+        converter = BY_ARCHITECTURE[architecture]
     config = converter.config_from_hf(hf_config, str(config_path))
     weights = read_weights(directory)
     state = converter.weights_from_hf(weights, config)

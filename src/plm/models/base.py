@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -17,6 +18,9 @@ class PretrainedModel(nn.Module):
 
     family: ClassVar[str]
     config_class: ClassVar[type]
+    # How a task model (plm.tasks) pools this backbone's states into one vector per sequence by
+    # default: "cls", the [CLS] vector (through the pooler when there is one), or "last", the last real token.
+    task_pooling: ClassVar[str] = "cls"
 
     def __init__(self, config: Any) -> None:
         super().__init__()
@@ -32,9 +36,12 @@ class PretrainedModel(nn.Module):
             raise PLMError(f"a {cls.family} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
         return config
 
-    def init_weights(self, std: float = 0.02) -> None:
-        """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms."""
-        for module in self.modules():
+    def init_weights(self, std: float = 0.02, root: nn.Module | None = None) -> None:
+        """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms.
+
+        ``root`` limits it to one submodule (a task head put on a pretrained backbone).
+        """
+        for module in (root or self).modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=std)
                 if module.bias is not None:
@@ -56,6 +63,28 @@ class PretrainedModel(nn.Module):
             nn.init.normal_(block.attention.out_proj.weight, std=scaled)
             nn.init.normal_(block.feed_forward.fc_out.weight, std=scaled)
 
+    def word_embeddings(self) -> nn.Embedding:
+        """The token embedding table (a task resizes it when it adds tokens)."""
+        raise NotImplementedError
+
+    def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
+        """Grow the token embeddings to ``vocab_size`` rows: old rows unchanged, new ones N(0, std).
+
+        GPT-1 adds its task tokens (start, delimiter, extract) this way. A tied output
+        layer reads the same matrix, so it grows with it.
+        """
+        embedding = self.word_embeddings()
+        old = embedding.weight
+        if vocab_size < old.shape[0]:
+            raise PLMError(f"cannot shrink the token embeddings from {old.shape[0]} to {vocab_size} rows")
+        new = old.new_empty(vocab_size, old.shape[1])
+        with torch.no_grad():
+            new[: old.shape[0]] = old
+            nn.init.normal_(new[old.shape[0] :], std=std)
+        embedding.weight = nn.Parameter(new, requires_grad=old.requires_grad)
+        embedding.num_embeddings = vocab_size
+        self.config = dataclasses.replace(self.config, vocab_size=vocab_size)
+
     def num_parameters(self) -> int:
         """Distinct parameters (a tied embedding counts once)."""
         return sum(p.numel() for p in self.parameters())
@@ -67,6 +96,8 @@ class PretrainedModel(nn.Module):
 
 class CausalLM(PretrainedModel):
     """A decoder-only language model: it can make a KV cache and generate."""
+
+    task_pooling = "last"  # only the last token has seen the whole sequence (GPT-1's extract token)
 
     def context_length(self) -> int:
         raise NotImplementedError

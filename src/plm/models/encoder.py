@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from plm.core import BlockConfig, LearnedPositions, ModelOutput, TransformerBlock, build_attention_mask
+from plm.core import BlockConfig, LearnedPositions, TransformerBlock, build_attention_mask
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
-from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, check_pretraining_heads
+from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, PretrainingOutput, check_pretraining_heads
 from plm.models.base import PretrainedModel
 
 
@@ -156,6 +156,9 @@ class Encoder(PretrainedModel):
             config = dataclasses.replace(config, segments=2)
         return config
 
+    def word_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word
+
     # Steps a family may override ----------------------------------------------------
 
     def build_attention(self, config: EncoderConfig) -> nn.Module | None:
@@ -206,7 +209,7 @@ class Encoder(PretrainedModel):
         position_ids: torch.Tensor | None = None,
         masked_positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
-    ) -> ModelOutput:
+    ) -> PretrainingOutput:
         """input_ids, attention_mask (1 = token, 0 = padding), token_type_ids: (batch, time).
 
         ``masked_positions`` (bool, batch x time) restricts the MLM logits to those
@@ -228,9 +231,10 @@ class Encoder(PretrainedModel):
             step.hidden_states.append(hidden)
         hidden = self.encode(hidden, step)
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        return ModelOutput(
+        return PretrainingOutput(
             last_hidden_state=hidden,
+            hidden_states=tuple(step.hidden_states) if step.hidden_states is not None else None,
+            pooler_output=pooled,
             logits=self.predict_masked(hidden, step, masked_positions) if self.mlm_head is not None else None,
             pair_logits=self.pair_head(pooled) if self.pair_head is not None else None,
-            hidden_states=tuple(step.hidden_states) if step.hidden_states is not None else None,
         )

@@ -16,9 +16,9 @@ from torch import nn
 
 from plm.core import (
     BlockConfig,
+    CausalLMOutput,
     KVCache,
     LearnedPositions,
-    ModelOutput,
     TransformerBlock,
     build_attention_mask,
     build_position_ids,
@@ -101,6 +101,9 @@ class GPT(CausalLM):
         if config.scaled_residual_init:
             self.scale_residual_init(self.blocks)
 
+    def word_embeddings(self) -> nn.Embedding:
+        return self.token_embedding
+
     def context_length(self) -> int:
         return self.config.context_length
 
@@ -120,7 +123,7 @@ class GPT(CausalLM):
         position_ids: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
         num_logits: int | None = None,
-    ) -> ModelOutput:
+    ) -> CausalLMOutput:
         """input_ids: (batch, time); attention_mask: (batch, past + time), 0 marks padding.
 
         With a cache, ``input_ids`` are only the new tokens and the mask covers the
@@ -143,4 +146,4 @@ class GPT(CausalLM):
         hidden = self.final_norm(hidden)
         head_input = hidden if num_logits is None else hidden[:, -num_logits:]
         logits = linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
-        return ModelOutput(last_hidden_state=hidden, logits=logits, cache=cache)
+        return CausalLMOutput(last_hidden_state=hidden, logits=logits, cache=cache)

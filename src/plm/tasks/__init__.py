@@ -1,1 +1,23 @@
-"""Fine-tuning: task heads, data readers, metrics and task objectives."""
+"""Fine-tuning: task heads on any backbone, GPT-1's input transforms (and the tasks' data, metrics, objectives)."""
+
+from plm.tasks.heads import (
+    HeadConfig,
+    MultipleChoiceOutput,
+    SequenceClassifierOutput,
+    SpanOutput,
+    TaskOutput,
+    TokenClassifierOutput,
+)
+from plm.tasks.model import TaskConfig, TaskModel, task_model
+
+__all__ = [
+    "HeadConfig",
+    "MultipleChoiceOutput",
+    "SequenceClassifierOutput",
+    "SpanOutput",
+    "TaskConfig",
+    "TaskModel",
+    "TaskOutput",
+    "TokenClassifierOutput",
+    "task_model",
+]

@@ -1,0 +1,188 @@
+"""Task heads: what fine-tuning puts on a pretrained backbone (BERT section 4, GPT-1 section 3.3).
+
+Each head is a small module over the backbone's hidden states and returns its own
+output dataclass:
+
+- :class:`SequenceClassifier` reads one pooled vector per sequence: W C (+ b), one
+  logit per label; a single label is a regression's value. Given K sequences per
+  example (GPT-1's similarity: both orders of the pair) it adds their vectors first.
+- :class:`TokenClassifier` reads every token's state: one logit per label per token (NER).
+- :class:`SpanHead` scores each token as the start (S . T_i) and end (E . T_i) of an
+  answer span (SQuAD); S and E are the two rows of one linear layer.
+- :class:`MultipleChoiceScorer` gives each (context, choice) sequence one score from
+  its pooled vector; a softmax across the choices makes them a distribution.
+
+Pooling (which vector stands for a sequence) is the task model's choice, not the
+head's: see :mod:`plm.tasks.model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from plm.core.outputs import ModelOutput
+from plm.errors import PLMError
+from plm.heads import POOLER_ACTIVATIONS
+
+CLASSIFY, TAG, SPAN, CHOICE = "classify", "tag", "span", "choice"
+TASKS = (CLASSIFY, TAG, SPAN, CHOICE)
+# How a sequence becomes one vector: the [CLS] vector (through a pooler when there is one),
+# the last real token (GPT-1's extract token), or the mean over real tokens.
+POOLINGS = ("cls", "last", "mean")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """What a task model puts on its backbone.
+
+    ``task``: classify (or regress, with ``labels`` 1), tag, span or choice.
+    ``labels``: classes of a classifier or tagger (a span head has start and end, a
+    choice scorer one score per choice; both ignore it). ``label_names`` optionally
+    name them, in id order. ``pooling``: see :data:`POOLINGS` (read by classify and
+    choice). ``pooler_activation``: when set, the task model has a pooler of its own,
+    act(W h_[CLS] + b), for a backbone without one (DeBERTa's classifier: "gelu").
+    ``dropout`` before the output layer; ``bias`` of the output layer (GPT-2's
+    classifier in Hugging Face has none). ``pad_token_id``: what batches are padded
+    with, kept for the Hugging Face format (its GPT-2 classifier finds the last token by it).
+    """
+
+    task: str
+    labels: int = 2
+    pooling: str = "cls"
+    dropout: float = 0.1
+    bias: bool = True
+    pooler_activation: str | None = None
+    label_names: tuple[str, ...] = ()
+    pad_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label_names", tuple(self.label_names))  # JSON gives a list back
+        if self.task not in TASKS:
+            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        if self.labels < 1:
+            raise PLMError(f"a {self.task} head needs at least one label, got labels={self.labels}")
+        if self.label_names and len(self.label_names) != self.labels:
+            raise PLMError(f"{len(self.label_names)} label names for {self.labels} labels")
+        if self.pooling not in POOLINGS:
+            raise PLMError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if not 0 <= self.dropout < 1:
+            raise PLMError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.pooler_activation is not None:
+            if self.pooler_activation not in POOLER_ACTIVATIONS:
+                raise PLMError(
+                    f"unknown pooler activation {self.pooler_activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}"
+                )
+            if self.pooling != "cls" or self.task not in (CLASSIFY, CHOICE):
+                raise PLMError("a pooler of the task model's own reads the [CLS] vector: pooling 'cls', task classify or choice")
+
+
+# Outputs ---------------------------------------------------------------------------
+
+
+@dataclass
+class TaskOutput:
+    """What every task head's output carries besides its own fields.
+
+    ``backbone``: the backbone's own output for the same pass (for GPT-1's auxiliary LM
+    loss, its ``logits``); with (batch, choices, time) inputs its tensors are
+    (batch * choices, time, ...).
+    """
+
+    backbone: ModelOutput | None = field(default=None, kw_only=True)
+
+
+@dataclass
+class SequenceClassifierOutput(TaskOutput):
+    logits: torch.Tensor  # (batch, labels)
+
+
+@dataclass
+class TokenClassifierOutput(TaskOutput):
+    logits: torch.Tensor  # (batch, time, labels)
+
+
+@dataclass
+class SpanOutput(TaskOutput):
+    start_logits: torch.Tensor  # (batch, time)
+    end_logits: torch.Tensor  # (batch, time)
+
+
+@dataclass
+class MultipleChoiceOutput(TaskOutput):
+    logits: torch.Tensor  # (batch, choices)
+
+
+# Heads -----------------------------------------------------------------------------
+
+
+class SequenceClassifier(nn.Module):
+    """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added."""
+
+    pools: ClassVar[bool] = True
+
+    def __init__(self, config: HeadConfig, dim: int) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
+
+    def forward(self, pooled: torch.Tensor) -> SequenceClassifierOutput:
+        return SequenceClassifierOutput(logits=self.classifier(self.dropout(pooled.sum(dim=1))))
+
+
+class TokenClassifier(nn.Module):
+    """Logits (B, T, labels) from every token's final state (B, T, H)."""
+
+    pools: ClassVar[bool] = False
+
+    def __init__(self, config: HeadConfig, dim: int) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
+
+    def forward(self, hidden: torch.Tensor) -> TokenClassifierOutput:
+        return TokenClassifierOutput(logits=self.classifier(self.dropout(hidden)))
+
+
+class SpanHead(nn.Module):
+    """Start and end logits (B, T): S . T_i and E . T_i, S and E the rows of ``start_end``."""
+
+    pools: ClassVar[bool] = False
+
+    def __init__(self, config: HeadConfig, dim: int) -> None:
+        super().__init__()
+        self.start_end = nn.Linear(dim, 2, bias=config.bias)
+
+    def forward(self, hidden: torch.Tensor) -> SpanOutput:
+        start, end = self.start_end(hidden).unbind(dim=-1)  # (B, T, 2) -> 2 x (B, T)
+        return SpanOutput(start_logits=start, end_logits=end)
+
+
+class MultipleChoiceScorer(nn.Module):
+    """One score per choice (B, C) from the pooled vector of each (context, choice) sequence (B, C, H)."""
+
+    pools: ClassVar[bool] = True
+
+    def __init__(self, config: HeadConfig, dim: int) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(dim, 1, bias=config.bias)
+
+    def forward(self, pooled: torch.Tensor) -> MultipleChoiceOutput:
+        return MultipleChoiceOutput(logits=self.classifier(self.dropout(pooled)).squeeze(-1))
+
+
+HEADS: dict[str, type[nn.Module]] = {
+    CLASSIFY: SequenceClassifier,
+    TAG: TokenClassifier,
+    SPAN: SpanHead,
+    CHOICE: MultipleChoiceScorer,
+}
+
+
+def build_head(config: HeadConfig, dim: int) -> nn.Module:
+    """The head module of ``config.task`` over ``dim``-wide states."""
+    return HEADS[config.task](config, dim)

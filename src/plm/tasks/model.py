@@ -1,0 +1,180 @@
+"""One task model for every backbone: a head by composition, no class per family per task.
+
+``TaskModel(config)`` builds the backbone of ``config.backbone_family`` (BERT, ALBERT,
+DeBERTa, GPT-1/GPT-2) and the head of ``config.head.task`` on it; :func:`task_model`
+puts a new head on a pretrained backbone. The model pools as the head asks:
+
+- ``cls``: the [CLS] vector through the backbone's pooler when it has one (BERT,
+  ALBERT), else through the task model's own pooler when the head config asks for one
+  (DeBERTa's classifier), else the [CLS] state itself (BERT's C);
+- ``last``: the state of the last real token, where GPT-1 puts its extract token;
+- ``mean``: the mean over real tokens.
+
+Inputs are (batch, time), or (batch, K, time) for a multiple-choice scorer (K choices)
+and for a classifier that adds the vectors of K sequences (GPT-1's similarity). A task
+model is a :class:`PretrainedModel` of family ``task``: ``save_model``/``load_model``,
+the Trainer and ``save_hf``/``load_hf`` take it like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from plm.config import config_from_dict
+from plm.errors import PLMError
+from plm.heads import Pooler, mean_pool
+from plm.models import FAMILIES, CausalLM, PretrainedModel
+from plm.tasks.heads import CHOICE, HEADS, HeadConfig, TaskOutput, build_head
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The backbone's family and config, and the head's config."""
+
+    backbone_family: str
+    backbone: Any
+    head: HeadConfig
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backbone.vocab_size
+
+    @property
+    def context_length(self) -> int:
+        return self.backbone.context_length
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> TaskConfig:
+        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's."""
+        expected = {"backbone_family", "backbone", "head"}
+        if set(values) != expected:
+            raise PLMError(f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {', '.join(sorted(values))}")
+        family = values["backbone_family"]
+        if family not in FAMILIES or family == TaskModel.family:
+            raise PLMError(f"{source}: unknown backbone family {family!r}")
+        backbone = config_from_dict(FAMILIES[family].config_class, values["backbone"], f"{source}: backbone", complete)
+        head = config_from_dict(HeadConfig, values["head"], f"{source}: head", complete)
+        return cls(family, backbone, head)
+
+
+class TaskModel(PretrainedModel):
+    """A backbone with a task head; forward returns the head's output (see :mod:`plm.tasks.heads`)."""
+
+    family = "task"
+    config_class = TaskConfig
+
+    def __init__(self, config: TaskConfig) -> None:
+        super().__init__(config)
+        self.backbone = FAMILIES[config.backbone_family](config.backbone)
+        dim = config.backbone.dim
+        if config.head.pooler_activation and getattr(config.backbone, "pooler", False):
+            raise PLMError("the backbone has a pooler; a task model's own pooler is for backbones without one")
+        self.pooler = Pooler(dim, config.head.pooler_activation) if config.head.pooler_activation else None
+        self.head = build_head(config.head, dim)
+        for module in (self.pooler, self.head):
+            if module is not None:
+                self.init_weights(root=module)
+
+    def word_embeddings(self) -> torch.nn.Embedding:
+        return self.backbone.word_embeddings()
+
+    def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
+        self.backbone.resize_token_embeddings(vocab_size, std)
+        self.config = dataclasses.replace(self.config, backbone=self.backbone.config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        **backbone_options: Any,
+    ) -> TaskOutput:
+        """input_ids, attention_mask (1 = token, 0 = padding), token_type_ids: (batch, time) or (batch, K, time).
+
+        ``backbone_options`` go to the backbone's forward (e.g. ``output_hidden_states``
+        for an encoder).
+        """
+        if input_ids.dim() not in (2, 3):
+            raise PLMError(f"input_ids should be (batch, time) or (batch, choices, time), got shape {tuple(input_ids.shape)}")
+        several = input_ids.dim() == 3
+        if several and not self.head.pools:
+            raise PLMError(f"a {self.config.head.task} head reads one sequence per example: input_ids (batch, time)")
+        if self.config.head.task == CHOICE and not several:
+            raise PLMError("a multiple-choice model reads input_ids (batch, choices, time)")
+        if token_type_ids is not None:
+            if isinstance(self.backbone, CausalLM):
+                raise PLMError(f"a {self.config.backbone_family} backbone has no segments; give no token_type_ids")
+            backbone_options["token_type_ids"] = flatten(token_type_ids)
+        mask = flatten(attention_mask)
+        output = self.backbone(flatten(input_ids), mask, **backbone_options)
+        if self.head.pools:
+            features = self.pool(output, mask).view(*input_ids.shape[:-1], -1)  # (B, H) or (B, K, H)
+            if not several:
+                features = features.unsqueeze(1)  # (B, 1, H)
+        else:
+            features = output.last_hidden_state
+        result = self.head(features)
+        result.backbone = output
+        return result
+
+    def pool(self, output: Any, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """One vector (N, H) per sequence of the backbone's ``output``, as ``config.head.pooling`` says."""
+        hidden = output.last_hidden_state  # (N, T, H)
+        pooling = self.config.head.pooling
+        if pooling == "mean":
+            return mean_pool(hidden, attention_mask)
+        if pooling == "last":
+            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last_token(attention_mask, hidden.shape[1])]
+        backbone_pooled = getattr(output, "pooler_output", None)
+        if backbone_pooled is not None:
+            return backbone_pooled
+        return self.pooler(hidden) if self.pooler is not None else hidden[:, 0]
+
+
+def flatten(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, K, T) -> (B * K, T); (B, T) as it is."""
+    return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
+
+
+def last_token(attention_mask: torch.Tensor | None, time: int) -> torch.Tensor | int:
+    """The position of each row's last real token: the rightmost 1 of the mask (left or right padding)."""
+    if attention_mask is None:
+        return time - 1
+    positions = torch.arange(time, device=attention_mask.device)
+    return (positions * (attention_mask != 0)).argmax(dim=-1)  # (N,)
+
+
+def task_model(
+    backbone: PretrainedModel,
+    task: str,
+    labels: int = 2,
+    *,
+    pooling: str | None = None,
+    **head_options: Any,
+) -> TaskModel:
+    """A new ``task`` head (see :class:`HeadConfig`) on a copy of the pretrained ``backbone``.
+
+    Pooling defaults to the backbone's own (``backbone.task_pooling``: "cls" for an
+    encoder, "last" for GPT). The backbone's pre-training heads are left out, and so is
+    its pooler where nothing reads it (a tagger, a span head, mean or last pooling), so
+    that every parameter gets a gradient. The head's weights are N(0, 0.02), biases 0.
+    """
+    if isinstance(backbone, TaskModel):
+        raise PLMError("the backbone already has a task head; give its .backbone for another task")
+    head = HeadConfig(task, labels, pooling or backbone.task_pooling, **head_options)
+    config = type(backbone).config_with_heads(backbone.config, ())
+    reads_pooler = HEADS[task].pools and head.pooling == "cls"
+    if getattr(config, "pooler", False) and not reads_pooler:
+        config = dataclasses.replace(config, pooler=False)
+    model = TaskModel(TaskConfig(backbone.family, config, head))
+    wanted = model.backbone.state_dict()
+    model.backbone.load_state_dict({name: tensor for name, tensor in backbone.state_dict().items() if name in wanted})
+    return model.to(backbone.device)
+
+
+# load_model finds a model class by the family name in its config.json.
+FAMILIES[TaskModel.family] = TaskModel
