@@ -89,7 +89,8 @@ class TaskConverter(Converter):
         names = label_names(hf, source)
         if task == SPAN and len(names) != 2:
             raise PLMError(f"{source}: a question-answering model has 2 labels (start and end), got {len(names)}")
-        if task in (SPAN, CHOICE):  # their outputs are start/end and one score per choice, not labels
+        labels = len(names) if task in (CLASSIFY, TAG) else 2  # span: start and end; choice: unused
+        if task in (SPAN, CHOICE) or names == default_names(len(names)):  # only names of one's own are kept
             names = ()
         dropout = 0.0
         if layout.dropout_field is not None:
@@ -98,7 +99,7 @@ class TaskConverter(Converter):
         own_pooler = self.context_pooler(hf, backbone.dim, source) if layout.own_pooler(task) else None
         head = HeadConfig(
             task,
-            labels=len(names) or 2,
+            labels=labels,
             pooling=layout.pooling,
             dropout=dropout,
             bias=not layout.score,
@@ -124,9 +125,9 @@ class TaskConverter(Converter):
         head, layout = config.head, self.layout(config)
         self.check_equivalent(config, layout)
         backbone_hf = BY_FAMILY[config.backbone_family].config_to_hf(self.bare_backbone(config, layout))
-        labels = head.label_names or tuple(f"LABEL_{i}" for i in range(head.labels))
+        labels = head.label_names or default_names(head.labels)
         if head.task in (SPAN, CHOICE):
-            labels = ("LABEL_0", "LABEL_1")  # what transformers builds: qa_outputs has num_labels = 2 rows
+            labels = default_names(2)  # what transformers builds: qa_outputs has num_labels = 2 rows
         hf = {
             **backbone_hf,
             "architectures": [layout.classes[head.task]],
@@ -207,7 +208,7 @@ def label_names(hf: dict[str, Any], source: str) -> tuple[str, ...]:
         count = hf.get("num_labels", 2)
         if not isinstance(count, int) or count < 1:
             raise PLMError(f"{source}: num_labels must be a positive integer, got {count!r}")
-        return tuple(f"LABEL_{i}" for i in range(count))
+        return default_names(count)
     if not isinstance(id2label, dict) or not id2label:
         raise PLMError(f"{source}: id2label should be a non-empty JSON object")
     try:
@@ -217,3 +218,8 @@ def label_names(hf: dict[str, Any], source: str) -> tuple[str, ...]:
     if sorted(by_id) != list(range(len(by_id))):
         raise PLMError(f"{source}: id2label should number the labels 0 to {len(by_id) - 1}, got {sorted(by_id)}")
     return tuple(by_id[i] for i in range(len(by_id)))
+
+
+def default_names(count: int) -> tuple[str, ...]:
+    """What transformers calls labels that were given no names."""
+    return tuple(f"LABEL_{i}" for i in range(count))
