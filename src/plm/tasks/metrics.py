@@ -15,7 +15,6 @@ import re
 import string
 from collections.abc import Hashable, Mapping, Sequence
 
-from seqeval.metrics import classification_report
 
 
 def accuracy(predictions: Sequence[Hashable], labels: Sequence[Hashable]) -> float:
@@ -92,6 +91,8 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
     for sentence, (p, y) in enumerate(zip(predicted, gold)):
         if len(p) != len(y):
             raise ValueError(f"sentence {sentence}: {len(p)} predicted tags for {len(y)} words")
+    from seqeval.metrics import classification_report  # imports scikit-learn: seconds, so only when tagging
+
     report = classification_report([list(s) for s in gold], [list(s) for s in predicted], output_dict=True, zero_division=0)
     return {
         name: {"precision": row["precision"], "recall": row["recall"], "f1": row["f1-score"], "support": row["support"]}
