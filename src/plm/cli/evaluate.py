@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli import eval_perplexity
+from plm.cli import eval_perplexity, eval_task
 
 # Each module adds one `plm eval NAME` subcommand through its register(metrics).
-EVALUATIONS = (eval_perplexity,)
+EVALUATIONS = (eval_perplexity, eval_task)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

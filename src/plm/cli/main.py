@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import warnings
 
-from plm.cli import convert, demo, embed, evaluate, fill_mask, finetune, generate, pretrain, tokenizer
+from plm.cli import convert, demo, embed, evaluate, fill_mask, finetune, generate, predict, pretrain, tokenizer
 from plm.cli.common import HelpFormatter, Parser
 from plm.errors import PLMError, PLMWarning
 
-COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, finetune)
+COMMANDS = (demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, finetune, predict)
 
 
 def build_parser() -> Parser:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from plm.checkpoint import BEST_DIR, load_model
+from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.files import write_json
 from plm.loading import load_pretrained
@@ -27,7 +28,7 @@ from plm.models import CausalLM, from_preset
 from plm.tasks import readers
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.model import task_model
-from plm.tasks.objectives import TASKS, TaskObjective, build_task
+from plm.tasks.objectives import TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
@@ -178,3 +179,21 @@ def synthetic_texts(examples: list[Any]) -> list[str]:
             texts += [e.text, e.text_pair or ""]
     return texts
 
+
+
+def task_name(head: Any) -> str:
+    """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses)."""
+    if head.task == "classify":
+        return "regress" if head.labels == 1 and not head.label_names else "classify"
+    return {"tag": "tag", "span": "qa", "choice": "choice"}[head.task]
+
+
+def load_task_model(path: str | Path, device: str = "cpu", max_length: int = 128, **options: Any) -> tuple[Any, Task]:
+    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data."""
+    model, tokenizer = load_pretrained(path, resolve_device(device))
+    if getattr(model, "family", None) != "task":
+        raise PLMError(f"{path}: a {model.family} model has no task head; fine-tune it first (plm finetune)")
+    head = model.config.head
+    name = task_name(head)
+    task = build_task(name, tokenizer, model, head.label_names, max_length, **(options if name == "qa" else {}))
+    return model, task

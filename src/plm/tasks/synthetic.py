@@ -32,12 +32,12 @@ def classify(rng: random.Random) -> TextExample:
 
 
 def pair(rng: random.Random) -> TextExample:
-    """Whether both sentences name the same person."""
-    a, b = rng.choice(NAMES), rng.choice(NAMES)
-    if rng.random() < 0.5:
-        b = a
-    return TextExample(" ".join(filler(rng, 2) + [a] + filler(rng, 2)), " ".join(filler(rng, 2) + [b]),
-                       "same" if a == b else "different")
+    """Which of the two sentences holds the name: read from the segments."""
+    a, b = filler(rng, 4), filler(rng, 3)
+    in_first = rng.random() < 0.5
+    words = a if in_first else b
+    words.insert(rng.randrange(len(words) + 1), rng.choice(NAMES))
+    return TextExample(" ".join(a), " ".join(b), "first" if in_first else "second")
 
 
 def regress(rng: random.Random) -> TextExample:
