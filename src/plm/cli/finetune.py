@@ -63,6 +63,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
     parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
+    parser.add_argument("--synthetic-size", type=positive_int, default=1024,
+                        help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     add_seed(parser)
     add_device(parser)
@@ -74,7 +76,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
-        device=args.device,
+        device=args.device, synthetic_size=args.synthetic_size,
     )
     setup.validate()
     out = check_output_directory(args.out)

@@ -35,7 +35,6 @@ from plm.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 SYNTHETIC_PRESET = "bert-micro"  # a fresh model for the built-in task: it learns in about a minute on the CPU
-SYNTHETIC_SIZES = (1024, 256)  # training and validation examples
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,7 @@ class FinetuneSetup:
     seed: int = 0
     device: str = "auto"
     progress: bool = True
+    synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -66,8 +66,9 @@ class FinetuneSetup:
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
             raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
-        if self.restarts < 1 or self.batch_size < 1 or self.max_length < 8 or self.stride < 1:
-            raise PLMError("--restarts, --batch-size and --stride must be at least 1, --max-length at least 8")
+        if min(self.restarts, self.batch_size, self.stride) < 1 or self.max_length < 8 or self.synthetic_size < 4:
+            raise PLMError("--restarts, --batch-size and --stride must be at least 1, --max-length at least 8, "
+                           "--synthetic-size at least 4")
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"--epochs must be above 0, got {self.epochs}")
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
@@ -113,7 +114,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     if setup.train is not None:
         train, validation = read_examples(setup.task, setup.train), read_examples(setup.task, setup.validation)
     else:
-        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(SYNTHETIC_SIZES))
+        sizes = (setup.synthetic_size, setup.synthetic_size // 4)
+        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
     backbone, tokenizer = load_backbone(setup, train)
     causal = isinstance(backbone, CausalLM)
     if causal and setup.task in ("classify", "pair", "choice"):
