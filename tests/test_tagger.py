@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks.encoding import collate, encode_tagged
 from plm.tasks.readers import TaggedSentence
@@ -81,3 +82,10 @@ def test_the_tagger_learns_from_an_extra_elmo_shaped_source():
     assert accuracy > 0.9
     weights = tagger.combinations[1].mix.scalars.softmax(0)
     assert weights[1] == weights.max()  # the scalar mix learned which layer holds the tags
+
+
+def test_a_source_of_another_width_is_an_error():
+    """nn.LSTM reads a packed input of the wrong width without complaint: the tagger checks it."""
+    tagger = BiLSTMTagger([(2, 6)], labels=3, hidden=4)
+    with pytest.raises(PLMError, match="the sources give 5 features per word, the tagger was built for 6"):
+        tagger([torch.randn(1, 2, 3, 5)], torch.ones(1, 3, dtype=torch.long))

@@ -79,6 +79,9 @@ class BiLSTMTagger(nn.Module):
         if len(sources) != len(self.combinations):
             raise PLMError(f"the tagger reads {len(self.combinations)} feature sources, got {len(sources)}")
         features = torch.cat([c(s) for c, s in zip(self.combinations, sources)], dim=-1)  # (B, W, width)
+        if features.shape[-1] != self.lstm.input_size:  # nn.LSTM does not check a packed input's width
+            raise PLMError(f"the sources give {features.shape[-1]} features per word, the tagger was built for "
+                           f"{self.lstm.input_size}; give (batch, layers, words, dim) tensors as declared")
         lengths = word_mask.sum(1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(self.dropout(features), lengths.clamp(min=1), batch_first=True,
                                                    enforce_sorted=False)
