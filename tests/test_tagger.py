@@ -85,7 +85,7 @@ def test_the_tagger_learns_from_an_extra_elmo_shaped_source():
 
 
 def test_a_source_of_another_width_is_an_error():
-    """nn.LSTM reads a packed input of the wrong width without complaint: the tagger checks it."""
+    """nn.LSTM reads a packed input of the wrong width without complaint: the tagger checks it (2 x 5, not 2 x 6)."""
     tagger = BiLSTMTagger([(2, 6)], labels=3, hidden=4)
-    with pytest.raises(PLMError, match="the sources give 5 features per word, the tagger was built for 6"):
+    with pytest.raises(PLMError, match="the sources give 10 features per word, the tagger was built for 12"):
         tagger([torch.randn(1, 2, 3, 5)], torch.ones(1, 3, dtype=torch.long))
