@@ -27,6 +27,7 @@ bench: setup
 	$(PY) benchmarks/bench_gpt2.py --config both --compile
 	$(PY) benchmarks/bench_bert.py --config both
 	$(PY) benchmarks/bench_deberta.py --config both
+	$(PY) benchmarks/bench_finetune.py --config both
 
 clean:
 	rm -rf $(VENV) runs
