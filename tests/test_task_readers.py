@@ -91,7 +91,8 @@ def test_conll_malformed_lines_name_file_and_line(tmp_path, text, message):
 
 
 def squad(questions, version="2.0"):
-    return json.dumps({"version": version, "data": [{"title": "t", "paragraphs": [{"context": "Paris is in France.", "qas": questions}]}]})
+    paragraph = {"context": "Paris is in France.", "qas": questions}
+    return json.dumps({"version": version, "data": [{"title": "t", "paragraphs": [paragraph]}]})
 
 
 def test_squad_v2_answers_and_unanswerable_questions(tmp_path):

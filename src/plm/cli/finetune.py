@@ -82,5 +82,6 @@ def run_finetune(args: argparse.Namespace) -> None:
     out = check_output_directory(args.out)
     result = finetune(setup, out, overwrite=args.overwrite)
     for run in result.runs:
-        print(f"lr {run['lr']:g} seed {run['seed']}: " + ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float)))
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float))
+        print(f"lr {run['lr']:g} seed {run['seed']}: {scores}")
     print(f"best: lr {result.best['lr']:g} seed {result.best['seed']}; model in {out}")

@@ -60,7 +60,9 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
     return {"input_ids": ids, "labels": labels, "word_ids": word_ids}
 
 
-def word_predictions(token_predictions: Sequence[int], word_ids: Sequence[int | None], words: int, default: int) -> list[int]:
+def word_predictions(
+    token_predictions: Sequence[int], word_ids: Sequence[int | None], words: int, default: int
+) -> list[int]:
     """One prediction per word, read at its first piece; ``default`` for a word cut off by truncation."""
     predictions = [default] * words
     for prediction, word, first in zip(token_predictions, word_ids, first_pieces(word_ids)):

@@ -133,7 +133,9 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
             seed = setup.seed + restart
             torch.manual_seed(seed)
             model = task_model(backbone, task.head, task.outputs, label_names=labels if task.head != "span" else ())
-            objective = TaskObjective(task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift)
+            objective = TaskObjective(
+                task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift
+            )
             steps = max(1, math.ceil(setup.epochs * objective.batches_per_epoch))
             per_epoch = max(1, math.ceil(steps / setup.epochs))
             config = TrainingConfig(
@@ -156,7 +158,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
 
 
 def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenizer]:
-    """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT with a tokenizer of its text."""
+    """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT and a tokenizer of its text."""
     if setup.model is not None:
         model, tokenizer = load_pretrained(setup.model)
         if getattr(model, "family", None) == "task":

@@ -71,7 +71,9 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
-def confusion_matrix(predictions: Sequence[Hashable], labels: Sequence[Hashable], classes: Sequence[Hashable]) -> list[list[int]]:
+def confusion_matrix(
+    predictions: Sequence[Hashable], labels: Sequence[Hashable], classes: Sequence[Hashable]
+) -> list[list[int]]:
     """``matrix[g][p]``: how many examples of gold class ``classes[g]`` were predicted ``classes[p]``."""
     _same_length(predictions, labels)
     index = {c: i for i, c in enumerate(classes)}
@@ -93,7 +95,9 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
             raise ValueError(f"sentence {sentence}: {len(p)} predicted tags for {len(y)} words")
     from seqeval.metrics import classification_report  # imports scikit-learn: seconds, so only when tagging
 
-    report = classification_report([list(s) for s in gold], [list(s) for s in predicted], output_dict=True, zero_division=0)
+    report = classification_report(
+        [list(s) for s in gold], [list(s) for s in predicted], output_dict=True, zero_division=0
+    )
     return {
         name: {"precision": row["precision"], "recall": row["recall"], "f1": row["f1-score"], "support": row["support"]}
         for name, row in report.items()

@@ -74,7 +74,9 @@ class Task:
         """What SiFT compares: the class logits (the last axis is the distribution)."""
         return output.logits
 
-    def predict(self, outputs: list[tuple[Any, dict[str, torch.Tensor]]], features: list[Feature], examples: Sequence[Any]) -> list[Any]:
+    def predict(
+        self, outputs: list[tuple[Any, dict[str, torch.Tensor]]], features: list[Feature], examples: Sequence[Any]
+    ) -> list[Any]:
         """One prediction per example from the model's outputs over ``features``, batch by batch."""
         raise NotImplementedError
 
@@ -150,7 +152,8 @@ class Tagging(Task):
         return [encode_tagged(self.tokenizer, example, {t: i for i, t in enumerate(self.labels)}, self.max_length)]
 
     def loss(self, output, batch):
-        return F.cross_entropy(output.logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
+        logits, labels = output.logits.float().flatten(0, 1), batch["labels"].flatten()
+        return F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
 
     def count(self, batch):
         return int((batch["labels"] != IGNORE).sum())
@@ -213,7 +216,8 @@ class QuestionAnswering(Task):
     def predict(self, outputs, features, examples):
         spans = self.spans(outputs, features, examples)
         if any(e.impossible for e in examples):  # v2.0 dev: choose tau here
-            self.threshold = best_threshold(dict(zip(range(len(spans)), spans)), {i: [a.text for a in e.answers] for i, e in enumerate(examples)})
+            gold = {i: [a.text for a in e.answers] for i, e in enumerate(examples)}
+            self.threshold = best_threshold(dict(enumerate(spans)), gold)
         return [span.answer(self.threshold) for span in spans]
 
     def score(self, predictions, examples):
@@ -230,7 +234,8 @@ class MultipleChoice(Task):
 
     def encode(self, example: ChoiceExample) -> list[Feature]:
         if self.gpt_inputs is not None:
-            feature: Feature = {"input_ids": self.gpt_inputs.choice(example.context, example.endings, example.prefix or None)}
+            ids = self.gpt_inputs.choice(example.context, example.endings, example.prefix or None)
+            feature: Feature = {"input_ids": ids}
         else:
             feature = encode_choice(self.tokenizer, example, self.max_length)
         if example.label is not None:
@@ -274,11 +279,17 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
 
 
 @torch.no_grad()
-def run(model: torch.nn.Module, task: Task, examples: Sequence[Any], batch_size: int = 32) -> tuple[list[Any], dict[str, float] | None]:
-    """Predictions for ``examples`` and, when they are labelled, the task's metrics."""
+def run(
+    model: torch.nn.Module,
+    task: Task,
+    examples: Sequence[Any],
+    batch_size: int = 32,
+    features: list[Feature] | None = None,
+) -> tuple[list[Any], dict[str, float] | None]:
+    """Predictions for ``examples`` and, when they are labelled, the task's metrics (``features``: already encoded)."""
     was_training = model.training
     model.eval()
-    features = encode_all(task, examples)
+    features = encode_all(task, examples) if features is None else features
     device = next(model.parameters()).device
     outputs = []
     for batch in batches(task, features, batch_size):
@@ -355,7 +366,10 @@ class TaskObjective:
         if self.lm:
             losses["lm"] = auxiliary_lm_loss(output.backbone.logits, batch["input_ids"], batch["attention_mask"])
         if self.sift is not None:
-            losses["sift"] = self.sift.loss(model, lambda: self.task.logits(forward(model, batch)), self.task.logits(output))
+            def perturbed_logits() -> torch.Tensor:
+                return self.task.logits(forward(model, batch))
+
+            losses["sift"] = self.sift.loss(model, perturbed_logits, self.task.logits(output))
         return losses
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -363,7 +377,7 @@ class TaskObjective:
         return batches(self.task, labelled_features, self.batch_size)
 
     def validation_metrics(self, model: torch.nn.Module) -> dict[str, float]:
-        return run(model, self.task, self.validation, self.batch_size)[1] or {}
+        return run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
 
 
 def lm_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -381,14 +395,21 @@ def auxiliary_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_m
     return F.cross_entropy(logits[:, :-1][mask].float(), targets[mask], reduction="sum")
 
 
-def build_task(name: str, tokenizer: Tokenizer, model: Any, labels: Sequence[str] = (), max_length: int | None = None, **options: Any) -> Task:
+def build_task(
+    name: str,
+    tokenizer: Tokenizer,
+    model: Any,
+    labels: Sequence[str] = (),
+    max_length: int | None = None,
+    **options: Any,
+) -> Task:
     """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``."""
     if name not in TASK_CLASSES:
         raise PLMError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     backbone = getattr(model, "backbone", model)
     causal = isinstance(backbone, CausalLM)
     if causal and name in ("tag", "qa", "regress"):
-        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); GPT fine-tunes classify, pair and choice")
+        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does classify, pair, choice")
     length = min(max_length or backbone.config.context_length, backbone.config.context_length)
     return TASK_CLASSES[name](tokenizer, length, labels, causal=causal, **options)
 

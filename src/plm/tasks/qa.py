@@ -62,8 +62,9 @@ def encode_windows(
         offsets = [None] * head + [tuple(o) for o in context.offsets[first:last]] + [None]
         start = end = 0
         if start_char is not None:
-            inside = [i for i in range(first, last) if context.offsets[i][0] < end_char and context.offsets[i][1] > start_char]
-            if inside and context.offsets[inside[0]][0] <= start_char and context.offsets[inside[-1]][1] >= end_char:
+            chars = context.offsets  # (start, end) of each context token
+            inside = [i for i in range(first, last) if chars[i][0] < end_char and chars[i][1] > start_char]
+            if inside and chars[inside[0]][0] <= start_char and chars[inside[-1]][1] >= end_char:
                 start, end = head + inside[0] - first, head + inside[-1] - first
         features.append({
             "input_ids": ids,
@@ -85,7 +86,11 @@ class Span:
 
 
 def best_spans(
-    start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: torch.Tensor, max_answer_length: int = 30, n_best: int = 20
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    allowed: torch.Tensor,
+    max_answer_length: int = 30,
+    n_best: int = 20,
 ) -> list[Span]:
     """The ``n_best`` spans (i, j) of one window by S.T_i + E.T_j, j >= i, j - i < max_answer_length.
 
@@ -142,7 +147,9 @@ def predict_answer(
     return QAPrediction(texts[0][0], texts[0][1], null_score, texts)
 
 
-def best_threshold(predictions: Mapping[str, QAPrediction], gold: Mapping[str, Sequence[str]], metric: str = "f1") -> float:
+def best_threshold(
+    predictions: Mapping[str, QAPrediction], gold: Mapping[str, Sequence[str]], metric: str = "f1"
+) -> float:
     """tau that maximises the dev set's total EM or F1 when spans must beat null by more than tau.
 
     Raising tau past a question's margin (span - null) turns its answer from the span

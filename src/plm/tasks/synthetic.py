@@ -72,7 +72,9 @@ def qa(rng: random.Random, index: int = 0) -> QAExample:
     """Where does X live? Read from a paragraph that says where several people live."""
     people = rng.sample(NAMES, 4)
     homes = [rng.choice(PLACES) for _ in people]
-    context = " ".join(f"{name.title()} lives in {home.title()} and {' '.join(filler(rng, 2))} ." for name, home in zip(people, homes))
+    context = " ".join(
+        f"{name.title()} lives in {home.title()} and {' '.join(filler(rng, 2))} ." for name, home in zip(people, homes)
+    )
     asked = rng.randrange(len(people))
     sentence = context.index(people[asked].title())
     start = context.index(homes[asked].title(), sentence)
