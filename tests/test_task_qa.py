@@ -120,3 +120,10 @@ def test_tau_moves_tied_margins_together():
     gold = {"wrong": [], "right": ["boat"], "low": []}
     tau = best_threshold(predictions, gold)
     assert 0.5 <= tau < 1.0  # "low" says no answer; "wrong" and "right" keep their spans
+
+
+def test_an_answer_missing_from_the_context_gives_nothing_to_train_on(tokenizer):
+    """Not the null answer: a v1.1 question whose answer text is not in the context is left out of training."""
+    example = QAExample("q", "where", "the river flows past old mills", (Answer("Paris", None),))
+    windows = encode_windows(tokenizer, example, 64, 20)
+    assert windows and all("start_positions" not in w for w in windows)

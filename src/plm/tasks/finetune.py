@@ -28,13 +28,14 @@ from plm.models import CausalLM, from_preset
 from plm.tasks import readers
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.model import task_model
-from plm.tasks.objectives import TASKS, Task, TaskObjective, build_task
+from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 SYNTHETIC_PRESET = "bert-micro"  # a fresh model for the built-in task: it learns in about a minute on the CPU
+SYNTHETIC_LR = 1e-3  # a fresh model needs a larger step than a pretrained one
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,9 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     if causal and setup.task in ("classify", "pair", "choice"):
         add_task_tokens(backbone, tokenizer)
     labels = task_labels(setup.task, train)
-    lrs = setup.lrs or ((1e-3,) if setup.model is None else (6.25e-5,) if causal else (5e-5,))
-    warmup = setup.warmup_fraction if setup.warmup_fraction is not None else 0.002 if causal else 0.1
+    recipe = GPT1_RECIPE if causal else BERT_RECIPE
+    lrs = setup.lrs or ((SYNTHETIC_LR,) if setup.model is None else (recipe.lr,))
+    warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
     options = {"stride": setup.stride} if setup.task == "qa" else {}
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
     sift = SiFT() if setup.sift else None

@@ -43,7 +43,8 @@ def encode_windows(
 
     With training positions: ``start_positions``/``end_positions`` are the answer's
     first and last token in the window, or 0 (the [CLS] token, the null answer) when
-    the question is unanswerable or the answer is not wholly in the window.
+    the question is unanswerable or the answer is not wholly in the window. An answer
+    that cannot be found in the context gives no positions: nothing to train on.
     """
     if tokenizer.cls_id is None or tokenizer.sep_id is None:
         raise PLMError(f"extractive QA reads [CLS] question [SEP] context [SEP]; {tokenizer!r} has no [CLS] or [SEP]")
@@ -66,13 +67,10 @@ def encode_windows(
             inside = [i for i in range(first, last) if chars[i][0] < end_char and chars[i][1] > start_char]
             if inside and chars[inside[0]][0] <= start_char and chars[inside[-1]][1] >= end_char:
                 start, end = head + inside[0] - first, head + inside[-1] - first
-        features.append({
-            "input_ids": ids,
-            "token_type_ids": [0] * head + [1] * (len(ids) - head),
-            "offsets": offsets,
-            "start_positions": start,
-            "end_positions": end,
-        })
+        feature = {"input_ids": ids, "token_type_ids": [0] * head + [1] * (len(ids) - head), "offsets": offsets}
+        if start_char is not None or example.impossible:
+            feature |= {"start_positions": start, "end_positions": end}
+        features.append(feature)
         if last == len(context.ids):
             break
     return features
