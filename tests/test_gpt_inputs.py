@@ -51,9 +51,9 @@ def test_adding_the_tokens_again_changes_nothing_and_they_survive_saving(tokeniz
     tokenizer = Tokenizer.load(tokenizer_files)
     model = task_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), "classify")
     first = add_task_tokens(model, tokenizer)
-    rows = model.config.vocab_size
-    assert add_task_tokens(model, tokenizer) == first and model.config.vocab_size == rows
-    assert model.config.backbone.vocab_size == rows  # the task model's config follows its backbone
+    rows = model.word_embeddings().num_embeddings
+    assert rows == len(tokenizer) == model.config.vocab_size  # the task model's config follows its backbone
+    assert add_task_tokens(model, tokenizer) == first and model.word_embeddings().num_embeddings == rows
     tokenizer.save(tmp_path)
     assert task_tokens(Tokenizer.load(tmp_path)) == first
 

@@ -203,7 +203,7 @@ def test_mismatched_weights_are_plm_errors(tmp_path):
         ({"position_embedding_type": "relative_key"}, "variant"),
         ({"is_decoder": True}, "variant"),
         ({"hidden_act": "swish"}, "hidden_act"),
-        ({"architectures": ["BertForSequenceClassification"]}, "architecture"),
+        ({"architectures": ["BertForNextSentencePrediction"]}, "architecture"),
         ({"hidden_size": 0}, "positive"),
     ],
 )

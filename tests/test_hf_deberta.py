@@ -213,7 +213,7 @@ def edit_config(directory, **changes):
         (dict(talking_head=True), "talking_head"),
         (dict(embedding_size=16), "embedding_size 16"),
         (dict(hidden_act="gelu_fast"), "hidden_act 'gelu_fast'"),
-        (dict(architectures=["DebertaForSequenceClassification"]), "DebertaForSequenceClassification is not supported"),
+        (dict(architectures=["DebertaForMultipleChoice"]), "DebertaForMultipleChoice is not supported"),
     ],
 )
 def test_hf_variants_plm_cannot_reproduce_are_refused(changes, message, tmp_path):

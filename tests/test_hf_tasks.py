@@ -13,6 +13,7 @@ import torch
 
 import plm
 from plm.errors import PLMError
+from plm.files import read_tensors
 from plm.models import from_preset
 from plm.tasks import TaskModel, task_model
 
@@ -30,6 +31,9 @@ CONFIGS = {
     "GPT2": lambda **labels: transformers.GPT2Config(
         vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=40, pad_token_id=0, **labels
     ),
+    "OpenAIGPT": lambda **labels: transformers.OpenAIGPTConfig(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=40, pad_token_id=0, **labels
+    ),
 }
 CLASSES = [
     *(f"{family}For{task}" for family in ("Bert", "Albert", "Deberta")
@@ -37,6 +41,7 @@ CLASSES = [
     "BertForMultipleChoice",
     "AlbertForMultipleChoice",
     "GPT2ForSequenceClassification",
+    "OpenAIGPTForSequenceClassification",
 ]
 
 
@@ -59,7 +64,7 @@ def hf_model(name: str):
 
 
 def inputs(name: str) -> dict[str, torch.Tensor]:
-    """Two sequences of 9 and 6 tokens, right-padded with 0 (GPT-2's pad id here); segments where the family has them."""
+    """Two sequences of 9 and 6 tokens, right-padded with 0 (GPT's pad id here); segments where the family has them."""
     torch.manual_seed(1)
     mask = torch.tensor([[1] * TIME, [1] * 6 + [0] * 3])
     batch = {"attention_mask": mask}
@@ -122,7 +127,9 @@ def test_a_hugging_face_task_checkpoint_loads_with_its_head_and_same_logits(name
 
 
 PLM_MODELS = {  # a plm task model on a plm backbone -> the HF class it is written as
-    "BertForSequenceClassification": lambda: task_model(from_preset("bert-micro", vocab_size=VOCAB, segments=3), "classify", 3),
+    "BertForSequenceClassification": lambda: task_model(
+        from_preset("bert-micro", vocab_size=VOCAB, segments=3), "classify", 3
+    ),
     "AlbertForTokenClassification": lambda: task_model(from_preset("albert-micro", vocab_size=VOCAB, segments=3), "tag", 3),
     "DebertaForSequenceClassification": lambda: task_model(
         from_preset("deberta-micro", vocab_size=VOCAB, enhanced_mask_decoder=False), "classify", 3, pooler_activation="gelu"
@@ -143,7 +150,9 @@ def test_a_plm_task_model_saved_for_hugging_face_gives_the_same_logits(name, tmp
     randomized(model)  # heads and biases away from their zero init
     plm.save_hf(model, tmp_path)
     batch = inputs(name)
-    assert_same(outputs(model, batch), outputs(load_in_transformers(name, tmp_path), batch))
+    reference = load_in_transformers(name, tmp_path)
+    assert_same(outputs(model, batch), outputs(reference, batch))
+    assert read_tensors(tmp_path / "model.safetensors").keys() == reference.state_dict().keys()  # its own names
     again = plm.load_hf(tmp_path).eval()
     assert again.config.head == model.config.head
     assert_same(outputs(model, batch), outputs(again, batch))
@@ -153,10 +162,10 @@ def test_a_plm_task_model_saved_for_hugging_face_gives_the_same_logits(name, tmp
     ("make", "difference"),
     [
         (lambda: task_model(from_preset("bert-micro"), "classify", pooling="mean"), "pooling 'mean'"),
-        (lambda: task_model(from_preset("deberta-micro"), "choice"), "no Hugging Face class for the choice task"),
+        (lambda: task_model(from_preset("deberta-micro"), "choice"), "no deberta class for the choice task"),
         (lambda: task_model(from_preset("deberta-micro"), "classify"), "pooler of its own"),
         (lambda: task_model(from_preset("gpt2-micro"), "classify", bias=False), "dropout before the classifier"),
-        (lambda: task_model(from_preset("gpt2-micro"), "tag", dropout=0.0, bias=False), "no Hugging Face class for the tag"),
+        (lambda: task_model(from_preset("gpt2-micro"), "tag", dropout=0.0, bias=False), "no gpt class for the tag task"),
     ],
 )
 def test_a_task_model_without_a_hugging_face_class_is_refused(make, difference, tmp_path):

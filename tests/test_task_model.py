@@ -53,7 +53,8 @@ def test_gpt_classifier_reads_the_last_real_token_whatever_the_padding():
     left = torch.cat([torch.cat([torch.zeros(1, 2, dtype=torch.long), short], 1), long])
     with torch.no_grad():
         alone = torch.cat([model(short).logits, model(long).logits])  # no padding: the last position
-        for tokens, mask in ((right, torch.tensor([[1] * 4 + [0] * 2, [1] * 6])), (left, torch.tensor([[0] * 2 + [1] * 4, [1] * 6]))):
+        right_mask, left_mask = torch.tensor([[1] * 4 + [0] * 2, [1] * 6]), torch.tensor([[0] * 2 + [1] * 4, [1] * 6])
+        for tokens, mask in ((right, right_mask), (left, left_mask)):
             torch.testing.assert_close(model(tokens, mask).logits, alone, atol=1e-5, rtol=1e-5)
 
 

@@ -55,7 +55,12 @@ class Layout:
 
 
 def classes(name: str, tasks: tuple[str, ...]) -> dict[str, str]:
-    suffixes = {CLASSIFY: "SequenceClassification", TAG: "TokenClassification", SPAN: "QuestionAnswering", CHOICE: "MultipleChoice"}
+    suffixes = {
+        CLASSIFY: "SequenceClassification",
+        TAG: "TokenClassification",
+        SPAN: "QuestionAnswering",
+        CHOICE: "MultipleChoice",
+    }
     return {task: f"{name}For{suffixes[task]}" for task in tasks}
 
 
@@ -65,9 +70,15 @@ LAYOUTS = {  # by model_type
     "albert": Layout("albert.", "AlbertModel", classes("Albert", ALL_TASKS), "classifier_dropout_prob", "cls", "backbone"),
     "deberta": Layout("deberta.", "DebertaModel", classes("Deberta", (CLASSIFY, TAG, SPAN)), "cls_dropout", "cls", "own"),
     "gpt2": Layout("transformer.", "GPT2Model", classes("GPT2", (CLASSIFY,)), None, "last", None, score=True),
-    "openai-gpt": Layout("transformer.", "OpenAIGPTModel", classes("OpenAIGPT", (CLASSIFY,)), None, "last", None, score=True),
+    "openai-gpt": Layout(
+        "transformer.", "OpenAIGPTModel", classes("OpenAIGPT", (CLASSIFY,)), None, "last", None, score=True
+    ),
 }
-TASK_OF = {architecture: (model_type, task) for model_type, layout in LAYOUTS.items() for task, architecture in layout.classes.items()}
+TASK_OF = {  # HF class -> (model_type, plm task)
+    architecture: (model_type, task)
+    for model_type, layout in LAYOUTS.items()
+    for task, architecture in layout.classes.items()
+}
 
 
 @register
@@ -150,11 +161,13 @@ class TaskConverter(Converter):
     def check_equivalent(config: TaskConfig, layout: Layout) -> None:
         """A PLMError unless Hugging Face's class computes what this task model computes."""
         head = config.head
+        if head.task not in layout.classes:
+            known = ", ".join(layout.classes.values())
+            raise PLMError(f"Hugging Face has no {config.backbone_family} class for the {head.task} task (only {known})")
         reads_pooler = head.task in (CLASSIFY, CHOICE)
         has_pooler = getattr(config.backbone, "pooler", False)
         differences = {
-            f"{config.backbone_family} has no Hugging Face class for the {head.task} task": head.task not in layout.classes,
-            f"pooling {head.pooling!r} (Hugging Face's reads {layout.pooling!r})": reads_pooler and head.pooling != layout.pooling,
+            f"pooling {head.pooling!r} (Hugging Face's is {layout.pooling!r})": reads_pooler and head.pooling != layout.pooling,
             "an output layer without bias" if head.bias else "an output layer with a bias": head.bias == layout.score,
             "a backbone pooler where Hugging Face's class has none, or none where it has one": (
                 has_pooler != (layout.pooler == "backbone" and reads_pooler)
@@ -162,7 +175,7 @@ class TaskConverter(Converter):
             "a pooler of its own where Hugging Face's class has none, or none where it has one": (
                 (head.pooler_activation is not None) != layout.own_pooler(head.task)
             ),
-            "dropout before the classifier (Hugging Face's class has none)": layout.dropout_field is None and head.dropout > 0,
+            "dropout before the classifier (Hugging Face's has none)": layout.dropout_field is None and head.dropout > 0,
         }
         for difference, present in differences.items():
             if present:

@@ -77,7 +77,7 @@ class HeadConfig:
                     f"unknown pooler activation {self.pooler_activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}"
                 )
             if self.pooling != "cls" or self.task not in (CLASSIFY, CHOICE):
-                raise PLMError("a pooler of the task model's own reads the [CLS] vector: pooling 'cls', task classify or choice")
+                raise PLMError("a task model's own pooler reads the [CLS] vector: pooling 'cls', task classify or choice")
 
 
 # Outputs ---------------------------------------------------------------------------

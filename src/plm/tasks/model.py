@@ -52,7 +52,8 @@ class TaskConfig:
         """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's."""
         expected = {"backbone_family", "backbone", "head"}
         if set(values) != expected:
-            raise PLMError(f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {', '.join(sorted(values))}")
+            fields = ", ".join(sorted(values))
+            raise PLMError(f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {fields}")
         family = values["backbone_family"]
         if family not in FAMILIES or family == TaskModel.family:
             raise PLMError(f"{source}: unknown backbone family {family!r}")
@@ -99,7 +100,8 @@ class TaskModel(PretrainedModel):
         for an encoder).
         """
         if input_ids.dim() not in (2, 3):
-            raise PLMError(f"input_ids should be (batch, time) or (batch, choices, time), got shape {tuple(input_ids.shape)}")
+            shape = tuple(input_ids.shape)
+            raise PLMError(f"input_ids should be (batch, time) or (batch, choices, time), got shape {shape}")
         several = input_ids.dim() == 3
         if several and not self.head.pools:
             raise PLMError(f"a {self.config.head.task} head reads one sequence per example: input_ids (batch, time)")
@@ -112,9 +114,7 @@ class TaskModel(PretrainedModel):
         mask = flatten(attention_mask)
         output = self.backbone(flatten(input_ids), mask, **backbone_options)
         if self.head.pools:
-            features = self.pool(output, mask).view(*input_ids.shape[:-1], -1)  # (B, H) or (B, K, H)
-            if not several:
-                features = features.unsqueeze(1)  # (B, 1, H)
+            features = self.pool(output, mask).view(len(input_ids), -1, self.config.backbone.dim)  # (B, K, H), K = 1
         else:
             features = output.last_hidden_state
         result = self.head(features)
