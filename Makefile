@@ -30,6 +30,7 @@ bench: setup
 	$(PY) benchmarks/bench_elmo.py
 	$(PY) benchmarks/bench_overlap.py
 	$(PY) benchmarks/bench_seq2seq.py --config small
+	$(PY) benchmarks/bench_finetune.py --config both
 
 clean:
 	rm -rf $(VENV) runs

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli import eval_bleu, eval_cloze, eval_lambada, eval_perplexity, eval_summarize
+from plm.cli import eval_bleu, eval_cloze, eval_lambada, eval_perplexity, eval_summarize, eval_task
 
 # Each module adds one `plm eval NAME` subcommand through its register(metrics).
-EVALUATIONS = (eval_perplexity, eval_lambada, eval_cloze, eval_summarize, eval_bleu)
+EVALUATIONS = (eval_perplexity, eval_lambada, eval_cloze, eval_summarize, eval_bleu, eval_task)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -14,8 +14,10 @@ from plm.cli import (
     embed,
     evaluate,
     fill_mask,
+    finetune,
     generate,
     overlap,
+    predict,
     pretrain,
     seq2seq,
     tokenizer,
@@ -25,8 +27,8 @@ from plm.cli.common import HelpFormatter, Parser
 from plm.errors import PLMError, PLMWarning
 
 COMMANDS = (
-    demo, tokenizer, pretrain, generate, fill_mask, embed, evaluate, convert, compare, elmo, overlap, seq2seq, translate,
-    attention,
+    demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
+    attention, compare, overlap, convert,
 )
 
 

@@ -1,0 +1,96 @@
+"""Fine-tuning speed: plm's task model (BERT + classifier head) against BertForSequenceClassification.
+
+Same weights (plm's ``load_hf`` reads the Hugging Face checkpoint), same batch of
+token ids and labels, dropout off; one step is forward + cross-entropy + backward +
+AdamW. plm and Hugging Face take turns inside each repeat (see bench_gpt2.py); the
+table gives optimizer steps per second (the median).
+
+    python benchmarks/bench_finetune.py --config both
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+from bench_common import interleaved_medians
+from plm.hf import load_hf
+
+CONFIGS = {
+    # (dim, layers, heads, ffn, vocab, batch, length, repeats)
+    "small": (256, 4, 4, 1024, 8192, 32, 128, 10),  # like the bert-mini preset, the recipe's batch 32
+    "bert-base": (768, 12, 12, 3072, 30522, 8, 128, 4),
+}
+
+
+def build_models(name: str, seed: int):
+    """A random BertForSequenceClassification (2 labels) and the plm task model load_hf reads from it."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    dim, layers, heads, ffn, vocab, *_ = CONFIGS[name]
+    config = BertConfig(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=ffn, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        classifier_dropout=0.0, num_labels=2)
+    torch.manual_seed(seed)
+    hf = BertForSequenceClassification._from_config(config, attn_implementation="sdpa")
+    with tempfile.TemporaryDirectory() as directory:
+        hf.save_pretrained(directory)
+        ours = load_hf(directory)
+    return ours, hf
+
+
+def bench(name: str, seed: int) -> tuple[str, str, float, float]:
+    *_, vocab, batch, length, repeats = CONFIGS[name]
+    ours, hf = build_models(name, seed)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch, length), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[batch // 2 :, length // 2 :] = 0  # half the batch padded to half the length, as real sentences are
+    labels = torch.randint(0, 2, (batch,), generator=generator)
+    with torch.inference_mode():
+        ours.eval(), hf.eval()
+        difference = (ours(ids, mask).logits - hf(ids, attention_mask=mask).logits).abs().max().item()
+    print(f"[{name}] max |plm - hf| classifier logits: {difference:.2e}")
+
+    def train_step(model, forward):
+        optimizer = torch.optim.AdamW(model.parameters(), 2e-5)
+
+        def step() -> None:
+            F.cross_entropy(forward(model), labels).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return step
+
+    ours.train(), hf.train()
+    seconds = interleaved_medians(
+        {"plm": train_step(ours, lambda m: m(ids, mask).logits),
+         "hf": train_step(hf, lambda m: m(ids, attention_mask=mask).logits)},
+        repeats, 1, torch.device("cpu"),
+    )
+    return name, f"classifier train steps/s ({batch}x{length})", 1 / seconds["plm"], 1 / seconds["hf"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=["small", "bert-base", "both"], default="both")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    args = parser.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = ["small", "bert-base"] if args.config == "both" else [args.config]
+    rows = [bench(name, args.seed) for name in names]
+    print()
+    print(f"{'config':<10} {'measure':<40} {'plm':>8} {'hf':>8} {'plm/hf':>7}")
+    for name, measure, ours, theirs in rows:
+        print(f"{name:<10} {measure:<40} {ours:>8.2f} {theirs:>8.2f} {ours / theirs:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

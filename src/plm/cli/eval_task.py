@@ -1,0 +1,67 @@
+"""plm eval task: a fine-tuned model's task metrics on a labelled file."""
+
+from __future__ import annotations
+
+import argparse
+
+from plm.cli.common import HelpFormatter, add_device, add_model, positive_int
+from plm.errors import PLMError
+from plm.tasks.finetune import load_task_model, read_examples
+from plm.tasks.metrics import confusion_matrix, entity_scores
+from plm.tasks.objectives import run
+
+EXAMPLES = """examples:
+  plm eval task --model runs/sst2 sst-2/dev.tsv       # accuracy, F1, Matthews; a confusion matrix
+  plm eval task --model runs/ner eng.testa            # entity P/R/F1, one line per entity type
+  plm eval task --model runs/squad dev-v1.1.json      # exact match and F1
+"""
+
+
+def register(metrics: argparse._SubParsersAction) -> None:
+    parser = metrics.add_parser(
+        "task",
+        help="task metrics of a fine-tuned model",
+        description="Score a model fine-tuned with `plm finetune` on a labelled file of its task's format: "
+        "accuracy, F1 and Matthews correlation with a confusion matrix (classification), Pearson and Spearman "
+        "(regression), entity-level precision, recall and F1 per type (tagging), EM and F1 (QA), accuracy (choice).",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
+    parser.add_argument("file", help="labelled examples in the model's task format")
+    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
+    add_device(parser)
+    parser.set_defaults(run=run_eval_task)
+
+
+def run_eval_task(args: argparse.Namespace) -> None:
+    model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
+    examples = read_examples(task.name, args.file)
+    predictions, scores = run(model, task, examples, args.batch_size)
+    if scores is None:
+        raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")
+    print(f"{args.file}: {len(examples)} examples, " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    if task.name == "classify":
+        print(format_confusion(predictions, [e.label for e in examples], task.labels))
+    elif task.name == "tag":
+        print(format_entities(entity_scores([e.tags for e in examples], predictions)))
+
+
+def format_confusion(predictions, labels, classes) -> str:
+    """Rows: gold classes; columns: predicted."""
+    header = "gold \\ predicted"
+    first = max(len(header), *(len(c) for c in classes)) + 2
+    width = max(8, *(len(c) + 2 for c in classes))
+    lines = [header.ljust(first) + "".join(c.rjust(width) for c in classes)]
+    for name, row in zip(classes, confusion_matrix(predictions, labels, classes)):
+        lines.append(name.ljust(first) + "".join(str(n).rjust(width) for n in row))
+    return "\n".join(lines)
+
+
+def format_entities(report) -> str:
+    lines = [f"{'entity':12}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
+    for name, row in report.items():
+        lines.append(f"{name:12}{row['precision']:10.4f}{row['recall']:10.4f}{row['f1']:10.4f}{row['support']:10d}")
+    return "\n".join(lines)

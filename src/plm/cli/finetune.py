@@ -1,0 +1,87 @@
+"""plm finetune: a pretrained model fine-tuned on a task (BERT section 4, GPT-1 section 3.2)."""
+
+from __future__ import annotations
+
+import argparse
+
+from plm.cli.common import HelpFormatter, add_device, add_seed, check_output_directory, positive_int
+from plm.tasks.finetune import FinetuneSetup, finetune
+from plm.tasks.objectives import TASKS
+
+TASK_HELP = """tasks:
+  classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
+  pair      a sentence pair -> a class, read as [CLS] A [SEP] B [SEP] (GLUE TSV, JSONL with "text_pair")
+  regress   one sentence or a pair -> a number (STS-B's score)
+  tag       a label per word (CoNLL columns, BIO or IOB1); entity-level F1
+  qa        extractive QA (SQuAD v1.1/v2.0 JSON); EM and F1, tau chosen on dev for v2.0
+  choice    multiple choice (SWAG CSV); accuracy
+On a GPT model, classify, pair and choice use GPT-1's input transforms and auxiliary LM loss.
+
+"""
+
+EXAMPLES = """examples:
+  plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (about a minute)
+  plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
+  plm finetune --task qa --model runs/bert --train train-v2.0.json --validation dev-v2.0.json --stride 128
+  plm finetune --task pair --model runs/gpt --train rte.jsonl --validation rte-dev.jsonl --lm-weight 0.5
+  plm finetune --task classify --model runs/deberta --train a.jsonl --validation b.jsonl --sift --restarts 5
+"""
+
+
+def learning_rates(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "finetune",
+        help="fine-tune a pretrained model on a task",
+        description="Fine-tune a pretrained model (plm or Hugging Face directory) on a task with the paper's "
+        "recipe: batch 32, 3 epochs, linear warmup (10% of training; GPT-1: 0.2%) then linear decay, the best "
+        "model on the dev set kept in OUT/best. Several --lr values or --restarts train one run each under "
+        "OUT/runs/ and keep the best (OUT/summary.json lists them). Without --train and --validation: a built-in "
+        "synthetic task on a fresh tiny BERT.",
+        epilog=TASK_HELP + EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--task", required=True, choices=TASKS, help="what to learn (see tasks below)")
+    parser.add_argument("--model", help="pretrained model directory (default: a fresh bert-micro, built-in task only)")
+    parser.add_argument("--train", help="training file")
+    parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
+    parser.add_argument("--out", default="runs/finetune", help="run directory")
+    parser.add_argument("--lr", type=learning_rates,
+                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 1e-3)")
+    parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
+    parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
+    parser.add_argument("--warmup", type=float, help="warmup as a fraction of training (default 0.1; GPT 0.002)")
+    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
+    parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
+    parser.add_argument("--synthetic-size", type=positive_int, default=1024,
+                        help="built-in task: training examples (a quarter as many for validation)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    add_seed(parser)
+    add_device(parser)
+    parser.set_defaults(run=run_finetune)
+
+
+def run_finetune(args: argparse.Namespace) -> None:
+    setup = FinetuneSetup(
+        task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
+        restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
+        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
+        device=args.device, synthetic_size=args.synthetic_size,
+    )
+    setup.validate()
+    out = check_output_directory(args.out)
+    result = finetune(setup, out, overwrite=args.overwrite)
+    for run in result.runs:
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float))
+        print(f"lr {run['lr']:g} seed {run['seed']}: {scores}")
+    print(f"best: lr {result.best['lr']:g} seed {result.best['seed']}; model in {out}")

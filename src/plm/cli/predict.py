@@ -1,0 +1,54 @@
+"""plm predict: a fine-tuned model's predictions for a file, one JSON line per example."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, positive_int
+from plm.files import atomic_open
+from plm.tasks.finetune import load_task_model, read_examples
+from plm.tasks.objectives import run
+
+EXAMPLES = """examples:
+  plm predict --model runs/sst2 sst-2/test.tsv --out predictions.jsonl
+  plm predict --model runs/ner eng.testb            # JSON lines on stdout
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "predict",
+        help="predictions of a fine-tuned model, as JSONL",
+        description="Run a model fine-tuned with `plm finetune` on a file of its task's format (labels are not "
+        "needed) and write one JSON object per example: the example's fields and its \"prediction\" (a label, a "
+        "score, a tag per word, an answer text, or a choice's index).",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
+    parser.add_argument("file", help="examples: the format the model's task reads")
+    parser.add_argument("--out", help="JSONL file to write (default: standard output)")
+    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
+    add_device(parser)
+    parser.set_defaults(run=run_predict)
+
+
+def run_predict(args: argparse.Namespace) -> None:
+    if args.out is not None:
+        check_output_file(args.out)
+    model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
+    examples = read_examples(task.name, args.file)
+    predictions, _ = run(model, task, examples, args.batch_size)
+    lines = "".join(json.dumps({**dataclasses.asdict(e), "prediction": p}, ensure_ascii=False) + "\n"
+                    for e, p in zip(examples, predictions))
+    if args.out is None:
+        sys.stdout.write(lines)
+        return
+    with atomic_open(args.out) as file:
+        file.write(lines.encode("utf-8"))
+    print(f"{len(examples)} predictions written to {args.out}")

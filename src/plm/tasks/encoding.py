@@ -1,0 +1,116 @@
+"""Examples as an encoder reads them, and predictions back as words.
+
+- sentences and pairs: ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for A, 1 for B;
+- tagging: each word's label on its first sub-word, every other piece (and every
+  special token) labelled ``IGNORE`` so the loss skips it; a prediction per word is
+  read back from that first piece;
+- multiple choice: one ``[CLS] context [SEP] prefix ending [SEP]`` per choice.
+
+Features are plain dicts of int lists; :func:`collate` pads a list of them into a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from plm.errors import PLMError
+from plm.tasks.readers import ChoiceExample, TaggedSentence, TextExample
+from plm.tokenizer import Tokenizer
+
+IGNORE = -100  # cross_entropy's ignore_index: a position without a label
+
+Feature = dict[str, Any]
+
+
+def encode_text(tokenizer: Tokenizer, example: TextExample, max_length: int) -> Feature:
+    encoding = tokenizer.encode_pair(example.text, example.text_pair, max_length=max_length)
+    return {"input_ids": list(encoding.ids), "token_type_ids": list(encoding.type_ids)}
+
+
+def encode_words(tokenizer: Tokenizer, words: Sequence[str], max_length: int) -> tuple[list[int], list[int | None]]:
+    """Ids of pre-split ``words`` with the special tokens, and each token's word index (None for specials).
+
+    A sentence too long for ``max_length`` loses its last pieces; its last words then
+    have no token (:func:`word_predictions` fills them in).
+    """
+    pieces = tokenizer.backend.encode(list(words), is_pretokenized=True, add_special_tokens=False)
+    budget = max_length - tokenizer.backend.num_special_tokens_to_add(is_pair=False)
+    if budget < 1:
+        raise PLMError(f"max_length {max_length} leaves no room for the words beside the special tokens")
+    pieces.truncate(budget)
+    joined = tokenizer.backend.post_process(pieces, None, add_special_tokens=True)
+    word_ids = [None if special else word for word, special in zip(joined.word_ids, joined.special_tokens_mask)]
+    return list(joined.ids), word_ids
+
+
+def first_pieces(word_ids: Sequence[int | None]) -> list[bool]:
+    """Which tokens start a word: the one position per word that carries its label."""
+    return [word is not None and (i == 0 or word_ids[i - 1] != word) for i, word in enumerate(word_ids)]
+
+
+def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[str, int], max_length: int) -> Feature:
+    ids, word_ids = encode_words(tokenizer, sentence.words, max_length)
+    labels = [
+        tag_ids[sentence.tags[word]] if first and sentence.tags else IGNORE
+        for word, first in zip(word_ids, first_pieces(word_ids))
+    ]
+    return {"input_ids": ids, "labels": labels, "word_ids": word_ids}
+
+
+def word_predictions(
+    token_predictions: Sequence[int], word_ids: Sequence[int | None], words: int, default: int
+) -> list[int]:
+    """One prediction per word, read at its first piece; ``default`` for a word cut off by truncation."""
+    predictions = [default] * words
+    for prediction, word, first in zip(token_predictions, word_ids, first_pieces(word_ids)):
+        if first:
+            predictions[word] = int(prediction)
+    return predictions
+
+
+def encode_choice(tokenizer: Tokenizer, example: ChoiceExample, max_length: int) -> Feature:
+    """(choices, time) lists: the context as A, the shared prefix and each ending as B."""
+    encodings = [
+        tokenizer.encode_pair(example.context, f"{example.prefix} {ending}".strip(), max_length=max_length)
+        for ending in example.endings
+    ]
+    return {"input_ids": [list(e.ids) for e in encodings], "token_type_ids": [list(e.type_ids) for e in encodings]}
+
+
+def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad ``input_ids`` (with ``pad_id``), ``token_type_ids`` (0) and token ``labels`` (IGNORE) on the right.
+
+    Adds ``attention_mask``. Ids may be (time,) or (choices, time) per feature; every
+    other key is stacked as it is (a class id, a score, a start position). ``word_ids``
+    stay with the examples and are not batched.
+    """
+    width = max(len(row) for f in features for row in _rows(f["input_ids"]))
+    batch: dict[str, torch.Tensor] = {}
+    for key in features[0]:
+        if key == "word_ids":
+            continue
+        values = [f[key] for f in features]
+        if key in ("input_ids", "token_type_ids") or (key == "labels" and isinstance(values[0], list)):
+            fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE}[key]
+            batch[key] = torch.tensor([_pad(v, width, fill) for v in values], dtype=torch.long)
+        else:
+            batch[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
+    batch["attention_mask"] = torch.tensor([_pad(_ones(f["input_ids"]), width, 0) for f in features], dtype=torch.long)
+    return batch
+
+
+def _rows(ids: list) -> list[list[int]]:
+    return ids if ids and isinstance(ids[0], list) else [ids]
+
+
+def _ones(ids: list) -> list:
+    return [[1] * len(row) for row in ids] if ids and isinstance(ids[0], list) else [1] * len(ids)
+
+
+def _pad(values: list, width: int, fill: int) -> list:
+    if values and isinstance(values[0], list):
+        return [row + [fill] * (width - len(row)) for row in values]
+    return values + [fill] * (width - len(values))

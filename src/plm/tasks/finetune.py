@@ -1,0 +1,205 @@
+"""Fine-tune a pretrained model on a task: what ``plm finetune`` does, as one function call.
+
+BERT's recipe (section 4 and A.3): batch 32, 3 epochs, Adam with a linear warmup
+over the first 10% of the steps and linear decay, the learning rate chosen on the
+dev set among a few (``lrs``), and on small sets the best of several restarts
+(``restarts`` seeds). GPT-1's (section 4.1): lr 6.25e-5, batch 32, 3 epochs, warmup
+over 0.2% of training, and the auxiliary LM loss with lambda 0.5. Each run keeps its
+best model by the task's dev metric; with several runs, the best of them is copied
+to ``OUT/best`` and ``OUT/summary.json`` lists them all.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from plm.checkpoint import BEST_DIR, load_model
+from plm.device import resolve_device
+from plm.errors import PLMError
+from plm.files import write_json
+from plm.loading import load_pretrained
+from plm.models import CausalLM, from_preset
+from plm.tasks import readers
+from plm.tasks.gpt_inputs import add_task_tokens
+from plm.tasks.model import task_model
+from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, TASKS, Task, TaskObjective, build_task
+from plm.tasks.sift import SiFT
+from plm.tasks.synthetic import synthetic_task
+from plm.tokenizer import Tokenizer
+from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
+
+SYNTHETIC_PRESET = "bert-micro"  # a fresh model for the built-in task: it learns in about a minute on the CPU
+SYNTHETIC_LR = 1e-3  # a fresh model needs a larger step than a pretrained one
+
+
+@dataclass(frozen=True)
+class FinetuneSetup:
+    """What to fine-tune on what; None fields take the paper's recipe (BERT's, or GPT-1's for a GPT)."""
+
+    task: str
+    model: str | None = None  # a plm or Hugging Face directory; None: a fresh model on the built-in task
+    train: str | None = None
+    validation: str | None = None
+    lrs: tuple[float, ...] | None = None
+    restarts: int = 1
+    epochs: float = 3.0
+    batch_size: int = 32
+    warmup_fraction: float | None = None
+    max_length: int = 128
+    lm_weight: float = 0.5  # GPT-1's lambda; 0 turns the auxiliary LM loss off
+    sift: bool = False
+    stride: int = 128  # QA: tokens between the starts of a long context's windows
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+    synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
+
+    def validate(self) -> None:
+        if self.task not in TASKS:
+            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        if (self.train is None) != (self.validation is None):
+            raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
+        if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
+            raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
+        if min(self.restarts, self.batch_size, self.stride) < 1 or self.max_length < 8 or self.synthetic_size < 4:
+            raise PLMError("--restarts, --batch-size and --stride must be at least 1, --max-length at least 8, "
+                           "--synthetic-size at least 4")
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise PLMError(f"--epochs must be above 0, got {self.epochs}")
+        if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
+            raise PLMError(f"--lm-weight must be >= 0, got {self.lm_weight}")
+        if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
+            raise PLMError(f"--warmup must be a fraction of training in [0, 1), got {self.warmup_fraction}")
+
+
+READERS = {"tag": readers.read_conll, "qa": readers.read_squad, "choice": readers.read_swag}
+
+
+def read_examples(task: str, path: str | Path) -> list[Any]:
+    """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise."""
+    if task in READERS:
+        return READERS[task](path)
+    read = readers.read_glue if str(path).endswith(".tsv") else readers.read_jsonl
+    return read(path, regression=task == "regress")
+
+
+def task_labels(task: str, examples: list[Any]) -> tuple[str, ...]:
+    """The training set's classes (tags: ``O`` first), in a fixed order: the head's label ids."""
+    if task in ("classify", "pair"):
+        return tuple(sorted({str(e.label) for e in examples}))
+    if task == "tag":
+        tags = {t for e in examples for t in e.tags}
+        return ("O",) * ("O" in tags) + tuple(sorted(tags - {"O"}))
+    return ()
+
+
+@dataclass
+class FinetuneResult:
+    model: Any
+    tokenizer: Tokenizer
+    runs: list[dict[str, Any]]  # one per (lr, seed): its directory and best dev metric
+    best: dict[str, Any]
+
+
+def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> FinetuneResult:
+    """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set."""
+    setup.validate()
+    out = Path(out)
+    check_run_directory(out, resume=False, overwrite=overwrite)
+    if setup.train is not None:
+        train, validation = read_examples(setup.task, setup.train), read_examples(setup.task, setup.validation)
+    else:
+        sizes = (setup.synthetic_size, setup.synthetic_size // 4)
+        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
+    backbone, tokenizer = load_backbone(setup, train)
+    causal = isinstance(backbone, CausalLM)
+    if causal and setup.task in ("classify", "pair", "choice"):
+        add_task_tokens(backbone, tokenizer)
+    labels = task_labels(setup.task, train)
+    recipe = GPT1_RECIPE if causal else BERT_RECIPE
+    lrs = setup.lrs or ((SYNTHETIC_LR,) if setup.model is None else (recipe.lr,))
+    warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
+    options = {"stride": setup.stride} if setup.task == "qa" else {}
+    task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
+    sift = SiFT() if setup.sift else None
+    runs = []
+    several = len(lrs) * setup.restarts > 1
+    for lr in lrs:
+        for restart in range(setup.restarts):
+            seed = setup.seed + restart
+            torch.manual_seed(seed)
+            model = task_model(backbone, task.head, task.outputs, label_names=labels if task.head != "span" else ())
+            objective = TaskObjective(
+                task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift
+            )
+            steps = max(1, math.ceil(setup.epochs * objective.batches_per_epoch))
+            per_epoch = max(1, math.ceil(steps / setup.epochs))
+            config = TrainingConfig(
+                steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
+                weight_decay=0.01, eval_every=per_epoch, save_every=per_epoch, log_every=max(1, per_epoch // 10),
+                seed=seed, device=setup.device, progress=setup.progress,
+            )
+            directory = out / "runs" / f"lr{lr:g}-seed{seed}" if several else out
+            trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer)
+            metrics = trainer.train(overwrite=overwrite)
+            runs.append({"lr": lr, "seed": seed, "directory": str(directory), task.selection: trainer.best,
+                         **{k: v for k, v in metrics.items() if k.startswith("val_")}})
+    best = max(runs, key=lambda run: run[task.selection])
+    if several:
+        if (out / BEST_DIR).exists():
+            shutil.rmtree(out / BEST_DIR)
+        shutil.copytree(Path(best["directory"]) / BEST_DIR, out / BEST_DIR)
+        write_json(out / "summary.json", {"selection": task.selection, "best": best, "runs": runs})
+    return FinetuneResult(load_model(out), tokenizer, runs, best)
+
+
+def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenizer]:
+    """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT and a tokenizer of its text."""
+    if setup.model is not None:
+        model, tokenizer = load_pretrained(setup.model)
+        if getattr(model, "family", None) == "task":
+            model = model.backbone
+        return model, tokenizer
+    tokenizer = Tokenizer.train_wordpiece(synthetic_texts(train), vocab_size=200, min_frequency=1)
+    torch.manual_seed(setup.seed)
+    model = from_preset(SYNTHETIC_PRESET, vocab_size=len(tokenizer), context_length=max(128, setup.max_length))
+    return model, tokenizer
+
+
+def synthetic_texts(examples: list[Any]) -> list[str]:
+    texts = []
+    for e in examples:
+        if isinstance(e, readers.TaggedSentence):
+            texts.append(" ".join(e.words))
+        elif isinstance(e, readers.QAExample):
+            texts += [e.question, e.context]
+        elif isinstance(e, readers.ChoiceExample):
+            texts += [e.context, e.prefix, *e.endings]
+        else:
+            texts += [e.text, e.text_pair or ""]
+    return texts
+
+
+
+def task_name(head: Any) -> str:
+    """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses)."""
+    if head.task == "classify":
+        return "regress" if head.labels == 1 and not head.label_names else "classify"
+    return {"tag": "tag", "span": "qa", "choice": "choice"}[head.task]
+
+
+def load_task_model(path: str | Path, device: str = "cpu", max_length: int = 128, **options: Any) -> tuple[Any, Task]:
+    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data."""
+    model, tokenizer = load_pretrained(path, resolve_device(device))
+    if getattr(model, "family", None) != "task":
+        raise PLMError(f"{path}: a {model.family} model has no task head; fine-tune it first (plm finetune)")
+    head = model.config.head
+    name = task_name(head)
+    task = build_task(name, tokenizer, model, head.label_names, max_length, **(options if name == "qa" else {}))
+    return model, task

@@ -1,0 +1,426 @@
+"""Fine-tuning as objectives of the existing Trainer (BERT section 4, GPT-1 section 3.2).
+
+A :class:`Task` says how its examples become features, what loss its head's output
+takes, how predictions are read back and which metrics score them; it serves
+training (:class:`TaskObjective`), ``plm predict`` and ``plm eval task`` alike.
+
+- classify: one sentence or a ``[CLS] A [SEP] B [SEP]`` pair, cross-entropy on C;
+- regress: the same inputs, one value, squared error (STS-B);
+- tag: a label per word on its first sub-word, cross-entropy over those pieces;
+- qa: start and end positions per window (SQuAD), cross-entropy of each, halved;
+- choice: one score per (context, ending) pair, softmax across the choices (SWAG).
+
+On a GPT backbone, classify and choice read GPT-1's transformed inputs, and the
+objective adds the auxiliary LM loss on the task text: L3 = L2 + lambda * L1, with
+``lm_weight`` lambda (0.5 as in the paper, 0 turns it off) as the term's loss weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from plm.errors import PLMError
+from plm.models import CausalLM
+from plm.objectives import Selection
+from plm.tasks import metrics
+from plm.tasks.encoding import IGNORE, Feature, collate, encode_choice, encode_tagged, encode_text, word_predictions
+from plm.tasks.gpt_inputs import TaskInputs
+from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
+from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
+from plm.tasks.sift import SiFT
+from plm.tokenizer import Tokenizer
+
+TASKS = ("classify", "pair", "regress", "tag", "qa", "choice")
+
+
+class Task:
+    """What one kind of task needs; ``labels`` names the classes (tags for a tagger) in id order."""
+
+    name: str
+    head: str  # the head of plm.tasks.heads it trains
+    selection: str  # the validation metric that picks the best model
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int, labels: Sequence[str] = (), causal: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.labels = tuple(labels)
+        self.causal = causal
+        self.gpt_inputs = TaskInputs(tokenizer, max_length) if causal else None
+
+    @property
+    def outputs(self) -> int:
+        """The head's output size."""
+        return len(self.labels)
+
+    def encode(self, example: Any) -> list[Feature]:
+        """An example's features (several for a QA example's windows), each tagged with its example's index."""
+        raise NotImplementedError
+
+    def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The task loss of a batch, summed over its targets."""
+        raise NotImplementedError
+
+    def count(self, batch: dict[str, torch.Tensor]) -> int:
+        """The number of targets in a batch: its examples (a tagger's: its labelled words)."""
+        return len(batch["input_ids"])
+
+    def logits(self, output: Any) -> torch.Tensor:
+        """What SiFT compares: the class logits (the last axis is the distribution)."""
+        return output.logits
+
+    def predict(
+        self, outputs: list[tuple[Any, dict[str, torch.Tensor]]], features: list[Feature], examples: Sequence[Any]
+    ) -> list[Any]:
+        """One prediction per example from the model's outputs over ``features``, batch by batch."""
+        raise NotImplementedError
+
+    def score(self, predictions: Sequence[Any], examples: Sequence[Any]) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Classification(Task):
+    name, head, selection = "classify", "classify", "val_accuracy"
+
+    def encode(self, example: TextExample) -> list[Feature]:
+        if self.gpt_inputs is not None:
+            ids = (self.gpt_inputs.classification(example.text) if example.text_pair is None
+                   else self.gpt_inputs.entailment(example.text, example.text_pair))
+            feature: Feature = {"input_ids": ids}
+        else:
+            feature = encode_text(self.tokenizer, example, self.max_length)
+        if example.label is not None:
+            feature["labels"] = self.target(example.label)
+        return [feature]
+
+    def target(self, label: Any) -> Any:
+        if label not in self.labels:
+            raise PLMError(f"label {label!r} is not one of the task's labels ({', '.join(self.labels)})")
+        return self.labels.index(label)
+
+    def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
+
+    def predict(self, outputs, features, examples):
+        return [self.labels[i] for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
+
+    def score(self, predictions, examples):
+        gold = [e.label for e in examples]
+        scores = {"accuracy": metrics.accuracy(predictions, gold),
+                  "matthews": metrics.matthews_correlation(predictions, gold)}
+        if len(self.labels) == 2:
+            scores["f1"] = metrics.f1(predictions, gold, positive=self.labels[1])
+        return scores
+
+
+class Regression(Classification):
+    name, head, selection = "regress", "classify", "val_pearson"
+
+    @property
+    def outputs(self) -> int:
+        return 1
+
+    def target(self, label: Any) -> float:
+        return float(label)
+
+    def loss(self, output, batch):
+        return F.mse_loss(output.logits.float().squeeze(-1), batch["labels"], reduction="sum")
+
+    def logits(self, output):
+        raise PLMError("SiFT compares class distributions; a regression has none")
+
+    def predict(self, outputs, features, examples):
+        return [v for output, _ in outputs for v in output.logits.squeeze(-1).tolist()]
+
+    def score(self, predictions, examples):
+        gold = [float(e.label) for e in examples]
+        return {"pearson": metrics.pearson(predictions, gold), "spearman": metrics.spearman(predictions, gold)}
+
+
+class Tagging(Task):
+    name, head, selection = "tag", "tag", "val_f1"
+
+    def encode(self, example: TaggedSentence) -> list[Feature]:
+        unknown = set(example.tags) - set(self.labels)
+        if unknown:
+            raise PLMError(f"tags {', '.join(sorted(unknown))} are not among the task's ({', '.join(self.labels)})")
+        return [encode_tagged(self.tokenizer, example, {t: i for i, t in enumerate(self.labels)}, self.max_length)]
+
+    def loss(self, output, batch):
+        logits, labels = output.logits.float().flatten(0, 1), batch["labels"].flatten()
+        return F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+
+    def count(self, batch):
+        return int((batch["labels"] != IGNORE).sum())
+
+    def predict(self, outputs, features, examples):
+        tokens = [row for output, _ in outputs for row in output.logits.argmax(-1).tolist()]
+        outside = self.labels.index("O") if "O" in self.labels else 0
+        return [
+            [self.labels[i] for i in word_predictions(row, feature["word_ids"], len(example.words), outside)]
+            for row, feature, example in zip(tokens, features, examples)
+        ]
+
+    def score(self, predictions, examples):
+        total = metrics.entity_scores([e.tags for e in examples], predictions)["micro avg"]
+        return {"f1": total["f1"], "precision": total["precision"], "recall": total["recall"]}
+
+
+class QuestionAnswering(Task):
+    """SQuAD; ``threshold`` (tau) is v2.0's margin a span must beat null by (None: always a span)."""
+
+    name, head, selection = "qa", "span", "val_exact_match"
+
+    def __init__(self, *args: Any, stride: int = 128, max_answer_length: int = 30, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.causal:
+            raise PLMError("extractive QA is for encoders (BERT, ALBERT, DeBERTa)")
+        self.stride, self.max_answer_length = stride, max_answer_length
+        self.threshold: float | None = None
+
+    @property
+    def outputs(self) -> int:
+        return 2
+
+    def encode(self, example: QAExample) -> list[Feature]:
+        return encode_windows(self.tokenizer, example, self.max_length, self.stride)
+
+    def loss(self, output, batch):
+        padding = batch["attention_mask"] == 0  # no answer starts or ends in the padding
+        start = output.start_logits.float().masked_fill(padding, -1e4)
+        end = output.end_logits.float().masked_fill(padding, -1e4)
+        loss = F.cross_entropy(start, batch["start_positions"], reduction="sum")
+        loss = loss + F.cross_entropy(end, batch["end_positions"], reduction="sum")
+        return loss / 2
+
+    def logits(self, output):
+        raise PLMError("SiFT is for classification and multiple choice")
+
+    def spans(self, outputs, features, examples) -> list[QAPrediction]:
+        starts = [row for output, _ in outputs for row in output.start_logits]
+        ends = [row for output, _ in outputs for row in output.end_logits]
+        by_example: dict[int, list[int]] = {}
+        for k, feature in enumerate(features):
+            by_example.setdefault(feature["example"], []).append(k)
+        return [
+            predict_answer(example.context, [features[k] for k in by_example[i]], [starts[k] for k in by_example[i]],
+                           [ends[k] for k in by_example[i]], self.max_answer_length)
+            for i, example in enumerate(examples)
+        ]
+
+    def predict(self, outputs, features, examples):
+        spans = self.spans(outputs, features, examples)
+        if any(e.impossible for e in examples):  # v2.0 dev: choose tau here
+            gold = {i: [a.text for a in e.answers] for i, e in enumerate(examples)}
+            self.threshold = best_threshold(dict(enumerate(spans)), gold)
+        return [span.answer(self.threshold) for span in spans]
+
+    def score(self, predictions, examples):
+        gold = {e.id: [a.text for a in e.answers] for e in examples}
+        return metrics.squad_scores({e.id: p for e, p in zip(examples, predictions)}, gold)
+
+
+class MultipleChoice(Task):
+    name, head, selection = "choice", "choice", "val_accuracy"
+
+    @property
+    def outputs(self) -> int:
+        return 1
+
+    def encode(self, example: ChoiceExample) -> list[Feature]:
+        if self.gpt_inputs is not None:
+            ids = self.gpt_inputs.choice(example.context, example.endings, example.prefix or None)
+            feature: Feature = {"input_ids": ids}
+        else:
+            feature = encode_choice(self.tokenizer, example, self.max_length)
+        if example.label is not None:
+            feature["labels"] = example.label
+        return [feature]
+
+    def loss(self, output, batch):
+        return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
+
+    def predict(self, outputs, features, examples):
+        return [i for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
+
+    def score(self, predictions, examples):
+        return {"accuracy": metrics.accuracy(predictions, [e.label for e in examples])}
+
+
+TASK_CLASSES: dict[str, type[Task]] = {
+    "classify": Classification, "pair": Classification, "regress": Regression,
+    "tag": Tagging, "qa": QuestionAnswering, "choice": MultipleChoice,
+}
+
+
+def encode_all(task: Task, examples: Sequence[Any]) -> list[Feature]:
+    """Every example's features, each knowing its example's index (``example``)."""
+    return [feature | {"example": i} for i, example in enumerate(examples) for feature in task.encode(example)]
+
+
+def batches(task: Task, features: Sequence[Feature], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    for first in range(0, len(features), batch_size):
+        yield collate([model_inputs(f) for f in features[first:first + batch_size]], task.tokenizer.pad_id)
+
+
+def model_inputs(feature: Feature) -> Feature:
+    """What a batch carries: ids and targets; not the offsets and word numbers kept for reading predictions."""
+    return {k: v for k, v in feature.items() if k not in ("offsets", "word_ids", "example")}
+
+
+def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+    return model(**inputs)
+
+
+@torch.no_grad()
+def run(
+    model: torch.nn.Module,
+    task: Task,
+    examples: Sequence[Any],
+    batch_size: int = 32,
+    features: list[Feature] | None = None,
+) -> tuple[list[Any], dict[str, float] | None]:
+    """Predictions for ``examples`` and, when they are labelled, the task's metrics (``features``: already encoded)."""
+    was_training = model.training
+    model.eval()
+    features = encode_all(task, examples) if features is None else features
+    device = next(model.parameters()).device
+    outputs = []
+    for batch in batches(task, features, batch_size):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        outputs.append((forward(model, batch), batch))
+    predictions = task.predict(outputs, features, examples)
+    model.train(was_training)
+    return predictions, task.score(predictions, examples) if labelled(examples) else None
+
+
+def labelled(examples: Sequence[Any]) -> bool:
+    return all(getattr(e, "label", 0) is not None and (not hasattr(e, "tags") or e.tags) for e in examples)
+
+
+class TaskObjective:
+    """A labelled training set as batches for the Trainer, and the task's validation metrics.
+
+    Batch m (``step * micro_batches_per_step + index``) is slice m of the epoch's
+    shuffle (seeded by ``seed`` and the epoch), so ``batches_per_epoch`` micro-batches
+    read every training example once. ``lm_weight`` > 0 on a GPT backbone adds GPT-1's
+    auxiliary LM term ``lm``; ``sift`` adds DeBERTa's SiFT term ``sift`` (weight 1).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        train: Sequence[Any],
+        validation: Sequence[Any],
+        batch_size: int = 32,
+        seed: int = 0,
+        micro_batches_per_step: int = 1,
+        lm_weight: float = 0.0,
+        sift: SiFT | None = None,
+    ) -> None:
+        self.task = task
+        self.features = encode_all(task, train)
+        self.features = [f for f in self.features if "labels" in f or "start_positions" in f]
+        if not self.features:
+            raise PLMError("the training set has no labelled examples")
+        self.validation = list(validation)
+        self.batch_size, self.seed, self.per_step = batch_size, seed, micro_batches_per_step
+        self.batches_per_epoch = math.ceil(len(self.features) / batch_size)
+        self.train_tokens = sum(len(f["input_ids"]) for f in self.features)
+        self.lm = lm_weight > 0 and task.causal
+        self.sift = sift
+        self.loss_weights = {"lm": lm_weight} if self.lm else {}
+        self.selection = Selection(task.selection, maximize=True)
+        self.validation_features = encode_all(task, self.validation)
+        self._order: tuple[int, torch.Tensor] | None = None
+
+    def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
+        number = step * self.per_step + index
+        epoch, position = divmod(number, self.batches_per_epoch)
+        if self._order is None or self._order[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._order = (epoch, torch.randperm(len(self.features), generator=generator))
+        rows = self._order[1][position * self.batch_size:(position + 1) * self.batch_size].tolist()
+        return collate([model_inputs(self.features[r]) for r in rows], self.task.tokenizer.pad_id)
+
+    def size(self, batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["attention_mask"].sum())
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        counts = {"task": self.task.count(batch)}
+        if self.lm:
+            counts["lm"] = int(lm_mask(batch["attention_mask"]).sum())
+        if self.sift is not None:
+            counts["sift"] = len(batch["input_ids"])
+        return counts
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        output = forward(model, batch)
+        losses = {"task": self.task.loss(output, batch)}
+        if self.lm:
+            losses["lm"] = auxiliary_lm_loss(output.backbone.logits, batch["input_ids"], batch["attention_mask"])
+        if self.sift is not None:
+            def perturbed_logits() -> torch.Tensor:
+                return self.task.logits(forward(model, batch))
+
+            losses["sift"] = self.sift.loss(model, perturbed_logits, self.task.logits(output))
+        return losses
+
+    def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        labelled_features = [f for f in self.validation_features if "labels" in f or "start_positions" in f]
+        return batches(self.task, labelled_features, self.batch_size)
+
+    def validation_metrics(self, model: torch.nn.Module) -> dict[str, float]:
+        return run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
+
+
+def lm_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Which next-token targets are real: positions 1.. of each (flattened) row that are not padding."""
+    return attention_mask.reshape(-1, attention_mask.shape[-1])[:, 1:] != 0
+
+
+def auxiliary_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """GPT-1's L1 on the task text: the summed next-token loss over every real token after the first.
+
+    ``logits`` (N, T, V) are the backbone's for the N = batch (* K) sequences.
+    """
+    targets = input_ids.reshape(-1, input_ids.shape[-1])[:, 1:]  # (N, T - 1)
+    mask = lm_mask(attention_mask)
+    return F.cross_entropy(logits[:, :-1][mask].float(), targets[mask], reduction="sum")
+
+
+def build_task(
+    name: str,
+    tokenizer: Tokenizer,
+    model: Any,
+    labels: Sequence[str] = (),
+    max_length: int | None = None,
+    **options: Any,
+) -> Task:
+    """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``."""
+    if name not in TASK_CLASSES:
+        raise PLMError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+    backbone = getattr(model, "backbone", model)
+    causal = isinstance(backbone, CausalLM)
+    if causal and name in ("tag", "qa", "regress"):
+        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does classify, pair, choice")
+    length = min(max_length or backbone.config.context_length, backbone.config.context_length)
+    return TASK_CLASSES[name](tokenizer, length, labels, causal=causal, **options)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The papers' fine-tuning learning rate and warmup (a fraction of training); both use batch 32, 3 epochs."""
+
+    lr: float
+    warmup_fraction: float
+
+
+BERT_RECIPE = Recipe(lr=5e-5, warmup_fraction=0.1)  # BERT A.3: lr among 5e-5, 3e-5, 2e-5; warmup 10%
+GPT1_RECIPE = Recipe(lr=6.25e-5, warmup_fraction=0.002)  # GPT-1 4.1: warmup over 0.2% of training

@@ -1,0 +1,264 @@
+"""Task data as the public benchmarks ship it: GLUE TSV, CoNLL columns, SQuAD JSON, SWAG CSV, JSONL.
+
+Each reader returns plain examples and knows nothing of tokenizers. A row that
+cannot be read is one PLMError naming the file and the line (for SQuAD, the
+place in the JSON), so that a user can open the file there and fix it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from plm.data.corpus import read_text
+from plm.errors import PLMError
+
+Path = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class TextExample:
+    """One sentence (or sentence pair) and its label: a class name, a score, or None when unlabelled."""
+
+    text: str
+    text_pair: str | None = None
+    label: str | float | None = None
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A gold answer; ``start`` is its character offset in the context, None when the file does not say."""
+
+    text: str
+    start: int | None
+
+
+@dataclass(frozen=True)
+class QAExample:
+    """A SQuAD question; v2.0's unanswerable ones have ``impossible`` set and no answers."""
+
+    id: str
+    question: str
+    context: str
+    answers: tuple[Answer, ...]
+    impossible: bool = False
+
+
+@dataclass(frozen=True)
+class ChoiceExample:
+    """A SWAG item: the context, the start of the ending all choices share, the endings, the right one's index."""
+
+    context: str
+    prefix: str
+    endings: tuple[str, ...]
+    label: int | None
+
+
+# GLUE's column names: the sentence columns of each task, in order, and the label column names.
+GLUE_TEXT_COLUMNS = (
+    ("sentence1", "sentence2"),  # MNLI, RTE, WNLI, STS-B
+    ("question1", "question2"),  # QQP
+    ("#1 String", "#2 String"),  # MRPC
+    ("question", "sentence"),  # QNLI
+    ("sentence",),  # SST-2, CoLA with a header
+    ("content",),  # SST-2 test with labels
+    ("text",),
+)
+GLUE_LABEL_COLUMNS = ("label", "gold_label", "score", "is_duplicate", "Quality")
+
+
+def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
+    """A GLUE TSV with a header line: the task's sentence columns and label column are found by name.
+
+    Quotes are not special (GLUE's files are plain tab-separated). The label stays a
+    string (a class name) unless ``regression``; a file without a label column gives
+    unlabelled examples.
+    """
+    lines = read_text(path).split("\n")
+    header = lines[0].split("\t")
+    names = next((columns for columns in GLUE_TEXT_COLUMNS if all(c in header for c in columns)), None)
+    if names is None:
+        raise PLMError(f"{path}:1: no sentence column in the header ({', '.join(header)}); "
+                       f"expected one of {', '.join(c[0] for c in GLUE_TEXT_COLUMNS)}")
+    text_columns = [header.index(name) for name in names]
+    label_column = next((header.index(name) for name in GLUE_LABEL_COLUMNS if name in header), None)
+    examples = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise PLMError(f"{path}:{number}: {len(fields)} tab-separated fields, the header has {len(header)}")
+        texts = [fields[c] for c in text_columns]
+        label = None if label_column is None else _label(fields[label_column], regression, path, number)
+        examples.append(TextExample(texts[0], texts[1] if len(texts) > 1 else None, label))
+    return _nonempty(examples, path)
+
+
+def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
+    """One JSON object a line: ``{"text": ..., "text_pair": ..., "label": ...}`` (pair and label optional)."""
+    examples = []
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        row = _json_line(line, path, number)
+        text, pair, label = row.get("text"), row.get("text_pair"), row.get("label")
+        if not isinstance(text, str) or not (pair is None or isinstance(pair, str)):
+            raise PLMError(f'{path}:{number}: "text" (and "text_pair", if given) must be strings')
+        if label is not None:
+            label = _label(str(label), regression, path, number)
+        examples.append(TextExample(text, pair, label))
+    return _nonempty(examples, path)
+
+
+def read_conll(path: Path) -> list[TaggedSentence]:
+    """CoNLL columns: a word first and its tag last on each line, sentences between blank lines.
+
+    ``-DOCSTART-`` lines are skipped. Tags may be BIO or IOB1 (CoNLL-2003's, where B-
+    only separates two touching entities of one type); both come back as BIO: an
+    I-X that does not continue an X entity starts one. For valid BIO that changes
+    nothing, so the scheme need not be given.
+    """
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if words:
+                sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags))))
+                words, tags = [], []
+            continue
+        if len(fields) < 2:
+            raise PLMError(f"{path}:{number}: a word without a tag ({line.strip()!r}); expected 'word ... tag'")
+        tag = fields[-1]
+        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
+            raise PLMError(f"{path}:{number}: tag {tag!r} is neither O nor B-TYPE / I-TYPE")
+        words.append(fields[0])
+        tags.append(tag)
+    if words:
+        sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags))))
+    return _nonempty(sentences, path)
+
+
+def to_bio(tags: Sequence[str]) -> list[str]:
+    """IOB1 (or BIO) tags as BIO: an I-X after anything but B-X or I-X becomes B-X."""
+    bio = []
+    for index, tag in enumerate(tags):
+        previous = tags[index - 1] if index else "O"
+        if tag.startswith("I-") and previous[2:] != tag[2:]:
+            tag = "B-" + tag[2:]
+        bio.append(tag)
+    return bio
+
+
+def read_squad(path: Path) -> list[QAExample]:
+    """SQuAD v1.1 or v2.0 JSON: ``data[].paragraphs[].{context, qas[].{id, question, answers, is_impossible}}``."""
+    try:
+        document = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise PLMError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise PLMError(f'{path}: not SQuAD JSON (no "data" list at the top)')
+    examples = []
+    for a, article in enumerate(document["data"]):
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, path, f"data[{a}]")):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = _field(paragraph, "context", str, path, where)
+            for q, question in enumerate(_field(paragraph, "qas", list, path, where)):
+                where_q = f"{where}.qas[{q}]"
+                question_id = str(_field(question, "id", (str, int), path, where_q))
+                text_of_question = _field(question, "question", str, path, where_q)
+                answers = []
+                for n, answer in enumerate(_field(question, "answers", list, path, where_q)):
+                    text = _field(answer, "text", str, path, f"{where_q}.answers[{n}]")
+                    start = answer.get("answer_start")
+                    if start is not None and not _points_at(context, start, text):
+                        raise PLMError(f"{path}: {where_q}.answers[{n}]: answer_start {start} does not point at "
+                                       f"{text!r} in the context")
+                    answers.append(Answer(text, start))
+                impossible = bool(question.get("is_impossible", False))
+                if not answers and not impossible:
+                    raise PLMError(f"{path}: {where_q}: no answers, and is_impossible is not set")
+                examples.append(QAExample(question_id, text_of_question, context, tuple(answers), impossible))
+    return _nonempty(examples, path)
+
+
+SWAG_ENDINGS = ("ending0", "ending1", "ending2", "ending3")
+
+
+def read_swag(path: Path) -> list[ChoiceExample]:
+    """SWAG CSV (``sent1``, ``sent2``, ``ending0``..``ending3``, ``label``); the test split has no label."""
+    reader = csv.reader(io.StringIO(read_text(path)))
+    header = next(reader)
+    missing = [name for name in ("sent1", "sent2", *SWAG_ENDINGS) if name not in header]
+    if missing:
+        raise PLMError(f"{path}:1: the header lacks {', '.join(missing)}; not a SWAG CSV")
+    column = {name: header.index(name) for name in header}
+    examples = []
+    for row in reader:
+        number = reader.line_num
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise PLMError(f"{path}:{number}: {len(row)} fields, the header has {len(header)}")
+        label = None
+        if "label" in column:
+            text = row[column["label"]]
+            if text not in ("0", "1", "2", "3"):
+                raise PLMError(f"{path}:{number}: label {text!r} is not 0, 1, 2 or 3")
+            label = int(text)
+        endings = tuple(row[column[name]] for name in SWAG_ENDINGS)
+        examples.append(ChoiceExample(row[column["sent1"]], row[column["sent2"]], endings, label))
+    return _nonempty(examples, path)
+
+
+def _points_at(context: str, start: Any, text: str) -> bool:
+    """Whether the answer starts at ``start``; case may differ (some copies of SQuAD changed a heading's case)."""
+    return isinstance(start, int) and context[start : start + len(text)].lower() == text.lower()
+
+
+def _label(text: str, regression: bool, path: Path, number: int) -> str | float:
+    if not regression:
+        if not text.strip():
+            raise PLMError(f"{path}:{number}: empty label")
+        return text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise PLMError(f"{path}:{number}: label {text!r} is not a number (this task is a regression)") from None
+
+
+def _json_line(line: str, path: Path, number: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise PLMError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    if not isinstance(row, dict):
+        raise PLMError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+    return row
+
+
+def _field(row: Any, name: str, kind: type | tuple[type, ...], path: Path, where: str) -> Any:
+    if not isinstance(row, dict) or not isinstance(row.get(name), kind):
+        raise PLMError(f'{path}: {where}: missing or ill-typed "{name}"')
+    return row[name]
+
+
+def _nonempty(examples: list, path: Path) -> list:
+    if not examples:
+        raise PLMError(f"{path}: no examples in the file")
+    return examples

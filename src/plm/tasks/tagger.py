@@ -1,0 +1,119 @@
+"""The feature-based approach (BERT section 5.3): a frozen encoder's layers feed a small BiLSTM tagger.
+
+BERT's NER experiment takes, for each word, the first sub-word's vectors from
+chosen layers of the frozen model and combines them (the last four concatenated,
+their sum, or ELMo's learned scalar mix), then a two-layer BiLSTM and a linear
+layer tag the words. The tagger reads any number of feature *sources*, each a
+(batch, layers, words, dim) tensor: BERT's layers from :func:`encoder_word_features`,
+ELMo's ``model.embed(sentences)`` (batch, L+1, words, dim), or per-word features of
+any other kind with one layer; each source is combined on its own and the results
+are concatenated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from plm.errors import PLMError
+from plm.tasks.encoding import first_pieces
+
+COMBINATIONS = ("concat", "sum", "mix")
+
+
+class ScalarMix(nn.Module):
+    """ELMo's task-specific layer weighting: gamma * sum_j softmax(s)_j h_j over the layer axis (dim 1)."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.scalars = nn.Parameter(torch.zeros(layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layered: torch.Tensor) -> torch.Tensor:
+        """(B, L, W, D) -> (B, W, D)."""
+        weights = self.scalars.softmax(0).to(layered.dtype)
+        return self.gamma * torch.einsum("l,blwd->bwd", weights, layered)
+
+
+class LayerCombination(nn.Module):
+    """One source's layers as one vector per word: concatenated (L * D), summed (D) or scalar-mixed (D)."""
+
+    def __init__(self, layers: int, dim: int, how: str) -> None:
+        super().__init__()
+        if how not in COMBINATIONS:
+            raise PLMError(f"unknown layer combination {how!r}; choose one of {', '.join(COMBINATIONS)}")
+        self.how = how
+        self.mix = ScalarMix(layers) if how == "mix" else None
+        self.width = layers * dim if how == "concat" else dim
+
+    def forward(self, layered: torch.Tensor) -> torch.Tensor:
+        if self.how == "concat":
+            return layered.permute(0, 2, 1, 3).flatten(2)  # (B, L, W, D) -> (B, W, L * D)
+        if self.how == "sum":
+            return layered.sum(1)
+        return self.mix(layered)
+
+
+class BiLSTMTagger(nn.Module):
+    """Tags from per-word features: combine each source's layers, concatenate, BiLSTM, linear.
+
+    ``sources``: (layers, dim) of each feature source, in the order forward receives them.
+    """
+
+    def __init__(
+        self, sources: Sequence[tuple[int, int]], labels: int, combine: str = "concat", hidden: int = 256,
+        lstm_layers: int = 2, dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.combinations = nn.ModuleList(LayerCombination(layers, dim, combine) for layers, dim in sources)
+        width = sum(c.width for c in self.combinations)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(width, hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True,
+                            dropout=dropout if lstm_layers > 1 else 0.0)
+        self.classifier = nn.Linear(2 * hidden, labels)
+
+    def forward(self, sources: Sequence[torch.Tensor], word_mask: torch.Tensor) -> torch.Tensor:
+        """``sources``: each (B, L, W, D); ``word_mask`` (B, W), 1 for words. Returns logits (B, W, labels)."""
+        if len(sources) != len(self.combinations):
+            raise PLMError(f"the tagger reads {len(self.combinations)} feature sources, got {len(sources)}")
+        features = torch.cat([c(s) for c, s in zip(self.combinations, sources)], dim=-1)  # (B, W, width)
+        if features.shape[-1] != self.lstm.input_size:  # nn.LSTM does not check a packed input's width
+            raise PLMError(f"the sources give {features.shape[-1]} features per word, the tagger was built for "
+                           f"{self.lstm.input_size}; give (batch, layers, words, dim) tensors as declared")
+        lengths = word_mask.sum(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(self.dropout(features), lengths.clamp(min=1), batch_first=True,
+                                                   enforce_sorted=False)
+        hidden, _ = self.lstm(packed)
+        hidden, _ = nn.utils.rnn.pad_packed_sequence(hidden, batch_first=True, total_length=features.shape[1])
+        return self.classifier(self.dropout(hidden))
+
+
+LAST_FOUR = (-4, -3, -2, -1)
+
+
+@torch.no_grad()
+def encoder_word_features(
+    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_ids: Sequence[Sequence[int | None]],
+    layers: Sequence[int] = LAST_FOUR,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen encoder's states at each word's first sub-word, for ``layers`` (indices into the embedding
+    output followed by every block's: -1 is the last layer).
+
+    Returns features (B, len(layers), W, dim) and the word mask (B, W); W is the most words in a row.
+    """
+    was_training = encoder.training
+    encoder.eval()
+    states = encoder(input_ids, attention_mask, output_hidden_states=True).hidden_states
+    encoder.train(was_training)
+    chosen = torch.stack([states[i] for i in layers], dim=1)  # (B, L, T, D)
+    positions = [[t for t, first in enumerate(first_pieces(row)) if first] for row in word_ids]
+    words = max(map(len, positions), default=0)
+    index = torch.zeros(len(positions), words, dtype=torch.long)
+    mask = torch.zeros(len(positions), words, dtype=torch.long)
+    for row, found in enumerate(positions):
+        index[row, : len(found)] = torch.tensor(found, dtype=torch.long)
+        mask[row, : len(found)] = 1
+    index = index.to(chosen.device)[:, None, :, None].expand(-1, chosen.shape[1], -1, chosen.shape[-1])
+    return chosen.gather(2, index), mask.to(chosen.device)  # (B, L, W, D)

@@ -1,0 +1,99 @@
+"""plm finetune, plm predict and plm eval task from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from plm.checkpoint import load_model, save_model
+from plm.cli.main import main
+from plm.tasks.synthetic import synthetic_task
+from plm.tokenizer import Tokenizer
+
+QUICK = ["--synthetic-size", "64", "--batch-size", "16", "--epochs", "1"]  # 4 steps on the built-in task
+
+
+def run_main(capsys, *args):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_finetune_help_lists_the_tasks(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["finetune", "--help"])
+    help_text = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "examples:" in help_text
+    for task in ("classify", "pair", "regress", "tag", "qa", "choice"):
+        assert f"\n  {task} " in help_text
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    """Two learning rates on the built-in classification task: one run each, the better kept."""
+    out = tmp_path_factory.mktemp("ft") / "run"
+    assert main(["finetune", "--task", "classify", "--lr", "1e-3,3e-3", *QUICK, "--out", str(out)]) == 0
+    return out
+
+
+def test_several_learning_rates_keep_the_best_run(finetuned):
+    summary = json.loads((finetuned / "summary.json").read_text())
+    assert [run["lr"] for run in summary["runs"]] == [1e-3, 3e-3]
+    best = max(summary["runs"], key=lambda run: run["val_accuracy"])
+    assert summary["best"]["lr"] == best["lr"]
+    kept, chosen = load_model(finetuned), load_model(f"{best['directory']}/best")
+    for name, value in kept.state_dict().items():
+        torch.testing.assert_close(value, chosen.state_dict()[name], rtol=0, atol=0)
+
+
+def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
+    examples = synthetic_task("classify", 40, seed=99)
+    data = tmp_path / "test.jsonl"
+    data.write_text("".join(json.dumps({"text": e.text, "label": e.label}) + "\n" for e in examples))
+    code, out, _ = run_main(capsys, "predict", "--model", finetuned, data, "--out", tmp_path / "p.jsonl")
+    assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == [e.text for e in examples]
+    assert {r["prediction"] for r in rows} <= {"bad", "good"}
+    right = sum(r["prediction"] == r["label"] for r in rows)
+
+    code, out, _ = run_main(capsys, "eval", "task", "--model", finetuned, data)
+    assert code == 0
+    assert f"accuracy {right / 40:.4f}" in out
+    matrix = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in out.splitlines()[2:]}
+    assert matrix["bad"][0] + matrix["good"][1] == right and sum(map(sum, matrix.values())) == 40
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "classify", "--train", "a.jsonl"], "give both --train and --validation"),
+        (["--task", "tag", "--train", "{bad}", "--validation", "{bad}"], "bad.conll:2: a word without a tag"),
+        (["--task", "classify", "--epochs", "0"], "--epochs must be above 0"),
+    ],
+)
+def test_bad_finetune_inputs_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    bad = tmp_path / "bad.conll"
+    bad.write_text("EU B-ORG\nlonely\n")
+    args = [a.replace("{bad}", str(bad)) for a in args]
+    code, _, err = run_main(capsys, "finetune", *args, "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_learning_rate_list_is_an_argument_error(capsys):
+    with pytest.raises(SystemExit) as raised:
+        main(["finetune", "--task", "classify", "--lr", "1e-3,fast"])
+    err = capsys.readouterr().err
+    assert raised.value.code == 2 and err.count("\n") == 1 and "expected numbers separated by commas" in err
+
+
+def test_eval_task_needs_a_fine_tuned_model(tmp_path, capsys, finetuned):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a good cat", "label": "good"}\n')
+    backbone = load_model(finetuned).backbone  # a bare encoder: no task head
+    save_model(backbone, tmp_path / "encoder", Tokenizer.load(finetuned / "best"))
+    code, _, err = run_main(capsys, "eval", "task", "--model", tmp_path / "encoder", data)
+    assert code == 2 and err.count("\n") == 1 and "has no task head; fine-tune it first" in err

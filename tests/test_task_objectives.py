@@ -1,0 +1,144 @@
+"""Fine-tuning objectives: epochs of batches, the loss terms against hand computation, predictions read back."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm.models import from_preset
+from plm.tasks import SequenceClassifierOutput, SpanOutput, task_model
+from plm.tasks.gpt_inputs import add_task_tokens
+from plm.tasks.objectives import TaskObjective, auxiliary_lm_loss, build_task, run
+from plm.tasks.readers import Answer, QAExample, TaggedSentence, TextExample
+from plm.tokenizer import Tokenizer
+
+VOCABULARY = """[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees good bad paris lives in where does
+run ##ner ##ning ##s jump ##ing""".split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCABULARY) + "\n")
+    return Tokenizer.from_vocab_txt(path)
+
+
+def sentences(count):
+    words = ["the cat", "a dog", "the runner", "a cat sees the dog", "the dog jumps"]
+    return [TextExample(words[i % 5] + " good" * (i % 3), None, "good" if i % 3 else "bad") for i in range(count)]
+
+
+def bert(tokenizer, task="classify", labels=2):
+    torch.manual_seed(0)
+    return task_model(from_preset("bert-micro", vocab_size=len(tokenizer)), task, labels)
+
+
+def test_an_epoch_of_batches_reads_every_example_once(tokenizer):
+    train = sentences(37)
+    task = build_task("classify", tokenizer, bert(tokenizer), labels=["bad", "good"])
+    objective = TaskObjective(task, train, train[:4], batch_size=8, micro_batches_per_step=2)
+    assert objective.batches_per_epoch == 5
+    rows = []
+    for step in range(3):  # 6 micro-batches: one epoch and one batch of the next
+        for index in range(2):
+            batch = objective.batch(step, index)
+            rows += [tuple(r[m == 1].tolist()) for r, m in zip(batch["input_ids"], batch["attention_mask"])]
+    expected = Counter(tuple(tokenizer.encode_pair(e.text).ids) for e in train)
+    assert Counter(rows[:37]) == expected  # the first 5 micro-batches: each example once
+    assert len(rows) == 37 + 8
+
+
+def test_the_auxiliary_lm_loss_is_each_sequences_own_next_token_loss():
+    """Padded rows give the summed loss of each unpadded sequence, run alone."""
+    torch.manual_seed(0)
+    gpt = from_preset("gpt2-micro", vocab_size=50).eval()
+    sequences = [[5, 9, 7, 3, 11], [4, 8], [6, 6, 2, 9]]
+    input_ids = torch.tensor([s + [0] * (5 - len(s)) for s in sequences])
+    attention_mask = torch.tensor([[1] * len(s) + [0] * (5 - len(s)) for s in sequences])
+    loss = auxiliary_lm_loss(gpt(input_ids, attention_mask).logits, input_ids, attention_mask)
+    expected = sum(
+        F.cross_entropy(gpt(torch.tensor([s])).logits[0, :-1], torch.tensor(s[1:]), reduction="sum") for s in sequences
+    )
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gpt_fine_tuning_adds_lambda_times_the_lm_term(tmp_path):
+    tokenizer = Tokenizer.train_bpe(["the cat sees a good dog. a bad cat."] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    backbone = from_preset("gpt2-micro", vocab_size=len(tokenizer))
+    add_task_tokens(backbone, tokenizer)
+    model = task_model(backbone, "classify", 2)
+    task = build_task("pair", tokenizer, model, labels=["bad", "good"])
+    train = [TextExample("the cat", "a dog", "good"), TextExample("a cat", "the bad dog", "bad")]
+    objective = TaskObjective(task, train, train, batch_size=2, lm_weight=0.5)
+    assert objective.loss_weights == {"lm": 0.5}
+    batch = objective.batch(0, 0)
+    losses = objective.loss(model.eval(), batch)
+    output = model(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(losses["task"], F.cross_entropy(output.logits, batch["labels"], reduction="sum"))
+    assert objective.target_counts(batch) == {"task": 2, "lm": int(batch["attention_mask"].sum()) - 2}
+    assert TaskObjective(task, train, train, lm_weight=0.0).loss_weights == {}  # lambda 0: L2 alone
+
+
+def test_tagging_loss_is_over_first_pieces_only(tokenizer):
+    model = bert(tokenizer, "tag", 3).eval()
+    tags = ["O", "B-X", "I-X"]
+    sentence = TaggedSentence(("the", "runner", "jumping", "dog"), ("O", "B-X", "I-X", "O"))  # 2 words of 2 pieces
+    task = build_task("tag", tokenizer, model, labels=tags)
+    objective = TaskObjective(task, [sentence], [sentence], batch_size=1)
+    batch = objective.batch(0, 0)
+    assert objective.target_counts(batch) == {"task": 4}
+    logits = model(batch["input_ids"], batch["attention_mask"]).logits[0]
+    first = [1, 2, 4, 6]  # [CLS] the run ##ner jump ##ing dog [SEP]
+    expected = F.cross_entropy(logits[first], torch.tensor([0, 1, 2, 0]), reduction="sum")
+    torch.testing.assert_close(objective.loss(model, batch)["task"], expected)
+
+
+class KeywordModel(nn.Module):
+    """Predicts "good" exactly when the token ``good`` is in the input."""
+
+    def __init__(self, good_id):
+        super().__init__()
+        self.good_id = good_id
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        has = (input_ids == self.good_id).any(-1).float()
+        return SequenceClassifierOutput(logits=torch.stack([1 - has, has], -1))
+
+
+def test_validation_metrics_score_the_models_predictions_by_label_name(tokenizer):
+    task = build_task("classify", tokenizer, bert(tokenizer), labels=["bad", "good"])
+    examples = sentences(9)
+    predictions, scores = run(KeywordModel(tokenizer.token_to_id("good")), task, examples, batch_size=4)
+    assert predictions == [e.label for e in examples]
+    assert scores["accuracy"] == 1.0 and scores["matthews"] == 1.0
+    flipped = [TextExample(e.text, None, "bad" if e.label == "good" else "good") for e in examples]
+    assert run(KeywordModel(tokenizer.token_to_id("good")), task, flipped)[1]["accuracy"] == 0.0
+
+
+class PointAtParis(nn.Module):
+    """Start and end logits 10 at the token ``paris``, 0 elsewhere."""
+
+    def __init__(self, paris_id):
+        super().__init__()
+        self.paris_id = paris_id
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        score = (input_ids == self.paris_id).float() * 10
+        return SpanOutput(start_logits=score, end_logits=score.clone())
+
+
+def test_qa_answers_come_from_the_original_text_across_windows(tokenizer):
+    context = "the dog sees the cat " * 30 + "the cat lives in Paris " + "the dog sees the cat " * 5
+    example = QAExample("q1", "where does the cat run", context, (Answer("Paris", None),))
+    task = build_task("qa", tokenizer, bert(tokenizer, "span"), max_length=48, stride=16)
+    assert len(task.encode(example)) > 5
+    predictions, scores = run(PointAtParis(tokenizer.token_to_id("paris")), task, [example])
+    assert predictions == ["Paris"]  # the original casing, read by character offsets
+    assert scores == {"exact_match": 100.0, "f1": 100.0}
