@@ -171,7 +171,32 @@ class Seq2SeqModel(PretrainedModel):
     def context_length(self) -> int:
         raise NotImplementedError
 
-    def start_decoding(self, prompt: torch.Tensor, prompt_mask: torch.Tensor | None, max_length: int, **options: Any) -> Any:
+    def start_decoding(
+        self,
+        prompt: torch.Tensor,
+        prompt_mask: torch.Tensor | None,
+        max_length: int,
+        *,
+        use_cache: bool = True,
+        compile: bool = False,
+        source_ids: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
+    ) -> Any:
+        """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`)."""
+        if source_ids is None:
+            raise PLMError(f"a {self.family} model translates a source sentence: pass source_ids")
+        if source_ids.shape[0] != prompt.shape[0]:
+            raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
+        if prompt_mask is not None and not bool(prompt_mask.all()):
+            raise PLMError(f"a {self.family} decoder reads its target prefix from the first token: give every row "
+                           "the same prefix length, unpadded")
+        return self.start_from_source(source_ids, source_mask, max_length, use_cache=use_cache, compile=compile)
+
+    def start_from_source(
+        self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
+        compile: bool,
+    ) -> Any:
+        """The decoding state of a batch of sources (batch, source_length): the encoder runs here, once."""
         raise NotImplementedError
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:

@@ -242,21 +242,10 @@ class RNNSeq2Seq(Seq2SeqModel):
     def context_length(self) -> int:
         return 1 << 30  # an RNN has no positions: any target length fits
 
-    def start_decoding(
-        self,
-        prompt: torch.Tensor,
-        prompt_mask: torch.Tensor | None,
-        max_length: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
-        source_ids: torch.Tensor | None = None,
-        source_mask: torch.Tensor | None = None,
+    def start_from_source(
+        self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
+        compile: bool,
     ) -> RNNState:
-        if source_ids is None:
-            raise PLMError("an encoder-decoder translates a source: pass source_ids")
-        if prompt_mask is not None and not bool(prompt_mask.all()):
-            raise PLMError("an RNN decoder reads its prompt left to right; pass prompts of one length, unpadded")
         return self.encode(source_ids, source_mask)
 
     def decode_step(self, history: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:

@@ -225,25 +225,12 @@ class Transformer(Seq2SeqModel):
 
     # plm.decoding.Decoder -----------------------------------------------------------------
 
-    def start_decoding(
-        self,
-        prompt: torch.Tensor,
-        prompt_mask: torch.Tensor | None,
-        max_length: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
-        source_ids: torch.Tensor | None = None,
-        source_mask: torch.Tensor | None = None,
+    def start_from_source(
+        self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
+        compile: bool,
     ) -> TransformerState:
-        if source_ids is None:
-            raise PLMError("the Transformer translates a source sentence: pass source_ids")
-        if prompt_mask is not None and not bool(prompt_mask.all()):
-            raise PLMError("the Transformer's target prefixes must not be padded: give every row the same start")
         if compile:
             raise PLMError("compile is for decoder-only models; the Transformer decodes eagerly")
-        if source_ids.shape[0] != prompt.shape[0]:
-            raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
         check_context(max_length, self.config.context_length)
         memory, memory_mask = self.encode(source_ids, source_mask)
         if not use_cache:
@@ -251,7 +238,7 @@ class Transformer(Seq2SeqModel):
         weight = self.target_embedding.weight
         head_dim = self.config.dim // self.config.heads
         caches = [
-            KVCache.empty(prompt.shape[0], self.config.heads, max_length, head_dim, weight.dtype, weight.device)
+            KVCache.empty(source_ids.shape[0], self.config.heads, max_length, head_dim, weight.dtype, weight.device)
             for _ in self.decoder_blocks
         ]
         memory_caches = [block.cross_attention.memory_cache(memory) for block in self.decoder_blocks]
