@@ -183,10 +183,10 @@ def test_a_bad_spec_is_one_line_and_exit_code_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("spec", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
-def test_shipped_specs_are_valid(spec):
+def test_shipped_specs_are_valid_and_cpu_sized(spec):
     parsed = read_spec(spec)
     assert len(parsed.runs) >= 2
-    for run in parsed.runs:  # every run builds: its overrides fit its preset
+    for run in parsed.runs:  # every run builds (its overrides fit its preset), and small: "gpt2" would be 124M
         config = model_config(check_model_name(run.setup.model), run.setup.model_overrides)
         with torch.device("meta"):
-            from_config(config)
+            assert from_config(config).num_parameters() < 10_000_000, run.name
