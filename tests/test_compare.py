@@ -11,7 +11,17 @@ import torch
 
 from plm.checkpoint import load_model
 from plm.cli.main import main
-from plm.compare import RESULT_FILE, compare, draw_curves, plot_curves, read_spec, results_table
+from plm.compare import (
+    RESULT_FILE,
+    Budget,
+    CompareSpec,
+    RunResult,
+    compare,
+    draw_curves,
+    plot_curves,
+    read_spec,
+    results_table,
+)
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.training.pretrain import check_model_name, model_config
@@ -116,6 +126,14 @@ def test_runs_train_what_their_spec_says_and_report_their_own_logs(tmp_path, tex
         assert result.final["val_loss"] == evaluations[-1][1] and result.final["step"] == 6
     table = results_table(spec, results)
     assert f"| Post-LN | {results[1].final['val_loss']:.4f} | {min(v for *_, v in results[1].curve):.4f} | 6 |" in table
+
+
+@pytest.mark.parametrize(("metric", "best"), [("val_loss_mlm", 5.5), ("val_perplexity", 5.5), ("val_accuracy", 7.0)])
+def test_the_best_value_is_the_lowest_loss_or_the_highest_score(metric, best):
+    spec = CompareSpec("t", metric, Budget("steps", 3), ())
+    curve = [(1, 1.0, 7.0), (2, 2.0, 5.5), (3, 3.0, 6.0)]
+    result = RunResult("a run", Path("."), {metric: 6.0, "step": 3, "elapsed": 180.0}, curve)
+    assert f"| a run | 6.0000 | {best:.4f} | 3 | 3.0 |" in results_table(spec, [result])
 
 
 def test_an_interrupted_comparison_keeps_finished_runs_and_resumes_the_rest(tmp_path, text_file, monkeypatch):

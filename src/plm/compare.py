@@ -233,7 +233,7 @@ def results_table(spec: CompareSpec, results: list[RunResult]) -> str:
     rows = [header, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for result in results:
         final = result.final
-        pick = min if metric.endswith(("loss", "perplexity")) else max  # lower is better only for losses
+        pick = min if "loss" in metric or "perplexity" in metric else max  # lower is better for losses only
         best = pick((value for _, _, value in result.curve), default=math.nan)
         rows.append(
             f"| {result.name} | {final.get(metric, math.nan):.4f} | {best:.4f} | {final['step']} | "
