@@ -97,3 +97,30 @@ def test_eval_task_needs_a_fine_tuned_model(tmp_path, capsys, finetuned):
     save_model(backbone, tmp_path / "encoder", Tokenizer.load(finetuned / "best"))
     code, _, err = run_main(capsys, "eval", "task", "--model", tmp_path / "encoder", data)
     assert code == 2 and err.count("\n") == 1 and "has no task head; fine-tune it first" in err
+
+
+def test_sift_trains_with_its_adversarial_term_and_validates_without_it(tmp_path, capsys):
+    out = tmp_path / "sift"
+    code, _, err = run_main(capsys, "finetune", "--task", "classify", "--sift", *QUICK, "--out", out)
+    assert code == 0, err
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    training = [line for line in lines if "loss_sift" in line]
+    assert len(training) == 4  # every step of the run adds the term
+    for line in training:
+        assert line["loss_sift"] > 0
+        assert line["loss"] == pytest.approx(line["loss_task"] + line["loss_sift"])
+    validation = [line for line in lines if "val_accuracy" in line]
+    assert validation and not any("val_loss_sift" in line for line in validation)
+
+
+def test_sift_on_a_gpt_is_one_line_and_exit_2(tmp_path, capsys):
+    from plm.models import from_preset
+
+    tokenizer = Tokenizer.train_bpe(["a good cat", "a bad dog"] * 20, vocab_size=300)
+    save_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), tmp_path / "gpt", tokenizer)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a good cat", "label": "good"}\n{"text": "a bad dog", "label": "bad"}\n')
+    code, _, err = run_main(capsys, "finetune", "--task", "classify", "--model", tmp_path / "gpt", "--train", data,
+                            "--validation", data, "--sift", "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and "SiFT" in err
+    assert not (tmp_path / "out").exists()

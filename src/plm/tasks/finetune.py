@@ -29,7 +29,7 @@ from plm.tasks import readers
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.model import task_model
 from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, TASKS, Task, TaskObjective, build_task
-from plm.tasks.sift import SiFT
+from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
@@ -128,6 +128,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     options = {"stride": setup.stride} if setup.task == "qa" else {}
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
     sift = SiFT() if setup.sift else None
+    if sift is not None:
+        normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
     runs = []
     several = len(lrs) * setup.restarts > 1
     for lr in lrs:

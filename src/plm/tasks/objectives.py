@@ -356,16 +356,21 @@ class TaskObjective:
         counts = {"task": self.task.count(batch)}
         if self.lm:
             counts["lm"] = int(lm_mask(batch["attention_mask"]).sum())
-        if self.sift is not None:
+        if self.adversarial():
             counts["sift"] = len(batch["input_ids"])
         return counts
+
+    def adversarial(self) -> bool:
+        """Whether the SiFT term is added: in training only, since its ascent step needs gradients (validation
+        runs without them, and its loss is the task's alone)."""
+        return self.sift is not None and torch.is_grad_enabled()
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         output = forward(model, batch)
         losses = {"task": self.task.loss(output, batch)}
         if self.lm:
             losses["lm"] = auxiliary_lm_loss(output.backbone.logits, batch["input_ids"], batch["attention_mask"])
-        if self.sift is not None:
+        if self.adversarial():
             def perturbed_logits() -> torch.Tensor:
                 return self.task.logits(forward(model, batch))
 
