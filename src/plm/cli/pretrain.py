@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_seed, add_time_budget, positive_int, time_limit
 from plm.device import PRECISIONS
 from plm.models import PRESETS, RECIPES
 from plm.recipe import OPTIMIZERS, SCHEDULES
@@ -69,6 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    add_time_budget(parser)
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
     parser.add_argument("--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)")
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> None:
     )
     training = TrainingConfig(
         steps=args.steps,
+        time_limit=time_limit(args),
         optimizer=args.optimizer,
         lr=args.lr,
         min_lr=args.min_lr,

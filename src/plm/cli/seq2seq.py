@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
-from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_seed, add_time_budget, positive_int, time_limit
 from plm.models import PRESETS, RECIPES
 from plm.recipe import SCHEDULES
 from plm.training.pretrain import HYPERPARAMETER_SETS
@@ -63,6 +63,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    add_time_budget(parser)
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
     optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
     optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from")
@@ -89,7 +90,7 @@ def run_train(args: argparse.Namespace) -> None:
         dropout=args.dropout, hyperparameters=args.hyperparameters,
     )
     training = TrainingConfig(
-        steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
+        steps=args.steps, time_limit=time_limit(args), lr=args.lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
         clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every,
         seed=args.seed, device=args.device, progress=not args.no_progress,
     )
