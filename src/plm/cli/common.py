@@ -74,6 +74,14 @@ def add_time_budget(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_keep_last(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keep-last", type=int, default=0, metavar="N",
+        help="besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) "
+        "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (0: none)",
+    )
+
+
 def time_limit(args: argparse.Namespace) -> float | None:
     """The trainer's time limit in seconds from ``--minutes`` (None: no limit)."""
     return None if args.minutes is None else args.minutes * 60

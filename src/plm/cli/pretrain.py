@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from plm.cli.common import HelpFormatter, add_device, add_seed, add_time_budget, positive_int, time_limit
+from plm.cli.common import HelpFormatter, add_device, add_keep_last, add_seed, add_time_budget, positive_int, time_limit
 from plm.device import PRECISIONS
 from plm.models import PRESETS, RECIPES
 from plm.recipe import OPTIMIZERS, SCHEDULES
@@ -87,6 +87,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
+    add_keep_last(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
         clip=args.clip,
         eval_every=args.eval_every,
         save_every=args.save_every,
+        keep_last=args.keep_last,
         log_every=args.log_every,
         seed=args.seed,
         device=args.device,
