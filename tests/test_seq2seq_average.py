@@ -89,6 +89,23 @@ def test_keep_last_leaves_the_last_snapshots_with_the_weights_of_their_steps(kep
     assert (run / "checkpoint" / "trainer_state.json").is_file()
 
 
+def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(kept, pairs: Path, tmp_path: Path) -> None:
+    run, by_hand = kept
+    resumed = tmp_path / "run"
+    assert main(train_args(pairs, resumed, "--steps", "3", "--save-every", "1", "--keep-last", "2")) == 0
+    # What a kill can leave: a snapshot newer than the checkpoint (a run stopped with other flags), a half-written one.
+    (resumed / "checkpoints" / "step-000009").mkdir()
+    (resumed / "checkpoints" / ".step-k1ll3d00").mkdir()
+    (resumed / "checkpoints" / ".step-k1ll3d00" / "config.json").write_text("{", encoding="utf-8")
+    assert main(train_args(pairs, resumed, "--steps", "5", "--save-every", "1", "--keep-last", "2", "--resume")) == 0
+    assert sorted(p.name for p in (resumed / "checkpoints").glob("step-*")) == ["step-000004", "step-000005"]
+    for step in (4, 5):
+        weights = load_file(resumed / "checkpoints" / f"step-{step:06d}" / "model.safetensors")
+        for name, value in weights.items():
+            torch.testing.assert_close(value, by_hand[step][name], msg=f"step {step}: {name}")
+    assert main(["seq2seq", "average", "--model", str(resumed), "--out", str(tmp_path / "averaged")]) == 0
+
+
 def snapshot_mean(run: Path, steps: list[int]) -> dict[str, torch.Tensor]:
     files = [load_file(run / "checkpoints" / f"step-{step:06d}" / "model.safetensors") for step in steps]
     return {name: torch.stack([f[name] for f in files]).mean(0) for name in files[0]}
@@ -138,7 +155,7 @@ def test_bad_averages_are_one_line_and_exit_2(kept, tmp_path: Path, capsys, argv
 
 
 def test_a_negative_keep_last_is_one_line_and_exit_2(pairs: Path, tmp_path: Path, capsys) -> None:
-    assert main(train_args(pairs, tmp_path / "run", "--keep-last", "-1")) == 2
+    assert main(train_args(pairs, tmp_path / "run", "--keep-last", "-1", "--steps", "1")) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--keep-last must be >= 0" in err
     assert not (tmp_path / "run").exists()
