@@ -78,7 +78,7 @@ def add_keep_last(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-last", type=int, default=0, metavar="N",
         help="besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) "
-        "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (0: none)",
+        "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (default 0: none)",
     )
 
 
