@@ -6,6 +6,8 @@ checkpoint in ``checkpoint/``: the model directory plus the optimizer, the RNG
 states of every process and the step. A new checkpoint is written to a temporary
 directory and swapped in with renames, so a run killed at any moment leaves the
 previous checkpoint or the new one, never half of one.
+With ``keep_last``, ``checkpoints/step-NNNNNN/`` also keeps the model directories of
+the last saves, for checkpoint averaging.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -32,6 +35,7 @@ WEIGHTS_FILE = "model.safetensors"
 CHECKPOINT_DIR = "checkpoint"
 PREVIOUS_CHECKPOINT_DIR = ".checkpoint-previous"
 BEST_DIR = "best"  # the model a task objective's validation metric chose
+SNAPSHOTS_DIR = "checkpoints"  # the models of the last saves, kept to be averaged: step-000500/ ...
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
@@ -144,6 +148,48 @@ def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
     os.replace(staging, final)
     shutil.rmtree(previous, ignore_errors=True)
     return final
+
+
+def save_snapshot(run_directory: str | Path, model: PretrainedModel, step: int, keep: int, tokenizer: Any = None) -> Path:
+    """Atomically write ``model`` to ``run_directory/checkpoints/step-NNNNNN`` and delete all but the last ``keep``.
+
+    The snapshot is staged under a dot name, so a run killed while writing it leaves
+    nothing that :func:`snapshots` lists.
+    """
+    directory = make_directory(Path(run_directory) / SNAPSHOTS_DIR)
+    staging = Path(tempfile.mkdtemp(prefix=".step-", dir=directory))
+    save_model(model, staging, tokenizer)
+    path = swap_in(staging, directory, f"step-{step:06d}")
+    for old in snapshots(run_directory)[:-keep]:
+        remove_directory(old)
+    return path
+
+
+def snapshots(run_directory: str | Path) -> list[Path]:
+    """The run's kept snapshots (:func:`save_snapshot`), oldest first."""
+    directory = Path(run_directory) / SNAPSHOTS_DIR
+    if not directory.is_dir():
+        return []
+    found = [path for path in directory.iterdir() if re.fullmatch(r"step-\d+", path.name) and path.is_dir()]
+    return sorted(found, key=snapshot_step)
+
+
+def snapshot_step(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
+
+
+def drop_snapshots(run_directory: str | Path, after: int) -> None:
+    """Delete the snapshots of steps after ``after``: a resumed run writes them again, a new run (0) has none."""
+    for path in snapshots(run_directory):
+        if snapshot_step(path) > after:
+            remove_directory(path)
+
+
+def remove_directory(path: Path) -> None:
+    """Rename ``path`` to a dot name, then delete it: a kill halfway leaves no half directory under its name."""
+    trash = Path(tempfile.mkdtemp(prefix=".deleted-", dir=path.parent))
+    os.replace(path, trash / path.name)
+    shutil.rmtree(trash)
 
 
 def has_checkpoint(run_directory: str | Path) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from plm.device import DEVICES, resolve_device
@@ -59,6 +60,38 @@ def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
     if not isinstance(model, Encoder):
         raise PLMError(f"{path}: a {model.family} model is not an encoder (BERT, ALBERT or DeBERTa)")
     return model, tokenizer
+
+
+def add_time_budget(parser: argparse.ArgumentParser) -> None:
+    """``--minutes``: a wall-clock budget for a training run, as in plm compare's ``minutes`` budget."""
+    parser.add_argument(
+        "--minutes", type=positive_float, metavar="M",
+        help="stop after M minutes of training (evaluations and saves included, resumes added up) or at --steps, "
+        "whichever comes first. The learning-rate schedule is still laid out over --steps: a cosine or linear "
+        "decay is cut where the time runs out, not squeezed into it (warmup, inverse-sqrt and constant do not "
+        "depend on --steps); for a full decay within the budget give about the steps that fit, else a --steps "
+        "the run will not reach",
+    )
+
+
+def add_keep_last(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keep-last", type=int, default=0, metavar="N",
+        help="besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) "
+        "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (default 0: none)",
+    )
+
+
+def time_limit(args: argparse.Namespace) -> float | None:
+    """The trainer's time limit in seconds from ``--minutes`` (None: no limit)."""
+    return None if args.minutes is None else args.minutes * 60
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:

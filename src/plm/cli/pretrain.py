@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_keep_last, add_seed, add_time_budget, positive_int, time_limit
 from plm.device import PRECISIONS
 from plm.models import PRESETS, RECIPES
 from plm.recipe import OPTIMIZERS, SCHEDULES
@@ -69,6 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    add_time_budget(parser)
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
     parser.add_argument("--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)")
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
@@ -86,6 +87,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
+    add_keep_last(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
@@ -112,6 +114,7 @@ def run(args: argparse.Namespace) -> None:
     )
     training = TrainingConfig(
         steps=args.steps,
+        time_limit=time_limit(args),
         optimizer=args.optimizer,
         lr=args.lr,
         min_lr=args.min_lr,
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
         clip=args.clip,
         eval_every=args.eval_every,
         save_every=args.save_every,
+        keep_last=args.keep_last,
         log_every=args.log_every,
         seed=args.seed,
         device=args.device,

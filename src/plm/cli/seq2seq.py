@@ -1,4 +1,5 @@
-"""plm seq2seq train: train an encoder-decoder (RNN with or without attention, the Transformer) on sentence pairs."""
+"""plm seq2seq train: train an encoder-decoder (RNN with or without attention, the Transformer) on sentence pairs;
+plm seq2seq average: average a run's last checkpoints."""
 
 from __future__ import annotations
 
@@ -6,9 +7,19 @@ import argparse
 from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
-from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_keep_last,
+    add_model,
+    add_seed,
+    add_time_budget,
+    positive_int,
+    time_limit,
+)
 from plm.models import PRESETS, RECIPES
 from plm.recipe import SCHEDULES
+from plm.training.averaging import average_run
 from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.seq2seq import SELECTABLE, Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
@@ -20,6 +31,12 @@ EXAMPLES = """examples:
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
   plm translate --model runs/dates --beam 4 <<< "the fifth of May, nineteen ninety-nine"
 """
+AVERAGE_EXAMPLES = """examples:
+  plm seq2seq train --model transformer-small --save-every 500 --keep-last 5 --out runs/t
+  plm seq2seq average --model runs/t --last 5 --out runs/t-avg5
+  plm seq2seq average --model runs/t runs/t/checkpoints/step-002000 runs/t/checkpoints/step-002500 --out runs/t-avg2
+  plm eval bleu --model runs/t-avg5 --src test.de --ref test.en --beam 4
+"""
 
 
 def seq2seq_families() -> list[str]:
@@ -30,6 +47,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser("seq2seq", help="train a sequence-to-sequence model",
                                 description="Sequence to sequence: encoder-decoders trained on sentence pairs.")
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    register_train(actions)
+    register_average(actions)
+
+
+def register_train(actions: argparse._SubParsersAction) -> None:
     families = seq2seq_families()
     presets = [name for name, config in PRESETS.items() if any(name.startswith(f) for f in families)]
     parser = actions.add_parser(
@@ -63,6 +85,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    add_time_budget(parser)
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
     optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
     optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from")
@@ -73,11 +96,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
     parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
+    add_keep_last(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_seed(parser)
     add_device(parser)
     parser.set_defaults(run=run_train)
+
+
+def register_average(actions: argparse._SubParsersAction) -> None:
+    parser = actions.add_parser(
+        "average",
+        help="average the last checkpoints of a run",
+        description="Average the weights of a run's last N snapshots (plm seq2seq train --keep-last N keeps them "
+        "in RUN/checkpoints/), or of the model directories given, as the Transformer paper averages its last 5 "
+        "checkpoints. OUT is a model directory with the run's tokenizer(s), for plm translate and plm eval bleu.",
+        epilog=AVERAGE_EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "the training run; its tokenizer(s) go with the average")
+    parser.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
+                        help="model directories to average instead of the run's snapshots")
+    parser.add_argument("--last", type=positive_int, metavar="N", help="the run's last N snapshots (default: all it kept)")
+    parser.add_argument("--out", required=True, help="model directory to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.set_defaults(run=run_average)
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -89,8 +132,8 @@ def run_train(args: argparse.Namespace) -> None:
         dropout=args.dropout, hyperparameters=args.hyperparameters,
     )
     training = TrainingConfig(
-        steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
-        clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every,
+        steps=args.steps, time_limit=time_limit(args), lr=args.lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
+        clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every,
         seed=args.seed, device=args.device, progress=not args.no_progress,
     )
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
@@ -104,3 +147,8 @@ def run_train(args: argparse.Namespace) -> None:
         plot(pair_attention(model, tokenizers, held_out[0].source), heatmap)
         print(f"attention of {held_out[0].source!r}: {heatmap}")
     print(f"saved to {args.out}/checkpoint")
+
+
+def run_average(args: argparse.Namespace) -> None:
+    paths = average_run(args.model, args.out, last=args.last, checkpoints=args.checkpoints, overwrite=args.overwrite)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(str(path) for path in paths)}) into {args.out}")

@@ -8,12 +8,16 @@ updates and usually gains a little BLEU for free.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
-from plm.checkpoint import load_model
+from plm.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, save_model, snapshots, swap_in
+from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
+from plm.files import make_directory
 from plm.models import PretrainedModel
 
 
@@ -44,3 +48,54 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> PretrainedMo
             raise PLMError(f"{path}: a model of another config than {paths[0]}; only one model's checkpoints average")
     models[0].load_state_dict(average_state_dicts([model.state_dict() for model in models]))
     return models[0]
+
+
+def average_run(
+    run: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    last: int | None = None,
+    checkpoints: Sequence[str | os.PathLike[str]] = (),
+    overwrite: bool = False,
+) -> list[Path]:
+    """Average the run's last ``last`` snapshots (None: every one it kept), or the models in ``checkpoints``,
+    and write the result with the run's tokenizer(s) to the model directory ``out``; return the paths averaged.
+
+    ``out`` is written atomically and replaced only with ``overwrite``; it may not hold what it averages.
+    """
+    run, out = Path(run), Path(out)
+    if checkpoints and last is not None:
+        raise PLMError("give --last N or checkpoint directories, not both")
+    paths = [Path(path) for path in checkpoints] or last_snapshots(run, last)
+    check_output(out, [run, *paths], overwrite)
+    tokenizers = Seq2SeqTokenizers.load(model_directory(run))
+    model = average_checkpoints(paths)
+    parent = make_directory(out.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=parent))
+    save_model(model, staging, tokenizers)
+    swap_in(staging, parent, out.name)
+    return paths
+
+
+def last_snapshots(run: Path, count: int | None) -> list[Path]:
+    """The run's last ``count`` snapshots (all of them: None), oldest first."""
+    if not run.is_dir():
+        raise PLMError(f"{run}: no such run directory")
+    kept = snapshots(run)
+    if not kept:
+        raise PLMError(f"{run}: no snapshots in {run / SNAPSHOTS_DIR}; train with --keep-last N to keep the last N")
+    if count is not None and len(kept) < count:
+        raise PLMError(f"{run}: {len(kept)} snapshots in {run / SNAPSHOTS_DIR} ({', '.join(p.name for p in kept)}), "
+                       f"fewer than --last {count}")
+    return kept[-count:] if count else kept
+
+
+def check_output(out: Path, sources: Sequence[Path], overwrite: bool) -> None:
+    """Before any work: ``out`` can become the averaged model's directory without losing anything it should not."""
+    if out.exists() and not out.is_dir():
+        raise PLMError(f"--out {out}: is a file, not a directory")
+    if out.exists() and not overwrite:
+        raise PLMError(f"--out {out} exists; pass --overwrite to replace it")
+    target = out.resolve()
+    for source in sources:
+        if target == source.resolve() or target in source.resolve().parents:
+            raise PLMError(f"--out {out} would replace {source}, which the average reads")

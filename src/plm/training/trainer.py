@@ -26,11 +26,14 @@ from plm.checkpoint import (
     BEST_DIR,
     CHECKPOINT_DIR,
     PREVIOUS_CHECKPOINT_DIR,
+    SNAPSHOTS_DIR,
+    drop_snapshots,
     has_checkpoint,
     load_checkpoint,
     rng_states,
     save_best,
     save_checkpoint,
+    save_snapshot,
 )
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
@@ -72,6 +75,7 @@ class TrainingConfig:
     clip: float = 1.0
     eval_every: int = 200
     save_every: int = 500
+    keep_last: int = 0  # besides checkpoint/, keep the models of the last this many saves in checkpoints/step-N/
     log_every: int = 10
     seed: int = 0
     device: str = "auto"
@@ -90,6 +94,8 @@ class TrainingConfig:
             raise PLMError("--steps and --grad-accum must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"--epochs must be a number above 0, got {self.epochs}")
+        if self.keep_last < 0:
+            raise PLMError(f"--keep-last must be >= 0, got {self.keep_last}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise PLMError(f"the time limit must be above 0 seconds, got {self.time_limit}")
         if self.optimizer not in OPTIMIZERS:
@@ -177,6 +183,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             if not resume:
                 (self.out / METRICS_FILE).unlink(missing_ok=True)
+            drop_snapshots(self.out, after=self.step)
             write_json(self.out / TRAINING_CONFIG_FILE, asdict(config))
             if not resume and self.tokenizer is not None:
                 self.tokenizer.save(self.out / TOKENIZER_DIR)
@@ -320,6 +327,8 @@ class Trainer:
                 "best": self.best,
                 "elapsed": self.elapsed,
             }
+            if self.config.keep_last:  # before the checkpoint: a run resumed from the one before writes it again
+                save_snapshot(self.out, self.model, self.step, self.config.keep_last, self.tokenizer)
             save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
         self.distributed.barrier()
 
@@ -337,7 +346,7 @@ class Trainer:
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
+RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, SNAPSHOTS_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
 
 
 def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
