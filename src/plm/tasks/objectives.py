@@ -287,9 +287,12 @@ def model_inputs(feature: Feature) -> Feature:
     return {k: v for k, v in feature.items() if k not in ("offsets", "word_ids", "example")}
 
 
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model that declares no ``inputs`` reads
+
+
 def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
     """``model``'s output on the batch inputs it takes (its ``inputs``; a DDP wrapper's ``module``'s)."""
-    names = getattr(model, "module", model).inputs
+    names = getattr(getattr(model, "module", model), "inputs", ENCODER_INPUTS)
     return model(**{k: batch[k] for k in names if k in batch})
 
 
