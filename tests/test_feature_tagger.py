@@ -92,6 +92,8 @@ def test_only_the_tagger_learns_the_encoder_stays_frozen(tokenizer):
     objective = TaskObjective(build_task("tag", tokenizer, encoder, LABELS), SENTENCES, SENTENCES, batch_size=2)
     before = {name: value.clone() for name, value in model.state_dict().items()}
     optimizer = build_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-8)  # the Trainer's, with weight decay
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in model.tagger.parameters()}  # no Adam moments for the frozen encoder
     objective.loss(model, objective.batch(0, 0))["task"].backward()
     optimizer.step()
     assert all(p.grad is None for p in model.encoder.parameters())
