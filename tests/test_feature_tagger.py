@@ -138,19 +138,19 @@ def test_save_and_load_give_the_same_logits(tokenizer, tmp_path):
 def test_finetune_features_learns_the_built_in_tagging_task(tmp_path, capsys, one_thread):
     """A fresh bert-micro's token embeddings alone: people and places are told apart by the words themselves."""
     out = tmp_path / "run"
-    args = ["finetune", "--task", "tag", "--features", "0", "--synthetic-size", "128", "--batch-size", "16",
-            "--epochs", "4", "--lr", "1e-2", "--out", str(out)]
+    args = ["finetune", "--task", "tag", "--features", "0", "--synthetic-size", "256", "--batch-size", "16",
+            "--epochs", "3", "--lr", "1e-2", "--out", str(out)]
     assert main(args) == 0
     capsys.readouterr()
     scores = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     best = max(s["val_f1"] for s in scores if "val_f1" in s)
-    assert best > 0.7  # predicting "O" everywhere finds no entity: F1 0
+    assert best > 0.85  # predicting "O" everywhere finds no entity: F1 0
     assert load_model(out).family == "feature-tagger"
 
     # plm eval task reads the run like a fine-tuned model's, and scores the dev set alike.
     dev = tmp_path / "dev.conll"
     dev.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n"
-                           for s in synthetic_task("tag", 32, seed=1)))
+                           for s in synthetic_task("tag", 64, seed=1)))  # the run's dev set
     assert main(["eval", "task", "--model", str(out), str(dev)]) == 0
     assert f"f1 {best:.4f}" in capsys.readouterr().out
 

@@ -25,10 +25,12 @@ from plm.config import config_from_dict
 from plm.errors import PLMError
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import TokenClassifierOutput
+from plm.tasks.model import TaskModel
 from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, first_piece_positions, gather_words
 
+FAMILY = "feature-tagger"
 ELMO_FAMILY = "elmo"
-NOT_ENCODERS = (ELMO_FAMILY, "task", "feature-tagger")  # families with no encoder layers to read
+NOT_ENCODERS = (ELMO_FAMILY, TaskModel.family, FAMILY)  # families with no encoder layers to read
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class FeatureTaggerConfig:
 class FeatureTagger(PretrainedModel):
     """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, logits at first pieces."""
 
-    family = "feature-tagger"
+    family = FAMILY
     config_class = FeatureTaggerConfig
     inputs = ("input_ids", "attention_mask", "word_starts", "char_ids", "token_type_ids")
 
@@ -126,9 +128,6 @@ class FeatureTagger(PretrainedModel):
         for frozen in self.frozen():
             frozen.eval()
         return self
-
-    def word_embeddings(self) -> torch.nn.Embedding:
-        return self.encoder.word_embeddings()
 
     @torch.no_grad()
     def features(
