@@ -162,6 +162,7 @@ def test_finetune_features_learns_the_built_in_tagging_task(tmp_path, capsys, on
         (["--task", "tag", "--elmo", "runs/elmo"], "--elmo joins the features of the feature-based tagger"),
         (["--task", "tag", "--features", "-4,-1"], "layer indices from -3 to 2, got -4,-1"),
         (["--task", "tag", "--features", "0", "--elmo", "{missing}"], "no such model directory"),
+        (["--task", "tag", "--features", "0", "--sift"], "the feature-based tagger keeps it frozen"),
     ],
 )
 def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):

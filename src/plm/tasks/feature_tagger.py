@@ -151,7 +151,8 @@ class FeatureTagger(PretrainedModel):
         if self.elmo is not None:
             if char_ids is None or char_ids.shape[1] != word_mask.shape[1]:
                 got = "none" if char_ids is None else f"{char_ids.shape[1]} words"
-                raise PLMError(f"ELMo needs the char_ids of the {word_mask.shape[1]} words that start a piece, got {got}")
+                raise PLMError(f"ELMo needs the char_ids of the {word_mask.shape[1]} words that start a piece, "
+                               f"got {got}")
             layers = self.elmo(char_ids, word_mask).layers()  # (B, L + 1, W, 2 * projection)
             sources.append(layers * word_mask[:, None, :, None])
         return sources, word_mask, positions
@@ -192,7 +193,8 @@ def feature_tagger(
     if getattr(config, "pooler", False):
         config = dataclasses.replace(config, pooler=False)
     tagger = TaggerConfig(tuple(features), labels, tuple(label_names), combine, **tagger_options)
-    model = FeatureTagger(FeatureTaggerConfig(encoder.family, config, tagger, elmo.config if elmo is not None else None))
+    elmo_config = elmo.config if elmo is not None else None
+    model = FeatureTagger(FeatureTaggerConfig(encoder.family, config, tagger, elmo_config))
     model.init_weights(root=model.tagger.classifier)
     wanted = model.encoder.state_dict()
     model.encoder.load_state_dict({name: value for name, value in encoder.state_dict().items() if name in wanted})

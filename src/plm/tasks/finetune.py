@@ -78,7 +78,7 @@ class FinetuneSetup:
         if self.elmo is not None and self.features is None:
             raise PLMError("--elmo joins the features of the feature-based tagger: give --features too (e.g. 0)")
         if self.features is not None and self.sift:
-            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps the encoder frozen")
+            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps it frozen")
         if self.combine not in COMBINATIONS:
             raise PLMError(f"--combine must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
         if (self.train is None) != (self.validation is None):

@@ -30,7 +30,15 @@ from plm.models import CausalLM
 from plm.objectives import Selection
 from plm.tasks import metrics
 from plm.tasks.encoding import (
-    IGNORE, Feature, collate, encode_choice, encode_tagged, encode_text, first_pieces, kept_words, word_predictions,
+    IGNORE,
+    Feature,
+    collate,
+    encode_choice,
+    encode_tagged,
+    encode_text,
+    first_pieces,
+    kept_words,
+    word_predictions,
 )
 from plm.tasks.gpt_inputs import TaskInputs
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
