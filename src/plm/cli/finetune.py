@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from plm.cli.common import HelpFormatter, add_device, add_seed, check_output_directory, positive_int
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.tasks.objectives import TASKS
+from plm.tasks.tagger import COMBINATIONS
 
 TASK_HELP = """tasks:
   classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
@@ -23,6 +25,12 @@ EXAMPLES = """examples:
   plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (about a minute)
   plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
+  # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features -4,-3,-2,-1 --combine concat
+  # the same tagger over the static (context-free) token embeddings alone: "no ELMo"
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0
+  # [x_k; ELMo_k]: the static embeddings and a frozen plm ELMo's scalar mix of its layers
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0 --elmo runs/elmo
   plm finetune --task qa --model runs/bert --train train-v2.0.json --validation dev-v2.0.json --stride 128
   plm finetune --task pair --model runs/gpt --train rte.jsonl --validation rte-dev.jsonl --lm-weight 0.5
   plm finetune --task classify --model runs/deberta --train a.jsonl --validation b.jsonl --sift --restarts 5
@@ -34,6 +42,13 @@ def learning_rates(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def layer_indices(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected layer indices separated by commas, got {text!r}") from None
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -48,13 +63,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=TASK_HELP + EXAMPLES,
         formatter_class=HelpFormatter,
     )
+    # argparse reads "-4,-3,-2,-1" as an option, not a value; a comma-separated list of negative numbers is a value.
+    parser._negative_number_matcher = re.compile(r"^-\d*\.?\d+(,-?\d*\.?\d+)*$")
     parser.add_argument("--task", required=True, choices=TASKS, help="what to learn (see tasks below)")
     parser.add_argument("--model", help="pretrained model directory (default: a fresh bert-micro, built-in task only)")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
     parser.add_argument("--out", default="runs/finetune", help="run directory")
     parser.add_argument("--lr", type=learning_rates,
-                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 1e-3)")
+                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 1e-3; "
+                        "--features 1e-3: that tagger learns from scratch)")
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
@@ -63,6 +81,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
     parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
+    parser.add_argument("--features", type=layer_indices,
+                        help="tag: keep the model frozen and train a 2-layer BiLSTM tagger over these of its layers, "
+                        "comma-separated (0 = the token embeddings, -1 = the last layer; BERT's -4,-3,-2,-1)")
+    parser.add_argument("--combine", choices=COMBINATIONS, default="concat",
+                        help="--features: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
+    parser.add_argument("--elmo", metavar="DIR",
+                        help="--features: a plm ELMo (model or run) whose scalar-mixed layers join the features")
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
@@ -76,7 +101,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
-        device=args.device, synthetic_size=args.synthetic_size,
+        device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
+        elmo=args.elmo,
     )
     setup.validate()
     out = check_output_directory(args.out)

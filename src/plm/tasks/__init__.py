@@ -1,5 +1,6 @@
 """Fine-tuning: task heads on any backbone, GPT-1's input transforms (and the tasks' data, metrics, objectives)."""
 
+from plm.tasks.feature_tagger import FeatureTagger, FeatureTaggerConfig, feature_tagger
 from plm.tasks.heads import (
     HeadConfig,
     MultipleChoiceOutput,
@@ -11,6 +12,8 @@ from plm.tasks.heads import (
 from plm.tasks.model import TaskConfig, TaskModel, task_model
 
 __all__ = [
+    "FeatureTagger",
+    "FeatureTaggerConfig",
     "HeadConfig",
     "MultipleChoiceOutput",
     "SequenceClassifierOutput",
@@ -19,5 +22,6 @@ __all__ = [
     "TaskModel",
     "TaskOutput",
     "TokenClassifierOutput",
+    "feature_tagger",
     "task_model",
 ]

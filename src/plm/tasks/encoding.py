@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from plm.errors import PLMError
 from plm.tasks.readers import ChoiceExample, TaggedSentence, TextExample
 from plm.tokenizer import Tokenizer
+from plm.words import MAX_CHARACTERS, PADDING
 
 IGNORE = -100  # cross_entropy's ignore_index: a position without a label
 
@@ -60,6 +62,12 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
     return {"input_ids": ids, "labels": labels, "word_ids": word_ids}
 
 
+def kept_words(sentence: TaggedSentence, word_ids: Sequence[int | None]) -> list[str]:
+    """The words that kept a first piece (truncation cuts the last ones), in order: what a word-level
+    model beside the encoder (ELMo) must read so that its word k is the encoder's word k."""
+    return [sentence.words[word] for word, first in zip(word_ids, first_pieces(word_ids)) if first]
+
+
 def word_predictions(
     token_predictions: Sequence[int], word_ids: Sequence[int | None], words: int, default: int
 ) -> list[int]:
@@ -81,7 +89,8 @@ def encode_choice(tokenizer: Tokenizer, example: ChoiceExample, max_length: int)
 
 
 def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad ``input_ids`` (with ``pad_id``), ``token_type_ids`` (0) and token ``labels`` (IGNORE) on the right.
+    """Pad ``input_ids`` (with ``pad_id``), ``token_type_ids`` (0), token ``labels`` (IGNORE) and ``word_starts``
+    (0) on the right, and the words' ``char_ids`` to (batch, most words, MAX_CHARACTERS) with PADDING.
 
     Adds ``attention_mask``. Ids may be (time,) or (choices, time) per feature; every
     other key is stacked as it is (a class id, a score, a start position). ``word_ids``
@@ -93,13 +102,23 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
         if key == "word_ids":
             continue
         values = [f[key] for f in features]
-        if key in ("input_ids", "token_type_ids") or (key == "labels" and isinstance(values[0], list)):
-            fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE}[key]
+        if key == "char_ids":
+            batch[key] = _pad_characters(values)
+        elif key in ("input_ids", "token_type_ids", "word_starts") or (key == "labels" and isinstance(values[0], list)):
+            fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE, "word_starts": 0}[key]
             batch[key] = torch.tensor([_pad(v, width, fill) for v in values], dtype=torch.long)
         else:
             batch[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
     batch["attention_mask"] = torch.tensor([_pad(_ones(f["input_ids"]), width, 0) for f in features], dtype=torch.long)
     return batch
+
+
+def _pad_characters(tables: Sequence[np.ndarray]) -> torch.Tensor:
+    """(words, MAX_CHARACTERS) per sentence -> (batch, most words, MAX_CHARACTERS); padding words are all PADDING."""
+    chars = torch.full((len(tables), max(len(t) for t in tables), MAX_CHARACTERS), PADDING, dtype=torch.long)
+    for row, table in enumerate(tables):
+        chars[row, : len(table)] = torch.from_numpy(table.astype(np.int64))
+    return chars
 
 
 def _rows(ids: list) -> list[list[int]]:

@@ -7,6 +7,10 @@ dev set among a few (``lrs``), and on small sets the best of several restarts
 over 0.2% of training, and the auxiliary LM loss with lambda 0.5. Each run keeps its
 best model by the task's dev metric; with several runs, the best of them is copied
 to ``OUT/best`` and ``OUT/summary.json`` lists them all.
+
+For tagging, ``features`` turns to BERT's feature-based approach (section 5.3): the
+model stays frozen and a BiLSTM tagger learns over the chosen layers of it (and, with
+``elmo``, over a frozen ELMo's scalar mix as well); see :mod:`plm.tasks.feature_tagger`.
 """
 
 from __future__ import annotations
@@ -26,16 +30,19 @@ from plm.files import write_json
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.tasks import readers
+from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.model import task_model
 from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
+from plm.tasks.tagger import COMBINATIONS
 from plm.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 SYNTHETIC_PRESET = "bert-micro"  # a fresh model for the built-in task: it learns in about a minute on the CPU
 SYNTHETIC_LR = 1e-3  # a fresh model needs a larger step than a pretrained one
+FEATURE_TAGGER_LR = 1e-3  # the feature-based tagger trains from scratch over a frozen encoder
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,21 @@ class FinetuneSetup:
     device: str = "auto"
     progress: bool = True
     synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
+    features: tuple[int, ...] | None = None  # tag: the frozen encoder's layers a BiLSTM tagger reads (BERT 5.3)
+    combine: str = "concat"  # how those layers combine: concat, sum or mix
+    elmo: str | None = None  # a plm ELMo run whose scalar-mixed layers join the features
 
     def validate(self) -> None:
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        if self.features is not None and self.task != "tag":
+            raise PLMError(f"--features is for --task tag (the feature-based tagger), not --task {self.task}")
+        if self.elmo is not None and self.features is None:
+            raise PLMError("--elmo joins the features of the feature-based tagger: give --features too (e.g. 0)")
+        if self.features is not None and self.sift:
+            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps it frozen")
+        if self.combine not in COMBINATIONS:
+            raise PLMError(f"--combine must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
         if (self.train is None) != (self.validation is None):
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
@@ -123,9 +141,16 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
         add_task_tokens(backbone, tokenizer)
     labels = task_labels(setup.task, train)
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
-    lrs = setup.lrs or ((SYNTHETIC_LR,) if setup.model is None else (recipe.lr,))
+    elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
+    if setup.features is not None:
+        default_lr = FEATURE_TAGGER_LR
+    else:
+        default_lr = SYNTHETIC_LR if setup.model is None else recipe.lr
+    lrs = setup.lrs or (default_lr,)
     warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
-    options = {"stride": setup.stride} if setup.task == "qa" else {}
+    options: dict[str, Any] = {"stride": setup.stride} if setup.task == "qa" else {}
+    if setup.features is not None:
+        options["characters"] = elmo is not None
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
     sift = SiFT() if setup.sift else None
     if sift is not None:
@@ -136,7 +161,10 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
         for restart in range(setup.restarts):
             seed = setup.seed + restart
             torch.manual_seed(seed)
-            model = task_model(backbone, task.head, task.outputs, label_names=labels if task.head != "span" else ())
+            if setup.features is not None:
+                model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo)
+            else:
+                model = task_model(backbone, task.head, task.outputs, label_names=labels if task.head != "span" else ())
             objective = TaskObjective(
                 task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift
             )
@@ -199,6 +227,10 @@ def task_name(head: Any) -> str:
 def load_task_model(path: str | Path, device: str = "cpu", max_length: int = 128, **options: Any) -> tuple[Any, Task]:
     """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
+    if isinstance(model, FeatureTagger):
+        tagger = model.config.tagger
+        characters = model.elmo is not None
+        return model, build_task("tag", tokenizer, model, tagger.label_names, max_length, characters=characters)
     if getattr(model, "family", None) != "task":
         raise PLMError(f"{path}: a {model.family} model has no task head; fine-tune it first (plm finetune)")
     head = model.config.head

@@ -67,6 +67,7 @@ class TaskModel(PretrainedModel):
 
     family = "task"
     config_class = TaskConfig
+    inputs = ("input_ids", "attention_mask", "token_type_ids")  # the batch keys forward reads
 
     def __init__(self, config: TaskConfig) -> None:
         super().__init__(config)

@@ -29,12 +29,23 @@ from plm.errors import PLMError
 from plm.models import CausalLM
 from plm.objectives import Selection
 from plm.tasks import metrics
-from plm.tasks.encoding import IGNORE, Feature, collate, encode_choice, encode_tagged, encode_text, word_predictions
+from plm.tasks.encoding import (
+    IGNORE,
+    Feature,
+    collate,
+    encode_choice,
+    encode_tagged,
+    encode_text,
+    first_pieces,
+    kept_words,
+    word_predictions,
+)
 from plm.tasks.gpt_inputs import TaskInputs
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.sift import SiFT
 from plm.tokenizer import Tokenizer
+from plm.words import character_table
 
 TASKS = ("classify", "pair", "regress", "tag", "qa", "choice")
 
@@ -143,13 +154,24 @@ class Regression(Classification):
 
 
 class Tagging(Task):
+    """Every feature marks its words' first pieces (``word_starts``, what a tagger over words reads); with
+    ``characters`` (a feature-based tagger with ELMo) it also carries those words' ELMo ``char_ids``."""
+
     name, head, selection = "tag", "tag", "val_f1"
+
+    def __init__(self, *args: Any, characters: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.characters = characters
 
     def encode(self, example: TaggedSentence) -> list[Feature]:
         unknown = set(example.tags) - set(self.labels)
         if unknown:
             raise PLMError(f"tags {', '.join(sorted(unknown))} are not among the task's ({', '.join(self.labels)})")
-        return [encode_tagged(self.tokenizer, example, {t: i for i, t in enumerate(self.labels)}, self.max_length)]
+        feature = encode_tagged(self.tokenizer, example, {t: i for i, t in enumerate(self.labels)}, self.max_length)
+        feature["word_starts"] = [int(first) for first in first_pieces(feature["word_ids"])]
+        if self.characters:
+            feature["char_ids"] = character_table(kept_words(example, feature["word_ids"]))  # (words, MAX_CHARACTERS)
+        return [feature]
 
     def loss(self, output, batch):
         logits, labels = output.logits.float().flatten(0, 1), batch["labels"].flatten()
@@ -273,9 +295,13 @@ def model_inputs(feature: Feature) -> Feature:
     return {k: v for k, v in feature.items() if k not in ("offsets", "word_ids", "example")}
 
 
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model that declares no ``inputs`` reads
+
+
 def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-    return model(**inputs)
+    """``model``'s output on the batch inputs it takes (its ``inputs``; a DDP wrapper's ``module``'s)."""
+    names = getattr(getattr(model, "module", model), "inputs", ENCODER_INPUTS)
+    return model(**{k: batch[k] for k in names if k in batch})
 
 
 @torch.no_grad()

@@ -59,15 +59,22 @@ class LayerCombination(nn.Module):
 class BiLSTMTagger(nn.Module):
     """Tags from per-word features: combine each source's layers, concatenate, BiLSTM, linear.
 
-    ``sources``: (layers, dim) of each feature source, in the order forward receives them.
+    ``sources``: (layers, dim) of each feature source, in the order forward receives them;
+    ``combine``: how every source's layers are combined, or one way per source (ELMo's
+    own scalar mix beside a BERT's concatenated layers).
     """
 
     def __init__(
-        self, sources: Sequence[tuple[int, int]], labels: int, combine: str = "concat", hidden: int = 256,
-        lstm_layers: int = 2, dropout: float = 0.1,
+        self, sources: Sequence[tuple[int, int]], labels: int, combine: str | Sequence[str] = "concat",
+        hidden: int = 256, lstm_layers: int = 2, dropout: float = 0.1,
     ) -> None:
         super().__init__()
-        self.combinations = nn.ModuleList(LayerCombination(layers, dim, combine) for layers, dim in sources)
+        ways = [combine] * len(sources) if isinstance(combine, str) else list(combine)
+        if len(ways) != len(sources):
+            raise PLMError(f"{len(sources)} feature sources need as many layer combinations, got {len(ways)}")
+        self.combinations = nn.ModuleList(
+            LayerCombination(layers, dim, how) for (layers, dim), how in zip(sources, ways)
+        )
         width = sum(c.width for c in self.combinations)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(width, hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True,
@@ -108,12 +115,24 @@ def encoder_word_features(
     states = encoder(input_ids, attention_mask, output_hidden_states=True).hidden_states
     encoder.train(was_training)
     chosen = torch.stack([states[i] for i in layers], dim=1)  # (B, L, T, D)
-    positions = [[t for t, first in enumerate(first_pieces(row)) if first] for row in word_ids]
-    words = max(map(len, positions), default=0)
-    index = torch.zeros(len(positions), words, dtype=torch.long)
-    mask = torch.zeros(len(positions), words, dtype=torch.long)
-    for row, found in enumerate(positions):
-        index[row, : len(found)] = torch.tensor(found, dtype=torch.long)
-        mask[row, : len(found)] = 1
-    index = index.to(chosen.device)[:, None, :, None].expand(-1, chosen.shape[1], -1, chosen.shape[-1])
-    return chosen.gather(2, index), mask.to(chosen.device)  # (B, L, W, D)
+    width = chosen.shape[2]
+    starts = torch.tensor([[int(f) for f in first_pieces(row)] + [0] * (width - len(row)) for row in word_ids])
+    index, mask = first_piece_positions(starts.to(chosen.device))
+    return gather_words(chosen, index), mask
+
+
+def first_piece_positions(word_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each word starts: ``word_starts`` (B, T), 1 at a word's first piece, -> positions (B, W) and the
+    word mask (B, W), W the most words in a row. A padding word's position is one of the row's other tokens."""
+    counts = word_starts.sum(1)
+    words = int(counts.max()) if len(counts) else 0
+    # A stable sort of (1 - start) brings each row's first pieces to the front, in their order.
+    index = torch.sort(1 - word_starts, dim=1, stable=True).indices[:, :words]  # (B, W)
+    mask = (torch.arange(words, device=word_starts.device) < counts[:, None]).long()  # (B, W)
+    return index, mask
+
+
+def gather_words(layered: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(B, L, T, D) states at positions ``index`` (B, W) -> (B, L, W, D)."""
+    index = index[:, None, :, None].expand(-1, layered.shape[1], -1, layered.shape[-1])
+    return layered.gather(2, index)

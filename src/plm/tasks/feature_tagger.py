@@ -1,0 +1,207 @@
+"""The feature-based tagger as a model of its own (BERT section 5.3, ELMo's [x_k; ELMo_k]).
+
+A frozen encoder (BERT, ALBERT, DeBERTa, e.g. all-MiniLM-L6-v2) gives chosen layers of
+each word's first sub-word, combined (``concat``, ``sum`` or ELMo's scalar ``mix``); with a
+frozen plm ELMo beside it, ELMo's layers of the same words are scalar-mixed and
+concatenated to them. A :class:`BiLSTMTagger` reads the words; each word's logits go back
+to its first piece, so the batches, the loss and the predictions of the ``tag`` task
+(:class:`plm.tasks.objectives.Tagging`) serve it unchanged. Only the tagger and its
+mixes train: the encoder and ELMo have no gradient, stay in eval mode (no dropout) and
+run under ``torch.no_grad``, so their forward pass is all they cost.
+
+A :class:`FeatureTagger` is a :class:`PretrainedModel` of family ``feature-tagger``:
+``save_model``/``load_model``, the Trainer, ``plm predict`` and ``plm eval task`` take it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from plm.config import config_from_dict
+from plm.errors import PLMError
+from plm.models import FAMILIES, CausalLM, PretrainedModel
+from plm.tasks.heads import TokenClassifierOutput
+from plm.tasks.model import TaskModel
+from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, first_piece_positions, gather_words
+
+FAMILY = "feature-tagger"
+ELMO_FAMILY = "elmo"
+NOT_ENCODERS = (ELMO_FAMILY, TaskModel.family, FAMILY)  # families with no encoder layers to read
+
+
+@dataclass(frozen=True)
+class TaggerConfig:
+    """What the encoder's features are and the tagger that reads them: the layers (``features``: indices into
+    the embedding output followed by every block's, -1 the last), how they combine, the labels, and the BiLSTM."""
+
+    features: tuple[int, ...]
+    labels: int
+    label_names: tuple[str, ...] = ()
+    combine: str = "concat"
+    hidden: int = 256  # per direction; BERT's feature-based NER used 768
+    lstm_layers: int = 2
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.combine not in COMBINATIONS:
+            raise PLMError(f"unknown layer combination {self.combine!r}; choose one of {', '.join(COMBINATIONS)}")
+        if min(self.labels, self.hidden, self.lstm_layers) < 1:
+            raise PLMError("the tagger needs at least 1 label, 1 hidden unit and 1 LSTM layer")
+        if self.label_names and len(self.label_names) != self.labels:
+            raise PLMError(f"{len(self.label_names)} label names for {self.labels} labels")
+
+
+@dataclass(frozen=True)
+class FeatureTaggerConfig:
+    """The frozen encoder's family and config, optionally a frozen ELMo's config, and the tagger's."""
+
+    encoder_family: str
+    encoder: Any
+    tagger: TaggerConfig
+    elmo: Any = None  # an ElmoConfig: its layers, scalar-mixed, join the encoder's features
+
+    def __post_init__(self) -> None:
+        states = self.encoder.layers + 1  # the embedding output, then each block's
+        features = self.tagger.features
+        if not features or any(not -states <= i < states for i in features):
+            raise PLMError(f"the encoder has {states} layers of features (0 = embeddings, -1 = last): layer "
+                           f"indices from {-states} to {states - 1}, got {','.join(map(str, features)) or 'none'}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.encoder.vocab_size
+
+    @property
+    def context_length(self) -> int:
+        return self.encoder.context_length
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> FeatureTaggerConfig:
+        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's."""
+        expected = {"encoder_family", "encoder", "tagger", "elmo"}
+        if set(values) != expected:
+            fields = ", ".join(sorted(values))
+            raise PLMError(f"{source}: a feature tagger's config has the fields {', '.join(sorted(expected))}, "
+                           f"got {fields}")
+        family = values["encoder_family"]
+        if family not in FAMILIES or family in NOT_ENCODERS:
+            raise PLMError(f"{source}: unknown encoder family {family!r}")
+        encoder = config_from_dict(FAMILIES[family].config_class, values["encoder"], f"{source}: encoder", complete)
+        tagger = config_from_dict(TaggerConfig, values["tagger"], f"{source}: tagger", complete)
+        elmo = values["elmo"]
+        if elmo is not None:
+            elmo = config_from_dict(FAMILIES[ELMO_FAMILY].config_class, elmo, f"{source}: elmo", complete)
+        return cls(family, encoder, tagger, elmo)
+
+
+class FeatureTagger(PretrainedModel):
+    """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, logits at first pieces."""
+
+    family = FAMILY
+    config_class = FeatureTaggerConfig
+    inputs = ("input_ids", "attention_mask", "word_starts", "char_ids", "token_type_ids")
+
+    def __init__(self, config: FeatureTaggerConfig) -> None:
+        super().__init__(config)
+        self.encoder = FAMILIES[config.encoder_family](config.encoder)
+        sources = [(len(config.tagger.features), config.encoder.dim)]
+        self.elmo = FAMILIES[ELMO_FAMILY](config.elmo) if config.elmo is not None else None
+        if self.elmo is not None:
+            sources.append((config.elmo.layers + 1, 2 * config.elmo.projection_dim))
+        for frozen in self.frozen():
+            frozen.requires_grad_(False)
+        tagger = config.tagger
+        combine = [tagger.combine, "mix"][: len(sources)]  # ELMo's layers: always its scalar mix
+        self.tagger = BiLSTMTagger(sources, tagger.labels, combine, tagger.hidden, tagger.lstm_layers, tagger.dropout)
+
+    def frozen(self) -> list[PretrainedModel]:
+        """The models that give features and never learn."""
+        return [self.encoder] + ([self.elmo] if self.elmo is not None else [])
+
+    def train(self, mode: bool = True) -> FeatureTagger:
+        """The tagger's mode; the frozen models stay in eval mode (no dropout in the features)."""
+        super().train(mode)
+        for frozen in self.frozen():
+            frozen.eval()
+        return self
+
+    @torch.no_grad()
+    def features(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        word_starts: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """The feature sources (each (B, layers, W, D)), the word mask (B, W) and each word's first piece (B, W).
+
+        ``word_starts`` (B, T) is 1 at each word's first piece; ``char_ids`` (B, W, MAX_CHARACTERS)
+        are the same words' characters, for ELMo.
+        """
+        options = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        states = self.encoder(input_ids, attention_mask, output_hidden_states=True, **options).hidden_states
+        chosen = torch.stack([states[i] for i in self.config.tagger.features], dim=1)  # (B, L, T, D)
+        positions, word_mask = first_piece_positions(word_starts)
+        sources = [gather_words(chosen, positions) * word_mask[:, None, :, None]]
+        if self.elmo is not None:
+            if char_ids is None or char_ids.shape[1] != word_mask.shape[1]:
+                got = "none" if char_ids is None else f"{char_ids.shape[1]} words"
+                raise PLMError(f"ELMo needs the char_ids of the {word_mask.shape[1]} words that start a piece, "
+                               f"got {got}")
+            layers = self.elmo(char_ids, word_mask).layers()  # (B, L + 1, W, 2 * projection)
+            sources.append(layers * word_mask[:, None, :, None])
+        return sources, word_mask, positions
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        word_starts: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> TokenClassifierOutput:
+        """Logits (B, T, labels): each word's at its first piece, zero at every other token."""
+        sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids, token_type_ids)
+        words = self.tagger(sources, word_mask) * word_mask[..., None]  # (B, W, labels)
+        logits = words.new_zeros(*input_ids.shape, words.shape[-1])
+        # A padding word's position is a token that starts no word: it gets the zeros it already has.
+        return TokenClassifierOutput(logits.scatter(1, positions[..., None].expand_as(words), words))
+
+
+def feature_tagger(
+    encoder: PretrainedModel,
+    features: tuple[int, ...],
+    labels: int,
+    label_names: tuple[str, ...] = (),
+    combine: str = "concat",
+    elmo: PretrainedModel | None = None,
+    **tagger_options: Any,
+) -> FeatureTagger:
+    """A new tagger (N(0, 0.02) linear weights, PyTorch's LSTM init) on copies of the pretrained ``encoder``
+    (without its pre-training heads and pooler, which nothing reads) and ``elmo``."""
+    if elmo is not None and elmo.family != ELMO_FAMILY:
+        raise PLMError(f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got a {elmo.family} model")
+    if encoder.family in NOT_ENCODERS or isinstance(encoder, CausalLM):
+        raise PLMError(f"the feature-based tagger reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "
+                       f"{encoder.family} model")
+    config = type(encoder).config_with_heads(encoder.config, ())
+    if getattr(config, "pooler", False):
+        config = dataclasses.replace(config, pooler=False)
+    tagger = TaggerConfig(tuple(features), labels, tuple(label_names), combine, **tagger_options)
+    elmo_config = elmo.config if elmo is not None else None
+    model = FeatureTagger(FeatureTaggerConfig(encoder.family, config, tagger, elmo_config))
+    model.init_weights(root=model.tagger.classifier)
+    wanted = model.encoder.state_dict()
+    model.encoder.load_state_dict({name: value for name, value in encoder.state_dict().items() if name in wanted})
+    if elmo is not None:
+        model.elmo.load_state_dict(elmo.state_dict())
+    return model.to(encoder.device).train()
+
+
+# load_model finds a model class by the family name in its config.json.
+FAMILIES[FeatureTagger.family] = FeatureTagger

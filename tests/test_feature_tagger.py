@@ -1,0 +1,173 @@
+"""The feature-based tagger through plm finetune: a frozen encoder's (and ELMo's) word features, a BiLSTM over words."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from plm.checkpoint import load_model, save_model
+from plm.cli.main import main
+from plm.models import from_preset
+from plm.tasks.encoding import collate, first_pieces
+from plm.tasks.feature_tagger import feature_tagger
+from plm.tasks.objectives import TaskObjective, build_task, encode_all, model_inputs
+from plm.tasks.readers import TaggedSentence
+from plm.tasks.synthetic import synthetic_task
+from plm.tokenizer import Tokenizer
+from plm.training.optim import build_optimizer
+
+VOCABULARY = "[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees run ##ner ##ning ##s jump ##ing".split()
+LABELS = ("O", "B-PER", "I-PER")
+SENTENCES = [
+    TaggedSentence(("the", "runner", "sees", "a", "jumping", "dog"), ("O", "B-PER", "O", "O", "B-PER", "I-PER")),
+    TaggedSentence(("a", "cat", "runs"), ("O", "B-PER", "O")),
+]
+
+
+@pytest.fixture
+def tokenizer(tmp_path) -> Tokenizer:
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(VOCABULARY) + "\n")
+    return Tokenizer.from_vocab_txt(path)
+
+
+@pytest.fixture
+def one_thread() -> None:
+    """Small LSTMs run faster on one thread than on two that wait for each other on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def encoder_for(tokenizer: Tokenizer):
+    torch.manual_seed(0)
+    return from_preset("bert-micro", vocab_size=len(tokenizer))
+
+
+def tiny_elmo():
+    torch.manual_seed(1)
+    return from_preset("elmo-micro")
+
+
+def batch_of(task, sentences=SENTENCES):
+    features = encode_all(task, sentences)
+    return features, collate([model_inputs(f) for f in features], task.tokenizer.pad_id)
+
+
+def test_the_bilstm_reads_words_at_their_first_pieces(tokenizer):
+    encoder = encoder_for(tokenizer).eval()
+    torch.manual_seed(2)
+    model = feature_tagger(encoder, (-2, -1), len(LABELS), LABELS, hidden=8, dropout=0.0).eval()
+    task = build_task("tag", tokenizer, encoder, LABELS)
+    features, batch = batch_of(task)
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["word_starts"]).logits  # (B, T, labels)
+
+    # The oracle: torch.nn's LSTM and Linear, with the tagger's weights, over each sentence's first pieces alone.
+    lstm = nn.LSTM(2 * 32, 8, num_layers=2, batch_first=True, bidirectional=True)
+    lstm.load_state_dict(model.tagger.lstm.state_dict())
+    linear = nn.Linear(16, len(LABELS))
+    linear.load_state_dict(model.tagger.classifier.state_dict())
+    states = encoder(batch["input_ids"], batch["attention_mask"], output_hidden_states=True).hidden_states
+    for row, feature in enumerate(features):
+        firsts = [t for t, first in enumerate(first_pieces(feature["word_ids"])) if first]
+        assert len(firsts) == len(SENTENCES[row].words)
+        words = torch.cat([states[-2][row, firsts], states[-1][row, firsts]], dim=-1)[None]  # (1, W, 2 * dim)
+        expected = linear(lstm(words)[0])[0]
+        torch.testing.assert_close(logits[row, firsts], expected)
+        others = [t for t in range(logits.shape[1]) if t not in firsts]
+        assert logits[row, others].abs().max() == 0  # continuation pieces, specials and padding carry no logits
+    # "runner" and "jumping" split: [CLS] the run ##ner sees a jump ##ing dog [SEP]
+    assert [t for t, first in enumerate(first_pieces(features[0]["word_ids"])) if first] == [1, 2, 4, 5, 6, 8]
+
+
+def test_only_the_tagger_learns_the_encoder_stays_frozen(tokenizer):
+    encoder = encoder_for(tokenizer)
+    model = feature_tagger(encoder, (0, -1), len(LABELS), LABELS, combine="mix", hidden=8)
+    model.train()
+    assert model.tagger.training and not model.encoder.training  # no dropout in the features
+    objective = TaskObjective(build_task("tag", tokenizer, encoder, LABELS), SENTENCES, SENTENCES, batch_size=2)
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    optimizer = build_optimizer("adamw", model, 1e-2, 0.01, (0.9, 0.999), 1e-8)  # the Trainer's, with weight decay
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert optimized == {id(p) for p in model.tagger.parameters()}  # no Adam moments for the frozen encoder
+    objective.loss(model, objective.batch(0, 0))["task"].backward()
+    optimizer.step()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    for name, value in model.state_dict().items():
+        changed = not torch.equal(value, before[name])
+        assert changed == name.startswith("tagger."), name
+    assert model.tagger.combinations[0].mix.scalars.grad.abs().sum() > 0  # the scalar mix learns too
+
+
+def test_elmo_reads_exactly_the_words_that_kept_a_first_piece(tokenizer):
+    encoder, elmo = encoder_for(tokenizer), tiny_elmo()
+    model = feature_tagger(encoder, (0,), len(LABELS), LABELS, elmo=elmo, hidden=8).eval()
+    with torch.no_grad():
+        model.tagger.combinations[1].mix.scalars.copy_(torch.tensor([1.0, -0.5, 2.0]))
+        model.tagger.combinations[1].mix.gamma.fill_(0.7)
+    # 7 tokens: [CLS] the run ##ner sees a [SEP]; "jumping" and "dog" are cut off.
+    task = build_task("tag", tokenizer, encoder, LABELS, max_length=7, characters=True)
+    _, batch = batch_of(task)
+    sources, word_mask, _ = model.features(batch["input_ids"], batch["attention_mask"], batch["word_starts"],
+                                           batch["char_ids"])
+    kept = [["the", "runner", "sees", "a"], ["a", "cat", "runs"]]
+    expected = elmo.embed(kept)  # (B, L + 1, W, 2 * projection)
+    torch.testing.assert_close(sources[1], expected)
+    mix = model.tagger.combinations[1]
+    torch.testing.assert_close(mix(sources[1]), mix(expected))
+    assert word_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+
+
+def test_save_and_load_give_the_same_logits(tokenizer, tmp_path):
+    encoder, elmo = encoder_for(tokenizer), tiny_elmo()
+    model = feature_tagger(encoder, (-3, -1), len(LABELS), LABELS, combine="sum", elmo=elmo, hidden=8).eval()
+    task = build_task("tag", tokenizer, encoder, LABELS, characters=True)
+    _, batch = batch_of(task)
+    save_model(model, tmp_path / "tagger", tokenizer)
+    loaded = load_model(tmp_path / "tagger")
+    assert loaded.config == model.config
+    assert not any(p.requires_grad for p in [*loaded.encoder.parameters(), *loaded.elmo.parameters()])
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "word_starts", "char_ids")}
+    torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits)  # float noise only
+
+
+def test_finetune_features_learns_the_built_in_tagging_task(tmp_path, capsys, one_thread):
+    """A fresh bert-micro's token embeddings alone: people and places are told apart by the words themselves."""
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "tag", "--features", "0", "--synthetic-size", "256", "--batch-size", "16",
+            "--epochs", "3", "--lr", "1e-2", "--out", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    scores = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    best = max(s["val_f1"] for s in scores if "val_f1" in s)
+    assert best > 0.85  # predicting "O" everywhere finds no entity: F1 0
+    assert load_model(out).family == "feature-tagger"
+
+    # plm eval task reads the run like a fine-tuned model's, and scores the dev set alike.
+    dev = tmp_path / "dev.conll"
+    dev.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n"
+                           for s in synthetic_task("tag", 64, seed=1)))  # the run's dev set
+    assert main(["eval", "task", "--model", str(out), str(dev)]) == 0
+    assert f"f1 {best:.4f}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task", "classify", "--features", "-1"], "--features is for --task tag"),
+        (["--task", "tag", "--elmo", "runs/elmo"], "--elmo joins the features of the feature-based tagger"),
+        (["--task", "tag", "--features", "-4,-1"], "layer indices from -3 to 2, got -4,-1"),
+        (["--task", "tag", "--features", "0", "--elmo", "{missing}"], "no such model directory"),
+        (["--task", "tag", "--features", "0", "--sift"], "the feature-based tagger keeps it frozen"),
+    ],
+)
+def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    args = [a.replace("{missing}", str(tmp_path / "missing")) for a in args]
+    code = main(["finetune", *args, "--synthetic-size", "8", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
