@@ -62,6 +62,10 @@ def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
     return model, tokenizer
 
 
+def add_no_progress(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs and results are unchanged)")
+
+
 def add_time_budget(parser: argparse.ArgumentParser) -> None:
     """``--minutes``: a wall-clock budget for a training run, as in plm compare's ``minutes`` budget."""
     parser.add_argument(

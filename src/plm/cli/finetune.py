@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from plm.cli.common import HelpFormatter, add_device, add_seed, check_output_directory, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_no_progress, add_seed, check_output_directory, positive_int
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.tasks.objectives import TASKS
 from plm.tasks.tagger import COMBINATIONS
@@ -91,6 +91,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
     parser.set_defaults(run=run_finetune)
@@ -102,7 +103,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
-        elmo=args.elmo,
+        elmo=args.elmo, progress=not args.no_progress,
     )
     setup.validate()
     out = check_output_directory(args.out)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from plm.cli.common import HelpFormatter, add_device, add_keep_last, add_seed, add_time_budget, positive_int, time_limit
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_keep_last,
+    add_no_progress,
+    add_seed,
+    add_time_budget,
+    positive_int,
+    time_limit,
+)
 from plm.device import PRECISIONS
 from plm.models import PRESETS, RECIPES
 from plm.recipe import OPTIMIZERS, SCHEDULES
@@ -91,7 +100,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
     parser.set_defaults(run=run)

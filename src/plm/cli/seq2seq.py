@@ -12,6 +12,7 @@ from plm.cli.common import (
     add_device,
     add_keep_last,
     add_model,
+    add_no_progress,
     add_seed,
     add_time_budget,
     positive_int,
@@ -98,7 +99,7 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
     add_keep_last(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
     parser.set_defaults(run=run_train)
