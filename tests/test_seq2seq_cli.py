@@ -76,3 +76,19 @@ def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsy
 
     assert re.search(message, err), err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp_path: Path, capsys) -> None:
+    long_source = " ".join(["the first of May nineteen ninety-nine"] * 20)  # far past transformer-micro's 64 positions
+    pairs = [(p.source, p.target) for p in PAIRS] + [(long_source, "1999-05-01")]
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    (tmp_path / "vsrc.txt").write_text(long_source + "\n" + PAIRS[0].source + "\n", encoding="utf-8")
+    (tmp_path / "vtgt.txt").write_text("1999-05-01\n" + PAIRS[0].target + "\n", encoding="utf-8")
+    code = main(["seq2seq", "train", "--model", "transformer-micro", "--src", str(tmp_path / "src.txt"),
+                 "--tgt", str(tmp_path / "tgt.txt"), "--valid-src", str(tmp_path / "vsrc.txt"), "--valid-tgt",
+                 str(tmp_path / "vtgt.txt"), "--vocab-size", "300", "--steps", "2", "--metric-examples", "2",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "left out 1 training and 1 validation pairs longer than the model's context of 64 tokens" in err

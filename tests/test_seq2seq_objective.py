@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from plm.checkpoint import save_model
 from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
 from plm.data.parallel import Seq2SeqTokenizers
+from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
 from plm.objectives.seq2seq import Seq2SeqObjective, label_smoothed_nll
 from plm.training.averaging import average_checkpoints
@@ -90,3 +92,25 @@ def test_dates_are_spelled_as_english_writes_them_and_held_out_days_never_train(
     train, held_out = date_pairs(2000, seed=0), date_pairs(200, seed=0, held_out=True)
     assert not {p.target for p in train} & {p.target for p in held_out}
     assert all(is_held_out(datetime.date.fromisoformat(p.target)) for p in held_out)
+
+
+def test_pairs_longer_than_the_models_context_are_left_out_everywhere() -> None:
+    train, held_out = date_pairs(200, seed=0), date_pairs(40, seed=1, held_out=True)
+    tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
+    limit = 9  # cuts sources (7-39 tokens with </s>) and decoder inputs (7-10 tokens) alike
+    objective = Seq2SeqObjective(train, held_out, tokenizers, metric_examples=40, max_positions=limit)
+
+    def fits(pair) -> bool:  # the oracle: the source with </s>, and <s> + target, each within the limit
+        source = tokenizers.source.encode_batch([pair.source])[0]
+        target = tokenizers.target.encode_batch([pair.target])[0]
+        return len(source) + 1 <= limit and len(target) + 1 <= limit
+
+    kept_train, kept_held_out = [p for p in train if fits(p)], [p for p in held_out if fits(p)]
+    assert 0 < len(kept_train) < len(train) and 0 < len(kept_held_out) < len(held_out)  # the limit bites
+    assert objective.dropped == {"train": len(train) - len(kept_train), "validation": len(held_out) - len(kept_held_out)}
+    assert len(objective.train_data) == len(kept_train) and len(objective.validation_data) == len(kept_held_out)
+    assert objective.metric_pairs == kept_held_out
+    batch = objective.batch(step=0, index=0)
+    assert batch["source_ids"].shape[1] <= limit and batch["decoder_input_ids"].shape[1] <= limit
+    with pytest.raises(PLMError, match="no training pair fits the model's context of 2 tokens"):
+        Seq2SeqObjective(train, held_out, tokenizers, max_positions=2)

@@ -4,6 +4,7 @@ plm seq2seq average: average a run's last checkpoints."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
@@ -138,6 +139,10 @@ def run_train(args: argparse.Namespace) -> None:
         seed=args.seed, device=args.device, progress=not args.no_progress,
     )
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
+    dropped = trainer.objective.dropped
+    if any(dropped.values()):
+        print(f"left out {dropped['train']} training and {dropped['validation']} validation pairs longer than the "
+              f"model's context of {trainer.model.context_length()} tokens", file=sys.stderr)
     metrics = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if "val_bleu" in metrics:
         print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2f}%, "

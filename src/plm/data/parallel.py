@@ -141,6 +141,9 @@ class EncodedPairs:
     def __len__(self) -> int:
         return len(self.sources)
 
+    def select(self, indices: Sequence[int]) -> EncodedPairs:
+        return EncodedPairs([self.sources[i] for i in indices], [self.targets[i] for i in indices])
+
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ids -> (B, T) ids padded on the right with ``pad_id`` and the (B, T) mask, 1 at real tokens."""

@@ -26,6 +26,7 @@ from plm.data.parallel import (
     collate,
     token_budget_batches,
 )
+from plm.errors import PLMError
 from plm.objectives.base import Selection
 from plm.translation import DecodingOptions, score_translations, translate
 
@@ -56,21 +57,30 @@ class Seq2SeqObjective:
         metric_examples: int = 200,
         decoding: DecodingOptions = DecodingOptions(),
         select_by: str | None = None,
+        max_positions: int | None = None,
     ) -> None:
         """``metric_examples``: how many validation pairs ``validation_metrics`` translates (0: none).
 
         ``select_by`` (``"bleu"``, ``"exact_match"``, ``"chrf"``) makes the trainer keep the
-        model with the best such validation score in ``best/``.
+        model with the best such validation score in ``best/``. ``max_positions``: the model's
+        context (a Transformer's position table); pairs whose source (with ``</s>``) or
+        decoder input (``<s> y``) is longer are left out, and counted in ``dropped``.
         """
         self.tokenizers = tokenizers
         self.source_pad, self.target_pad = tokenizers.source.pad_id, tokenizers.target.pad_id
-        self.train_data = EncodedPairs.of(train, tokenizers)
-        self.validation_data = EncodedPairs.of(validation, tokenizers)
+        train_data, validation_data = EncodedPairs.of(train, tokenizers), EncodedPairs.of(validation, tokenizers)
+        train_kept, validation_kept = fitting(train_data, max_positions), fitting(validation_data, max_positions)
+        self.dropped = {"train": len(train) - len(train_kept), "validation": len(validation) - len(validation_kept)}
+        if not train_kept:
+            raise PLMError(f"no training pair fits the model's context of {max_positions} tokens")
+        if not validation_kept:
+            raise PLMError(f"no validation pair fits the model's context of {max_positions} tokens")
+        self.train_data, self.validation_data = train_data.select(train_kept), validation_data.select(validation_kept)
         self.sampler = BudgetSampler(self.train_data, max_tokens, seed)
         self.validation_groups = token_budget_batches(self.validation_data, max_tokens)
         self.max_tokens = max_tokens
         self.label_smoothing = label_smoothing
-        self.metric_pairs = list(validation[:metric_examples])
+        self.metric_pairs = [validation[i] for i in validation_kept[:metric_examples]]
         self.decoding = decoding
         self.selection = Selection(f"val_{select_by}", maximize=True) if select_by else None
         self.train_tokens = sum(map(len, self.train_data.targets))
@@ -99,3 +109,11 @@ class Seq2SeqObjective:
             return {}
         hypotheses = translate(model, self.tokenizers, [p.source for p in self.metric_pairs], self.decoding)
         return score_translations(hypotheses, [[p.target for p in self.metric_pairs]]).as_dict()
+
+
+def fitting(data: EncodedPairs, max_positions: int | None) -> list[int]:
+    """Indices of the pairs whose source and decoder input each fit in ``max_positions`` (None: all)."""
+    if max_positions is None:
+        return list(range(len(data)))
+    return [i for i, (source, target) in enumerate(zip(data.sources, data.targets))
+            if len(source) <= max_positions and len(target) - 1 <= max_positions]

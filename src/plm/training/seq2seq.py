@@ -166,7 +166,7 @@ def prepare_seq2seq(
     objective = Seq2SeqObjective(
         train, validation, tokenizers, max_tokens=setup.max_tokens, label_smoothing=setup.label_smoothing,
         seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
-        select_by=setup.select_by,
+        select_by=setup.select_by, max_positions=model.context_length(),
     )
     return Trainer(model, objective, training, out, tokenizers), tokenizers
 
