@@ -92,3 +92,9 @@ def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp
     err = capsys.readouterr().err
     assert code == 0, err
     assert "left out 1 training and 1 validation pairs longer than the model's context of 64 tokens" in err
+
+    (tmp_path / "to-translate.txt").write_text(PAIRS[1].source + "\n" + long_source + "\n", encoding="utf-8")
+    code = main(["translate", "--model", str(tmp_path / "run"), str(tmp_path / "to-translate.txt"), "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "sentence 2 is" in err and "the model reads at most 64" in err

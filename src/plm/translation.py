@@ -63,6 +63,10 @@ def translate(
         return []
     device = next(model.parameters()).device
     sources = tokenizers.encode_sources(sentences)
+    for number, source in enumerate(sources, 1):
+        if len(source) > model.context_length():
+            raise PLMError(f"sentence {number} is {len(source)} tokens long with </s>; the model reads at most "
+                           f"{model.context_length()}")
     # Only the sources matter for batching; the empty targets make each pair's cost its source length.
     batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), options.max_tokens)
     bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
