@@ -18,23 +18,10 @@ import torch
 from torch import nn
 
 from plm.errors import PLMError
+from plm.models.scalar_mix import ScalarMix
 from plm.tasks.encoding import first_pieces
 
 COMBINATIONS = ("concat", "sum", "mix")
-
-
-class ScalarMix(nn.Module):
-    """ELMo's task-specific layer weighting: gamma * sum_j softmax(s)_j h_j over the layer axis (dim 1)."""
-
-    def __init__(self, layers: int) -> None:
-        super().__init__()
-        self.scalars = nn.Parameter(torch.zeros(layers))
-        self.gamma = nn.Parameter(torch.ones(()))
-
-    def forward(self, layered: torch.Tensor) -> torch.Tensor:
-        """(B, L, W, D) -> (B, W, D)."""
-        weights = self.scalars.softmax(0).to(layered.dtype)
-        return self.gamma * torch.einsum("l,blwd->bwd", weights, layered)
 
 
 class LayerCombination(nn.Module):
