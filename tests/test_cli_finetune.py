@@ -124,3 +124,17 @@ def test_sift_on_a_gpt_is_one_line_and_exit_2(tmp_path, capsys):
                             "--validation", data, "--sift", "--out", tmp_path / "out")
     assert code == 2 and err.count("\n") == 1 and "SiFT" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tag_only_the_dev_set_holds_is_scored_as_a_miss(tmp_path, capsys):
+    train = "\n\n".join(["EU B-ORG\nrejects O\nGerman B-MISC\ncall O", "Peter B-PER\nBlackburn I-PER"] * 8) + "\n"
+    dev = "Peter B-PER\nwent O\nto O\nParis B-LOC\n"  # B-LOC never occurs in training
+    (tmp_path / "train.conll").write_text(train)
+    (tmp_path / "dev.conll").write_text(dev)
+    code, out, err = run_main(capsys, "finetune", "--task", "tag", "--train", tmp_path / "train.conll", "--validation",
+                              tmp_path / "dev.conll", "--epochs", "1", "--no-progress", "--out", tmp_path / "out")
+    assert code == 0, err
+    head = load_model(tmp_path / "out").config.head
+    assert "B-LOC" in head.label_names and head.label_names[0] == "O"
+    recall = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])["val_recall"]
+    assert recall <= 0.5  # the dev set's LOC entity cannot be found: at most the PER one is

@@ -108,9 +108,13 @@ def read_examples(task: str, path: str | Path) -> list[Any]:
 
 
 def task_labels(task: str, examples: list[Any]) -> tuple[str, ...]:
-    """The training set's classes (tags: ``O`` first), in a fixed order: the head's label ids."""
+    """The classes of ``examples`` (tags: ``O`` first), in a fixed order: the head's label ids.
+
+    ``finetune`` gives it the training and the dev examples together, so that a class only the
+    dev set holds (a rare tag on a small training slice) is scored as a miss, not refused.
+    """
     if task in ("classify", "pair"):
-        return tuple(sorted({str(e.label) for e in examples}))
+        return tuple(sorted({str(e.label) for e in examples if e.label is not None}))
     if task == "tag":
         tags = {t for e in examples for t in e.tags}
         return ("O",) * ("O" in tags) + tuple(sorted(tags - {"O"}))
@@ -139,7 +143,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     causal = isinstance(backbone, CausalLM)
     if causal and setup.task in ("classify", "pair", "choice"):
         add_task_tokens(backbone, tokenizer)
-    labels = task_labels(setup.task, train)
+    labels = task_labels(setup.task, [*train, *validation])
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
     elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
     if setup.features is not None:
