@@ -121,3 +121,25 @@ def test_atomic_open_keeps_the_old_file_when_writing_fails(tmp_path):
         file.write(b"new")
     assert path.read_bytes() == b"new"
     assert os.listdir(tmp_path) == ["data.bin"]
+
+
+def test_atomic_files_and_checkpoints_get_the_modes_plain_open_and_mkdir_give(tmp_path):
+    from plm.checkpoint import save_best
+    from plm.models import from_preset
+
+    previous = os.umask(0o027)
+    try:
+        with open(tmp_path / "plain.txt", "w"):
+            pass
+        os.mkdir(tmp_path / "plain-dir")
+        with atomic_open(tmp_path / "atomic.txt") as file:
+            file.write(b"x")
+        save_best(tmp_path / "run", from_preset("gpt2-micro"))
+    finally:
+        os.umask(previous)
+    def mode(path):
+        return path.stat().st_mode & 0o777
+
+    assert mode(tmp_path / "atomic.txt") == mode(tmp_path / "plain.txt") == 0o640
+    assert mode(tmp_path / "run" / "best") == mode(tmp_path / "plain-dir") == 0o750
+    assert mode(tmp_path / "run" / "best" / "model.safetensors") == 0o640

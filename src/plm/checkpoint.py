@@ -17,7 +17,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import torch
 
 from plm.config import config_from_dict, config_to_dict
 from plm.errors import PLMError
-from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
+from plm.files import make_directory, read_json, read_tensors, staging_directory, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
 CONFIG_FILE = "config.json"
@@ -117,7 +116,7 @@ def save_checkpoint(
     process's), since each process of a data-parallel run draws its own dropout masks.
     """
     run_directory = make_directory(run_directory)
-    staging = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=run_directory))
+    staging = staging_directory(run_directory, ".checkpoint-")
     save_model(model, staging, tokenizer)
     tensors, structure = flatten_optimizer(optimizer.state_dict())
     write_tensors(staging / OPTIMIZER_FILE, tensors)
@@ -130,7 +129,7 @@ def save_checkpoint(
 def save_best(run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None) -> Path:
     """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory)."""
     run_directory = make_directory(run_directory)
-    staging = Path(tempfile.mkdtemp(prefix=f".{BEST_DIR}-", dir=run_directory))
+    staging = staging_directory(run_directory, f".{BEST_DIR}-")
     save_model(model, staging, tokenizer)
     return swap_in(staging, run_directory, BEST_DIR)
 
@@ -157,7 +156,7 @@ def save_snapshot(run_directory: str | Path, model: PretrainedModel, step: int, 
     nothing that :func:`snapshots` lists.
     """
     directory = make_directory(Path(run_directory) / SNAPSHOTS_DIR)
-    staging = Path(tempfile.mkdtemp(prefix=".step-", dir=directory))
+    staging = staging_directory(directory, ".step-")
     save_model(model, staging, tokenizer)
     path = swap_in(staging, directory, f"step-{step:06d}")
     for old in snapshots(run_directory)[:-keep]:
@@ -187,7 +186,7 @@ def drop_snapshots(run_directory: str | Path, after: int) -> None:
 
 def remove_directory(path: Path) -> None:
     """Rename ``path`` to a dot name, then delete it: a kill halfway leaves no half directory under its name."""
-    trash = Path(tempfile.mkdtemp(prefix=".deleted-", dir=path.parent))
+    trash = staging_directory(path.parent, ".deleted-")
     os.replace(path, trash / path.name)
     shutil.rmtree(trash)
 

@@ -50,6 +50,24 @@ def make_directory(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def default_mode(directory: bool = False) -> int:
+    """The mode a plain ``open``/``mkdir`` would give under the process's umask (0o644 and 0o755 under 0o022).
+
+    ``tempfile`` creates files 0o600 and directories 0o700, which would make every run
+    directory and checkpoint private to its owner once renamed into place.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
+def staging_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A new hidden directory in ``parent`` to write into before renaming it into place, with the default mode."""
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(staging, default_mode(directory=True))
+    return staging
+
+
 @contextmanager
 def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open ``path`` for writing so that readers see the old file or the whole new one.
@@ -64,6 +82,7 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     except OSError as error:
         raise cannot_write(path, error) from None
     try:
+        os.chmod(temporary, default_mode())
         with os.fdopen(fd, "wb") as file:
             yield file
         os.replace(temporary, path)

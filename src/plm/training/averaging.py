@@ -8,7 +8,6 @@ updates and usually gains a little BLEU for free.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 from plm.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, save_model, snapshots, swap_in
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
-from plm.files import make_directory
+from plm.files import make_directory, staging_directory
 from plm.models import PretrainedModel
 
 
@@ -70,7 +69,7 @@ def average_run(
     tokenizers = Seq2SeqTokenizers.load(model_directory(run))
     model = average_checkpoints(paths)
     parent = make_directory(out.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=parent))
+    staging = staging_directory(parent, f".{out.name}-")
     save_model(model, staging, tokenizers)
     swap_in(staging, parent, out.name)
     return paths
