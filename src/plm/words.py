@@ -63,13 +63,18 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torc
     The mask is 1 at words, 0 at padding; padding words are all padding characters.
     """
     check_sentences(sentences)
-    width = max((len(sentence) for sentence in sentences), default=0)
-    chars = torch.full((len(sentences), width, MAX_CHARACTERS), PADDING, dtype=torch.long)
-    mask = torch.zeros((len(sentences), width), dtype=torch.long)
-    for row, sentence in enumerate(sentences):
-        if sentence:
-            chars[row, : len(sentence)] = torch.from_numpy(character_table(sentence).astype(np.int64))
-            mask[row, : len(sentence)] = 1
+    return pad_character_tables([character_table(sentence) for sentence in sentences])
+
+
+def pad_character_tables(tables: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sentences' :func:`character_table` s (words, MAX_CHARACTERS) as one batch (batch, most words,
+    MAX_CHARACTERS), padding words all PADDING, and the mask (batch, most words), 1 at words."""
+    width = max((len(table) for table in tables), default=0)
+    chars = torch.full((len(tables), width, MAX_CHARACTERS), PADDING, dtype=torch.long)
+    mask = torch.zeros((len(tables), width), dtype=torch.long)
+    for row, table in enumerate(tables):
+        chars[row, : len(table)] = torch.from_numpy(table.astype(np.int64))
+        mask[row, : len(table)] = 1
     return chars, mask
 
 

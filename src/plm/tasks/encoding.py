@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from plm.errors import PLMError
 from plm.tasks.readers import ChoiceExample, TaggedSentence, TextExample
 from plm.tokenizer import Tokenizer
-from plm.words import MAX_CHARACTERS, PADDING
+from plm.words import pad_character_tables
 
 IGNORE = -100  # cross_entropy's ignore_index: a position without a label
 
@@ -103,7 +102,7 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
             continue
         values = [f[key] for f in features]
         if key == "char_ids":
-            batch[key] = _pad_characters(values)
+            batch[key] = pad_character_tables(values)[0]
         elif key in ("input_ids", "token_type_ids", "word_starts") or (key == "labels" and isinstance(values[0], list)):
             fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE, "word_starts": 0}[key]
             batch[key] = torch.tensor([_pad(v, width, fill) for v in values], dtype=torch.long)
@@ -111,14 +110,6 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
             batch[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
     batch["attention_mask"] = torch.tensor([_pad(_ones(f["input_ids"]), width, 0) for f in features], dtype=torch.long)
     return batch
-
-
-def _pad_characters(tables: Sequence[np.ndarray]) -> torch.Tensor:
-    """(words, MAX_CHARACTERS) per sentence -> (batch, most words, MAX_CHARACTERS); padding words are all PADDING."""
-    chars = torch.full((len(tables), max(len(t) for t in tables), MAX_CHARACTERS), PADDING, dtype=torch.long)
-    for row, table in enumerate(tables):
-        chars[row, : len(table)] = torch.from_numpy(table.astype(np.int64))
-    return chars
 
 
 def _rows(ids: list) -> list[list[int]]:
