@@ -1,9 +1,11 @@
 """Built-in toy tasks, one per fine-tuning task, for ``plm finetune`` without data files.
 
 Each is decided by a few words of the input, so that a correct implementation
-learns it in about a minute on the CPU, even from a freshly initialised model, and
-a broken one (labels on the wrong pieces, spans read from the wrong window, a loss
-that ignores the head) does not.
+learns it in seconds on the CPU, even from a freshly initialised model, and a
+broken one (labels on the wrong pieces, spans read from the wrong window, choices
+scored against the wrong label, a loss that ignores the head) does not. qa and
+choice need the question or context with the candidate, not the candidate alone:
+every context lists one word of each kind, and only the question says which.
 """
 
 from __future__ import annotations
@@ -68,26 +70,42 @@ def tag(rng: random.Random) -> TaggedSentence:
     return TaggedSentence(tuple(words), tuple(tags))
 
 
+KINDS = {  # the kind of word a question or a context asks for, and the words of each kind
+    "pet": ("horse", "fish", "bird", "goat"),  # none of them a filler
+    "city": tuple(PLACES),
+    "colour": ("red", "green", "blue", "yellow"),
+    "number": ("three", "seven", "ten", "twelve"),
+}
+
+
+def word_of_kind(rng: random.Random, kind: str) -> str:
+    """A word of ``kind``; a third of the cities have two words ("New Lima"), so the span's end must be found too."""
+    word = rng.choice(KINDS[kind])
+    return f"New {word.title()}" if kind == "city" and rng.random() < 1 / 3 else word
+
+
 def qa(rng: random.Random, index: int = 0) -> QAExample:
-    """Where does X live? Read from a paragraph that says where several people live."""
-    people = rng.sample(NAMES, 4)
-    homes = [rng.choice(PLACES) for _ in people]
-    context = " ".join(
-        f"{name.title()} lives in {home.title()} and {' '.join(filler(rng, 2))} ." for name, home in zip(people, homes)
-    )
-    asked = rng.randrange(len(people))
-    sentence = context.index(people[asked].title())
-    start = context.index(homes[asked].title(), sentence)
-    return QAExample(f"q{index}", f"where does {people[asked]} live ?", context, (Answer(homes[asked].title(), start),))
+    """Which pet (city, colour, number) did X see? Read from what X saw: one of each kind, in any order."""
+    name = rng.choice(NAMES)
+    kinds = rng.sample(list(KINDS), len(KINDS))  # the order the context lists them in
+    asked = rng.choice(kinds)
+    context = f"{name.title()} saw"
+    for kind in kinds:
+        seen = word_of_kind(rng, kind)
+        context = " ".join([context, *filler(rng, rng.randrange(2))]) + " "
+        if kind == asked:
+            answer = Answer(seen, len(context))
+        context += seen
+    return QAExample(f"q{index}", f"which {asked} did {name} see ?", context + " .", (answer,))
 
 
 def choice(rng: random.Random) -> ChoiceExample:
-    """Which ending repeats where the context says the person lives."""
-    name, home = rng.choice(NAMES), rng.choice(PLACES)
-    endings = rng.sample([p for p in PLACES if p != home], 3)
-    label = rng.randrange(4)
-    endings.insert(label, home)
-    return ChoiceExample(f"{name} lives in {home} .", f"{name} is from", tuple(endings), label)
+    """Which ending is of the kind the context names: a pet, a city, a colour or a number, one ending of each."""
+    kinds = rng.sample(list(KINDS), len(KINDS))
+    label = rng.randrange(len(kinds))
+    name = rng.choice(NAMES)
+    endings = tuple(rng.choice(KINDS[kind]) for kind in kinds)
+    return ChoiceExample(f"{name} names a {kinds[label]} .", f"{name} says", endings, label)
 
 
 GENERATORS = {"classify": classify, "pair": pair, "regress": regress, "tag": tag, "choice": choice}

@@ -1,0 +1,44 @@
+"""Every task head learns its built-in toy task (plm.tasks.synthetic) from a fresh model in seconds.
+
+These are the end-to-end checks of the heads: a label put on the wrong piece, a span
+read from the wrong window, choices scored against the wrong label or a loss that
+ignores the head leaves the score at chance, far below each bar here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plm.tasks.finetune import FinetuneSetup, finetune
+
+# task -> (the dev metric, chance level, the bar a correct implementation clears, extra settings).
+# The bars are well under what a run reaches (see the README's toy-task table) and far above chance.
+TOY_TASKS = {
+    "classify": ("val_accuracy", 0.5, 0.95, {}),
+    "pair": ("val_accuracy", 0.5, 0.95, {}),
+    "regress": ("val_pearson", 0.0, 0.7, {}),
+    "tag": ("val_f1", 0.0, 0.85, {}),
+    # short windows with a small stride: most answers lie in two or three windows, some in none
+    "qa": ("val_exact_match", 25.0, 70.0, {"max_length": 20, "stride": 6}),
+    "choice": ("val_accuracy", 0.25, 0.6, {}),
+}
+
+
+@pytest.fixture
+def one_thread() -> None:
+    """One thread: the bars were measured so, and a tiny model runs no slower on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("task", TOY_TASKS)
+def test_each_head_learns_its_toy_task(task, tmp_path, one_thread):
+    metric, chance, bar, settings = TOY_TASKS[task]
+    setup = FinetuneSetup(task=task, model=None, train=None, validation=None, progress=False, **settings)
+
+    result = finetune(setup, tmp_path / "run")
+
+    assert result.best[metric] >= bar > chance, f"{task}: {metric} {result.best[metric]:.3f}, chance {chance}"
