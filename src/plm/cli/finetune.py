@@ -22,7 +22,7 @@ On a GPT model, classify, pair and choice use GPT-1's input transforms and auxil
 """
 
 EXAMPLES = """examples:
-  plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (about a minute)
+  plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (seconds)
   plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
   # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
