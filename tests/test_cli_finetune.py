@@ -72,6 +72,8 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
         (["--task", "classify", "--train", "a.jsonl"], "give both --train and --validation"),
         (["--task", "tag", "--train", "{bad}", "--validation", "{bad}"], "bad.conll:2: a word without a tag"),
         (["--task", "classify", "--epochs", "0"], "--epochs must be above 0"),
+        (["--task", "classify", "--symmetric"], "--symmetric reads sentence pairs: it is for --task pair or regress"),
+        (["--task", "pair", "--symmetric"], "--symmetric is GPT-1's similarity form; an encoder reads a pair as"),
     ],
 )
 def test_bad_finetune_inputs_are_one_line_and_exit_2(tmp_path, capsys, args, message):
@@ -138,3 +140,24 @@ def test_a_tag_only_the_dev_set_holds_is_scored_as_a_miss(tmp_path, capsys):
     assert "B-LOC" in head.label_names and head.label_names[0] == "O"
     recall = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])["val_recall"]
     assert recall <= 0.5  # the dev set's LOC entity cannot be found: at most the PER one is
+
+
+def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tmp_path, capsys):
+    """--symmetric (GPT-1's STS-B form) is kept with the model: plm predict reads pairs in both orders too."""
+    from plm.models import from_preset
+
+    tokenizer = Tokenizer.train_bpe(["a good cat", "a bad dog", "the good dog"] * 20, vocab_size=300)
+    save_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), tmp_path / "gpt", tokenizer)
+    pairs = [("a good cat", "a bad dog", 1.0), ("the good dog", "a good cat", 4.0)] * 4
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": a, "text_pair": b, "label": y}) + "\n" for a, b, y in pairs))
+    swapped = tmp_path / "swapped.jsonl"
+    swapped.write_text("".join(json.dumps({"text": b, "text_pair": a, "label": y}) + "\n" for a, b, y in pairs))
+    code, _, _ = run_main(capsys, "finetune", "--task", "regress", "--symmetric", "--model", tmp_path / "gpt",
+                          "--train", data, "--validation", data, "--epochs", "1", "--no-progress", "--out", tmp_path / "out")
+    assert code == 0
+    predicted = {}
+    for name in (data, swapped):
+        assert run_main(capsys, "predict", "--model", tmp_path / "out", name, "--out", tmp_path / "p.jsonl")[0] == 0
+        predicted[name] = [json.loads(line)["prediction"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert predicted[data] == pytest.approx(predicted[swapped], abs=1e-6)

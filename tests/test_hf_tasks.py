@@ -166,6 +166,8 @@ def test_a_plm_task_model_saved_for_hugging_face_gives_the_same_logits(name, tmp
         (lambda: task_model(from_preset("deberta-micro"), "classify"), "pooler of its own"),
         (lambda: task_model(from_preset("gpt2-micro"), "classify", bias=False), "dropout before the classifier"),
         (lambda: task_model(from_preset("gpt2-micro"), "tag", dropout=0.0, bias=False), "no gpt class for the tag task"),
+        (lambda: task_model(from_preset("gpt2-micro"), "classify", dropout=0.0, bias=False, symmetric=True),
+         "pairs read in both orders"),
     ],
 )
 def test_a_task_model_without_a_hugging_face_class_is_refused(make, difference, tmp_path):

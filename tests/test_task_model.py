@@ -147,6 +147,18 @@ def test_a_bad_task_config_names_the_file_and_field(tmp_path):
         plm.load(tmp_path)
 
 
+def test_a_task_model_saved_before_heads_had_symmetric_loads_reading_pairs_in_one_order(tmp_path):
+    plm.save(task_model(gpt(), "classify", symmetric=True), tmp_path)
+    description = json.loads((tmp_path / "config.json").read_text())
+    del description["config"]["head"]["symmetric"]
+    (tmp_path / "config.json").write_text(json.dumps(description))
+    assert plm.load(tmp_path).config.head.symmetric is False
+    del description["config"]["head"]["pooling"]  # any other missing field is still an error
+    (tmp_path / "config.json").write_text(json.dumps(description))
+    with pytest.raises(PLMError, match=r"head: HeadConfig field\(s\) pooling missing"):
+        plm.load(tmp_path)
+
+
 def test_inputs_the_head_cannot_read_are_plm_errors():
     with pytest.raises(PLMError, match="choices"):
         task_model(bert(), "choice")(ids(2, 5))

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks import SequenceClassifierOutput, SpanOutput, task_model
 from plm.tasks.gpt_inputs import add_task_tokens
@@ -82,6 +83,50 @@ def test_gpt_fine_tuning_adds_lambda_times_the_lm_term(tmp_path):
     torch.testing.assert_close(losses["task"], F.cross_entropy(output.logits, batch["labels"], reduction="sum"))
     assert objective.target_counts(batch) == {"task": 2, "lm": int(batch["attention_mask"].sum()) - 2}
     assert TaskObjective(task, train, train, lm_weight=0.0).loss_weights == {}  # lambda 0: L2 alone
+
+
+def symmetric_gpt(task_name):
+    """A GPT regressor with GPT-1's task tokens, its task reading pairs in both orders."""
+    tokenizer = Tokenizer.train_bpe(["the cat sees a good dog. a bad cat."] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    backbone = from_preset("gpt2-micro", vocab_size=len(tokenizer))
+    add_task_tokens(backbone, tokenizer)
+    model = task_model(backbone, "classify", 1, symmetric=True).eval()
+    return model, build_task(task_name, tokenizer, model, symmetric=True)
+
+
+def test_gpt_similarity_reads_both_orders_and_adds_their_final_states():
+    """GPT-1 3.3: start a $ b extract and start b $ a extract, the two extract states added before the output."""
+    model, task = symmetric_gpt("regress")
+    objective = TaskObjective(task, [TextExample("the cat", "a good dog", 2.5)], [], batch_size=1, lm_weight=0.5)
+    batch = objective.batch(0, 0)
+    tokens = task.gpt_inputs.tokens
+    a, b = task.tokenizer.encode("the cat"), task.tokenizer.encode("a good dog")
+    orders = [[tokens.start, *a, tokens.delimiter, *b, tokens.extract], [tokens.start, *b, tokens.delimiter, *a, tokens.extract]]
+    assert batch["input_ids"].shape == (1, 2, len(orders[0]))
+    assert batch["input_ids"][0].tolist() == orders
+    with torch.no_grad():
+        states = [model.backbone(torch.tensor([ids])).last_hidden_state[0, -1] for ids in orders]
+        expected = model.head.classifier(states[0] + states[1])
+        torch.testing.assert_close(model(batch["input_ids"], batch["attention_mask"]).logits[0], expected)
+    # the auxiliary LM term covers both orders: every token after the first of each
+    assert objective.target_counts(batch) == {"task": 1, "lm": 2 * (len(orders[0]) - 1)}
+
+
+def test_a_symmetric_pair_gets_the_same_prediction_in_either_order():
+    model, task = symmetric_gpt("regress")
+    pairs = [TextExample("the cat", "a good dog", 1.0), TextExample("a good dog", "the cat", 1.0)]
+    predictions, _ = run(model, task, pairs)
+    assert predictions[0] == pytest.approx(predictions[1], abs=1e-6)
+
+
+def test_symmetric_is_for_gpt_pairs():
+    model, task = symmetric_gpt("pair")
+    with pytest.raises(PLMError, match="has no second sentence"):
+        task.encode(TextExample("the cat", None, 1.0))
+    tokenizer = Tokenizer.train_wordpiece(["the cat sees a dog"], vocab_size=60)
+    with pytest.raises(PLMError, match="an encoder reads a pair as"):
+        build_task("pair", tokenizer, bert(tokenizer), labels=["a", "b"], symmetric=True)
 
 
 def test_tagging_loss_is_over_first_pieces_only(tokenizer):

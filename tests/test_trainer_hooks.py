@@ -8,6 +8,7 @@ GPT-1's L3 = L2 + lambda * L1.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -92,6 +93,19 @@ def test_logged_loss_is_the_weighted_sum_of_the_terms(tmp_path):
     trainer = Trainer(micro_gpt(), ToyTask(lm_weight=0.5), TrainingConfig(**ONE_STEP), tmp_path)
     losses, _ = trainer.optimizer_step(trainer.model)
     assert losses["loss"] == pytest.approx(losses["loss_task"] + 0.5 * losses["loss_lm"])
+
+
+@pytest.mark.parametrize(("declared", "logged"), [(None, {"", "_task", "_lm"}), (("lm",), {"_lm"})])
+def test_perplexity_is_logged_only_for_log_likelihood_terms(tmp_path, declared, logged):
+    """A regression's squared error has no perplexity: an objective names the terms that do."""
+    task = ToyTask(scripted_metrics=[0.5])
+    if declared is not None:
+        task.perplexity_terms = declared
+    metrics = Trainer(micro_gpt(), task, TrainingConfig(**ONE_STEP), tmp_path).evaluate()
+    assert {name.removeprefix("val_perplexity") for name in metrics if name.startswith("val_perplexity")} == logged
+    means = {term: metrics[f"val_loss_{term}"] for term in ("task", "lm")}
+    for term in {"task", "lm"} & {suffix.lstrip("_") for suffix in logged}:
+        assert metrics[f"val_perplexity_{term}"] == pytest.approx(math.exp(means[term]))
 
 
 @pytest.mark.parametrize(("epochs", "grad_accum", "steps"), [(3, 2, 15), (1, 1, 10), (0.5, 4, 2), (0.01, 1, 1)])

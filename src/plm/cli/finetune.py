@@ -17,7 +17,8 @@ TASK_HELP = """tasks:
   tag       a label per word (CoNLL columns, BIO or IOB1); entity-level F1
   qa        extractive QA (SQuAD v1.1/v2.0 JSON); EM and F1, tau chosen on dev for v2.0
   choice    multiple choice (SWAG CSV); accuracy
-On a GPT model, classify, pair and choice use GPT-1's input transforms and auxiliary LM loss.
+On a GPT model, classify, pair, regress and choice use GPT-1's input transforms and auxiliary LM loss
+(pairs: premise $ hypothesis; with --symmetric, both orders).
 
 """
 
@@ -80,6 +81,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
+    parser.add_argument("--symmetric", action="store_true",
+                        help="pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read both "
+                        "orders and add the two final states (GPT-1's similarity form)")
     parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
     parser.add_argument("--features", type=layer_indices,
                         help="tag: keep the model frozen and train a 2-layer BiLSTM tagger over these of its layers, "
@@ -103,7 +107,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
-        elmo=args.elmo, progress=not args.no_progress,
+        elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress,
     )
     setup.validate()
     out = check_output_directory(args.out)

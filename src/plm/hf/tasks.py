@@ -176,6 +176,7 @@ class TaskConverter(Converter):
                 (head.pooler_activation is not None) != layout.own_pooler(head.task)
             ),
             "dropout before the classifier (Hugging Face's has none)": layout.dropout_field is None and head.dropout > 0,
+            "pairs read in both orders (GPT-1's similarity form)": head.symmetric,
         }
         for difference, present in differences.items():
             if present:

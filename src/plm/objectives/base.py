@@ -11,6 +11,9 @@ Required: ``batch``, ``size``, ``target_counts``, ``loss``, ``validation_batches
   trainer then keeps in ``best/`` of the run directory.
 - ``batches_per_epoch`` (None): micro-batches in one pass over the training data,
   so that a run can be given in epochs rather than steps.
+- ``perplexity_terms`` (every term): the loss terms that are mean negative
+  log-likelihoods, whose exp the trainer logs as a perplexity; a squared error (a
+  regression) or a KL term (SiFT) has none.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ class Selection:
 
 def loss_weights(objective: Objective) -> dict[str, float]:
     return dict(getattr(objective, "loss_weights", None) or {})
+
+
+def perplexity_terms(objective: Objective, terms: list[str]) -> list[str]:
+    """Those of ``terms`` whose exp is a perplexity."""
+    declared = getattr(objective, "perplexity_terms", None)
+    return list(terms) if declared is None else [t for t in terms if t in declared]
 
 
 def selection(objective: Objective) -> Selection | None:

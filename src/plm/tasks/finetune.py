@@ -33,7 +33,7 @@ from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.model import task_model
-from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, TASKS, Task, TaskObjective, build_task
+from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.tagger import COMBINATIONS
@@ -74,6 +74,7 @@ class FinetuneSetup:
     features: tuple[int, ...] | None = None  # tag: the frozen encoder's layers a BiLSTM tagger reads (BERT 5.3)
     combine: str = "concat"  # how those layers combine: concat, sum or mix
     elmo: str | None = None  # a plm ELMo run whose scalar-mixed layers join the features
+    symmetric: bool = False  # GPT pairs without an order, read in both (GPT-1's similarity form)
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -84,6 +85,8 @@ class FinetuneSetup:
             raise PLMError("--elmo joins the features of the feature-based tagger: give --features too (e.g. 0)")
         if self.features is not None and self.sift:
             raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps it frozen")
+        if self.symmetric and self.task not in ("pair", "regress"):
+            raise PLMError(f"--symmetric reads sentence pairs: it is for --task pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
             raise PLMError(f"--combine must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
         if (self.train is None) != (self.validation is None):
@@ -146,7 +149,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
     backbone, tokenizer = load_backbone(setup, train)
     causal = isinstance(backbone, CausalLM)
-    if causal and setup.task in ("classify", "pair", "choice"):
+    if causal and setup.task in GPT_TASKS:
         add_task_tokens(backbone, tokenizer)
     labels = task_labels(setup.task, [*train, *validation])
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
@@ -160,6 +163,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     options: dict[str, Any] = {"stride": setup.stride} if setup.task == "qa" else {}
     if setup.features is not None:
         options["characters"] = elmo is not None
+    if setup.symmetric:
+        options["symmetric"] = True
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
     sift = SiFT() if setup.sift else None
     if sift is not None:
@@ -173,7 +178,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
             if setup.features is not None:
                 model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo)
             else:
-                model = task_model(backbone, task.head, task.outputs, label_names=labels if task.head != "span" else ())
+                names = labels if task.head != "span" else ()
+                model = task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric)
             objective = TaskObjective(
                 task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift
             )
@@ -228,7 +234,6 @@ def synthetic_texts(examples: list[Any]) -> list[str]:
     return texts
 
 
-
 def task_name(head: Any) -> str:
     """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses)."""
     if head.task == "classify":
@@ -247,5 +252,6 @@ def load_task_model(path: str | Path, device: str = "cpu", max_length: int = 128
         raise PLMError(f"{path}: a {model.family} model has no task head; fine-tune it first (plm finetune)")
     head = model.config.head
     name = task_name(head)
-    task = build_task(name, tokenizer, model, head.label_names, max_length, **(options if name == "qa" else {}))
+    extra = options if name == "qa" else {"symmetric": True} if head.symmetric else {}
+    task = build_task(name, tokenizer, model, head.label_names, max_length, **extra)
     return model, task

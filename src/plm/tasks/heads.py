@@ -48,6 +48,8 @@ class HeadConfig:
     ``dropout`` before the output layer; ``bias`` of the output layer (GPT-2's
     classifier in Hugging Face has none). ``pad_token_id``: what batches are padded
     with, kept for the Hugging Face format (its GPT-2 classifier finds the last token by it).
+    ``symmetric``: a classifier's pairs are read in both orders and the two pooled vectors
+    added (GPT-1's similarity form); kept so that prediction reads pairs as training did.
     """
 
     task: str
@@ -58,6 +60,7 @@ class HeadConfig:
     pooler_activation: str | None = None
     label_names: tuple[str, ...] = ()
     pad_token_id: int | None = None
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))  # JSON gives a list back
@@ -71,6 +74,8 @@ class HeadConfig:
             raise PLMError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
         if not 0 <= self.dropout < 1:
             raise PLMError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.symmetric and self.task != CLASSIFY:
+            raise PLMError(f"a {self.task} head reads no sentence pairs in both orders; symmetric is for classify")
         if self.pooler_activation is not None:
             if self.pooler_activation not in POOLER_ACTIVATIONS:
                 raise PLMError(

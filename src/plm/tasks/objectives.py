@@ -48,6 +48,7 @@ from plm.tokenizer import Tokenizer
 from plm.words import character_table
 
 TASKS = ("classify", "pair", "regress", "tag", "qa", "choice")
+GPT_TASKS = ("classify", "pair", "regress", "choice")  # those with a GPT-1 input form
 
 
 class Task:
@@ -56,6 +57,7 @@ class Task:
     name: str
     head: str  # the head of plm.tasks.heads it trains
     selection: str  # the validation metric that picks the best model
+    likelihood = True  # the task loss is a negative log-likelihood (every task's but a regression's)
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: Sequence[str] = (), causal: bool = False) -> None:
         self.tokenizer = tokenizer
@@ -96,12 +98,27 @@ class Task:
 
 
 class Classification(Task):
+    """``symmetric`` (a GPT only): every example is a pair without an order, read in both (GPT-1's similarity
+    form: QQP, MRPC, STS-B); otherwise a pair is GPT-1's entailment form or BERT's ``[CLS] A [SEP] B [SEP]``."""
+
     name, head, selection = "classify", "classify", "val_accuracy"
 
+    def __init__(self, *args: Any, symmetric: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if symmetric and self.gpt_inputs is None:
+            raise PLMError("--symmetric is GPT-1's similarity form; an encoder reads a pair as [CLS] A [SEP] B [SEP]")
+        self.symmetric = symmetric
+
     def encode(self, example: TextExample) -> list[Feature]:
+        if self.symmetric and example.text_pair is None:
+            raise PLMError(f"--symmetric reads sentence pairs; {example.text!r} has no second sentence")
         if self.gpt_inputs is not None:
-            ids = (self.gpt_inputs.classification(example.text) if example.text_pair is None
-                   else self.gpt_inputs.entailment(example.text, example.text_pair))
+            if example.text_pair is None:
+                ids = self.gpt_inputs.classification(example.text)
+            elif self.symmetric:
+                ids = self.gpt_inputs.similarity(example.text, example.text_pair)
+            else:
+                ids = self.gpt_inputs.entailment(example.text, example.text_pair)
             feature: Feature = {"input_ids": ids}
         else:
             feature = encode_text(self.tokenizer, example, self.max_length)
@@ -131,6 +148,7 @@ class Classification(Task):
 
 class Regression(Classification):
     name, head, selection = "regress", "classify", "val_pearson"
+    likelihood = False
 
     @property
     def outputs(self) -> int:
@@ -362,6 +380,7 @@ class TaskObjective:
         self.lm = lm_weight > 0 and task.causal
         self.sift = sift
         self.loss_weights = {"lm": lm_weight} if self.lm else {}
+        self.perplexity_terms = ("task",) * task.likelihood + ("lm",)  # not a squared error, not SiFT's KL
         self.selection = Selection(task.selection, maximize=True)
         self.validation_features = encode_all(task, self.validation)
         self._order: tuple[int, torch.Tensor] | None = None
@@ -439,8 +458,8 @@ def build_task(
         raise PLMError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     backbone = getattr(model, "backbone", model)
     causal = isinstance(backbone, CausalLM)
-    if causal and name in ("tag", "qa", "regress"):
-        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does classify, pair, choice")
+    if causal and name in ("tag", "qa"):
+        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does {', '.join(GPT_TASKS)}")
     length = min(max_length or backbone.config.context_length, backbone.config.context_length)
     return TASK_CLASSES[name](tokenizer, length, labels, causal=causal, **options)
 

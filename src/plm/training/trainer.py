@@ -40,7 +40,7 @@ from plm.errors import PLMError
 from plm.files import write_json
 from plm.models import PretrainedModel
 from plm.objectives import Objective
-from plm.objectives.base import loss_weights, selection
+from plm.objectives.base import loss_weights, perplexity_terms, selection
 from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.optim import build_optimizer, learning_rate
@@ -278,7 +278,8 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean losses over the objective's fixed validation batches; perplexity of the first term (and of each).
+        """Mean losses over the objective's fixed validation batches; perplexity of the first term (and of each)
+        where it is a log-likelihood (see :mod:`plm.objectives.base`).
 
         An objective with ``validation_metrics`` adds its task metrics, as ``val_<name>``.
         """
@@ -297,9 +298,13 @@ class Trainer:
             terms = list(counts)
             means = [sums[t] / max(1, counts[t]) for t in terms]
             metrics = {f"val_{k}": v for k, v in named_losses(terms, means, self.loss_weights).items()}
-            metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
+            likelihoods = perplexity_terms(self.objective, terms)
+            if terms[0] in likelihoods:
+                metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
             if len(terms) > 1:  # e.g. ELMo's forward and backward LMs
-                metrics |= {f"val_perplexity_{t}": math.exp(min(mean, 50.0)) for t, mean in zip(terms, means)}
+                metrics |= {
+                    f"val_perplexity_{t}": math.exp(min(mean, 50.0)) for t, mean in zip(terms, means) if t in likelihoods
+                }
         task_metrics = getattr(self.objective, "validation_metrics", None)
         if task_metrics is not None:
             metrics.update({f"val_{name}": value for name, value in task_metrics(self.model).items()})
