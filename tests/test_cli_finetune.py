@@ -161,3 +161,26 @@ def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tm
         assert run_main(capsys, "predict", "--model", tmp_path / "out", name, "--out", tmp_path / "p.jsonl")[0] == 0
         predicted[name] = [json.loads(line)["prediction"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert predicted[data] == pytest.approx(predicted[swapped], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("preset", "lr", "warmup"),
+    [("gpt2-micro", 6.25e-5, 0.002), ("bert-micro", 5e-5, 0.1)],  # GPT-1 4.1; BERT A.3 (its largest lr)
+)
+def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, lr, warmup):
+    """Batch 32, 3 epochs, Adam (0.9, 0.999), linear warmup then decay to 0; the paper's lr and warmup."""
+    from plm.models import from_preset
+
+    texts = [f"a {w} cat" for w in ("good", "bad", "fine", "poor")] * 100
+    tokenizer = (Tokenizer.train_bpe if preset.startswith("gpt") else Tokenizer.train_wordpiece)(texts, vocab_size=300)
+    save_model(from_preset(preset, vocab_size=len(tokenizer)), tmp_path / "model", tokenizer)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": t.split()[1]}) + "\n" for t in texts))
+    code, _, _ = run_main(capsys, "finetune", "--task", "classify", "--model", tmp_path / "model", "--train", data,
+                          "--validation", data, "--no-progress", "--out", tmp_path / "out")
+    assert code == 0
+    config = json.loads((tmp_path / "out" / "training_config.json").read_text())
+    steps = 3 * 13  # 400 examples in batches of 32: 13 a epoch
+    assert (config["steps"], config["lr"], config["warmup"]) == (steps, lr, round(warmup * steps))
+    assert (config["optimizer"], config["betas"], config["schedule"], config["min_lr"]) == ("adamw", [0.9, 0.999],
+                                                                                          "linear", 0.0)

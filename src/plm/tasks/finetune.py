@@ -187,6 +187,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
             per_epoch = max(1, math.ceil(steps / setup.epochs))
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
+                betas=recipe.betas,
                 weight_decay=0.01, eval_every=per_epoch, save_every=per_epoch, log_every=max(1, per_epoch // 10),
                 seed=seed, device=setup.device, progress=setup.progress,
             )

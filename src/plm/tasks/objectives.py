@@ -466,10 +466,12 @@ def build_task(
 
 @dataclass(frozen=True)
 class Recipe:
-    """The papers' fine-tuning learning rate and warmup (a fraction of training); both use batch 32, 3 epochs."""
+    """The papers' fine-tuning learning rate and warmup (a fraction of training); both use batch 32, 3 epochs
+    and Adam's betas (0.9, 0.999), as in pre-training."""
 
     lr: float
     warmup_fraction: float
+    betas: tuple[float, float] = (0.9, 0.999)
 
 
 BERT_RECIPE = Recipe(lr=5e-5, warmup_fraction=0.1)  # BERT A.3: lr among 5e-5, 3e-5, 2e-5; warmup 10%
