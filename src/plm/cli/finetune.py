@@ -34,6 +34,8 @@ EXAMPLES = """examples:
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0 --elmo runs/elmo
   plm finetune --task qa --model runs/bert --train train-v2.0.json --validation dev-v2.0.json --stride 128
   plm finetune --task pair --model runs/gpt --train rte.jsonl --validation rte-dev.jsonl --lm-weight 0.5
+  # GPT-1's similarity form: both orders of each pair, the two final states added (STS-B, QQP, MRPC)
+  plm finetune --task regress --model runs/gpt --train sts-b.jsonl --validation sts-b-dev.jsonl --symmetric
   plm finetune --task classify --model runs/deberta --train a.jsonl --validation b.jsonl --sift --restarts 5
 """
 
@@ -72,7 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
     parser.add_argument("--out", default="runs/finetune", help="run directory")
     parser.add_argument("--lr", type=learning_rates,
-                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 1e-3; "
+                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 3e-3; "
                         "--features 1e-3: that tagger learns from scratch)")
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
