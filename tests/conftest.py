@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from plm.core import CausalLMOutput, KVCache
+from plm.data.dates import date_pairs
 from plm.models import CausalLM
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -50,6 +51,28 @@ def text_file(tmp_path: Path) -> Path:
     path = tmp_path / "train.txt"
     path.write_text(synthetic_text(), encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def one_thread() -> None:
+    """Torch on one thread for the test: small models (LSTMs above all) run faster so than on two threads
+    that wait for each other on a busy machine, and training curves measured so reproduce."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+DATE_PAIRS = date_pairs(24, seed=0)
+
+
+@pytest.fixture(scope="session")
+def date_pair_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``src.txt`` and ``tgt.txt``: :data:`DATE_PAIRS` as --src/--tgt files of the seq2seq commands."""
+    folder = tmp_path_factory.mktemp("dates")
+    (folder / "src.txt").write_text("".join(p.source + "\n" for p in DATE_PAIRS), encoding="utf-8")
+    (folder / "tgt.txt").write_text("".join(p.target + "\n" for p in DATE_PAIRS), encoding="utf-8")
+    return folder
 
 
 class StubCausalLM(CausalLM):

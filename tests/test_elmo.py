@@ -27,14 +27,6 @@ STEPS_TO_LEARN = 80
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark", "."]]
 
 
-@pytest.fixture
-def one_thread() -> None:
-    """Small LSTMs run faster on one thread than on two that wait for each other on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def micro(**overrides) -> plm.models.Elmo:
     torch.manual_seed(0)

@@ -34,14 +34,6 @@ def tokenizer(tmp_path) -> Tokenizer:
     return Tokenizer.from_vocab_txt(path)
 
 
-@pytest.fixture
-def one_thread() -> None:
-    """Small LSTMs run faster on one thread than on two that wait for each other on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def encoder_for(tokenizer: Tokenizer):
     torch.manual_seed(0)

@@ -13,33 +13,22 @@ from safetensors.torch import load_file
 
 from plm.checkpoint import save_model
 from plm.cli.main import main
-from plm.data.dates import date_pairs
 from plm.models import from_config, preset_config
 from plm.training.trainer import Trainer
 
-PAIRS = date_pairs(24, seed=0)
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """24 pairs of the dates task as --src/--tgt files."""
-    folder = tmp_path_factory.mktemp("dates")
-    (folder / "src.txt").write_text("".join(p.source + "\n" for p in PAIRS), encoding="utf-8")
-    (folder / "tgt.txt").write_text("".join(p.target + "\n" for p in PAIRS), encoding="utf-8")
-    return folder
-
 
 def train_args(pairs: Path, out: Path, *flags: str) -> list[str]:
-    """plm seq2seq train on the tiny pairs with the smallest Transformer; no translation at evaluations."""
+    """plm seq2seq train on the tiny pairs (a folder of src.txt and tgt.txt) with the smallest Transformer; no
+    translation at evaluations."""
     return ["seq2seq", "train", "--model", "transformer-micro", "--src", str(pairs / "src.txt"), "--tgt",
             str(pairs / "tgt.txt"), "--vocab-size", "300", "--max-tokens", "256", "--metric-examples", "0",
             "--out", str(out), "--no-progress", "--device", "cpu", *flags]
 
 
-def test_minutes_stop_the_run_at_the_first_step_past_the_limit(pairs: Path, tmp_path: Path, capsys) -> None:
+def test_minutes_stop_the_run_at_the_first_step_past_the_limit(date_pair_files: Path, tmp_path: Path, capsys) -> None:
     minutes = 0.05  # 3 s: a few hundred steps on a 2-core CPU, far from 100,000
     steps = ["--steps", "100000"]
-    assert main(train_args(pairs, tmp_path / "run", *steps, "--minutes", str(minutes), "--log-every", "1")) == 0
+    assert main(train_args(date_pair_files, tmp_path / "run", *steps, "--minutes", str(minutes), "--log-every", "1")) == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["step"] == len(lines) < 100_000  # one line per step: it stopped early
     assert all(line["elapsed"] < minutes * 60 for line in lines[:-1])
@@ -60,7 +49,7 @@ def test_a_bad_number_of_minutes_is_one_line_and_exit_2(tmp_path: Path, capsys, 
 
 
 @pytest.fixture(scope="module")
-def kept(pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, torch.Tensor]]]:
+def kept(date_pair_files: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, torch.Tensor]]]:
     """A run of 5 steps saved at every step with --keep-last 3, and the weights the model had after each step,
     copied by hand from the trainer as it trained."""
     run = tmp_path_factory.mktemp("kept") / "run"
@@ -74,7 +63,7 @@ def kept(pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Trainer, "optimizer_step", step_and_copy)
-        assert main(train_args(pairs, run, "--steps", "5", "--save-every", "1", "--keep-last", "3")) == 0
+        assert main(train_args(date_pair_files, run, "--steps", "5", "--save-every", "1", "--keep-last", "3")) == 0
     return run, by_hand
 
 
@@ -90,15 +79,15 @@ def test_keep_last_leaves_the_last_snapshots_with_the_weights_of_their_steps(kep
     assert (run / "checkpoint" / "trainer_state.json").is_file()
 
 
-def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(kept, pairs: Path, tmp_path: Path) -> None:
+def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(kept, date_pair_files: Path, tmp_path: Path) -> None:
     run, by_hand = kept
     resumed = tmp_path / "run"
-    assert main(train_args(pairs, resumed, "--steps", "3", "--save-every", "1", "--keep-last", "2")) == 0
+    assert main(train_args(date_pair_files, resumed, "--steps", "3", "--save-every", "1", "--keep-last", "2")) == 0
     # What a kill can leave: a snapshot newer than the checkpoint (a run stopped with other flags), a half-written one.
     (resumed / "checkpoints" / "step-000009").mkdir()
     (resumed / "checkpoints" / ".step-k1ll3d00").mkdir()
     (resumed / "checkpoints" / ".step-k1ll3d00" / "config.json").write_text("{", encoding="utf-8")
-    assert main(train_args(pairs, resumed, "--steps", "5", "--save-every", "1", "--keep-last", "2", "--resume")) == 0
+    assert main(train_args(date_pair_files, resumed, "--steps", "5", "--save-every", "1", "--keep-last", "2", "--resume")) == 0
     assert sorted(p.name for p in (resumed / "checkpoints").glob("step-*")) == ["step-000004", "step-000005"]
     for step in (4, 5):
         weights = load_file(resumed / "checkpoints" / f"step-{step:06d}" / "model.safetensors")
@@ -155,8 +144,8 @@ def test_bad_averages_are_one_line_and_exit_2(kept, tmp_path: Path, capsys, argv
     assert not (tmp_path / "out").exists() and (run / "checkpoints" / "step-000005" / "model.safetensors").is_file()
 
 
-def test_a_negative_keep_last_is_one_line_and_exit_2(pairs: Path, tmp_path: Path, capsys) -> None:
-    assert main(train_args(pairs, tmp_path / "run", "--keep-last", "-1", "--steps", "1")) == 2
+def test_a_negative_keep_last_is_one_line_and_exit_2(date_pair_files: Path, tmp_path: Path, capsys) -> None:
+    assert main(train_args(date_pair_files, tmp_path / "run", "--keep-last", "-1", "--steps", "1")) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--keep-last must be >= 0" in err
     assert not (tmp_path / "run").exists()

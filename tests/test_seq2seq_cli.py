@@ -7,18 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATE_PAIRS
 from plm.cli.main import main
-from plm.data.dates import date_pairs
-
-PAIRS = date_pairs(24, seed=0)
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An RNN with Bahdanau attention after two steps on date pairs (too few to learn; enough to run)."""
-    folder = tmp_path_factory.mktemp("seq2seq")
-    (folder / "src.txt").write_text("".join(p.source + "\n" for p in PAIRS), encoding="utf-8")
-    (folder / "tgt.txt").write_text("".join(p.target + "\n" for p in PAIRS), encoding="utf-8")
+def trained(date_pair_files: Path) -> Path:
+    """An RNN with Bahdanau attention after two steps on date pairs (too few to learn; enough to run),
+    in ``run`` beside the pairs' src.txt and tgt.txt."""
+    folder = date_pair_files
     code = main(["seq2seq", "train", "--model", "rnn-bahdanau", "--src", str(folder / "src.txt"), "--tgt",
                  str(folder / "tgt.txt"), "--vocab-size", "300", "--max-tokens", "256", "--steps", "2",
                  "--metric-examples", "1", "--out", str(folder / "run"), "--no-progress", "--device", "cpu"])
@@ -80,11 +77,11 @@ def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsy
 
 def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp_path: Path, capsys) -> None:
     long_source = " ".join(["the first of May nineteen ninety-nine"] * 20)  # far past transformer-micro's 64 positions
-    pairs = [(p.source, p.target) for p in PAIRS] + [(long_source, "1999-05-01")]
+    pairs = [(p.source, p.target) for p in DATE_PAIRS] + [(long_source, "1999-05-01")]
     (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     (tmp_path / "tgt.txt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
-    (tmp_path / "vsrc.txt").write_text(long_source + "\n" + PAIRS[0].source + "\n", encoding="utf-8")
-    (tmp_path / "vtgt.txt").write_text("1999-05-01\n" + PAIRS[0].target + "\n", encoding="utf-8")
+    (tmp_path / "vsrc.txt").write_text(long_source + "\n" + DATE_PAIRS[0].source + "\n", encoding="utf-8")
+    (tmp_path / "vtgt.txt").write_text("1999-05-01\n" + DATE_PAIRS[0].target + "\n", encoding="utf-8")
     code = main(["seq2seq", "train", "--model", "transformer-micro", "--src", str(tmp_path / "src.txt"),
                  "--tgt", str(tmp_path / "tgt.txt"), "--valid-src", str(tmp_path / "vsrc.txt"), "--valid-tgt",
                  str(tmp_path / "vtgt.txt"), "--vocab-size", "300", "--steps", "2", "--metric-examples", "2",
@@ -93,7 +90,7 @@ def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp
     assert code == 0, err
     assert "left out 1 training and 1 validation pairs longer than the model's context of 64 tokens" in err
 
-    (tmp_path / "to-translate.txt").write_text(PAIRS[1].source + "\n" + long_source + "\n", encoding="utf-8")
+    (tmp_path / "to-translate.txt").write_text(DATE_PAIRS[1].source + "\n" + long_source + "\n", encoding="utf-8")
     code = main(["translate", "--model", str(tmp_path / "run"), str(tmp_path / "to-translate.txt"), "--device", "cpu"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1

@@ -8,7 +8,6 @@ ignores the head leaves the score at chance, far below each bar here.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from plm.tasks.finetune import FinetuneSetup, finetune
 
@@ -24,14 +23,6 @@ TOY_TASKS = {
     "choice": ("val_accuracy", 0.25, 0.6, {}),
 }
 
-
-@pytest.fixture
-def one_thread() -> None:
-    """One thread: the bars were measured so, and a tiny model runs no slower on it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("task", TOY_TASKS)

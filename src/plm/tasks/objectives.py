@@ -380,7 +380,8 @@ class TaskObjective:
         self.lm = lm_weight > 0 and task.causal
         self.sift = sift
         self.loss_weights = {"lm": lm_weight} if self.lm else {}
-        self.perplexity_terms = ("task",) * task.likelihood + ("lm",)  # not a squared error, not SiFT's KL
+        # exp of a term is a perplexity for a log-likelihood: not a regression's squared error, not SiFT's KL
+        self.perplexity_terms = ("task", "lm") if task.likelihood else ("lm",)
         self.selection = Selection(task.selection, maximize=True)
         self.validation_features = encode_all(task, self.validation)
         self._order: tuple[int, torch.Tensor] | None = None
