@@ -93,8 +93,8 @@ def test_loaded_model_gives_the_logits_of_transformers(kind, padding, tmp_path):
         expected = hf_logits(reference, input_ids, mask)
         logits = model(input_ids, attention_mask=mask).logits
     real = mask.bool()
-    # fp32 rounding grows with the logits (|logit| up to about 10 with these random weights)
-    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    # fp32 rounding grows with the hidden states' size (logits up to about 10 with these random weights)
+    torch.testing.assert_close(logits[real], expected[real], atol=3e-5, rtol=0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
