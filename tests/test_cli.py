@@ -6,11 +6,14 @@ import argparse
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from plm.cli import compare as compare_cli
 from plm.cli.main import build_parser, main
+from plm.models import RECIPES
 
 TINY_RUN = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
             "--warmup", "2", "--no-progress", "--device", "cpu"]
@@ -46,6 +49,19 @@ def test_every_command_has_help_with_examples(command: list[str], capsys: pytest
     groups = {("tokenizer",), ("eval",), ("elmo",), ("seq2seq",)}  # a group's help lists its subcommands
     if command and command != ["demo"] and tuple(command) not in groups:
         assert "examples:" in help_text
+
+
+def test_plm_help_names_every_family(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split()).lower()
+    missing = [family for family in RECIPES if family not in help_text]
+    assert not missing, f"plm --help does not name {missing}"
+
+
+def test_the_spec_in_compare_help_trains_a_family_s_small_preset() -> None:
+    spec = tomllib.loads(compare_cli.EXAMPLES.split("examples:")[0].split("\n", 1)[1])
+    assert RECIPES[spec["base"]["model"]].preset.endswith("-mini")
 
 
 def test_a_wrong_flag_is_one_line_and_exit_code_2() -> None:

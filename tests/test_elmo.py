@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -227,6 +228,18 @@ def test_pretraining_learns_from_context_in_both_directions(text_file: Path, tmp
     assert metrics["val_perplexity_forward"] < 0.6 * unigram and metrics["val_perplexity_backward"] < 0.6 * unigram
     loaded, _ = plm.load_pretrained(tmp_path / "run")
     assert loaded.family == "elmo" and loaded.embed([["The", "cat"]]).shape[-1] == 2 * loaded.config.projection_dim
+
+
+def test_the_closing_line_names_each_direction_s_perplexity(text_file: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    assert main(["pretrain", "--model", "elmo-micro", "--train", str(text_file), "--vocab-size", "100",
+                 "--batch-size", "4", "--steps", "2", "--warmup", "1", "--no-progress", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == (f"step 2: validation perplexity forward {logged['val_perplexity_forward']:.2f}, "
+                    f"backward {logged['val_perplexity_backward']:.2f}")
 
 
 def test_a_killed_elmo_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:

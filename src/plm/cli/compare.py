@@ -17,7 +17,8 @@ EXAMPLES = """a spec (TOML): a [budget] every run gets alike, a [base] every run
   [budget]
   steps = 300                    # or: tokens = 2_000_000, or: minutes = 5
   [base]
-  model = "gpt2"                 # pretrain's options by name: objective, whole_word, batch_size, lr, ...
+  model = "gpt"                  # the family's small preset (gpt2-mini); pretrain's options by name:
+  block_size = 128               #   objective, whole_word, batch_size, lr, ...
   [[run]]
   name = "pre-LN"
   [[run]]

@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, check_output_file, positive_int
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError
@@ -50,6 +50,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     embed.add_argument("--out", required=True, help="the .npy file to write")
     embed.add_argument("--mix", choices=MIXES, help="average: the mean of the layers; top (or last): the top LSTM layer")
     embed.add_argument("--batch-size", type=positive_int, default=64, help="sentences per forward pass")
+    add_no_progress(embed)
     add_device(embed)
     embed.set_defaults(run=run_embed)
 
@@ -91,7 +92,7 @@ def run_embed(args: argparse.Namespace) -> None:
     check_output_file(args.out)
     _, sentences = read_sentences(args.file)
     model, _ = load_elmo(args.model, args.device)
-    vectors = embed_sentences(model, sentences, args.mix, args.batch_size).numpy().astype(np.float32)
+    vectors = embed_sentences(model, sentences, args.mix, args.batch_size, progress=not args.no_progress).numpy().astype(np.float32)
     with atomic_open(args.out) as handle:
         np.save(handle, vectors)
     shape = " x ".join(map(str, vectors.shape))

@@ -35,8 +35,10 @@ COMMANDS = (
 def build_parser() -> Parser:
     parser = Parser(
         prog="plm",
-        description="The pretrained-language-model lineage on PyTorch: train tokenizers, pre-train, generate, "
-        "evaluate and convert GPT-1/GPT-2, BERT, ALBERT and DeBERTa models. Start with `plm demo`.",
+        description="The pretrained-language-model lineage on PyTorch: RNN encoder-decoders with Bahdanau and "
+        "Luong attention, the Transformer, ELMo, GPT-1, GPT-2, BERT, ALBERT and DeBERTa. Train tokenizers, "
+        "pre-train with each paper's objective, fine-tune with its task heads, generate and translate, evaluate, "
+        "compare runs on an equal budget, and convert to and from Hugging Face. Start with `plm demo`.",
         formatter_class=HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)

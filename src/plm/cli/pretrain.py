@@ -147,9 +147,12 @@ def run(args: argparse.Namespace) -> None:
     _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     if os.environ.get("RANK", "0") != "0":
         return
-    if "val_perplexity" in metrics:
-        # An objective with several language models (ELMo's two directions) reports the perplexity of each.
-        each = "".join(f", {name.removeprefix('val_perplexity_')} {value:.2f}" for name, value in metrics.items()
-                       if name.startswith("val_perplexity_"))
-        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}{each}")
+    # An objective with several language models (ELMo's two directions) reports the perplexity of each.
+    each = {name.removeprefix("val_perplexity_"): value for name, value in metrics.items()
+            if name.startswith("val_perplexity_")}
+    if each:
+        print(f"step {metrics['step']}: validation perplexity "
+              + ", ".join(f"{name} {value:.2f}" for name, value in each.items()))
+    elif "val_perplexity" in metrics:
+        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}")
     print(f"saved to {args.out}/checkpoint")

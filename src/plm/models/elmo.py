@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
@@ -298,7 +299,7 @@ MIXES = ("average", "top", "last")
 
 
 def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | None = None,
-                    batch_size: int = 64) -> torch.Tensor:
+                    batch_size: int = 64, progress: bool = False) -> torch.Tensor:
     """:meth:`Elmo.embed` over many sentences in batches, padded to the longest; optionally mixed.
 
     ``mix``: None keeps the L + 1 layers (N, L + 1, words, 2 * dim); ``average`` is their
@@ -309,7 +310,7 @@ def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | 
         raise PLMError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
     width = max((len(sentence) for sentence in sentences), default=0)
     parts = []
-    for start in range(0, len(sentences), batch_size):
+    for start in tqdm(range(0, len(sentences), batch_size), disable=not progress, desc="embed", unit="batch"):
         layers = model.embed(sentences[start : start + batch_size]).cpu()
         parts.append(F.pad(layers, (0, 0, 0, width - layers.shape[2])))  # (batch, L + 1, width, 2 * dim)
     layers = torch.cat(parts) if parts else torch.zeros(0, model.config.layers + 1, 0, 2 * model.config.projection_dim)
