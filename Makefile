@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench quality clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ bench: setup
 	$(PY) benchmarks/bench_overlap.py
 	$(PY) benchmarks/bench_seq2seq.py --config small
 	$(PY) benchmarks/bench_finetune.py --config both
+
+quality: setup
+	$(PY) benchmarks/quality/run.py
 
 clean:
 	rm -rf $(VENV) runs

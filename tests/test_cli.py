@@ -6,10 +6,10 @@ import argparse
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from plm.cli import compare as compare_cli
 from plm.cli.main import build_parser, main

@@ -59,11 +59,91 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
     assert {r["prediction"] for r in rows} <= {"bad", "good"}
     right = sum(r["prediction"] == r["label"] for r in rows)
 
-    code, out, _ = run_main(capsys, "eval", "task", "--model", finetuned, data)
+    code, out, _ = run_main(capsys, "eval", "task", "--model", finetuned, data, "--json", tmp_path / "scores.json")
     assert code == 0
-    assert f"accuracy {right / 40:.4f}" in out
-    matrix = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in out.splitlines()[2:]}
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["accuracy"] == pytest.approx(right / 40)
+    printed = {line.split()[0]: float(line.split()[1]) for line in out.splitlines()[1:] if len(line.split()) == 2}
+    assert printed == pytest.approx({name: round(value, 4) for name, value in scores.items()}, abs=1e-9)
+    matrix = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in out.splitlines() if
+              line.split()[0] in ("bad", "good")}
     assert matrix["bad"][0] + matrix["good"][1] == right and sum(map(sum, matrix.values())) == 40
+
+
+def test_max_steps_ends_the_run_and_its_linear_schedule_at_that_step(tmp_path, capsys):
+    """16 steps planned (4 epochs of 4); --max-steps 5 runs 5, warmup 1 of them, the decay reaching 0 at the 5th."""
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "16", "--epochs", "4",
+            "--max-steps", "5", "--warmup", "0.2", "--lr", "3e-3", "--no-progress", "--out", out]
+    assert run_main(capsys, *args)[0] == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = {line["step"]: line["lr"] for line in lines}
+    assert max(rates) == 5 and "val_accuracy" in lines[-1]
+    peak = 3e-3  # step 1 warms up to the peak, steps 2-5 decay linearly from it to 0
+    assert [rates[step] for step in range(1, 6)] == pytest.approx([peak, peak, peak * 2 / 3, peak / 3, 0.0])
+    assert (out / "best").is_dir()
+
+
+def test_minutes_stops_early_and_still_keeps_the_best_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "classify", *QUICK, "--epochs", "3", "--minutes", "1e-6", "--no-progress",
+            "--out", out]
+    code, printed, _ = run_main(capsys, *args)
+    assert code == 0 and "val_accuracy" in printed
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1]  # 12 steps planned; the first is past the budget
+    assert "val_accuracy" in lines[0] and (out / "best").is_dir()
+    config = json.loads((out / "training_config.json").read_text())
+    assert config["steps"] == 12  # the schedule is laid out over the epochs, as plm pretrain lays it over --steps
+
+
+def test_a_classifier_logs_no_validation_perplexity(tmp_path, capsys):
+    """exp of a class distribution's cross-entropy is no perplexity; the validation loss stays."""
+    out = tmp_path / "run"
+    assert run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", out)[0] == 0
+    validations = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "val_loss" in line]
+    assert validations and not any(key.startswith("val_perplexity") for line in validations for key in line)
+
+
+def test_a_sentence_transformers_checkpoint_is_fine_tuned_through_its_own_pooling(tmp_path):
+    """all-MiniLM-L6-v2 was trained on the mean of its token states; its [CLS] pooler never was."""
+    from plm.tasks.finetune import trained_pooling
+
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))
+    modes = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(modes))
+    assert trained_pooling(tmp_path) == "mean"
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(modes | {"pooling_mode_mean_tokens": False,
+                                                                            "pooling_mode_cls_token": True}))
+    assert trained_pooling(tmp_path) == "cls"
+    assert trained_pooling(tmp_path / "1_Pooling") is None  # no modules.json: the family's own pooling
+
+
+def test_finetune_reads_a_sentence_transformers_model_through_the_mean_of_its_tokens(tmp_path, capsys):
+    from plm.models import from_preset
+
+    texts = [f"a {w} cat" for w in ("good", "bad")] * 20
+    tokenizer = Tokenizer.train_wordpiece(texts, vocab_size=100)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": t.split()[1]}) + "\n" for t in texts))
+    model = tmp_path / "model"
+    save_model(from_preset("bert-micro", vocab_size=len(tokenizer)), model, tokenizer)
+    args = ["finetune", "--task", "classify", "--model", model, "--train", data, "--validation", data, "--epochs", "1",
+            "--no-progress"]
+    assert run_main(capsys, *args, "--out", tmp_path / "plain")[0] == 0
+    assert load_model(tmp_path / "plain").config.head.pooling == "cls"  # BERT's [CLS] through its pooler
+
+    (model / "1_Pooling").mkdir()
+    (model / "modules.json").write_text(json.dumps([{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    assert run_main(capsys, *args, "--out", tmp_path / "st")[0] == 0
+    assert load_model(tmp_path / "st").config.head.pooling == "mean"
+    assert run_main(capsys, *args, "--pooling", "cls", "--out", tmp_path / "asked")[0] == 0
+    assert load_model(tmp_path / "asked").config.head.pooling == "cls"  # --pooling overrides it
 
 
 @pytest.mark.parametrize(
@@ -72,6 +152,7 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
         (["--task", "classify", "--train", "a.jsonl"], "give both --train and --validation"),
         (["--task", "tag", "--train", "{bad}", "--validation", "{bad}"], "bad.conll:2: a word without a tag"),
         (["--task", "classify", "--epochs", "0"], "--epochs must be above 0"),
+        (["--task", "tag", "--pooling", "mean"], "--pooling is for --task classify, pair, regress, choice"),
         (["--task", "classify", "--symmetric"], "--symmetric reads sentence pairs: it is for --task pair or regress"),
         (["--task", "pair", "--symmetric"], "--symmetric is GPT-1's similarity form; an encoder reads a pair as"),
     ],

@@ -238,8 +238,8 @@ def test_the_closing_line_names_each_direction_s_perplexity(text_file: Path, tmp
                  "--out", str(out)]) == 0
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
     line = capsys.readouterr().out.splitlines()[0]
-    assert line == (f"step 2: validation perplexity forward {logged['val_perplexity_forward']:.2f}, "
-                    f"backward {logged['val_perplexity_backward']:.2f}")
+    assert line == (f"step 2: validation loss {logged['val_loss']:.4f} (the terms' sum), perplexity "
+                    f"forward {logged['val_perplexity_forward']:.2f}, backward {logged['val_perplexity_backward']:.2f}")
 
 
 def test_a_killed_elmo_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from plm.checkpoint import load_model, save_model
@@ -18,6 +19,7 @@ from plm.tasks.readers import TaggedSentence
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
 from plm.training.optim import build_optimizer
+from plm.training.trainer import Trainer, TrainingConfig
 
 VOCABULARY = "[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees run ##ner ##ning ##s jump ##ing".split()
 LABELS = ("O", "B-PER", "I-PER")
@@ -143,13 +145,54 @@ def test_finetune_features_learns_the_built_in_tagging_task(tmp_path, capsys, on
     dev = tmp_path / "dev.conll"
     dev.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n"
                            for s in synthetic_task("tag", 64, seed=1)))  # the run's dev set
-    assert main(["eval", "task", "--model", str(out), str(dev)]) == 0
-    assert f"f1 {best:.4f}" in capsys.readouterr().out
+    assert main(["eval", "task", "--model", str(out), str(dev), "--json", str(tmp_path / "dev.json")]) == 0
+    assert json.loads((tmp_path / "dev.json").read_text())["f1"] == pytest.approx(best)
+
+
+def test_the_training_loss_adds_lambda_times_the_squared_mix_weights(tokenizer, tmp_path):
+    """ELMo 3.2: the task loss plus lambda * ||s||^2, the penalty logged as its own term (not a perplexity)."""
+    encoder = encoder_for(tokenizer)
+    model = feature_tagger(encoder, (-2, -1), len(LABELS), LABELS, combine="mix", hidden=8, dropout=0.0,
+                           mix_l2=0.25)
+    with torch.no_grad():
+        model.tagger.combinations[0].mix.scalars.copy_(torch.tensor([0.6, -0.2]))
+    task = build_task("tag", tokenizer, encoder, LABELS)
+    objective = TaskObjective(task, SENTENCES, SENTENCES, batch_size=2, mix_penalty=model.penalty)
+    batch = objective.batch(0, 0)
+    with torch.no_grad():  # the oracle: the mean cross-entropy over first pieces, before the step changes anything
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["word_starts"]).logits
+        task_loss = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100).item()
+    config = TrainingConfig(steps=1, lr=1e-3, log_every=1, eval_every=1, progress=False, device="cpu")
+    Trainer(model, objective, config, tmp_path / "run").train()
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    penalty = 0.25 * (0.6 ** 2 + 0.2 ** 2)
+    assert first["loss_mix_l2"] == pytest.approx(penalty)
+    assert first["loss_task"] == pytest.approx(task_loss, rel=1e-5)
+    assert first["loss"] == pytest.approx(task_loss + penalty, rel=1e-5)
+    assert not any(key.startswith("val_perplexity") for key in first)
+
+
+def test_the_mix_options_reach_every_scalar_mix(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["finetune", "--task", "tag", "--features", "-2,-1", "--combine", "mix", "--mix-layer-norm",
+            "--mix-dropout", "0.3", "--mix-l2", "0.01", "--synthetic-size", "32", "--batch-size", "16",
+            "--epochs", "1", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    mix = load_model(out).tagger.combinations[0].mix
+    assert (mix.layer_norm, mix.dropout.p, mix.l2) == (True, 0.3, 0.01)
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("loss_mix_l2" in line for line in lines)
+
+    elmo = feature_tagger(encoder_for(Tokenizer.load(out / "best")), (0,), 3, elmo=tiny_elmo(), mix_dropout=0.2)
+    assert elmo.tagger.combinations[1].mix.dropout.p == 0.2  # ELMo's own mix takes them too
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--task", "tag", "--features", "0", "--mix-l2", "0.1"], "give --features with --combine mix or --elmo"),
+        (["--task", "tag", "--features", "0", "--combine", "mix", "--mix-dropout", "1"], "scalar mix's dropout must be in [0, 1)"),
         (["--task", "classify", "--features", "-1"], "--features is for --task tag"),
         (["--task", "tag", "--elmo", "runs/elmo"], "--elmo joins the features of the feature-based tagger"),
         (["--task", "tag", "--features", "-4,-1"], "layer indices from -3 to 2, got -4,-1"),

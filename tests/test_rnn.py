@@ -81,6 +81,28 @@ def test_attention_weights_sum_to_one_over_real_tokens_and_are_zero_on_pads(form
         assert torch.all(weights[row, :, :length] > 0)
 
 
+@pytest.mark.parametrize("form", ["none-lstm", "bahdanau-gru", "luong-general-feeding"])
+def test_the_output_layer_reads_what_each_paper_feeds_it(form: str) -> None:
+    """Cho's and Bahdanau's deep output: W_s maxout(W_o [s_t; E y_{t-1}; c_t]); Luong's: W_s tanh(W_c [c_t; s_t])."""
+    model, (source, mask, _) = tiny(form), padded_batch()
+    previous = torch.tensor([[3], [7], [1]])
+    seen = {}
+    model.decoder.register_forward_hook(lambda module, inputs, output: seen.update(s=output[0]))
+    if model.attention is not None:
+        model.attention.register_forward_hook(lambda module, inputs, output: seen.update(c=output[0]))
+    state = model.encode(source, mask)
+    logits = model.decode(previous, state).logits[:, 0]
+    s = seen["s"][:, 0]
+    c = seen["c"][:, 0] if "c" in seen else state.summary  # no attention: the encoder's final state
+    if form.startswith("luong"):
+        readout = torch.tanh(torch.cat([c, s], -1) @ model.combine.weight.T)
+    else:
+        units = torch.cat([s, model.target_embedding(previous[:, 0]), c], -1) @ model.deep_output.weight.T
+        units = units + model.deep_output.bias
+        readout = torch.maximum(units[:, 0::2], units[:, 1::2])
+    torch.testing.assert_close(logits, readout @ model.output.weight.T + model.output.bias)
+
+
 def test_reordering_the_state_decodes_the_chosen_rows() -> None:
     """Beam search keeps some rows and repeats others: the reordered state must decode like those rows."""
     model = tiny("luong-general-feeding")

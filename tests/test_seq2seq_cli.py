@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from conftest import DATE_PAIRS
 from plm.cli.main import main
+from plm.translation import DecodingOptions
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +44,82 @@ def test_eval_bleu_prints_bleu_chrf_and_exact_match(trained: Path, capsys) -> No
     assert "BLEU" in (out := capsys.readouterr().out) and "chrF" in out and "exact match" in out and "24 sentences" in out
 
 
+@pytest.mark.parametrize("command", ["translate", "eval bleu"])
+def test_a_progress_bar_counts_the_sentences_unless_no_progress(trained: Path, capsys, command) -> None:
+    files = ([str(trained / "src.txt")] if command == "translate"
+             else ["--src", str(trained / "src.txt"), "--ref", str(trained / "tgt.txt")])
+    argv = [*command.split(), "--model", str(trained / "run"), *files, "--max-len-a", "0", "--max-len-b", "3",
+            "--device", "cpu"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "translate: 100%" in err and "24/24" in err
+    assert main([*argv, "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_eval_bleu_writes_the_printed_scores_to_json(trained: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "scores.json"
+    code = main(["eval", "bleu", "--model", str(trained / "run"), "--src", str(trained / "src.txt"), "--ref",
+                 str(trained / "tgt.txt"), "--max-len-a", "0", "--max-len-b", "3", "--json", str(out),
+                 "--device", "cpu"])
+    assert code == 0
+    printed = re.search(r"BLEU (\S+)  chrF (\S+)  exact match (\S+)% \((\d+) sentences\)", capsys.readouterr().out)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert [f"{written[k]:.2f}" for k in ("bleu", "chrf", "exact_match")] == list(printed.groups()[:3])
+    assert written["sentences"] == int(printed.group(4)) == 24
+    assert (written["beam"], written["max_len_a"], written["max_len_b"]) == (1, 0.0, 3)  # the search with the scores
+
+
+@pytest.fixture(scope="module")
+def transformer_run(date_pair_files: Path) -> Path:
+    """A Transformer after one step on date pairs: enough to decode."""
+    out = date_pair_files / "transformer"
+    code = main(["seq2seq", "train", "--model", "transformer-micro", "--src", str(date_pair_files / "src.txt"),
+                 "--tgt", str(date_pair_files / "tgt.txt"), "--vocab-size", "300", "--steps", "1",
+                 "--metric-examples", "0", "--out", str(out), "--no-progress", "--device", "cpu"])
+    assert code == 0
+    return out
+
+
+def record_searches(monkeypatch: pytest.MonkeyPatch, command: str) -> list[DecodingOptions]:
+    """Replace the translation a command calls by one that records the search it was asked for."""
+    searches: list[DecodingOptions] = []
+
+    def spy(model, tokenizers, sentences, options, progress):
+        searches.append(options)
+        return ["x"] * len(sentences)
+
+    monkeypatch.setattr(f"plm.cli.{command.replace('eval ', 'eval_')}.translate", spy)
+    return searches
+
+
+@pytest.mark.parametrize("command", ["translate", "eval bleu"])
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], DecodingOptions(beam=4, length_penalty=0.6, max_len_a=1.0, max_len_b=50)),  # Vaswani et al. section 6.1
+        (["--beam", "1"], DecodingOptions(beam=1, length_penalty=0.6, max_len_a=1.0, max_len_b=50)),  # greedy
+        (["--length-penalty", "1", "--max-len-a", "2", "--max-len-b", "7"],
+         DecodingOptions(beam=4, length_penalty=1.0, max_len_a=2.0, max_len_b=7)),
+    ],
+)
+def test_a_transformer_decodes_as_the_paper_unless_flags_say_otherwise(
+    transformer_run: Path, date_pair_files: Path, monkeypatch, capsys, command, flags, expected
+) -> None:
+    searches = record_searches(monkeypatch, command)
+    files = ([str(date_pair_files / "src.txt")] if command == "translate"
+             else ["--src", str(date_pair_files / "src.txt"), "--ref", str(date_pair_files / "tgt.txt")])
+    assert main([*command.split(), "--model", str(transformer_run), *files, *flags, "--device", "cpu"]) == 0
+    assert searches == [expected]
+
+
+def test_an_rnn_decodes_greedily_by_default(trained: Path, monkeypatch, capsys) -> None:
+    searches = record_searches(monkeypatch, "translate")
+    monkeypatch.setattr("sys.stdin", io.StringIO("3 May 1999\n"))
+    assert main(["translate", "--model", str(trained / "run"), "--device", "cpu"]) == 0
+    assert searches == [DecodingOptions(beam=1, length_penalty=0.6, max_len_a=1.5, max_len_b=10)]
+
+
 def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "map.png"
     assert main(["attention", "--model", str(trained / "run"), "4 July 1976", "--target", "1976-07-04",
@@ -69,8 +148,6 @@ def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    import re
-
     assert re.search(message, err), err
     assert not (tmp_path / "runs").exists()
 

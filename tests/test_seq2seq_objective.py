@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from pathlib import Path
 
 import pytest
@@ -14,25 +15,29 @@ from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
-from plm.objectives.seq2seq import Seq2SeqObjective, label_smoothed_nll
+from plm.objectives.seq2seq import Seq2SeqObjective, cross_entropies
 from plm.training.averaging import average_checkpoints
+from plm.training.trainer import Trainer, TrainingConfig
 from plm.translation import DecodingOptions
 
 
-def test_label_smoothed_loss_is_torchs_cross_entropy_with_label_smoothing_ignoring_pads() -> None:
+def test_the_losses_are_torchs_cross_entropy_with_and_without_label_smoothing_ignoring_pads() -> None:
     torch.manual_seed(0)
     logits, labels = torch.randn(12, 9) * 3, torch.randint(1, 9, (12,))
     labels[[2, 5, 11]] = 0  # padding
+    plain = F.cross_entropy(logits, labels, ignore_index=0, reduction="sum")
     for epsilon in (0.0, 0.1, 0.3):
+        nll, smoothed = cross_entropies(logits, labels, epsilon, ignore_index=0)
+        torch.testing.assert_close(nll, plain)
         expected = F.cross_entropy(logits, labels, ignore_index=0, label_smoothing=epsilon, reduction="sum")
-        torch.testing.assert_close(label_smoothed_nll(logits, labels, epsilon, ignore_index=0), expected)
+        torch.testing.assert_close(smoothed, expected)
 
 
 def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
     train, held_out = date_pairs(200, seed=0), date_pairs(8, seed=1, held_out=True)
     tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
-    objective = Seq2SeqObjective(train, held_out, tokenizers, max_tokens=256, seed=0, metric_examples=8,
-                                 decoding=DecodingOptions(max_len_b=12), **options)
+    options = {"max_tokens": 256, "seed": 0, "metric_examples": 8, "decoding": DecodingOptions(max_len_b=12)} | options
+    objective = Seq2SeqObjective(train, held_out, tokenizers, **options)
     torch.manual_seed(0)
     size = len(tokenizers.source)
     model = RNNSeq2Seq(RNNConfig(vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
@@ -40,23 +45,49 @@ def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
     return objective, model.eval()
 
 
-def test_a_batch_is_teacher_forced_and_its_loss_counts_real_targets_only() -> None:
-    objective, model = tiny_objective(label_smoothing=0.0)
+def test_a_batch_is_teacher_forced_and_its_losses_count_real_targets_only() -> None:
+    objective, model = tiny_objective(label_smoothing=0.1)
     batch = objective.batch(step=3, index=0)
     assert all(torch.equal(batch[k], objective.batch(3, 0)[k]) for k in batch)  # the same step draws the same pairs
     pad = objective.target_pad
     assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])  # shifted by one
     assert torch.all(batch["decoder_input_ids"][:, 0] == objective.tokenizers.target.bos_id)
     # the oracle: a loop over sentences, each scored alone without padding
-    expected = 0.0
+    smoothed, nll = 0.0, 0.0
     for row in range(len(batch["labels"])):
         length = int(batch["source_mask"][row].sum())
         targets = batch["labels"][row][batch["labels"][row] != pad]
         alone = model(batch["source_ids"][row : row + 1, :length],
                       batch["decoder_input_ids"][row : row + 1, : len(targets)]).logits[0]
-        expected += F.cross_entropy(alone, targets, reduction="sum")
-    torch.testing.assert_close(objective.loss(model, batch)["nll"], expected, rtol=1e-4, atol=1e-4)
-    assert objective.target_counts(batch) == {"nll": int((batch["labels"] != pad).sum())}
+        smoothed += F.cross_entropy(alone, targets, label_smoothing=0.1, reduction="sum")
+        nll += F.cross_entropy(alone, targets, reduction="sum")
+    losses = objective.loss(model, batch)
+    torch.testing.assert_close(losses["label_smoothed"], smoothed, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(losses["nll"], nll, rtol=1e-4, atol=1e-4)
+    targets = int((batch["labels"] != pad).sum())
+    assert objective.target_counts(batch) == {"nll": targets, "label_smoothed": targets}
+
+
+def test_training_follows_the_smoothed_loss_and_validation_perplexity_is_the_likelihoods(tmp_path: Path) -> None:
+    objective, model = tiny_objective(label_smoothing=0.1, metric_examples=0)
+    trainer = Trainer(model, objective, TrainingConfig(steps=1, progress=False, device="cpu", precision="fp32"),
+                      tmp_path)
+    losses, _ = trainer.optimizer_step(model)
+    assert losses["loss"] == losses["loss_label_smoothed"] != losses["loss_nll"]  # the likelihood is logged only
+    # the oracle: torch's plain cross entropy over every validation target
+    nll, smoothed, targets = 0.0, 0.0, 0
+    with torch.no_grad():
+        for batch in objective.validation_batches():
+            logits = model.eval()(batch["source_ids"], batch["decoder_input_ids"], batch["source_mask"]).logits
+            logits, labels = logits.flatten(0, 1), batch["labels"].flatten()
+            pad = objective.target_pad
+            nll += F.cross_entropy(logits, labels, ignore_index=pad, reduction="sum").item()
+            smoothed += F.cross_entropy(logits, labels, ignore_index=pad, label_smoothing=0.1, reduction="sum").item()
+            targets += int((labels != pad).sum())
+    metrics = trainer.evaluate()
+    assert metrics["val_perplexity"] == pytest.approx(math.exp(nll / targets), rel=1e-4)
+    assert metrics["val_loss"] == pytest.approx(smoothed / targets, rel=1e-4)
+    assert metrics["val_loss_nll"] == pytest.approx(nll / targets, rel=1e-4)
 
 
 def test_validation_metrics_score_greedy_translations_of_held_out_pairs() -> None:

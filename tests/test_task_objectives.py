@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -16,6 +17,7 @@ from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.objectives import TaskObjective, auxiliary_lm_loss, build_task, run
 from plm.tasks.readers import Answer, QAExample, TaggedSentence, TextExample
 from plm.tokenizer import Tokenizer
+from plm.training.trainer import Trainer, TrainingConfig
 
 VOCABULARY = """[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees good bad paris lives in where does
 run ##ner ##ning ##s jump ##ing""".split()
@@ -83,6 +85,27 @@ def test_gpt_fine_tuning_adds_lambda_times_the_lm_term(tmp_path):
     torch.testing.assert_close(losses["task"], F.cross_entropy(output.logits, batch["labels"], reduction="sum"))
     assert objective.target_counts(batch) == {"task": 2, "lm": int(batch["attention_mask"].sum()) - 2}
     assert TaskObjective(task, train, train, lm_weight=0.0).loss_weights == {}  # lambda 0: L2 alone
+
+
+def test_only_the_auxiliary_lm_term_is_a_perplexity(tmp_path):
+    """A class distribution's exp(cross-entropy) is no perplexity: no val_perplexity; GPT-1's LM term keeps its own."""
+    tokenizer = Tokenizer.train_bpe(["the cat sees a good dog. a bad cat."] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    backbone = from_preset("gpt2-micro", vocab_size=len(tokenizer))
+    add_task_tokens(backbone, tokenizer)
+    train = [TextExample("the cat", "a dog", "good"), TextExample("a cat", "the bad dog", "bad")]
+    config = TrainingConfig(steps=1, lr=1e-4, progress=False, device="cpu")
+    for weight in (0.5, 0.0):
+        model = task_model(backbone, "classify", 2)
+        task = build_task("pair", tokenizer, model, labels=["bad", "good"])
+        objective = TaskObjective(task, train, train, batch_size=2, lm_weight=weight)
+        metrics = Trainer(model, objective, config, tmp_path / f"lm{weight}").train()
+        perplexities = {key for key in metrics if "perplexity" in key}
+        if weight:
+            assert metrics["val_perplexity_lm"] == pytest.approx(math.exp(metrics["val_loss_lm"]))
+            assert "val_perplexity_task" not in perplexities
+        else:
+            assert perplexities == set() and "val_loss_task" in metrics
 
 
 def symmetric_gpt(task_name):

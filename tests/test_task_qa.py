@@ -127,3 +127,20 @@ def test_an_answer_missing_from_the_context_gives_nothing_to_train_on(tokenizer)
     example = QAExample("q", "where", "the river flows past old mills", (Answer("Paris", None),))
     windows = encode_windows(tokenizer, example, 64, 20)
     assert windows and all("start_positions" not in w for w in windows)
+
+
+def test_qa_windows_default_to_berts_384_tokens_128_apart(tokenizer):
+    """BERT's SQuAD fine-tuning: 384-token windows whose starts are 128 tokens apart; other tasks read 128 tokens."""
+    from plm.models import from_preset
+    from plm.tasks.finetune import FinetuneSetup
+    from plm.tasks.objectives import build_task
+
+    encoder = from_preset("bert-micro", vocab_size=len(tokenizer), context_length=512)
+    qa = build_task("qa", tokenizer, encoder)
+    assert (qa.max_length, qa.stride) == (384, 128)
+    assert build_task("classify", tokenizer, encoder, ["a", "b"]).max_length == 128
+    assert build_task("qa", tokenizer, from_preset("bert-micro", vocab_size=len(tokenizer))).max_length == 64  # its context
+    setup = FinetuneSetup(task="qa")
+    assert (setup.max_length, setup.stride) == (None, 128)  # None: the task's own length
+    windows = qa.encode(long_example())  # 300 words: one window of 384 tokens (128-token windows would take 3)
+    assert len(windows) == 1 and 300 < len(windows[0]["input_ids"]) <= 384

@@ -6,9 +6,10 @@
 #
 # The four runs train at the same time, one thread each, for the same wall-clock minutes,
 # so each gets the same share of the CPU whatever else the machine is doing (the "user CPU"
-# line of each run's log says how much it got). The RNNs use a constant learning rate and
-# the Transformer its inverse-sqrt schedule, so a time budget cuts no decay short. Then
-# each model translates the test set greedily and with beam 4 (plm eval bleu).
+# line of each run's log says how much it got). Each trains with its family's recipe: the
+# RNNs' constant learning rate and the Transformer's inverse-sqrt schedule do not depend on
+# --steps, so a time budget cuts no decay short. Then each model translates the test set
+# greedily and with beam 4 (plm eval bleu; its first line holds the scores).
 set -euo pipefail
 task=${1:?task: dates or multi30k}; minutes=${2:?minutes}; data=${3:-../shared/data/multi30k}
 out=${OUT:-runs/equal-time}
@@ -28,9 +29,8 @@ else
 fi
 models=(rnn rnn-bahdanau rnn-luong transformer)
 for model in "${models[@]}"; do
-  schedule=(--schedule constant); [ "$model" = transformer ] && schedule=()
   /usr/bin/time -f "$task $model: %e s wall, %U s user CPU" \
-    plm seq2seq train --model "$model" "${files[@]}" "${schedule[@]}" --minutes "$minutes" --steps 1000000 \
+    plm seq2seq train --model "$model" "${files[@]}" --minutes "$minutes" --steps 1000000 \
     --eval-every 500 --save-every 500 --no-progress --out "$out/$task-$model" --overwrite \
     > "$out/$task-$model.log" 2>&1 &
 done
@@ -38,6 +38,7 @@ wait
 for model in "${models[@]}"; do
   grep "user CPU" "$out/$task-$model.log"
   for beam in 1 4; do
-    echo "$task $model beam $beam: $(plm eval bleu --model "$out/$task-$model" --src "$src" --ref "$ref" --beam $beam 2>/dev/null)"
+    echo "$task $model beam $beam: $(plm eval bleu --model "$out/$task-$model" --src "$src" --ref "$ref" --beam $beam --no-progress \
+      2>/dev/null | sed -n 1p)"
   done
 done

@@ -5,8 +5,10 @@ A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
 its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
 the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
 as data so that a test can hold them to the paper and ``--hyperparameters paper``
-can use them. The pre-training entry point (``plm.training.pretrain``) reads the
-recipe and has no per-family code, so a new family adds a recipe and nothing else.
+can use them; an encoder-decoder family adds how it decodes (:class:`Decoding`). The
+pre-training entry point (``plm.training.pretrain``), ``plm translate`` and ``plm eval
+bleu`` read the recipe and have no per-family code, so a new family adds a recipe and
+nothing else.
 """
 
 from __future__ import annotations
@@ -38,13 +40,28 @@ class Hyperparameters:
 
 
 @dataclass(frozen=True)
+class Decoding:
+    """How ``plm translate`` and ``plm eval bleu`` search for a family's translations unless a flag says otherwise.
+
+    ``beam`` 1 is greedy search; ``length_penalty`` is GNMT's alpha, used by beam search
+    only; a translation has at most ``max_len_a`` * source tokens + ``max_len_b`` tokens.
+    """
+
+    beam: int = 1
+    length_penalty: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A family's pre-training choices.
 
     ``objectives`` are those its models accept (the first one a plain ``--model
     FAMILY`` run uses unless ``objective`` says otherwise); ``max_ngram`` is the
     longest masked span in words; ``block_size`` None means the model's context.
-    ``paper`` holds the published hyperparameters, ``source`` says where they come from.
+    ``paper`` holds the published hyperparameters, ``source`` says where they come from;
+    ``decoding`` is how an encoder-decoder family translates by default.
     """
 
     preset: str
@@ -56,3 +73,4 @@ class Recipe:
     source: str
     max_ngram: int = 1
     block_size: int | None = None
+    decoding: Decoding = Decoding()

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 
 import sacrebleu
 import torch
+from tqdm.auto import tqdm
 
 from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
+from plm.recipe import Decoding
 
 
 def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
@@ -35,13 +37,9 @@ def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu
 
 
 @dataclass(frozen=True)
-class DecodingOptions:
-    """Beam size (1: greedy), GNMT's length penalty alpha, and the longest output: a * source length + b."""
+class DecodingOptions(Decoding):
+    """A search (beam size, length penalty, longest output: see :class:`plm.recipe.Decoding`) and its batches."""
 
-    beam: int = 1
-    length_penalty: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
     max_tokens: int = 4096  # source tokens per batch
 
     def validate(self) -> None:
@@ -55,9 +53,13 @@ class DecodingOptions:
 
 @torch.inference_mode()
 def translate(
-    model: Decoder, tokenizers: Seq2SeqTokenizers, sentences: Sequence[str], options: DecodingOptions = DecodingOptions()
+    model: Decoder,
+    tokenizers: Seq2SeqTokenizers,
+    sentences: Sequence[str],
+    options: DecodingOptions = DecodingOptions(),
+    progress: bool = False,
 ) -> list[str]:
-    """The translation of each sentence, in order."""
+    """The translation of each sentence, in order; ``progress`` shows a bar of the sentences translated."""
     options.validate()
     if not sentences:
         return []
@@ -72,16 +74,19 @@ def translate(
     bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
     alpha = options.length_penalty if options.beam > 1 else 0.0
     translations: list[str] = [""] * len(sentences)
-    for batch in batches:
-        source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.pad_id)
-        start = torch.full((len(batch), 1), bos, dtype=torch.long, device=device)
-        output = beam_search(
-            model, start, beam_size=options.beam, alpha=alpha, max_len_a=options.max_len_a,
-            max_len_b=options.max_len_b, eos_token_id=eos, pad_token_id=pad,
-            source_ids=source_ids.to(device), source_mask=source_mask.to(device),
-        )
-        for index, text in zip(batch, tokenizers.decode_targets(output.sequences[:, 1:].tolist())):
-            translations[index] = text
+    with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
+              dynamic_ncols=True) as bar:
+        for batch in batches:
+            source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.pad_id)
+            start = torch.full((len(batch), 1), bos, dtype=torch.long, device=device)
+            output = beam_search(
+                model, start, beam_size=options.beam, alpha=alpha, max_len_a=options.max_len_a,
+                max_len_b=options.max_len_b, eos_token_id=eos, pad_token_id=pad,
+                source_ids=source_ids.to(device), source_mask=source_mask.to(device),
+            )
+            for index, text in zip(batch, tokenizers.decode_targets(output.sequences[:, 1:].tolist())):
+                translations[index] = text
+            bar.update(len(batch))
     return translations
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 
-from plm.cli.common import HelpFormatter, add_device, add_model
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.cli.translate import add_decoding, decoding_options
 from plm.data.parallel import read_parallel
 from plm.device import resolve_device
@@ -12,7 +14,7 @@ from plm.translation import load_seq2seq, score_translations, translate
 
 EXAMPLES = """examples:
   plm eval bleu --model runs/de-en --src test_2016_flickr.de --ref test_2016_flickr.en
-  plm eval bleu --model runs/de-en --src test.de --ref test.en --beam 4
+  plm eval bleu --model runs/de-en --src test.de --ref test.en --beam 1 --json greedy.json
 """
 
 
@@ -22,7 +24,9 @@ def register(metrics: argparse._SubParsersAction) -> None:
         help="BLEU, chrF and exact match of an encoder-decoder's translations",
         description="Translate --src line by line and score the translations against --ref (aligned, one "
         "reference per line) with sacrebleu's corpus BLEU and chrF on the detokenised text, and the share of "
-        "exact matches.",
+        "exact matches. The search is the model family's own unless flags say otherwise (the Transformer's is "
+        "the paper's: beam 4, length penalty 0.6, at most source length + 50 tokens); it is printed, and "
+        "written to --json, with the scores.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -30,14 +34,19 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, aligned with --src")
     add_decoding(parser)
+    add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     parser.set_defaults(run=run_bleu)
 
 
 def run_bleu(args: argparse.Namespace) -> None:
-    options = decoding_options(args)
-    options.validate()
+    check_outputs(args.json)
     pairs = read_parallel(args.src, args.ref)
     model, tokenizers = load_seq2seq(args.model, resolve_device(args.device))
-    hypotheses = translate(model, tokenizers, [p.source for p in pairs], options)
-    print(f"{args.src}: {score_translations(hypotheses, [[p.target for p in pairs]])}")
+    options = decoding_options(args, model.family)
+    options.validate()
+    hypotheses = translate(model, tokenizers, [p.source for p in pairs], options, progress=not args.no_progress)
+    scores = score_translations(hypotheses, [[p.target for p in pairs]])
+    search = {name: value for name, value in asdict(options).items() if name != "max_tokens"}
+    report(f"{args.src}: {scores}", scores.as_dict() | {"sentences": scores.sentences} | search, args.json)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.cli.common import HelpFormatter, add_device, add_model, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.errors import PLMError
 from plm.tasks.finetune import load_task_model, read_examples
 from plm.tasks.metrics import confusion_matrix, entity_scores
@@ -14,6 +15,7 @@ EXAMPLES = """examples:
   plm eval task --model runs/sst2 sst-2/dev.tsv       # accuracy, F1, Matthews; a confusion matrix
   plm eval task --model runs/ner eng.testa            # entity P/R/F1, one line per entity type
   plm eval task --model runs/squad dev-v1.1.json      # exact match and F1
+  plm eval task --model runs/sst2 sst-2/dev.tsv --json sst2-dev.json   # the scores as JSON too
 """
 
 
@@ -29,20 +31,23 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
     parser.add_argument("file", help="labelled examples in the model's task format")
-    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--max-length", type=positive_int,
+                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
+    add_json(parser)
     add_device(parser)
     parser.set_defaults(run=run_eval_task)
 
 
 def run_eval_task(args: argparse.Namespace) -> None:
+    check_outputs(args.json)
     model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
     examples = read_examples(task.name, args.file)
     predictions, scores = run(model, task, examples, args.batch_size)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")
-    print(f"{args.file}: {len(examples)} examples, " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
+    report(f"{args.file}: {len(examples)} examples", scores, args.json)
     if task.name == "classify":
         print(format_confusion(predictions, [e.label for e in examples], task.labels))
     elif task.name == "tag":

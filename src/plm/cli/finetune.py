@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 import re
 
-from plm.cli.common import HelpFormatter, add_device, add_no_progress, add_seed, check_output_directory, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_no_progress,
+    add_seed,
+    check_output_directory,
+    positive_float,
+    positive_int,
+)
 from plm.tasks.finetune import FinetuneSetup, finetune
+from plm.tasks.heads import POOLINGS
 from plm.tasks.objectives import TASKS
-from plm.tasks.tagger import COMBINATIONS
+from plm.tasks.tagger import COMBINATIONS, MixOptions
 
 TASK_HELP = """tasks:
   classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
@@ -78,14 +87,32 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "--features 1e-3: that tagger learns from scratch)")
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
+    parser.add_argument(
+        "--max-steps", type=positive_int, metavar="N",
+        help="stop each run after N steps if the epochs have not ended it first; the schedule is then laid out "
+        "over the N steps (--warmup's fraction of them, then linear decay to 0 at the last)",
+    )
+    parser.add_argument(
+        "--minutes", type=positive_float, metavar="M",
+        help="stop each run at the first step past M minutes of training (evaluations and saves included), then "
+        "evaluate and keep the best model as usual. The schedule is still laid out over the epochs (or "
+        "--max-steps), as plm pretrain does: its decay is cut where the time runs out; for a full decay within "
+        "the budget give --max-steps about the steps that fit",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
     parser.add_argument("--warmup", type=float, help="warmup as a fraction of training (default 0.1; GPT 0.002)")
-    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--max-length", type=positive_int,
+                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
     parser.add_argument("--symmetric", action="store_true",
                         help="pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read both "
                         "orders and add the two final states (GPT-1's similarity form)")
+    parser.add_argument("--pooling", choices=POOLINGS,
+                        help="classify, pair, regress, choice: the vector the head reads: [CLS] (through the "
+                        "model's pooler), the last token or the mean of the tokens (default: the model's own: "
+                        "[CLS] for an encoder, the last token for a GPT, the mean for a sentence-transformers "
+                        "model such as all-MiniLM-L6-v2, whose [CLS] pooler was never trained)")
     parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
     parser.add_argument("--features", type=layer_indices,
                         help="tag: keep the model frozen and train a 2-layer BiLSTM tagger over these of its layers, "
@@ -94,6 +121,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="--features: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
     parser.add_argument("--elmo", metavar="DIR",
                         help="--features: a plm ELMo (model or run) whose scalar-mixed layers join the features")
+    parser.add_argument("--mix-layer-norm", action="store_true",
+                        help="--combine mix, --elmo: normalise each layer before the scalar mix (ELMo 3.2)")
+    parser.add_argument("--mix-dropout", type=float, default=0.0, metavar="P",
+                        help="--combine mix, --elmo: dropout on the scalar mix's output")
+    parser.add_argument("--mix-l2", type=float, default=0.0, metavar="LAMBDA",
+                        help="--combine mix, --elmo: add LAMBDA * ||s||^2 of the mix weights to the loss, logged as "
+                        "loss_mix_l2 (ELMo: 0.001 lets the weights vary, 1 keeps them near the average)")
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
@@ -109,7 +143,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
-        elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress,
+        elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
+        max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
     )
     setup.validate()
     out = check_output_directory(args.out)

@@ -31,7 +31,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
     parser.add_argument("file", help="examples: the format the model's task reads")
     parser.add_argument("--out", help="JSONL file to write (default: standard output)")
-    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per sequence (QA: per window)")
+    parser.add_argument("--max-length", type=positive_int,
+                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_device(parser)

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> None:
     each = {name.removeprefix("val_perplexity_"): value for name, value in metrics.items()
             if name.startswith("val_perplexity_")}
     if each:
-        print(f"step {metrics['step']}: validation perplexity "
+        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f} (the terms' sum), perplexity "
               + ", ".join(f"{name} {value:.2f}" for name, value in each.items()))
     elif "val_perplexity" in metrics:
         print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}")

@@ -23,15 +23,16 @@ from plm.models import PRESETS, RECIPES
 from plm.recipe import SCHEDULES
 from plm.training.averaging import average_run
 from plm.training.pretrain import HYPERPARAMETER_SETS
-from plm.training.seq2seq import SELECTABLE, Seq2SeqSetup, prepare_seq2seq
+from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
 
 HEATMAP = "attention.png"
 EXAMPLES = """examples:
-  plm seq2seq train --model rnn-bahdanau --steps 600 --out runs/dates     # the dates task, no files needed
+  plm seq2seq train --out runs/dates         # transformer-small on the dates task, no files needed
+  plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
   plm seq2seq train --model rnn-luong --src train.de --tgt train.en --valid-src val.de --valid-tgt val.en
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
-  plm translate --model runs/dates --beam 4 <<< "the fifth of May, nineteen ninety-nine"
+  plm translate --model runs/dates <<< "the fifth of May, nineteen ninety-nine"
 """
 AVERAGE_EXAMPLES = """examples:
   plm seq2seq train --model transformer-small --save-every 500 --keep-last 5 --out runs/t
@@ -61,15 +62,18 @@ def register_train(actions: argparse._SubParsersAction) -> None:
         help="train on sentence pairs (default: the dates task)",
         description="Train an encoder-decoder with label-smoothed cross entropy under teacher forcing, in batches "
         "of similar lengths under a token budget, with its family's optimizer recipe. Without files it trains the "
-        "dates task (a date in one of ten styles -> ISO 8601), generated on the fly. At every evaluation the "
+        "dates task (a date in one of ten styles -> ISO 8601), generated on the fly. The label-smoothed loss is "
+        "trained and logged as loss_label_smoothed, the plain negative log-likelihood beside it as loss_nll (weight "
+        "0), and val_perplexity is the exp of the latter. At every evaluation the "
         "held-out sources are translated greedily and scored (exact match, BLEU, chrF on detokenised text); at "
         f"the end the scores are printed and the attention of one held-out sentence is drawn in OUT/{HEATMAP}. "
         "The run directory is a training run like plm pretrain's: checkpoint/, tokenizer/, metrics.jsonl.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--model", default="rnn-luong",
-                        help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}) or a model directory")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}) or a model directory; "
+                        "with no arguments it learns the dates task (over 95%% exact match by step 300)")
     parser.add_argument("--src", help="source sentences, one per line (with --tgt)")
     parser.add_argument("--tgt", help="their translations, line by line")
     parser.add_argument("--tsv", help="source<TAB>target pairs, instead of --src/--tgt")

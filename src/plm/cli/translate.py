@@ -1,33 +1,50 @@
-"""plm translate: translate sentences with an encoder-decoder, one per line, greedy or beam search."""
+"""plm translate: translate sentences with an encoder-decoder, one per line, greedy or beam search as its family's
+recipe decodes unless flags say otherwise."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 
-from plm.cli.common import HelpFormatter, add_device, add_model, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, positive_int
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError
+from plm.models import RECIPES
 from plm.translation import DecodingOptions, load_seq2seq, translate
 
 EXAMPLES = """examples:
   plm translate --model runs/dates <<< "Friday, the fifteenth of March twenty twenty-four"
-  plm translate --model runs/de-en test.de --beam 4 --length-penalty 0.6 > test.hyp
+  plm translate --model runs/de-en test.de > test.hyp       # a Transformer: beam 4, alpha 0.6, + 50 tokens
+  plm translate --model runs/de-en test.de --beam 1 > test.greedy
 """
 
 
+def family_defaults() -> str:
+    """Each encoder-decoder family's decoding defaults as flags, one family a line, for the help text."""
+    return "".join(
+        f"\n  {family}: --beam {r.decoding.beam} --length-penalty {r.decoding.length_penalty:g} "
+        f"--max-len-a {r.decoding.max_len_a:g} --max-len-b {r.decoding.max_len_b}"
+        for family, r in RECIPES.items() if "seq2seq" in r.objectives
+    )
+
+
 def add_decoding(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--beam", type=positive_int, default=1, help="beam size (1: greedy search)")
-    parser.add_argument("--max-len-a", type=float, default=1.5, help="a translation has at most a * source tokens + b tokens")
-    parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT's alpha for beam search (0: none)")
+    """The search flags; each one not given is the model family's default (its recipe's ``decoding``)."""
+    search = parser.add_argument_group("search", "each flag not given is the model family's:" + family_defaults())
+    search.add_argument("--beam", type=positive_int, help="beam size (1: greedy search)")
+    search.add_argument("--max-len-a", type=float, help="a translation has at most a * source tokens + b tokens")
+    search.add_argument("--max-len-b", type=int, help="see --max-len-a")
+    search.add_argument("--length-penalty", type=float, help="GNMT's alpha for beam search (0: none)")
     parser.add_argument("--max-tokens", type=positive_int, default=4096, help="source tokens per batch")
 
 
-def decoding_options(args: argparse.Namespace) -> DecodingOptions:
-    return DecodingOptions(beam=args.beam, length_penalty=args.length_penalty, max_len_a=args.max_len_a,
-                           max_len_b=args.max_len_b, max_tokens=args.max_tokens)
+def decoding_options(args: argparse.Namespace, family: str) -> DecodingOptions:
+    """The search flags given, and the family's recipe for those not given."""
+    defaults = asdict(RECIPES[family].decoding)
+    given = {name: getattr(args, name) for name in defaults if getattr(args, name) is not None}
+    return DecodingOptions(**(defaults | given), max_tokens=args.max_tokens)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -43,6 +60,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run (plm seq2seq train)")
     parser.add_argument("file", nargs="?", help="UTF-8 file, one source sentence per line (default: stdin)")
     add_decoding(parser)
+    add_no_progress(parser)
     add_device(parser)
     parser.set_defaults(run=run)
 
@@ -57,8 +75,8 @@ def source_lines(path: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    options = decoding_options(args)
-    options.validate()
     model, tokenizers = load_seq2seq(args.model, resolve_device(args.device))
-    for line in translate(model, tokenizers, source_lines(args.file), options):
+    options = decoding_options(args, model.family)
+    options.validate()
+    for line in translate(model, tokenizers, source_lines(args.file), options, progress=not args.no_progress):
         print(line)

@@ -44,7 +44,7 @@ from plm.core.embeddings import check_context
 from plm.core.linear import linear
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
-from plm.recipe import Hyperparameters, Recipe
+from plm.recipe import Decoding, Hyperparameters, Recipe
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,8 @@ RECIPE = Recipe(
         weight_decay=0.0,
     ),
     source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
+    # Section 6.1: beam search with a beam of 4 and length penalty alpha 0.6, at most input length + 50 tokens.
+    decoding=Decoding(beam=4, length_penalty=0.6, max_len_a=1.0, max_len_b=50),
 )
 
 

@@ -13,7 +13,9 @@ Required: ``batch``, ``size``, ``target_counts``, ``loss``, ``validation_batches
   so that a run can be given in epochs rather than steps.
 - ``perplexity_terms`` (every term): the loss terms that are mean negative
   log-likelihoods, whose exp the trainer logs as a perplexity; a squared error (a
-  regression) or a KL term (SiFT) has none.
+  regression) or a KL term (SiFT) has none. ``val_perplexity`` is the first term's,
+  when it is one of these: an objective that trains a surrogate (label smoothing)
+  lists the plain likelihood first, with weight 0 in ``loss_weights``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ the target distribution puts 1 - epsilon on the reference token and epsilon spre
 evenly over the whole vocabulary, so the loss per target is
 (1 - epsilon) * -log p(y) + epsilon * mean_v -log p(v). Padding is no target.
 
+Two terms are logged: ``label_smoothed``, the loss that is trained, and ``nll``, the
+plain negative log-likelihood -log p(y) (weight 0: logged, not trained), which is the
+one a perplexity is the exp of. ``nll`` comes first because the trainer reports the
+first term's perplexity as ``val_perplexity``.
+
 ``validation_metrics`` translates held-out sources greedily and scores them against
 their references (exact match, BLEU, chrF): the numbers a loss cannot show.
 """
@@ -30,21 +35,23 @@ from plm.errors import PLMError
 from plm.objectives.base import Selection
 from plm.translation import DecodingOptions, score_translations, translate
 
-LOSS = "nll"  # the one loss term
+NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained loss
 
 
-def label_smoothed_nll(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int) -> torch.Tensor:
-    """Summed label-smoothed cross entropy of ``logits`` (N, V) against ``labels`` (N,), skipping ``ignore_index``."""
+def cross_entropies(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
+                    ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood and label-smoothed cross entropy of ``logits`` (N, V) against ``labels``
+    (N,), skipping ``ignore_index``."""
     log_probs = logits.float().log_softmax(-1)
     keep = labels != ignore_index
     log_probs, labels = log_probs[keep], labels[keep]
     nll = -log_probs.gather(1, labels[:, None]).squeeze(1)  # -log p(y)
     uniform = -log_probs.mean(-1)  # mean over the vocabulary of -log p(v)
-    return ((1.0 - epsilon) * nll + epsilon * uniform).sum()
+    return nll.sum(), ((1.0 - epsilon) * nll + epsilon * uniform).sum()
 
 
 class Seq2SeqObjective:
-    """Teacher-forced batches of similar lengths under a token budget, and the label-smoothed loss."""
+    """Teacher-forced batches of similar lengths under a token budget, the label-smoothed loss and the likelihood."""
 
     def __init__(
         self,
@@ -85,6 +92,8 @@ class Seq2SeqObjective:
         self.selection = Selection(f"val_{select_by}", maximize=True) if select_by else None
         self.train_tokens = sum(map(len, self.train_data.targets))
         self.batches_per_epoch = len(self.sampler)
+        self.loss_weights = {NLL: 0.0}
+        self.perplexity_terms = (NLL,)
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
         return collate(self.train_data, self.sampler.indices(step, index), self.source_pad, self.target_pad)
@@ -93,12 +102,14 @@ class Seq2SeqObjective:
         return int((batch["labels"] != self.target_pad).sum())
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
-        return {LOSS: self.size(batch)}
+        targets = self.size(batch)
+        return {NLL: targets, SMOOTHED: targets}
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         logits = model(batch["source_ids"], batch["decoder_input_ids"], batch["source_mask"]).logits  # (B, T, V)
-        return {LOSS: label_smoothed_nll(logits.flatten(0, 1), batch["labels"].flatten(), self.label_smoothing,
-                                         self.target_pad)}
+        nll, smoothed = cross_entropies(logits.flatten(0, 1), batch["labels"].flatten(), self.label_smoothing,
+                                        self.target_pad)
+        return {NLL: nll, SMOOTHED: smoothed}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         for group in self.validation_groups:

@@ -26,7 +26,7 @@ from plm.errors import PLMError
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import TokenClassifierOutput
 from plm.tasks.model import TaskModel
-from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, first_piece_positions, gather_words
+from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, MixOptions, first_piece_positions, gather_words
 
 FAMILY = "feature-tagger"
 ELMO_FAMILY = "elmo"
@@ -36,7 +36,8 @@ NOT_ENCODERS = (ELMO_FAMILY, TaskModel.family, FAMILY)  # families with no encod
 @dataclass(frozen=True)
 class TaggerConfig:
     """What the encoder's features are and the tagger that reads them: the layers (``features``: indices into
-    the embedding output followed by every block's, -1 the last), how they combine, the labels, and the BiLSTM."""
+    the embedding output followed by every block's, -1 the last), how they combine, the labels, the BiLSTM, and
+    the options of its scalar mixes (``combine`` mix and ELMo's; see :class:`plm.tasks.tagger.MixOptions`)."""
 
     features: tuple[int, ...]
     labels: int
@@ -45,14 +46,22 @@ class TaggerConfig:
     hidden: int = 256  # per direction; BERT's feature-based NER used 768
     lstm_layers: int = 2
     dropout: float = 0.1
+    mix_layer_norm: bool = False
+    mix_dropout: float = 0.0
+    mix_l2: float = 0.0
 
     def __post_init__(self) -> None:
+        MixOptions(self.mix_layer_norm, self.mix_dropout, self.mix_l2)  # raises on a dropout or lambda out of range
         if self.combine not in COMBINATIONS:
             raise PLMError(f"unknown layer combination {self.combine!r}; choose one of {', '.join(COMBINATIONS)}")
         if min(self.labels, self.hidden, self.lstm_layers) < 1:
             raise PLMError("the tagger needs at least 1 label, 1 hidden unit and 1 LSTM layer")
         if self.label_names and len(self.label_names) != self.labels:
             raise PLMError(f"{len(self.label_names)} label names for {self.labels} labels")
+
+    @property
+    def mix(self) -> MixOptions:
+        return MixOptions(self.mix_layer_norm, self.mix_dropout, self.mix_l2)
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,10 @@ class FeatureTaggerConfig:
         if family not in FAMILIES or family in NOT_ENCODERS:
             raise PLMError(f"{source}: unknown encoder family {family!r}")
         encoder = config_from_dict(FAMILIES[family].config_class, values["encoder"], f"{source}: encoder", complete)
-        tagger = config_from_dict(TaggerConfig, values["tagger"], f"{source}: tagger", complete)
+        tagger_values = values["tagger"]
+        if isinstance(tagger_values, dict):  # written before the mix options: plain mixes
+            tagger_values = {"mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, **tagger_values}
+        tagger = config_from_dict(TaggerConfig, tagger_values, f"{source}: tagger", complete)
         elmo = values["elmo"]
         if elmo is not None:
             elmo = config_from_dict(FAMILIES[ELMO_FAMILY].config_class, elmo, f"{source}: elmo", complete)
@@ -116,11 +128,17 @@ class FeatureTagger(PretrainedModel):
             frozen.requires_grad_(False)
         tagger = config.tagger
         combine = [tagger.combine, "mix"][: len(sources)]  # ELMo's layers: always its scalar mix
-        self.tagger = BiLSTMTagger(sources, tagger.labels, combine, tagger.hidden, tagger.lstm_layers, tagger.dropout)
+        self.tagger = BiLSTMTagger(
+            sources, tagger.labels, combine, tagger.hidden, tagger.lstm_layers, tagger.dropout, tagger.mix
+        )
 
     def frozen(self) -> list[PretrainedModel]:
         """The models that give features and never learn."""
         return [self.encoder] + ([self.elmo] if self.elmo is not None else [])
+
+    def penalty(self) -> torch.Tensor:
+        """The L2 terms of the tagger's scalar mixes, lambda * ||s||^2, that training adds to the task loss."""
+        return self.tagger.penalty()
 
     def train(self, mode: bool = True) -> FeatureTagger:
         """The tagger's mode; the frozen models stay in eval mode (no dropout in the features)."""

@@ -8,6 +8,10 @@ over 0.2% of training, and the auxiliary LM loss with lambda 0.5. Each run keeps
 best model by the task's dev metric; with several runs, the best of them is copied
 to ``OUT/best`` and ``OUT/summary.json`` lists them all.
 
+``max_steps`` and ``minutes`` cut each run short (the schedule is laid out over ``max_steps``,
+but not squeezed into ``minutes``). A sentence-transformers checkpoint is read through the pooling
+it was trained with (:func:`trained_pooling`).
+
 For tagging, ``features`` turns to BERT's feature-based approach (section 5.3): the
 model stays frozen and a BiLSTM tagger learns over the chosen layers of it (and, with
 ``elmo``, over a frozen ELMo's scalar mix as well); see :mod:`plm.tasks.feature_tagger`.
@@ -15,6 +19,7 @@ model stays frozen and a BiLSTM tagger learns over the chosen layers of it (and,
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from dataclasses import dataclass
@@ -32,11 +37,12 @@ from plm.models import CausalLM, from_preset
 from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
+from plm.tasks.heads import POOLINGS
 from plm.tasks.model import task_model
 from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
-from plm.tasks.tagger import COMBINATIONS
+from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
@@ -63,7 +69,7 @@ class FinetuneSetup:
     epochs: float = 3.0
     batch_size: int = 32
     warmup_fraction: float | None = None
-    max_length: int = 128
+    max_length: int | None = None  # tokens per sequence; None: 128, or QA's 384-token windows (BERT's SQuAD)
     lm_weight: float = 0.5  # GPT-1's lambda; 0 turns the auxiliary LM loss off
     sift: bool = False
     stride: int = 128  # QA: tokens between the starts of a long context's windows
@@ -75,6 +81,10 @@ class FinetuneSetup:
     combine: str = "concat"  # how those layers combine: concat, sum or mix
     elmo: str | None = None  # a plm ELMo run whose scalar-mixed layers join the features
     symmetric: bool = False  # GPT pairs without an order, read in both (GPT-1's similarity form)
+    pooling: str | None = None  # classify, pair, regress, choice: cls, last or mean; None: see trained_pooling
+    minutes: float | None = None  # each run stops at the first step past this many minutes of training
+    max_steps: int | None = None  # each run stops after this many steps; the schedule is laid out over them
+    mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -89,11 +99,16 @@ class FinetuneSetup:
             raise PLMError(f"--symmetric reads sentence pairs: it is for --task pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
             raise PLMError(f"--combine must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise PLMError(f"--pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.pooling is not None and self.task not in POOLED_TASKS:
+            raise PLMError(f"--pooling is for --task {', '.join(POOLED_TASKS)}: a {self.task} head reads every token")
         if (self.train is None) != (self.validation is None):
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
             raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
-        if min(self.restarts, self.batch_size, self.stride) < 1 or self.max_length < 8 or self.synthetic_size < 4:
+        short = self.max_length is not None and self.max_length < 8
+        if min(self.restarts, self.batch_size, self.stride) < 1 or short or self.synthetic_size < 4:
             raise PLMError("--restarts, --batch-size and --stride must be at least 1, --max-length at least 8, "
                            "--synthetic-size at least 4")
         if not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -102,6 +117,40 @@ class FinetuneSetup:
             raise PLMError(f"--lm-weight must be >= 0, got {self.lm_weight}")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
             raise PLMError(f"--warmup must be a fraction of training in [0, 1), got {self.warmup_fraction}")
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
+            raise PLMError(f"--minutes must be a number above 0, got {self.minutes}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise PLMError(f"--max-steps must be at least 1, got {self.max_steps}")
+        if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
+            raise PLMError("--mix-layer-norm, --mix-dropout and --mix-l2 set the feature-based tagger's scalar "
+                           "mixes: give --features with --combine mix or --elmo")
+
+
+POOLED_TASKS = ("classify", "pair", "regress", "choice")  # one vector per sequence
+SENTENCE_TRANSFORMERS_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+def trained_pooling(model: str | Path | None) -> str | None:
+    """The pooling a sentence-transformers checkpoint (all-MiniLM-L6-v2) was trained with, from its
+    ``modules.json`` and pooling config; None for any other model (its family's pooling then: [CLS] or last).
+
+    Such a model learnt to make the mean of its token states the sentence's vector, while its BERT
+    pooler never got a gradient (all-MiniLM-L6-v2's: bias all 0, weights of std 0.009). A classifier
+    reading [CLS] through that pooler (as transformers' BertForSequenceClassification does) gets tiny
+    gradients and sits on the 0.69 loss plateau for the first ~30 of the 96 steps that 1,000 SST-2
+    sentences give; whether it leaves it in time is float noise (issue 20: dev accuracy 0.50 on one
+    thread, 0.79 on two). Mean pooling leaves the plateau within 15 steps (see the README).
+    """
+    if model is None or not (Path(model) / "modules.json").is_file():
+        return None
+    modules = json.loads((Path(model) / "modules.json").read_text(encoding="utf-8"))
+    for module in modules:
+        config = Path(model) / module.get("path", "") / "config.json"
+        if module.get("type", "").endswith(".Pooling") and config.is_file():
+            modes = json.loads(config.read_text(encoding="utf-8"))
+            chosen = [pooling for key, pooling in SENTENCE_TRANSFORMERS_POOLING.items() if modes.get(key)]
+            return chosen[0] if len(chosen) == 1 else None
+    return None
 
 
 READERS = {"tag": readers.read_conll, "qa": readers.read_squad, "choice": readers.read_swag}
@@ -166,6 +215,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     if setup.symmetric:
         options["symmetric"] = True
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
+    pooling = setup.pooling or (trained_pooling(setup.model) if setup.task in POOLED_TASKS else None)
     sift = SiFT() if setup.sift else None
     if sift is not None:
         normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
@@ -176,26 +226,34 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
             seed = setup.seed + restart
             torch.manual_seed(seed)
             if setup.features is not None:
-                model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo)
+                model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
+                                       mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
+                                       mix_l2=setup.mix.l2)
             else:
                 names = labels if task.head != "span" else ()
-                model = task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric)
+                model = task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric,
+                                   pooling=pooling)
+            mix_penalty = model.penalty if setup.mix.l2 > 0 else None
             objective = TaskObjective(
-                task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift
+                task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift,
+                mix_penalty=mix_penalty,
             )
-            steps = max(1, math.ceil(setup.epochs * objective.batches_per_epoch))
-            per_epoch = max(1, math.ceil(steps / setup.epochs))
+            per_epoch = objective.batches_per_epoch
+            steps = max(1, math.ceil(setup.epochs * per_epoch))
+            if setup.max_steps is not None:  # the schedule's warmup and decay fit the steps that run
+                steps = min(steps, setup.max_steps)
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
-                betas=recipe.betas,
-                weight_decay=0.01, eval_every=per_epoch, save_every=per_epoch, log_every=max(1, per_epoch // 10),
-                seed=seed, device=setup.device, progress=setup.progress,
+                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=per_epoch,
+                log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
+                time_limit=None if setup.minutes is None else setup.minutes * 60,
             )
             directory = out / "runs" / f"lr{lr:g}-seed{seed}" if several else out
             trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer)
             metrics = trainer.train(overwrite=overwrite)
-            runs.append({"lr": lr, "seed": seed, "directory": str(directory), task.selection: trainer.best,
-                         **{k: v for k, v in metrics.items() if k.startswith("val_")}})
+            last = {k: v for k, v in metrics.items() if k.startswith("val_")}
+            runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
+                         task.selection: trainer.best})
     best = max(runs, key=lambda run: run[task.selection])
     if several:
         if (out / BEST_DIR).exists():
@@ -215,7 +273,7 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
     tokenizer = Tokenizer.train_wordpiece(synthetic_texts(train), vocab_size=200, min_frequency=1)
     torch.manual_seed(setup.seed)
     model = from_preset(
-        SYNTHETIC_PRESET, vocab_size=len(tokenizer), context_length=max(128, setup.max_length), **SYNTHETIC_OVERRIDES
+        SYNTHETIC_PRESET, vocab_size=len(tokenizer), context_length=max(128, setup.max_length or 0), **SYNTHETIC_OVERRIDES
     )
     model.init_weights(std=model.config.dim ** -0.5)
     return model, tokenizer
@@ -242,8 +300,11 @@ def task_name(head: Any) -> str:
     return {"tag": "tag", "span": "qa", "choice": "choice"}[head.task]
 
 
-def load_task_model(path: str | Path, device: str = "cpu", max_length: int = 128, **options: Any) -> tuple[Any, Task]:
-    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data."""
+def load_task_model(
+    path: str | Path, device: str = "cpu", max_length: int | None = None, **options: Any
+) -> tuple[Any, Task]:
+    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data
+    (``max_length`` None: the task's default, see :func:`plm.tasks.objectives.build_task`)."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if isinstance(model, FeatureTagger):
         tagger = model.config.tagger

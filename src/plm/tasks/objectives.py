@@ -18,7 +18,7 @@ objective adds the auxiliary LM loss on the task text: L3 = L2 + lambda * L1, wi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ class Task:
     name: str
     head: str  # the head of plm.tasks.heads it trains
     selection: str  # the validation metric that picks the best model
-    likelihood = True  # the task loss is a negative log-likelihood (every task's but a regression's)
+    default_length = 128  # tokens per sequence when none is given (BERT's fine-tuning length)
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, labels: Sequence[str] = (), causal: bool = False) -> None:
         self.tokenizer = tokenizer
@@ -148,7 +148,6 @@ class Classification(Task):
 
 class Regression(Classification):
     name, head, selection = "regress", "classify", "val_pearson"
-    likelihood = False
 
     @property
     def outputs(self) -> int:
@@ -215,6 +214,7 @@ class QuestionAnswering(Task):
     """SQuAD; ``threshold`` (tau) is v2.0's margin a span must beat null by (None: always a span)."""
 
     name, head, selection = "qa", "span", "val_exact_match"
+    default_length = 384  # BERT's SQuAD windows, 128 tokens apart
 
     def __init__(self, *args: Any, stride: int = 128, max_answer_length: int = 30, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -354,7 +354,12 @@ class TaskObjective:
     Batch m (``step * micro_batches_per_step + index``) is slice m of the epoch's
     shuffle (seeded by ``seed`` and the epoch), so ``batches_per_epoch`` micro-batches
     read every training example once. ``lm_weight`` > 0 on a GPT backbone adds GPT-1's
-    auxiliary LM term ``lm``; ``sift`` adds DeBERTa's SiFT term ``sift`` (weight 1).
+    auxiliary LM term ``lm``; ``sift`` adds DeBERTa's SiFT term ``sift`` (weight 1);
+    ``mix_penalty`` (a feature tagger's ``penalty``) adds ELMo's L2 term on its scalar
+    mixes' weights, lambda * ||s||^2, as ``mix_l2`` (once per step, not per target).
+
+    Only ``lm`` is a perplexity: a class, tag, span or choice distribution's exp(loss)
+    means nothing next to a language model's, so those runs log no ``val_perplexity``.
     """
 
     def __init__(
@@ -367,6 +372,7 @@ class TaskObjective:
         micro_batches_per_step: int = 1,
         lm_weight: float = 0.0,
         sift: SiFT | None = None,
+        mix_penalty: Callable[[], torch.Tensor] | None = None,
     ) -> None:
         self.task = task
         self.features = encode_all(task, train)
@@ -379,9 +385,9 @@ class TaskObjective:
         self.train_tokens = sum(len(f["input_ids"]) for f in self.features)
         self.lm = lm_weight > 0 and task.causal
         self.sift = sift
+        self.mix_penalty = mix_penalty
         self.loss_weights = {"lm": lm_weight} if self.lm else {}
-        # exp of a term is a perplexity for a log-likelihood: not a regression's squared error, not SiFT's KL
-        self.perplexity_terms = ("task", "lm") if task.likelihood else ("lm",)
+        self.perplexity_terms = ("lm",)
         self.selection = Selection(task.selection, maximize=True)
         self.validation_features = encode_all(task, self.validation)
         self._order: tuple[int, torch.Tensor] | None = None
@@ -404,6 +410,8 @@ class TaskObjective:
             counts["lm"] = int(lm_mask(batch["attention_mask"]).sum())
         if self.adversarial():
             counts["sift"] = len(batch["input_ids"])
+        if self.mix_penalty is not None:
+            counts["mix_l2"] = 1  # one penalty per micro-batch: the step's mean is the penalty itself
         return counts
 
     def adversarial(self) -> bool:
@@ -421,6 +429,8 @@ class TaskObjective:
                 return self.task.logits(forward(model, batch))
 
             losses["sift"] = self.sift.loss(model, perturbed_logits, self.task.logits(output))
+        if self.mix_penalty is not None:
+            losses["mix_l2"] = self.mix_penalty()
         return losses
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -454,14 +464,18 @@ def build_task(
     max_length: int | None = None,
     **options: Any,
 ) -> Task:
-    """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``."""
+    """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``.
+
+    ``max_length``: tokens per sequence (QA: per window); None takes the task's ``default_length``
+    (384 for QA, 128 otherwise); never more than the backbone's context.
+    """
     if name not in TASK_CLASSES:
         raise PLMError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     backbone = getattr(model, "backbone", model)
     causal = isinstance(backbone, CausalLM)
     if causal and name in ("tag", "qa"):
         raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does {', '.join(GPT_TASKS)}")
-    length = min(max_length or backbone.config.context_length, backbone.config.context_length)
+    length = min(max_length or TASK_CLASSES[name].default_length, backbone.config.context_length)
     return TASK_CLASSES[name](tokenizer, length, labels, causal=causal, **options)
 
 

@@ -12,7 +12,9 @@ are concatenated.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -24,15 +26,31 @@ from plm.tasks.encoding import first_pieces
 COMBINATIONS = ("concat", "sum", "mix")
 
 
+@dataclass(frozen=True)
+class MixOptions:
+    """ELMo's options for a scalar mix (Peters et al., 2018, section 3.2): normalise each layer first
+    (``layer_norm``), drop out of the mix (``dropout``), and add lambda * ||s||^2 to the task loss (``l2``)."""
+
+    layer_norm: bool = False
+    dropout: float = 0.0
+    l2: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dropout < 1:
+            raise PLMError(f"the scalar mix's dropout must be in [0, 1), got {self.dropout}")
+        if not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise PLMError(f"the scalar mix's L2 weight lambda must be a finite number >= 0, got {self.l2}")
+
+
 class LayerCombination(nn.Module):
     """One source's layers as one vector per word: concatenated (L * D), summed (D) or scalar-mixed (D)."""
 
-    def __init__(self, layers: int, dim: int, how: str) -> None:
+    def __init__(self, layers: int, dim: int, how: str, mix: MixOptions = MixOptions()) -> None:
         super().__init__()
         if how not in COMBINATIONS:
             raise PLMError(f"unknown layer combination {how!r}; choose one of {', '.join(COMBINATIONS)}")
         self.how = how
-        self.mix = ScalarMix(layers) if how == "mix" else None
+        self.mix = ScalarMix(layers, mix.layer_norm, mix.dropout, mix.l2) if how == "mix" else None
         self.width = layers * dim if how == "concat" else dim
 
     def forward(self, layered: torch.Tensor) -> torch.Tensor:
@@ -48,25 +66,30 @@ class BiLSTMTagger(nn.Module):
 
     ``sources``: (layers, dim) of each feature source, in the order forward receives them;
     ``combine``: how every source's layers are combined, or one way per source (ELMo's
-    own scalar mix beside a BERT's concatenated layers).
+    own scalar mix beside a BERT's concatenated layers); ``mix``: the options of every scalar mix.
     """
 
     def __init__(
         self, sources: Sequence[tuple[int, int]], labels: int, combine: str | Sequence[str] = "concat",
-        hidden: int = 256, lstm_layers: int = 2, dropout: float = 0.1,
+        hidden: int = 256, lstm_layers: int = 2, dropout: float = 0.1, mix: MixOptions = MixOptions(),
     ) -> None:
         super().__init__()
         ways = [combine] * len(sources) if isinstance(combine, str) else list(combine)
         if len(ways) != len(sources):
             raise PLMError(f"{len(sources)} feature sources need as many layer combinations, got {len(ways)}")
         self.combinations = nn.ModuleList(
-            LayerCombination(layers, dim, how) for (layers, dim), how in zip(sources, ways)
+            LayerCombination(layers, dim, how, mix) for (layers, dim), how in zip(sources, ways)
         )
         width = sum(c.width for c in self.combinations)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(width, hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True,
                             dropout=dropout if lstm_layers > 1 else 0.0)
         self.classifier = nn.Linear(2 * hidden, labels)
+
+    def penalty(self) -> torch.Tensor:
+        """The scalar mixes' L2 terms lambda * ||s||^2 added up (0 without a mix): what training adds to the loss."""
+        mixes = [c.mix for c in self.combinations if c.mix is not None]
+        return sum((mix.penalty() for mix in mixes), torch.zeros(()))
 
     def forward(self, sources: Sequence[torch.Tensor], word_mask: torch.Tensor) -> torch.Tensor:
         """``sources``: each (B, L, W, D); ``word_mask`` (B, W), 1 for words. Returns logits (B, W, labels)."""

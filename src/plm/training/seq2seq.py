@@ -31,6 +31,10 @@ OBJECTIVE = "seq2seq"
 SELECTABLE = ("bleu", "chrf", "exact_match")
 DEFAULT_TASK_PAIRS = (20_000, 500)  # generated training and held-out pairs of the dates task
 DEFAULT_TASK_VOCABULARY = 400  # the dates task needs few tokens beyond BPE's 256 bytes
+# The model a run with no --model trains: the one that learns the dates task well within the default run's
+# 1,000 steps (transformer-small: 95% held-out exact match at step 300; the RNNs are still below 10% after
+# 1,300 steps, see the README's equal-time table).
+DEFAULT_MODEL = "transformer-small"
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class Seq2SeqSetup:
     ``validation_tsv``), else the last ``validation_fraction`` of the training pairs.
     """
 
-    model: str = "rnn-luong"
+    model: str = DEFAULT_MODEL
     source: str | None = None
     target: str | None = None
     tsv: str | None = None
