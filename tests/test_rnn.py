@@ -103,6 +103,19 @@ def test_the_output_layer_reads_what_each_paper_feeds_it(form: str) -> None:
     torch.testing.assert_close(logits, readout @ model.output.weight.T + model.output.bias)
 
 
+@pytest.mark.parametrize("form, projection", [("bahdanau-gru", "key_proj"), ("luong-general-feeding", "weight")])
+def test_the_encoder_states_are_projected_once_per_source_not_at_every_step(form: str, projection: str) -> None:
+    """Bahdanau's U h_j and Luong's W h_j depend on the source alone: one projection serves every target step."""
+    model, (source, mask, _) = tiny(form), padded_batch()
+    calls = []
+    getattr(model.attention, projection).register_forward_hook(lambda *args: calls.append(1))
+    state = model.encode(source, mask)
+    for token in range(4):  # decoding step by step
+        state = model.decode(torch.full((3, 1), token), state).state
+    model(source, torch.randint(0, 17, (3, 6)), mask)  # teacher forcing: another source, one more projection
+    assert len(calls) == 2
+
+
 def test_reordering_the_state_decodes_the_chosen_rows() -> None:
     """Beam search keeps some rows and repeats others: the reordered state must decode like those rows."""
     model = tiny("luong-general-feeding")

@@ -52,7 +52,7 @@ for folder in (HERE, HERE.parent):  # common.py and run.py, and bench_common.py
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from common import Curve, Row, Settings, StepTimer, group_main  # noqa: E402
+from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main  # noqa: E402
 
 from bench_common import quiet_transformers  # noqa: E402
 from plm.tasks import finetune as plm_finetune  # noqa: E402
@@ -109,21 +109,6 @@ def minilm_directory() -> Path:
         raise SystemExit(f"the {MINILM_PACKAGE} package (all-MiniLM-L6-v2) is not installed")
     return Path(spec.submodule_search_locations[0]) / "model"
 
-
-class OwnRandomStream:
-    """A CPU random state of the reference's own: dropout masks drawn inside ``with stream:`` come from it,
-    and the stream plm's Trainer draws from is left as it was."""
-
-    def __init__(self, seed: int) -> None:
-        self.state = torch.Generator().manual_seed(seed).get_state()
-
-    def __enter__(self) -> None:
-        self.outer = torch.get_rng_state()
-        torch.set_rng_state(self.state)
-
-    def __exit__(self, *exc: object) -> None:
-        self.state = torch.get_rng_state()
-        torch.set_rng_state(self.outer)
 
 
 class Reference:
@@ -237,14 +222,6 @@ class MeanPooledClassifier(nn.Module):
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)  # (B, H)
         logits = self.classifier(self.dropout(pooled))
         return SimpleNamespace(logits=logits, loss=None if labels is None else F.cross_entropy(logits, labels))
-
-
-def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on the linear layers' weights only; not on embeddings, biases or LayerNorms (BERT's rule)."""
-    decayed = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in parameters if id(p) in decayed], "weight_decay": weight_decay},
-            {"params": [p for p in parameters if id(p) not in decayed], "weight_decay": 0.0}]
 
 
 def words_tags(row: list[int], word_ids: list[int | None], words: int, labels: tuple[str, ...]) -> list[str]:

@@ -61,7 +61,7 @@ for folder in (HERE, HERE.parent):  # common.py, and bench_common.py
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from common import Curve, Row, Settings, StepTimer, group_main  # noqa: E402
+from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main  # noqa: E402
 
 from bench_common import quiet_transformers  # noqa: E402
 from plm.hf import save_hf  # noqa: E402
@@ -119,28 +119,6 @@ class WordBiLM(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
 
 
-def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only: not on embeddings (nor the LM head tied to them), biases or norms."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    matrices = {id(p) for name, p in model.named_parameters() if p.dim() >= 2 and id(p) not in embeddings}
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in parameters if id(p) in matrices], "weight_decay": weight_decay},
-            {"params": [p for p in parameters if id(p) not in matrices], "weight_decay": 0.0}]
-
-
-class OwnRandomStream:
-    """The reference's own CPU random state: dropout inside ``with stream:`` draws from it; plm's is left alone."""
-
-    def __init__(self, seed: int) -> None:
-        self.state = torch.Generator().manual_seed(seed).get_state()
-
-    def __enter__(self) -> None:
-        self.outer = torch.get_rng_state()
-        torch.set_rng_state(self.state)
-
-    def __exit__(self, *exc: object) -> None:
-        self.state = torch.get_rng_state()
-        torch.set_rng_state(self.outer)
 
 
 @dataclass

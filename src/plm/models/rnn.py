@@ -102,7 +102,8 @@ class RNNState:
     """The decoder's state after the tokens read so far, and the source it attends to.
 
     ``hidden`` is (h,) for a GRU or (h, c) for an LSTM, each (layers, B, H); ``memory``
-    (B, S, H) the encoder states, ``mask`` (B, S) True at real source tokens;
+    (B, S, H) the encoder states, ``keys`` what the attention's score reads of them (its
+    projection, computed once per source), ``mask`` (B, S) True at real source tokens;
     ``summary`` (B, H) the final encoder state (the no-attention form's context);
     ``feed`` (B, H) the attentional state of the last step (Luong's input feeding);
     ``read`` how many target tokens the state has read.
@@ -110,6 +111,7 @@ class RNNState:
 
     hidden: tuple[torch.Tensor, ...]
     memory: torch.Tensor
+    keys: torch.Tensor
     mask: torch.Tensor
     summary: torch.Tensor
     feed: torch.Tensor
@@ -120,6 +122,7 @@ class RNNState:
         return RNNState(
             hidden=tuple(h.index_select(1, index) for h in self.hidden),
             memory=self.memory.index_select(0, index),
+            keys=self.keys.index_select(0, index),
             mask=self.mask.index_select(0, index),
             summary=self.summary.index_select(0, index),
             feed=self.feed.index_select(0, index),
@@ -181,7 +184,8 @@ class RNNSeq2Seq(Seq2SeqModel):
         memory = pad_packed_sequence(packed, batch_first=True, total_length=length)[0]  # (B, S, H)
         hidden = self.bridged(final if isinstance(final, tuple) else (final,))
         summary = hidden[0][-1]  # the top layer's final state, (B, H)
-        return RNNState(hidden, memory, mask, summary, feed=torch.zeros_like(summary))
+        keys = memory if self.attention is None else self.attention.project(memory)
+        return RNNState(hidden, memory, keys, mask, summary, feed=torch.zeros_like(summary))
 
     def bridged(self, final: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The encoder's final (h[, c]) as the decoder's initial state, each (layers, B, H)."""
@@ -212,7 +216,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         step t needs step t-1's attention (Bahdanau, input feeding) run a loop over T;
         the others run the fused RNN over all T.
         """
-        config, memory, mask = self.config, state.memory, state.mask
+        config, memory, keys, mask = self.config, state.memory, state.keys, state.mask
         embedded = self.dropout(self.target_embedding(tokens))  # (B, T, E)
         time = tokens.shape[1]
         weights = None
@@ -222,18 +226,18 @@ class RNNSeq2Seq(Seq2SeqModel):
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         elif not (config.attention == "bahdanau" or config.input_feeding):
             outputs, hidden = self.run_decoder(embedded, state.hidden)
-            contexts, weights = self.attention(outputs, memory, mask)
+            contexts, weights = self.attention(outputs, memory, mask, keys)
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         else:
             hidden, feed, steps, step_weights = state.hidden, state.feed, [], []
             for t in range(time):
                 token = embedded[:, t : t + 1]  # (B, 1, E)
                 if config.attention == "bahdanau":  # s_{t-1} chooses what to read
-                    context, weight = self.attention(hidden[0][-1][:, None], memory, mask)
+                    context, weight = self.attention(hidden[0][-1][:, None], memory, mask, keys)
                     output, hidden = self.run_decoder(torch.cat([token, context], -1), hidden)
                 else:  # Luong: read h~_{t-1}, then s_t chooses
                     output, hidden = self.run_decoder(torch.cat([token, feed[:, None]], -1), hidden)
-                    context, weight = self.attention(output, memory, mask)
+                    context, weight = self.attention(output, memory, mask, keys)
                 step = self.readout(context, output, token)  # (B, 1, H)
                 feed = step[:, 0]
                 steps.append(step)

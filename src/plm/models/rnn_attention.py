@@ -2,7 +2,9 @@
 
 Every variant is one score function ``score(query, keys) -> (B, Q, S)`` and shares
 :meth:`SourceAttention.forward`: one masked softmax over the (padded) source, then the
-context vector as the weighted sum of the encoder states. Queries are decoder states
+context vector as the weighted sum of the encoder states. What a score reads of the
+encoder states alone (Bahdanau's U h_j, Luong's W h_j) is ``project``-ed once per source
+sentence, not at every target step: the decoder keeps it in its state. Queries are decoder states
 (B, Q, query_dim) (Q = 1 when decoding step by step); keys are the encoder states
 (B, S, key_dim); ``mask`` (B, S) is True at real source tokens.
 
@@ -31,14 +33,22 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class SourceAttention(nn.Module):
     """Base class: a score function over the source, the shared masked softmax and context."""
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def project(self, keys: torch.Tensor) -> torch.Tensor:
+        """What ``score`` reads of the encoder states (B, S, Dk); the states themselves unless a score projects them."""
+        return keys
+
+    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def forward(
-        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
+        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, projected: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query (B, Q, Dq), keys (B, S, Dk), mask (B, S) -> context (B, Q, Dk), weights (B, Q, S)."""
-        weights = masked_softmax(self.score(query, keys), mask)
+        """query (B, Q, Dq), keys (B, S, Dk), mask (B, S) -> context (B, Q, Dk), weights (B, Q, S).
+
+        ``projected``: ``project(keys)``, when the caller computed it once for many queries.
+        """
+        projected = self.project(keys) if projected is None else projected
+        weights = masked_softmax(self.score(query, projected), mask)
         return weights @ keys, weights
 
 
@@ -51,16 +61,19 @@ class BahdanauAttention(SourceAttention):
         self.key_proj = nn.Linear(key_dim, dim)  # U (its bias is the hidden layer's)
         self.v = nn.Linear(dim, 1, bias=False)
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(self.query_proj(query)[:, :, None] + self.key_proj(keys)[:, None])  # (B, Q, S, dim)
+    def project(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.key_proj(keys)  # U h_j: (B, S, dim)
+
+    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.query_proj(query)[:, :, None] + projected[:, None])  # (B, Q, S, dim)
         return self.v(hidden).squeeze(-1)
 
 
 class DotAttention(SourceAttention):
     """Luong's dot: e_ij = s_i^T h_j (the decoder and encoder states must be equally wide)."""
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return query @ keys.transpose(1, 2)
+    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return query @ projected.transpose(1, 2)
 
 
 class GeneralAttention(SourceAttention):
@@ -70,8 +83,11 @@ class GeneralAttention(SourceAttention):
         super().__init__()
         self.weight = nn.Linear(key_dim, query_dim, bias=False)  # W h_j
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return query @ self.weight(keys).transpose(1, 2)
+    def project(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.weight(keys)  # W h_j: (B, S, Dq)
+
+    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        return query @ projected.transpose(1, 2)
 
 
 class ConcatAttention(SourceAttention):
@@ -82,7 +98,7 @@ class ConcatAttention(SourceAttention):
         self.proj = nn.Linear(query_dim + key_dim, dim, bias=False)
         self.v = nn.Linear(dim, 1, bias=False)
 
-    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:  # keys: not projected
         queries, sources = query.shape[1], keys.shape[1]
         pairs = torch.cat(  # (B, Q, S, Dq + Dk): every query beside every source state
             [query[:, :, None].expand(-1, -1, sources, -1), keys[:, None].expand(-1, queries, -1, -1)], dim=-1
