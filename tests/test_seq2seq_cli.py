@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -172,3 +173,18 @@ def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "sentence 2 is" in err and "the model reads at most 64" in err
+
+
+def test_min_lr_is_where_a_cosine_decay_ends(date_pair_files: Path, tmp_path: Path) -> None:
+    """The RNN recipe's floor is its peak (a constant rate), so --schedule cosine needs --min-lr to decay at all."""
+    folder = date_pair_files
+    code = main(["seq2seq", "train", "--model", "rnn", "--src", str(folder / "src.txt"), "--tgt", str(folder / "tgt.txt"),
+                 "--vocab-size", "300", "--max-tokens", "256", "--steps", "4", "--warmup", "0", "--schedule", "cosine",
+                 "--lr", "1e-3", "--min-lr", "1e-4", "--log-every", "1", "--metric-examples", "0",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"])
+    assert code == 0
+    rates = [row["lr"] for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+             if "lr" in row]
+    # lr_t = min + (peak - min) (1 + cos(pi t / (T - 1))) / 2 at steps t = 0..3 of T = 4: the floor at the last.
+    expected = [1e-4 + 9e-4 * (1 + math.cos(math.pi * t / 3)) / 2 for t in range(4)]
+    assert rates == pytest.approx(expected)

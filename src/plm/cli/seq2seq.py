@@ -96,6 +96,7 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
     optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from")
     optimizer.add_argument("--lr", type=float, help="peak learning rate")
+    optimizer.add_argument("--min-lr", type=float, help="learning rate at the end of a cosine or linear decay")
     optimizer.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr")
     optimizer.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
     parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for the whole model (default: the preset's)")
@@ -138,7 +139,7 @@ def run_train(args: argparse.Namespace) -> None:
         dropout=args.dropout, hyperparameters=args.hyperparameters,
     )
     training = TrainingConfig(
-        steps=args.steps, time_limit=time_limit(args), lr=args.lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
+        steps=args.steps, time_limit=time_limit(args), lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
         clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every,
         seed=args.seed, device=args.device, progress=not args.no_progress,
     )

@@ -70,14 +70,16 @@ class RNNConfig:
                 raise PLMError(f"{name} should be positive, got {getattr(self, name)}")
 
 
-SMALL = dict(embedding_dim=64, hidden_dim=128, layers=2)
-PRESETS = {
-    # Small CPU presets, one per form: 2 LSTM layers of 128 (64 each way in the encoder), embeddings of 64.
-    # The vocabularies follow the tokenizer they are trained with.
-    "rnn": RNNConfig(attention="none", input_feeding=False, **SMALL),
-    "rnn-bahdanau": RNNConfig(attention="bahdanau", input_feeding=False, **SMALL),
-    "rnn-luong": RNNConfig(attention="general", input_feeding=True, **SMALL),
+FORMS = {
+    "rnn": dict(attention="none", input_feeding=False),
+    "rnn-bahdanau": dict(attention="bahdanau", input_feeding=False),
+    "rnn-luong": dict(attention="general", input_feeding=True),
 }
+# CPU presets, one per form and size: 2 LSTM layers of 128 (64 each way in the encoder) and embeddings of 64
+# for quick runs; -base, 2 layers of 512 and embeddings of 256, for a data set such as Multi30k (the papers'
+# own are 1,000 wide). The vocabularies follow the tokenizer they are trained with.
+SIZES = {"": dict(embedding_dim=64, hidden_dim=128, layers=2), "-base": dict(embedding_dim=256, hidden_dim=512, layers=2)}
+PRESETS = {name + size: RNNConfig(**form, **dims) for name, form in FORMS.items() for size, dims in SIZES.items()}
 
 RECIPE = Recipe(
     preset="rnn",

@@ -95,7 +95,7 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
     other key is stacked as it is (a class id, a score, a start position). ``word_ids``
     stay with the examples and are not batched.
     """
-    width = max(len(row) for f in features for row in _rows(f["input_ids"]))
+    width = max(width_of(f) for f in features)
     batch: dict[str, torch.Tensor] = {}
     for key in features[0]:
         if key == "word_ids":
@@ -110,6 +110,11 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
             batch[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)
     batch["attention_mask"] = torch.tensor([_pad(_ones(f["input_ids"]), width, 0) for f in features], dtype=torch.long)
     return batch
+
+
+def width_of(feature: Feature) -> int:
+    """The tokens a feature pads to: its length, or its longest choice's."""
+    return max(len(row) for row in _rows(feature["input_ids"]))
 
 
 def _rows(ids: list) -> list[list[int]]:
