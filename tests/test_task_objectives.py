@@ -231,3 +231,23 @@ def test_length_grouped_order_reads_every_row_once_in_batches_of_similar_length(
     # Still random: another epoch's seed gives other batches.
     other = length_grouped_order(lengths, batch_size, torch.Generator().manual_seed(2))
     assert order[:batch_size].tolist() != other[:batch_size].tolist()
+
+
+def test_an_evaluation_runs_the_dev_set_once_for_both_the_loss_and_the_metrics(tokenizer, tmp_path):
+    """The dev set's losses and metrics come from one forward pass per batch, and the metrics equal run()'s."""
+    train, dev = sentences(16), sentences(10)
+    model = bert(tokenizer)
+    task = build_task("classify", tokenizer, model, labels=["bad", "good"])
+    objective = TaskObjective(task, train, dev, batch_size=4)
+    trainer = Trainer(model, objective, TrainingConfig(steps=1, progress=False, device="cpu"), tmp_path / "run")
+    calls = []
+    model.register_forward_hook(lambda module, args, output: calls.append(1))
+    metrics = trainer.evaluate()
+    assert len(calls) == 3  # ceil(10 / 4) dev batches, each run once
+    expected = run(model, task, dev, batch_size=4)[1]
+    assert {k: metrics[f"val_{k}"] for k in expected} == pytest.approx(expected)
+    model.eval()
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
+    losses = [F.cross_entropy(model(**{k: batch[k] for k in inputs}).logits, batch["labels"], reduction="sum").item()
+              for batch in objective.validation_batches()]
+    assert metrics["val_loss_task"] == pytest.approx(sum(losses) / len(dev))

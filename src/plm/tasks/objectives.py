@@ -395,6 +395,7 @@ class TaskObjective:
         self.selection = Selection(task.selection, maximize=True)
         self.validation_features = encode_all(task, self.validation)
         self._order: tuple[int, torch.Tensor] | None = None
+        self._validation_outputs: list[tuple[Any, dict[str, torch.Tensor]]] | None = None
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
         number = step * self.per_step + index
@@ -425,6 +426,8 @@ class TaskObjective:
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         output = forward(model, batch)
+        if self._validation_outputs is not None and not torch.is_grad_enabled():
+            self._validation_outputs.append((output, batch))
         losses = {"task": self.task.loss(output, batch)}
         if self.lm:
             losses["lm"] = auxiliary_lm_loss(output.backbone.logits, batch["input_ids"], batch["attention_mask"])
@@ -438,11 +441,19 @@ class TaskObjective:
         return losses
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The labelled dev features in order. When they are all of them, the outputs that their losses
+        compute are kept for :meth:`validation_metrics`, so an evaluation runs the dev set once, not twice."""
         labelled_features = [f for f in self.validation_features if "labels" in f or "start_positions" in f]
+        self._validation_outputs = [] if len(labelled_features) == len(self.validation_features) else None
         return batches(self.task, labelled_features, self.batch_size)
 
     def validation_metrics(self, model: torch.nn.Module) -> dict[str, float]:
-        return run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
+        outputs, self._validation_outputs = self._validation_outputs, None
+        if outputs is None or sum(len(batch["input_ids"]) for _, batch in outputs) != len(self.validation_features):
+            return run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
+        if not labelled(self.validation):
+            return {}
+        return self.task.score(self.task.predict(outputs, self.validation_features, self.validation), self.validation)
 
 
 def length_grouped_order(
