@@ -90,6 +90,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "not-empty").mkdir()
     (root / "not-empty" / "notes.txt").write_text("keep me\n")
     (root / "a-directory").mkdir()
+    (root / "gap.txt").write_text("the first line\n\nthe third line\n")
+    (root / "empty-sentence.tsv").write_text("sentence\tlabel\na good film\t1\n\t0\n")
     return root
 
 
@@ -179,6 +181,16 @@ CASES = {
                            "binary.txt: looks like a binary file"),
     "binary embed file": (["embed", "--model", "{w}/bert", "--file", "{w}/binary.txt"], "binary.txt: looks like a binary file"),
     "binary perplexity": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/binary.txt"], "binary.txt: looks like a binary file"),
+    # Inputs that lose the line-by-line correspondence or train on nothing.
+    "overlap empty training file": (["overlap", "--train", "{w}/empty.txt", "--test", "{w}/text.txt"],
+                                    "empty.txt: the file is empty: no words to compare"),
+    "overlap empty test file": (["overlap", "--train", "{w}/text.txt", "--test", "{w}/empty.txt"],
+                                "empty.txt: the file is empty: no words to compare"),
+    "elmo embed empty line": (["elmo", "embed", "--model", "{w}/gpt", "{w}/gap.txt", "--out", "{w}/gap.npy"],
+                              "gap.txt:2: an empty line; the vectors are one row per line"),
+    "empty tsv sentence": (["finetune", "--task", "classify", "--model", "{w}/bert", "--train", "{w}/empty-sentence.tsv",
+                            "--validation", "{w}/empty-sentence.tsv", "--out", "{w}/ft"],
+                           "empty-sentence.tsv:3: an empty sentence in column 'sentence'"),
     "control characters": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/control.txt"],
                            "control.txt: looks like a binary file (71% control characters)"),
 }

@@ -139,6 +139,7 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
         (["translate", "--model", "{nowhere}"], "no such model directory"),
         (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
         (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
+        (["translate", "--model", "{run}", "x", "--max-len-a", "0", "--max-len-b", "0"], "leave no room for a single"),
     ],
 )
 def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsys, argv, message) -> None:

@@ -135,10 +135,12 @@ class BloomFilter:
 
 
 def _text_chunks(path: Path) -> Iterator[str]:
-    """A file's text in pieces of about CHUNK_CHARS characters, cut at line ends."""
+    """A file's text in pieces of about CHUNK_CHARS characters, cut at line ends; an empty file is an error."""
+    text = False
     try:
         with path.open(encoding="utf-8") as file:
             while chunk := "".join(file.readlines(CHUNK_CHARS)):
+                text = text or not chunk.isspace()
                 yield chunk
     except FileNotFoundError:
         raise PLMError(f"{path}: no such file") from None
@@ -146,6 +148,8 @@ def _text_chunks(path: Path) -> Iterator[str]:
         raise PLMError(f"{path}: is a directory, not a text file") from None
     except UnicodeDecodeError as error:
         raise PLMError(f"{path}: not valid UTF-8 (at byte {error.start} of a chunk)") from None
+    if not text:
+        raise PLMError(f"{path}: the file is empty: no words to compare")
 
 
 def stream_ngram_keys(path: str | Path, hashes: WordHashes) -> Iterator[np.ndarray]:

@@ -47,6 +47,8 @@ class DecodingOptions(Decoding):
             raise PLMError(f"--beam must be at least 1, got {self.beam}")
         if not (self.max_len_a >= 0 and self.max_len_b >= 0):
             raise PLMError(f"--max-len-a and --max-len-b must be >= 0, got {self.max_len_a} and {self.max_len_b}")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise PLMError("--max-len-a 0 and --max-len-b 0 leave no room for a single output token")
         if self.max_tokens < 1:
             raise PLMError(f"--max-tokens must be at least 1, got {self.max_tokens}")
 

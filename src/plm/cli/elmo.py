@@ -29,8 +29,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "elmo",
         help="ELMo: contextual word vectors from a biLM",
-        description="Use a biLM trained with `plm pretrain --model elmo`. Sentences are the non-empty lines of a "
-        "UTF-8 file, split into words and punctuation as in training.",
+        description="Use a biLM trained with `plm pretrain --model elmo`. Sentences are the lines of a "
+        "UTF-8 file (embed: one row per line, so no empty lines), split into words and punctuation as in training.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -80,9 +80,15 @@ def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer]:
     return model, tokenizer
 
 
-def read_sentences(path: str) -> tuple[list[str], list[list[str]]]:
-    """The non-empty lines of ``path`` and their words."""
-    lines = [line.strip() for line in read_text(path).splitlines() if split_words(line)]
+def read_sentences(path: str, every_line: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The non-empty lines of ``path`` and their words; ``every_line``: an empty line is an error (one output
+    row per input line, which a skipped line would shift)."""
+    lines = read_text(path).splitlines()
+    if every_line:
+        empty = next((number for number, line in enumerate(lines, 1) if not split_words(line)), None)
+        if empty is not None:
+            raise PLMError(f"{path}:{empty}: an empty line; the vectors are one row per line, so every line needs a word")
+    lines = [line.strip() for line in lines if split_words(line)]
     if not lines:
         raise PLMError(f"{path}: no words in the file")
     return lines, [split_words(line) for line in lines]
@@ -90,7 +96,7 @@ def read_sentences(path: str) -> tuple[list[str], list[list[str]]]:
 
 def run_embed(args: argparse.Namespace) -> None:
     check_output_file(args.out)
-    _, sentences = read_sentences(args.file)
+    _, sentences = read_sentences(args.file, every_line=True)
     model, _ = load_elmo(args.model, args.device)
     vectors = embed_sentences(model, sentences, args.mix, args.batch_size, progress=not args.no_progress).numpy().astype(np.float32)
     with atomic_open(args.out) as handle:

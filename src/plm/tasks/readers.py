@@ -103,6 +103,9 @@ def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
         if len(fields) != len(header):
             raise PLMError(f"{path}:{number}: {len(fields)} tab-separated fields, the header has {len(header)}")
         texts = [fields[c] for c in text_columns]
+        empty = next((c for c, text in zip(text_columns, texts) if not text.strip()), None)
+        if empty is not None:
+            raise PLMError(f"{path}:{number}: an empty sentence in column {header[empty]!r}")
         label = None if label_column is None else _label(fields[label_column], regression, path, number)
         examples.append(TextExample(texts[0], texts[1] if len(texts) > 1 else None, label))
     return _nonempty(examples, path)
@@ -118,6 +121,8 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
         text, pair, label = row.get("text"), row.get("text_pair"), row.get("label")
         if not isinstance(text, str) or not (pair is None or isinstance(pair, str)):
             raise PLMError(f'{path}:{number}: "text" (and "text_pair", if given) must be strings')
+        if not text.strip() or (pair is not None and not pair.strip()):
+            raise PLMError(f'{path}:{number}: an empty "text"' if not text.strip() else f'{path}:{number}: an empty "text_pair"')
         if label is not None:
             label = _label(str(label), regression, path, number)
         examples.append(TextExample(text, pair, label))
