@@ -349,3 +349,18 @@ def test_the_paper_recipe_trains_with_adagrad(text_file: Path, tmp_path: Path) -
     group = trainer.optimizer.param_groups[0]
     assert isinstance(trainer.optimizer, torch.optim.Adagrad) and group["initial_accumulator_value"] == 1.0
     assert (trainer.config.lr, trainer.config.schedule, trainer.config.warmup) == (0.2, "constant", 0)
+
+
+def test_commands_for_other_kinds_of_model_refuse_an_elmo_in_one_line(elmo_dir: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nThe cat reads a play .\t1\nA dog .\t0\n")
+    elmo = str(elmo_dir / "elmo")
+    for argv, message in (
+        (["attention", "--model", elmo, "The cat reads a play .", "--out", str(tmp_path / "x.png")],
+         "elmo models have no attention layers to draw"),
+        (["finetune", "--task", "classify", "--model", elmo, "--train", str(tmp_path / "train.tsv"),
+          "--validation", str(tmp_path / "train.tsv"), "--out", str(tmp_path / "ft")], "elmo models take no task head"),
+    ):
+        code, out, err = run_cli(*argv, capsys=capsys)
+        assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]

@@ -140,12 +140,15 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
         (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
         (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
         (["translate", "--model", "{run}", "x", "--max-len-a", "0", "--max-len-b", "0"], "leave no room for a single"),
+        (["finetune", "--task", "classify", "--model", "{run}", "--train", "{tsv}", "--validation", "{tsv}",
+          "--out", "{nowhere}"], "rnn models take no task head"),
     ],
 )
 def test_bad_inputs_are_one_line_and_exit_2(trained: Path, tmp_path: Path, capsys, argv, message) -> None:
     (tmp_path / "short.txt").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "pairs.tsv").write_text("sentence\tlabel\n4 July 1976\t1\n5 May 1999\t0\n", encoding="utf-8")
     names = {"src": trained / "src.txt", "short": tmp_path / "short.txt", "nowhere": tmp_path / "nowhere",
-             "run": trained / "run"}
+             "run": trained / "run", "tsv": tmp_path / "pairs.tsv"}
     argv = [a.format(**names) for a in argv] + ["--device", "cpu"] * (argv[0] != "pretrain")
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -189,3 +192,16 @@ def test_min_lr_is_where_a_cosine_decay_ends(date_pair_files: Path, tmp_path: Pa
     # lr_t = min + (peak - min) (1 + cos(pi t / (T - 1))) / 2 at steps t = 0..3 of T = 4: the floor at the last.
     expected = [1e-4 + 9e-4 * (1 + math.cos(math.pi * t / 3)) / 2 for t in range(4)]
     assert rates == pytest.approx(expected)
+
+
+def test_attention_draws_a_run_with_separate_vocabularies(date_pair_files: Path, tmp_path: Path, capsys) -> None:
+    """The tokenizer beside the model is the source one: it is checked against the source embeddings."""
+    folder = date_pair_files
+    assert main(["seq2seq", "train", "--model", "rnn-bahdanau", "--src", str(folder / "src.txt"), "--tgt",
+                 str(folder / "tgt.txt"), "--separate-vocabularies", "--vocab-size", "300", "--max-tokens", "256",
+                 "--steps", "1", "--metric-examples", "0", "--out", str(tmp_path / "run"), "--no-progress",
+                 "--device", "cpu"]) == 0
+    out = tmp_path / "map.png"
+    assert main(["attention", "--model", str(tmp_path / "run"), "4 July 1976", "--target", "1976-07-04",
+                 "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

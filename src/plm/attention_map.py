@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from plm.core import attention_weights
+from plm.core import MultiHeadAttention, attention_weights
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.files import atomic_open
@@ -83,6 +83,8 @@ def pair_attention(
 @torch.inference_mode()
 def self_attention(model: torch.nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0, head: int = 0) -> AttentionMap:
     """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``."""
+    if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
+        raise PLMError(f"{model.family} models have no attention layers to draw")
     ids = tokenizer.encode(text)
     if not ids:
         raise PLMError("the text has no tokens")

@@ -48,10 +48,13 @@ def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tup
     tokenizer = find_tokenizer(directory)
     if tokenizer is None:
         raise PLMError(f"{directory}: no tokenizer beside the model (tokenizer.json, vocab.txt or vocab.json + merges.txt)")
-    if len(tokenizer) > model.config.vocab_size:
+    # The tokenizer beside the model reads its input: an encoder-decoder's source side, whose own
+    # vocabulary (source_vocab_size) is the target's when it is None (one joint vocabulary).
+    embeddings = getattr(model.config, "source_vocab_size", None) or model.config.vocab_size
+    if len(tokenizer) > embeddings:
         # Ids past the embedding table would index out of range in the middle of a forward pass.
         raise PLMError(
             f"{directory}: the tokenizer has {len(tokenizer):,} tokens but the model only "
-            f"{model.config.vocab_size:,} embeddings; they do not belong together"
+            f"{embeddings:,} embeddings; they do not belong together"
         )
     return model, tokenizer

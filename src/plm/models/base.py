@@ -21,8 +21,9 @@ class PretrainedModel(nn.Module):
     family: ClassVar[str]
     config_class: ClassVar[type]
     # How a task model (plm.tasks) pools this backbone's states into one vector per sequence by
-    # default: "cls", the [CLS] vector (through the pooler when there is one), or "last", the last real token.
-    task_pooling: ClassVar[str] = "cls"
+    # default: "cls", the [CLS] vector (through the pooler when there is one), or "last", the last real token;
+    # None: no task head goes on this model (an encoder-decoder, ELMo).
+    task_pooling: ClassVar[str | None] = None
 
     def __init__(self, config: Any) -> None:
         super().__init__()

@@ -135,6 +135,8 @@ class EncoderPass:
 class Encoder(PretrainedModel):
     """A BERT-style encoder with optional pooler, MLM head and sentence-pair head."""
 
+    task_pooling = "cls"
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
         self.embeddings = EncoderEmbeddings(config)

@@ -38,7 +38,7 @@ from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
-from plm.tasks.model import task_model
+from plm.tasks.model import require_task_backbone, task_model
 from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
@@ -269,6 +269,7 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
         model, tokenizer = load_pretrained(setup.model)
         if getattr(model, "family", None) == "task":
             model = model.backbone
+        require_task_backbone(model, setup.model)
         return model, tokenizer
     tokenizer = Tokenizer.train_wordpiece(synthetic_texts(train), vocab_size=200, min_frequency=1)
     torch.manual_seed(setup.seed)

@@ -169,6 +169,7 @@ def task_model(
     """
     if isinstance(backbone, TaskModel):
         raise PLMError("the backbone already has a task head; give its .backbone for another task")
+    require_task_backbone(backbone)
     head = HeadConfig(task, labels, pooling or backbone.task_pooling, **head_options)
     config = type(backbone).config_with_heads(backbone.config, ())
     reads_pooler = HEADS[task].pools and head.pooling == "cls"
@@ -178,6 +179,13 @@ def task_model(
     wanted = model.backbone.state_dict()
     model.backbone.load_state_dict({name: tensor for name, tensor in backbone.state_dict().items() if name in wanted})
     return model.to(backbone.device)
+
+
+def require_task_backbone(model: PretrainedModel, name: str = "the model") -> None:
+    """Refuse a model that takes no task head (``task_pooling`` None): one line naming what it is."""
+    if model.task_pooling is None:
+        raise PLMError(f"{name}: {model.family} models take no task head; fine-tuning reads an encoder (BERT, "
+                       "ALBERT, DeBERTa, a sentence-transformers model) or a GPT (an ELMo joins a tagger with --elmo)")
 
 
 # load_model finds a model class by the family name in its config.json.
