@@ -62,6 +62,11 @@ def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
     return model, tokenizer
 
 
+def add_tag_column(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tag-column", type=positive_int, help="tag: the CoNLL column of the tags, 1 being the word "
+                        "(default: the last, for files of 2 columns or CoNLL-2003's 4; others must say)")
+
+
 def add_no_progress(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs and results are unchanged)")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli.common import HelpFormatter, add_device, add_model, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.errors import PLMError
 from plm.tasks.finetune import load_task_model, read_examples
@@ -34,6 +34,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=positive_int,
                         help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    add_tag_column(parser)
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_json(parser)
     add_device(parser)
@@ -43,7 +44,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_eval_task(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
-    examples = read_examples(task.name, args.file)
+    examples = read_examples(task.name, args.file, args.tag_column)
     predictions, scores = run(model, task, examples, args.batch_size)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")

@@ -9,6 +9,7 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_no_progress,
+    add_tag_column,
     add_seed,
     check_output_directory,
     positive_float,
@@ -104,6 +105,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=positive_int,
                         help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    add_tag_column(parser)
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
     parser.add_argument("--symmetric", action="store_true",
                         help="pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read both "
@@ -141,7 +143,7 @@ def run_finetune(args: argparse.Namespace) -> None:
     setup = FinetuneSetup(
         task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
-        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, seed=args.seed,
+        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, tag_column=args.tag_column, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
         max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),

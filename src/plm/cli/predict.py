@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, check_output_file, positive_int
 from plm.files import atomic_open
 from plm.tasks.finetune import load_task_model, read_examples
 from plm.tasks.objectives import run
@@ -34,6 +34,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=positive_int,
                         help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
     parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
+    add_tag_column(parser)
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_device(parser)
     parser.set_defaults(run=run_predict)
@@ -43,7 +44,7 @@ def run_predict(args: argparse.Namespace) -> None:
     if args.out is not None:
         check_output_file(args.out)
     model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
-    examples = read_examples(task.name, args.file)
+    examples = read_examples(task.name, args.file, args.tag_column)
     predictions, _ = run(model, task, examples, args.batch_size)
     lines = "".join(json.dumps({**dataclasses.asdict(e), "prediction": p}, ensure_ascii=False) + "\n"
                     for e, p in zip(examples, predictions))

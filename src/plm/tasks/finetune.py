@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ class FinetuneSetup:
     lm_weight: float = 0.5  # GPT-1's lambda; 0 turns the auxiliary LM loss off
     sift: bool = False
     stride: int = 128  # QA: tokens between the starts of a long context's windows
+    tag_column: int | None = None  # tag: the CoNLL column of the tags (1: the word); None: the layout's last
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -153,11 +155,19 @@ def trained_pooling(model: str | Path | None) -> str | None:
     return None
 
 
-READERS = {"tag": readers.read_conll, "qa": readers.read_squad, "choice": readers.read_swag}
+READERS = {"qa": readers.read_squad, "choice": readers.read_swag}
 
 
-def read_examples(task: str, path: str | Path) -> list[Any]:
-    """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise."""
+def read_examples(task: str, path: str | Path, tag_column: int | None = None) -> list[Any]:
+    """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
+
+    CoNLL: the tags of ``tag_column`` (see :func:`plm.tasks.readers.read_conll_layout`), and a note on
+    stderr says which column that was.
+    """
+    if task == "tag":
+        sentences, column, columns = readers.read_conll_layout(Path(path), tag_column)
+        print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
+        return sentences
     if task in READERS:
         return READERS[task](path)
     read = readers.read_glue if str(path).endswith(".tsv") else readers.read_jsonl
@@ -192,7 +202,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
     out = Path(out)
     check_run_directory(out, resume=False, overwrite=overwrite)
     if setup.train is not None:
-        train, validation = read_examples(setup.task, setup.train), read_examples(setup.task, setup.validation)
+        train, validation = (read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation))
     else:
         sizes = (setup.synthetic_size, setup.synthetic_size // 4)
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))

@@ -129,17 +129,34 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
     return _nonempty(examples, path)
 
 
-def read_conll(path: Path) -> list[TaggedSentence]:
-    """CoNLL columns: a word first and its tag last on each line, sentences between blank lines.
+# Layouts whose tag column is the last: word and tag; CoNLL-2003's word, POS tag, chunk tag, entity tag.
+# CoNLL-2000's chunking files have 3 (word, POS tag, chunk tag), as do others with another third column:
+# there the tag column must be given.
+TAG_LAST_LAYOUTS = (2, 4)
 
-    ``-DOCSTART-`` lines are skipped. Tags may be BIO or IOB1 (CoNLL-2003's, where B-
-    only separates two touching entities of one type); both come back as BIO: an
-    I-X that does not continue an X entity starts one. For valid BIO that changes
-    nothing, so the scheme need not be given.
+
+def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence]:
+    """CoNLL columns: a word first and its tag in ``tag_column``, sentences between blank lines.
+
+    See :func:`read_conll_layout`, which also says which column the tags came from.
+    """
+    return read_conll_layout(path, tag_column)[0]
+
+
+def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[TaggedSentence], int, int]:
+    """The sentences, the (1-based) column their tags came from and the file's number of columns.
+
+    The tag column is ``tag_column``, or the last in the layouts that put it there
+    (:data:`TAG_LAST_LAYOUTS`); any other number of columns asks for it. Every line has
+    the same number of columns. ``-DOCSTART-`` lines are skipped. Tags may be BIO or IOB1
+    (CoNLL-2003's, where B- only separates two touching entities of one type); both come
+    back as BIO: an I-X that does not continue an X entity starts one. For valid BIO
+    that changes nothing, so the scheme need not be given.
     """
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
+    columns = column = 0
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
@@ -149,14 +166,29 @@ def read_conll(path: Path) -> list[TaggedSentence]:
             continue
         if len(fields) < 2:
             raise PLMError(f"{path}:{number}: a word without a tag ({line.strip()!r}); expected 'word ... tag'")
-        tag = fields[-1]
+        if not columns:
+            columns, column = len(fields), tag_column_of(path, number, len(fields), tag_column)
+        elif len(fields) != columns:
+            raise PLMError(f"{path}:{number}: {len(fields)} columns, but the lines before have {columns}")
+        tag = fields[column - 1]
         if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
             raise PLMError(f"{path}:{number}: tag {tag!r} is neither O nor B-TYPE / I-TYPE")
         words.append(fields[0])
         tags.append(tag)
     if words:
         sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags))))
-    return _nonempty(sentences, path)
+    return _nonempty(sentences, path), column, columns
+
+
+def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None) -> int:
+    if tag_column is None:
+        if columns not in TAG_LAST_LAYOUTS:
+            raise PLMError(f"{path}:{number}: lines of {columns} columns; say which holds the tags with --tag-column "
+                           "(1 is the word; CoNLL-2003's 4 columns end with the entity tag, CoNLL-2000's 3 with the chunk tag)")
+        return columns
+    if not 2 <= tag_column <= columns:
+        raise PLMError(f"--tag-column {tag_column}: {path} has {columns} columns, the word in column 1")
+    return tag_column
 
 
 def to_bio(tags: Sequence[str]) -> list[str]:
