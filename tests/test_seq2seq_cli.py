@@ -140,6 +140,7 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
         (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
         (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
         (["translate", "--model", "{run}", "x", "--max-len-a", "0", "--max-len-b", "0"], "leave no room for a single"),
+        (["translate", "--model", "{run}", "{src}", "--beam", "100000"], "--beam 100000 is more than the .* target tokens"),
         (["finetune", "--task", "classify", "--model", "{run}", "--train", "{tsv}", "--validation", "{tsv}",
           "--out", "{nowhere}"], "rnn models take no task head"),
     ],
@@ -205,3 +206,26 @@ def test_attention_draws_a_run_with_separate_vocabularies(date_pair_files: Path,
     assert main(["attention", "--model", str(tmp_path / "run"), "4 July 1976", "--target", "1976-07-04",
                  "--out", str(out), "--device", "cpu"]) == 0, capsys.readouterr().err
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) -> None:
+    """Beam k decodes k hypotheses per sentence: a batch holds a k-th of --max-tokens source tokens."""
+    import plm.translation
+
+    shapes = []
+    search = plm.translation.beam_search
+
+    def recording(model, start, **options):
+        shapes.append(tuple(options["source_ids"].shape))
+        return search(model, start, **options)
+
+    monkeypatch.setattr(plm.translation, "beam_search", recording)
+    model, tokenizers = plm.translation.load_seq2seq(trained / "run")
+    sentences = [p.source for p in DATE_PAIRS]
+    for beam in (1, 4):
+        shapes.clear()
+        plm.translation.translate(model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2))
+        longest = max(map(len, tokenizers.encode_sources(sentences)))
+        assert all(rows * width <= max(256 // beam, longest) for rows, width in shapes)
+        assert sum(rows for rows, _ in shapes) == len(sentences)
+    assert len(shapes) > 1

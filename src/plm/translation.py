@@ -71,8 +71,14 @@ def translate(
         if len(source) > model.context_length():
             raise PLMError(f"sentence {number} is {len(source)} tokens long with </s>; the model reads at most "
                            f"{model.context_length()}")
-    # Only the sources matter for batching; the empty targets make each pair's cost its source length.
-    batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), options.max_tokens)
+    vocabulary = model.config.vocab_size
+    if options.beam > vocabulary:
+        raise PLMError(f"--beam {options.beam} is more than the {vocabulary:,} target tokens a step chooses from")
+    # Only the sources matter for batching; the empty targets make each pair's cost its source length. A beam
+    # of k decodes k hypotheses a sentence, so the budget is max_tokens / k source tokens: the memory a batch
+    # takes does not grow with the beam (past one sentence a batch).
+    budget = max(options.max_tokens // options.beam, max(map(len, sources)))
+    batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), budget)
     bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
     alpha = options.length_penalty if options.beam > 1 else 0.0
     translations: list[str] = [""] * len(sentences)
