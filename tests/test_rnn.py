@@ -103,6 +103,30 @@ def test_the_output_layer_reads_what_each_paper_feeds_it(form: str) -> None:
     torch.testing.assert_close(logits, readout @ model.output.weight.T + model.output.bias)
 
 
+def test_luong_input_feeding_passes_each_attentional_vector_to_the_next_step() -> None:
+    """A hand-written loop on torch.nn's LSTM cell: step t reads [E y_t; h~_{t-1}] (h~_0 = 0), then attends with
+    s_t^T W h_j, then h~_t = tanh(W_c [c_t; s_t]) and logits W_s h~_t. Without the feeding the logits differ."""
+    model, (source, mask, lengths) = tiny("luong-general-feeding"), padded_batch()
+    state = model.encode(source, mask)
+    memory, keys = state.memory, state.memory @ model.attention.weight.weight.T  # (B, S, H): W h_j
+    lstm, layers = model.decoder, model.config.layers
+    h, c = [list(part) for part in state.hidden]  # per layer (B, H)
+    feed, expected = torch.zeros(3, model.config.hidden_dim), []
+    for t in range(TARGET.shape[1]):
+        x = torch.cat([model.target_embedding(TARGET[:, t]), feed], -1)
+        for layer in range(layers):
+            cell = torch.nn.LSTMCell(x.shape[-1], model.config.hidden_dim)
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(cell, name).data = getattr(lstm, f"{name}_l{layer}").data
+            h[layer], c[layer] = cell(x, (h[layer], c[layer]))
+            x = h[layer]
+        scores = torch.einsum("bh,bsh->bs", x, keys).masked_fill(mask == 0, float("-inf"))
+        context = torch.einsum("bs,bsh->bh", scores.softmax(-1), memory)
+        feed = torch.tanh(torch.cat([context, x], -1) @ model.combine.weight.T)
+        expected.append(feed @ model.output.weight.T + model.output.bias)
+    torch.testing.assert_close(model(source, TARGET, mask).logits, torch.stack(expected, 1), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("form, projection", [("bahdanau-gru", "key_proj"), ("luong-general-feeding", "weight")])
 def test_the_encoder_states_are_projected_once_per_source_not_at_every_step(form: str, projection: str) -> None:
     """Bahdanau's U h_j and Luong's W h_j depend on the source alone: one projection serves every target step."""

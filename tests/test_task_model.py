@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import plm
 from plm.errors import PLMError
-from plm.models import from_preset
+from plm.models import from_config, from_preset, preset_config
 from plm.tasks import TaskModel, task_model
 
 VOCAB = 60
@@ -166,3 +166,17 @@ def test_inputs_the_head_cannot_read_are_plm_errors():
         task_model(bert(), "tag")(ids(2, 3, 5))
     with pytest.raises(PLMError, match="no segments"):
         task_model(gpt(), "classify")(ids(2, 5), token_type_ids=torch.zeros(2, 5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("preset, options", [("deberta-micro", {}), ("bert-micro", {"pooler": False})])
+def test_cls_pooling_without_a_backbone_pooler_reads_the_first_position(preset: str, options: dict) -> None:
+    """With right padding the first position is [CLS] and the last may be a pad: each row's logits in a padded
+    batch must equal that sequence's logits alone (a head reading the last position fails on the short row)."""
+    torch.manual_seed(0)
+    model = task_model(from_config(preset_config(preset, vocab_size=50, **options)), "classify", 3, pooling="cls").eval()
+    ids = torch.randint(5, 50, (2, 7), generator=torch.Generator().manual_seed(3))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    batched = model(ids, mask).logits
+    for row, length in enumerate((7, 4)):
+        alone = model(ids[row : row + 1, :length]).logits[0]
+        torch.testing.assert_close(batched[row], alone, rtol=1e-5, atol=1e-5)
