@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import tomllib
 
 from plm.cli import compare as compare_cli
 from plm.cli.main import build_parser, main
+from plm.errors import with_article
 from plm.models import RECIPES
 
 TINY_RUN = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
@@ -68,6 +70,28 @@ def test_a_wrong_flag_is_one_line_and_exit_code_2() -> None:
     result = plm_command("pretrain", "--stepz", "3")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "unrecognized arguments: --stepz" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["seq2seq", "train", "--stepz", "3"],
+         "plm seq2seq train: error: unrecognized arguments: --stepz 3 (see plm seq2seq train --help)"),
+        (["eval", "lambada", "--model", "{tmp}/nowhere", "{tmp}/x.jsonl"], "plm eval lambada: error: "),
+        (["finetune", "--task", "qa", "--max-length", "1"], "plm finetune: error: --max-length must be at least 8, got 1"),
+    ],
+)
+def test_an_error_names_the_whole_subcommand_and_the_flag(argv, line, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) if "--stepz" in argv else contextlib.nullcontext():
+        code = main([a.format(tmp=tmp_path) for a in argv])
+        assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(line), err
+
+
+def test_a_family_is_named_with_its_article() -> None:
+    assert [with_article(f) for f in ("gpt", "elmo", "albert", "rnn", "transformer")] == [
+        "a gpt", "an elmo", "an albert", "an rnn", "a transformer"]
 
 
 @pytest.fixture

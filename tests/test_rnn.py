@@ -106,7 +106,7 @@ def test_the_output_layer_reads_what_each_paper_feeds_it(form: str) -> None:
 def test_luong_input_feeding_passes_each_attentional_vector_to_the_next_step() -> None:
     """A hand-written loop on torch.nn's LSTM cell: step t reads [E y_t; h~_{t-1}] (h~_0 = 0), then attends with
     s_t^T W h_j, then h~_t = tanh(W_c [c_t; s_t]) and logits W_s h~_t. Without the feeding the logits differ."""
-    model, (source, mask, lengths) = tiny("luong-general-feeding"), padded_batch()
+    model, (source, mask, _) = tiny("luong-general-feeding"), padded_batch()
     state = model.encode(source, mask)
     memory, keys = state.memory, state.memory @ model.attention.weight.weight.T  # (B, S, H): W h_j
     lstm, layers = model.decoder, model.config.layers

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from plm.config import config_from_dict, config_to_dict
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.files import make_directory, read_json, read_tensors, staging_directory, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
 
@@ -214,7 +214,7 @@ def load_checkpoint(
         raise PLMError(f"{run_directory}: no checkpoint to resume from")
     saved = load_model(directory)
     if saved.config != model.config:
-        raise PLMError(f"{directory}: checkpoint is a {saved.family} model of another config than this run's")
+        raise PLMError(f"{directory}: checkpoint is {with_article(saved.family)} model of another config than this run's")
     model.load_state_dict(saved.state_dict())
     state = read_json(directory / STATE_FILE)
     optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))

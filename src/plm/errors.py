@@ -12,3 +12,11 @@ class PLMError(Exception):
 
 class PLMWarning(UserWarning):
     """Something a user may want to change, though the run can go on (the CLI prints it as one line)."""
+
+
+def with_article(word: str) -> str:
+    """``word`` after "a" or "an" as it is spoken, for messages naming a family: "an elmo", "an albert", and
+    for a word without vowels, spelled out letter by letter, by its first letter's name: "a gpt", "an rnn"."""
+    spelled = not any(vowel in word.lower() for vowel in "aeiouy")
+    sounds = "aefhilmnorsx" if spelled else "aeiou"
+    return f"{'an' if word[:1].lower() in sounds else 'a'} {word}"

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.models.base import Seq2SeqModel
 from plm.recipe import Decoding
 
@@ -32,7 +32,7 @@ def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu
     """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers."""
     model = load_model(path, device)
     if not isinstance(model, Seq2SeqModel):
-        raise PLMError(f"{path}: a {model.family} model does not translate; give an encoder-decoder (plm seq2seq train)")
+        raise PLMError(f"{path}: {with_article(model.family)} model does not translate; give an encoder-decoder (plm seq2seq train)")
     return model, Seq2SeqTokenizers.load(model_directory(path))
 
 

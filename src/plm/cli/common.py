@@ -7,14 +7,27 @@ import math
 from pathlib import Path
 
 from plm.device import DEVICES, resolve_device
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.loading import load_pretrained
 from plm.models import CausalLM, Encoder
 from plm.tokenizer import Tokenizer
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2."""
+    """argparse whose errors are one line and exit code 2, named by the (sub)command they belong to.
+
+    A subcommand's parser refuses flags it does not know itself, so that the error names it and
+    its ``--help`` (argparse would leave them to the top-level parser: "plm: error: ... see plm
+    --help"); the deepest one also records its name as ``command_name`` for the errors of the run.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if self._subparsers is None:
+            if extras:
+                self.error(f"unrecognized arguments: {' '.join(extras)}")
+            namespace.command_name = self.prog
+        return namespace, extras
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -50,7 +63,7 @@ def load_causal_lm(path: str, device: str) -> tuple[CausalLM, Tokenizer]:
     """A causal model (plm or Hugging Face directory, or a training run) and its tokenizer."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, CausalLM):
-        raise PLMError(f"{path}: a {model.family} model does not generate text")
+        raise PLMError(f"{path}: {with_article(model.family)} model does not generate text")
     return model, tokenizer
 
 
@@ -58,7 +71,7 @@ def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
     """An encoder (BERT, ALBERT, DeBERTa; plm or Hugging Face directory) and its tokenizer."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, Encoder):
-        raise PLMError(f"{path}: a {model.family} model is not an encoder (BERT, ALBERT or DeBERTa)")
+        raise PLMError(f"{path}: {with_article(model.family)} model is not an encoder (BERT, ALBERT or DeBERTa)")
     return model, tokenizer
 
 

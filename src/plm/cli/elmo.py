@@ -9,7 +9,7 @@ import numpy as np
 from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, check_output_file, positive_int
 from plm.data.corpus import read_text
 from plm.device import resolve_device
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.files import atomic_open
 from plm.loading import load_pretrained
 from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
@@ -76,7 +76,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer]:
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, Elmo):
-        raise PLMError(f"{path}: a {model.family} model is not a biLM (train one with plm pretrain --model elmo)")
+        raise PLMError(f"{path}: {with_article(model.family)} model is not a biLM (train one with plm pretrain --model elmo)")
     return model, tokenizer
 
 

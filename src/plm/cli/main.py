@@ -64,15 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.run(args)
     except PLMError as error:
-        print(f"plm {args.command}: error: {error}", file=sys.stderr)
+        print(f"{args.command_name}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
         # A file the library did not expect to fail (permissions, a full disk, ...): still the user's to fix.
         where = f"{error.filename}: " if error.filename is not None else ""
-        print(f"plm {args.command}: error: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"{args.command_name}: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"plm {args.command}: interrupted", file=sys.stderr)
+        print(f"{args.command_name}: interrupted", file=sys.stderr)
         return 130
     return 0
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from plm.config import config_from_dict
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.hf.io import Converter, HFWeights, register
 from plm.models.bert import BertConfig
 from plm.models.encoder import EncoderConfig
@@ -84,7 +84,7 @@ class EncoderConverter(Converter):
                 raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
         for key, value in VARIANTS.items():
             if hf.get(key, value) != value:
-                raise PLMError(f"{source}: {key}={hf[key]!r} is a {self.family} variant that plm does not implement")
+                raise PLMError(f"{source}: {key}={hf[key]!r} is {with_article(self.family)} variant that plm does not implement")
         if hf["hidden_act"] not in ACTIVATIONS:
             raise PLMError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}")
         architecture = (hf.get("architectures") or [next(iter(self.architectures))])[0]
@@ -99,7 +99,7 @@ class EncoderConverter(Converter):
     def config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
         if config.norm_first or not config.absolute_positions or not config.segments:
             raise PLMError(
-                f"a {self.family} encoder with norm_first={config.norm_first}, absolute_positions="
+                f"{with_article(self.family)} encoder with norm_first={config.norm_first}, absolute_positions="
                 f"{config.absolute_positions}, segments={config.segments} has no Hugging Face equivalent"
             )
         values = {key: getattr(config, plm) for key, plm in CONFIG_FIELDS.items()}
@@ -117,7 +117,7 @@ class EncoderConverter(Converter):
             if set(heads) == set(config.pretraining_heads) and (heads or config.pooler):
                 return name
         raise PLMError(
-            f"a {self.family} encoder with pooler={config.pooler} and heads {config.pretraining_heads} has no "
+            f"{with_article(self.family)} encoder with pooler={config.pooler} and heads {config.pretraining_heads} has no "
             f"Hugging Face architecture ({', '.join(self.architectures)})"
         )
 

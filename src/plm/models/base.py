@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from plm.core import KVCache
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.generation import generate
 
 
@@ -36,7 +36,7 @@ class PretrainedModel(nn.Module):
         A model with its head built in (a causal LM's tied output layer) takes none.
         """
         if heads:
-            raise PLMError(f"a {cls.family} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
+            raise PLMError(f"{with_article(cls.family)} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
         return config
 
     def init_weights(self, std: float = 0.02, root: nn.Module | None = None) -> None:
@@ -129,7 +129,7 @@ class CausalLM(PretrainedModel):
         source_mask: torch.Tensor | None = None,
     ) -> CausalState:
         if source_ids is not None or source_mask is not None:
-            raise PLMError(f"a {self.family} model continues a prompt; it takes no source sentence")
+            raise PLMError(f"{with_article(self.family)} model continues a prompt; it takes no source sentence")
         batch, prompt_length = prompt.shape
         mask = None
         if prompt_mask is not None and not bool(prompt_mask.all()):
@@ -185,11 +185,11 @@ class Seq2SeqModel(PretrainedModel):
     ) -> Any:
         """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`)."""
         if source_ids is None:
-            raise PLMError(f"a {self.family} model translates a source sentence: pass source_ids")
+            raise PLMError(f"{with_article(self.family)} model translates a source sentence: pass source_ids")
         if source_ids.shape[0] != prompt.shape[0]:
             raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
         if prompt_mask is not None and not bool(prompt_mask.all()):
-            raise PLMError(f"a {self.family} decoder reads its target prefix from the first token: give every row "
+            raise PLMError(f"{with_article(self.family)} decoder reads its target prefix from the first token: give every row "
                            "the same prefix length, unpadded")
         return self.start_from_source(source_ids, source_mask, max_length, use_cache=use_cache, compile=compile)
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from plm.config import config_from_dict
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import TokenClassifierOutput
 from plm.tasks.model import TaskModel
@@ -203,7 +203,7 @@ def feature_tagger(
     """A new tagger (N(0, 0.02) linear weights, PyTorch's LSTM init) on copies of the pretrained ``encoder``
     (without its pre-training heads and pooler, which nothing reads) and ``elmo``."""
     if elmo is not None and elmo.family != ELMO_FAMILY:
-        raise PLMError(f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got a {elmo.family} model")
+        raise PLMError(f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model")
     if encoder.family in NOT_ENCODERS or isinstance(encoder, CausalLM):
         raise PLMError(f"the feature-based tagger reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "
                        f"{encoder.family} model")

@@ -31,7 +31,7 @@ import torch
 
 from plm.checkpoint import BEST_DIR, load_model
 from plm.device import resolve_device
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.files import write_json
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
@@ -109,10 +109,11 @@ class FinetuneSetup:
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
             raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
-        short = self.max_length is not None and self.max_length < 8
-        if min(self.restarts, self.batch_size, self.stride) < 1 or short or self.synthetic_size < 4:
-            raise PLMError("--restarts, --batch-size and --stride must be at least 1, --max-length at least 8, "
-                           "--synthetic-size at least 4")
+        least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4}
+        for name, lowest in least.items():
+            value = getattr(self, name)
+            if value is not None and value < lowest:
+                raise PLMError(f"--{name.replace('_', '-')} must be at least {lowest}, got {value}")
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"--epochs must be above 0, got {self.epochs}")
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
@@ -322,7 +323,7 @@ def load_task_model(
         characters = model.elmo is not None
         return model, build_task("tag", tokenizer, model, tagger.label_names, max_length, characters=characters)
     if getattr(model, "family", None) != "task":
-        raise PLMError(f"{path}: a {model.family} model has no task head; fine-tune it first (plm finetune)")
+        raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")
     head = model.config.head
     name = task_name(head)
     extra = options if name == "qa" else {"symmetric": True} if head.symmetric else {}

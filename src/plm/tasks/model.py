@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from plm.config import config_from_dict
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.heads import Pooler, mean_pool
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import CHOICE, HEADS, HeadConfig, TaskOutput, build_head
@@ -113,7 +113,7 @@ class TaskModel(PretrainedModel):
             raise PLMError("a multiple-choice model reads input_ids (batch, choices, time)")
         if token_type_ids is not None:
             if isinstance(self.backbone, CausalLM):
-                raise PLMError(f"a {self.config.backbone_family} backbone has no segments; give no token_type_ids")
+                raise PLMError(f"{with_article(self.config.backbone_family)} backbone has no segments; give no token_type_ids")
             backbone_options["token_type_ids"] = flatten(token_type_ids)
         mask = flatten(attention_mask)
         output = self.backbone(flatten(input_ids), mask, **backbone_options)

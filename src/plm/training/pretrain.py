@@ -26,7 +26,7 @@ from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_direct
 from plm.config import config_from_dict
 from plm.data.corpus import Corpus, default_corpus, read_corpus
 from plm.device import resolve_device
-from plm.errors import PLMError, PLMWarning
+from plm.errors import PLMError, PLMWarning, with_article
 from plm.files import read_json
 from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
@@ -93,7 +93,7 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: Recipe) -> tuple
         raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     name = recipe.objective if setup.objective == "auto" else setup.objective
     if name not in recipe.objectives:
-        raise PLMError(f"--objective {name} does not fit a {family} model; it trains with {', '.join(recipe.objectives)}")
+        raise PLMError(f"--objective {name} does not fit {with_article(family)} model; it trains with {', '.join(recipe.objectives)}")
     spec = objective_spec(name)
     if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None):
         flag = "--whole-word" if setup.whole_word else "--max-ngram"

@@ -19,7 +19,7 @@ from plm.checkpoint import CHECKPOINT_DIR, load_model, model_directory
 from plm.data.dates import date_pairs
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
-from plm.errors import PLMError
+from plm.errors import PLMError, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.recipe import Hyperparameters
@@ -156,7 +156,7 @@ def prepare_seq2seq(
     recipe = RECIPES[family]
     if OBJECTIVE not in recipe.objectives:
         seq2seq = [name for name, r in RECIPES.items() if OBJECTIVE in r.objectives]
-        raise PLMError(f"--model {setup.model}: a {family} model is not an encoder-decoder; seq2seq trains "
+        raise PLMError(f"--model {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
                        f"{', '.join(seq2seq)} models")
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     training = training.with_defaults(defaults)
