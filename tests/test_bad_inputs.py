@@ -288,13 +288,17 @@ def test_an_os_error_the_library_did_not_expect_is_one_line_naming_the_file(
     assert err == f"plm generate: error: {workspace / 'gpt' / 'tokenizer.json'}: Permission denied\n"
 
 
-def test_convert_writes_into_a_non_empty_directory_with_overwrite(workspace: Path, tmp_path: Path, capsys) -> None:
+def test_convert_overwrite_replaces_the_directory_whole(workspace: Path, tmp_path: Path, capsys) -> None:
+    """A BERT's vocab.txt left beside a converted GPT-2 would make the directory read as another model."""
     out = tmp_path / "hf"
-    out.mkdir()
-    (out / "notes.txt").write_text("keep me\n")
+    assert main(["convert", "--model", str(workspace / "bert"), "--out", str(out)]) == 0
+    (out / "vocab.txt").write_text("[PAD]\n[UNK]\n")  # as a BERT checkpoint from the Hub holds beside its weights
     assert main(["convert", "--model", str(workspace / "gpt"), "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "config.json").read_text())["model_type"] == "gpt2"
-    assert (out / "notes.txt").read_text() == "keep me\n"
+    fresh = tmp_path / "fresh"
+    assert main(["convert", "--model", str(workspace / "gpt"), "--out", str(fresh)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in fresh.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "hf"]  # no staging or previous directory left
 
 
 def test_generate_fits_its_default_length_to_the_context(workspace: Path, capsys: pytest.CaptureFixture) -> None:
