@@ -9,6 +9,7 @@ import torch
 
 from plm.checkpoint import load_model, save_model
 from plm.cli.main import main
+from plm.models import from_preset
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
 
@@ -124,7 +125,6 @@ def test_a_sentence_transformers_checkpoint_is_fine_tuned_through_its_own_poolin
 
 
 def test_finetune_reads_a_sentence_transformers_model_through_the_mean_of_its_tokens(tmp_path, capsys):
-    from plm.models import from_preset
 
     texts = [f"a {w} cat" for w in ("good", "bad")] * 20
     tokenizer = Tokenizer.train_wordpiece(texts, vocab_size=100)
@@ -197,7 +197,6 @@ def test_sift_trains_with_its_adversarial_term_and_validates_without_it(tmp_path
 
 
 def test_sift_on_a_gpt_is_one_line_and_exit_2(tmp_path, capsys):
-    from plm.models import from_preset
 
     tokenizer = Tokenizer.train_bpe(["a good cat", "a bad dog"] * 20, vocab_size=300)
     save_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), tmp_path / "gpt", tokenizer)
@@ -225,7 +224,6 @@ def test_a_tag_only_the_dev_set_holds_is_scored_as_a_miss(tmp_path, capsys):
 
 def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tmp_path, capsys):
     """--symmetric (GPT-1's STS-B form) is kept with the model: plm predict reads pairs in both orders too."""
-    from plm.models import from_preset
 
     tokenizer = Tokenizer.train_bpe(["a good cat", "a bad dog", "the good dog"] * 20, vocab_size=300)
     save_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), tmp_path / "gpt", tokenizer)
@@ -250,7 +248,6 @@ def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tm
 )
 def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, lr, warmup):
     """Batch 32, 3 epochs, Adam (0.9, 0.999), linear warmup then decay to 0; the paper's lr and warmup."""
-    from plm.models import from_preset
 
     texts = [f"a {w} cat" for w in ("good", "bad", "fine", "poor")] * 100
     tokenizer = (Tokenizer.train_bpe if preset.startswith("gpt") else Tokenizer.train_wordpiece)(texts, vocab_size=300)
@@ -265,3 +262,54 @@ def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, lr, war
     assert (config["steps"], config["lr"], config["warmup"]) == (steps, lr, round(warmup * steps))
     assert (config["optimizer"], config["betas"], config["schedule"], config["min_lr"]) == ("adamw", [0.9, 0.999],
                                                                                           "linear", 0.0)
+
+
+def squad_v2(questions):
+    """A SQuAD v2.0 document: one paragraph, ``questions`` as (id, question, answer or None for no answer)."""
+    context = "Paris is the capital of France. Berlin is the capital of Germany."
+    qas = [{"id": q, "question": text, "is_impossible": answer is None,
+            "answers": [] if answer is None else [{"text": answer, "answer_start": context.index(answer)}]}
+           for q, text, answer in questions]
+    return json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]})
+
+
+def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, capsys):
+    """tau fitted to the gold answers of whatever file is scored would inflate its score: the saved one is used."""
+    tokenizer = Tokenizer.train_wordpiece(["Paris is the capital of France. Berlin is the capital of Germany. "
+                                           "What is the capital of Spain? Who lives in Rome?"] * 20, vocab_size=120)
+    torch.manual_seed(0)
+    save_model(from_preset("bert-micro", vocab_size=len(tokenizer)), tmp_path / "bert", tokenizer)
+    questions = [("a", "What is the capital of France?", "Paris"), ("b", "What is the capital of Spain?", None),
+                 ("c", "What is the capital of Germany?", "Berlin"), ("d", "Who lives in Rome?", None)]
+    (tmp_path / "train.json").write_text(squad_v2(questions))
+    code, _, err = run_main(capsys, "finetune", "--task", "qa", "--model", tmp_path / "bert", "--train",
+                            tmp_path / "train.json", "--validation", tmp_path / "train.json", "--max-steps", "2",
+                            "--max-length", "48", "--out", tmp_path / "run", "--no-progress")
+    assert code == 0, err
+    config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    assert isinstance(config["config"]["head"]["null_threshold"], float)
+
+    # tau 1e9: no answer to anything, so EM is the share of impossible questions, 50; tau -1e9: a span for every
+    # question, so both impossible ones are missed (a tau refitted to this file's answers would answer "" to some).
+    for tau in (1e9, -1e9):
+        config["config"]["head"]["null_threshold"] = tau
+        (tmp_path / "run" / "best" / "config.json").write_text(json.dumps(config))
+        code, out, err = run_main(capsys, "predict", "--model", tmp_path / "run", tmp_path / "train.json",
+                                  "--max-length", "48")
+        assert code == 0, err
+        predictions = [json.loads(line)["prediction"] for line in out.splitlines()]
+        assert all(p == "" for p in predictions) if tau > 0 else all(p != "" for p in predictions)
+        code, out, err = run_main(capsys, "eval", "task", "--model", tmp_path / "run", tmp_path / "train.json",
+                                  "--max-length", "48", "--json", tmp_path / "scores.json")
+        assert code == 0, err
+        right = sum(p == answer for p, (_, _, answer) in zip(predictions, questions) if answer is not None)
+        expected = 50.0 if tau > 0 else 100 * right / 4
+        assert json.loads((tmp_path / "scores.json").read_text())["exact_match"] == pytest.approx(expected)
+    # Questions without answers, as a test file has them: predict reads them and answers with the saved tau.
+    unanswered = json.loads(squad_v2(questions))
+    for question in unanswered["data"][0]["paragraphs"][0]["qas"]:
+        del question["answers"], question["is_impossible"]
+    (tmp_path / "test.json").write_text(json.dumps(unanswered))
+    code, out, err = run_main(capsys, "predict", "--model", tmp_path / "run", tmp_path / "test.json", "--max-length", "48")
+    assert code == 0, err
+    assert [json.loads(line)["prediction"] for line in out.splitlines()] != ["", "", "", ""]  # tau -1e9: always a span

@@ -156,19 +156,21 @@ def trained_pooling(model: str | Path | None) -> str | None:
     return None
 
 
-READERS = {"qa": readers.read_squad, "choice": readers.read_swag}
+READERS = {"choice": readers.read_swag}
 
 
-def read_examples(task: str, path: str | Path, tag_column: int | None = None) -> list[Any]:
+def read_examples(task: str, path: str | Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
     CoNLL: the tags of ``tag_column`` (see :func:`plm.tasks.readers.read_conll_layout`), and a note on
-    stderr says which column that was.
+    stderr says which column that was. ``labelled`` False: SQuAD questions may come without answers.
     """
     if task == "tag":
         sentences, column, columns = readers.read_conll_layout(Path(path), tag_column)
         print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
         return sentences
+    if task == "qa":
+        return readers.read_squad(Path(path), labelled)
     if task in READERS:
         return READERS[task](path)
     read = readers.read_glue if str(path).endswith(".tsv") else readers.read_jsonl
@@ -326,6 +328,8 @@ def load_task_model(
         raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")
     head = model.config.head
     name = task_name(head)
-    extra = options if name == "qa" else {"symmetric": True} if head.symmetric else {}
+    # A fine-tuned QA model answers with the tau its dev set chose, never one fitted to the file it is scored on.
+    qa = options | {"threshold": head.null_threshold, "fit_threshold": False}
+    extra = qa if name == "qa" else {"symmetric": True} if head.symmetric else {}
     task = build_task(name, tokenizer, model, head.label_names, max_length, **extra)
     return model, task

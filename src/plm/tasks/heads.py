@@ -50,6 +50,9 @@ class HeadConfig:
     with, kept for the Hugging Face format (its GPT-2 classifier finds the last token by it).
     ``symmetric``: a classifier's pairs are read in both orders and the two pooled vectors
     added (GPT-1's similarity form); kept so that prediction reads pairs as training did.
+    ``null_threshold``: a span head's tau for SQuAD v2.0, chosen on the dev set while
+    fine-tuning: a span is the answer only when it beats no-answer by more (None: always a
+    span); kept so that predictions on other files use it rather than fit one to their answers.
     """
 
     task: str
@@ -61,6 +64,7 @@ class HeadConfig:
     label_names: tuple[str, ...] = ()
     pad_token_id: int | None = None
     symmetric: bool = False
+    null_threshold: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))  # JSON gives a list back

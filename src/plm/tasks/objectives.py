@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,9 @@ class Task:
 
     def score(self, predictions: Sequence[Any], examples: Sequence[Any]) -> dict[str, float]:
         raise NotImplementedError
+
+    def calibrate(self, model: torch.nn.Module) -> None:
+        """Write into ``model``'s config what the last :meth:`predict` on the dev set chose (none by default)."""
 
 
 class Classification(Task):
@@ -212,17 +216,22 @@ class Tagging(Task):
 
 
 class QuestionAnswering(Task):
-    """SQuAD; ``threshold`` (tau) is v2.0's margin a span must beat null by (None: always a span)."""
+    """SQuAD; ``threshold`` (tau) is v2.0's margin a span must beat null by (None: always a span).
+
+    ``fit_threshold``: choose tau on the labelled examples being predicted, as fine-tuning does on the
+    dev set (:meth:`calibrate` then writes it into the model); a fine-tuned model's task keeps its saved tau.
+    """
 
     name, head, selection = "qa", "span", "val_exact_match"
     default_length = 384  # BERT's SQuAD windows, 128 tokens apart
 
-    def __init__(self, *args: Any, stride: int = 128, max_answer_length: int = 30, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stride: int = 128, max_answer_length: int = 30, threshold: float | None = None,
+                 fit_threshold: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.causal:
             raise PLMError("extractive QA is for encoders (BERT, ALBERT, DeBERTa)")
         self.stride, self.max_answer_length = stride, max_answer_length
-        self.threshold: float | None = None
+        self.threshold, self.fit_threshold = threshold, fit_threshold
 
     @property
     def outputs(self) -> int:
@@ -256,10 +265,17 @@ class QuestionAnswering(Task):
 
     def predict(self, outputs, features, examples):
         spans = self.spans(outputs, features, examples)
-        if any(e.impossible for e in examples):  # v2.0 dev: choose tau here
+        if self.fit_threshold and any(e.impossible for e in examples):  # v2.0 dev: choose tau here
             gold = {i: [a.text for a in e.answers] for i, e in enumerate(examples)}
             self.threshold = best_threshold(dict(enumerate(spans)), gold)
         return [span.answer(self.threshold) for span in spans]
+
+    def calibrate(self, model: torch.nn.Module) -> None:
+        """Keep the tau chosen on the dev set in the model's head config, so its saves predict with it."""
+        model = getattr(model, "module", model)
+        if self.fit_threshold and self.threshold is not None:
+            head = dataclasses.replace(model.config.head, null_threshold=float(self.threshold))
+            model.config = dataclasses.replace(model.config, head=head)
 
     def score(self, predictions, examples):
         gold = {e.id: [a.text for a in e.answers] for e in examples}
@@ -346,7 +362,9 @@ def run(
 
 
 def labelled(examples: Sequence[Any]) -> bool:
-    return all(getattr(e, "label", 0) is not None and (not hasattr(e, "tags") or e.tags) for e in examples)
+    """Whether every example carries its answer: a label, tags, or (SQuAD) answers or v2.0's no-answer mark."""
+    return all(getattr(e, "label", 0) is not None and (not hasattr(e, "tags") or e.tags)
+               and (not hasattr(e, "answers") or e.answers or e.impossible) for e in examples)
 
 
 class TaskObjective:
@@ -448,12 +466,17 @@ class TaskObjective:
         return batches(self.task, labelled_features, self.batch_size)
 
     def validation_metrics(self, model: torch.nn.Module) -> dict[str, float]:
+        """The task's metrics on the dev set; what the dev set calibrates (SQuAD v2.0's tau) goes into the model."""
         outputs, self._validation_outputs = self._validation_outputs, None
         if outputs is None or sum(len(batch["input_ids"]) for _, batch in outputs) != len(self.validation_features):
-            return run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
-        if not labelled(self.validation):
-            return {}
-        return self.task.score(self.task.predict(outputs, self.validation_features, self.validation), self.validation)
+            scores = run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
+        elif not labelled(self.validation):
+            scores = {}
+        else:
+            predictions = self.task.predict(outputs, self.validation_features, self.validation)
+            scores = self.task.score(predictions, self.validation)
+        self.task.calibrate(model)
+        return scores
 
 
 def length_grouped_order(

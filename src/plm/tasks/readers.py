@@ -202,8 +202,11 @@ def to_bio(tags: Sequence[str]) -> list[str]:
     return bio
 
 
-def read_squad(path: Path) -> list[QAExample]:
-    """SQuAD v1.1 or v2.0 JSON: ``data[].paragraphs[].{context, qas[].{id, question, answers, is_impossible}}``."""
+def read_squad(path: Path, labelled: bool = True) -> list[QAExample]:
+    """SQuAD v1.1 or v2.0 JSON: ``data[].paragraphs[].{context, qas[].{id, question, answers, is_impossible}}``.
+
+    ``labelled`` False (questions to answer, not to train or score on): ``answers`` may be missing or empty.
+    """
     try:
         document = json.loads(read_text(path))
     except json.JSONDecodeError as error:
@@ -220,7 +223,8 @@ def read_squad(path: Path) -> list[QAExample]:
                 question_id = str(_field(question, "id", (str, int), path, where_q))
                 text_of_question = _field(question, "question", str, path, where_q)
                 answers = []
-                for n, answer in enumerate(_field(question, "answers", list, path, where_q)):
+                listed = _field(question, "answers", list, path, where_q) if labelled or "answers" in question else []
+                for n, answer in enumerate(listed):
                     text = _field(answer, "text", str, path, f"{where_q}.answers[{n}]")
                     start = answer.get("answer_start")
                     if start is not None and not _points_at(context, start, text):
@@ -228,7 +232,7 @@ def read_squad(path: Path) -> list[QAExample]:
                                        f"{text!r} in the context")
                     answers.append(Answer(text, start))
                 impossible = bool(question.get("is_impossible", False))
-                if not answers and not impossible:
+                if not answers and not impossible and labelled:
                     raise PLMError(f"{path}: {where_q}: no answers, and is_impossible is not set")
                 examples.append(QAExample(question_id, text_of_question, context, tuple(answers), impossible))
     return _nonempty(examples, path)
