@@ -17,9 +17,9 @@ objective adds the auxiliary LM loss on the task text: L3 = L2 + lambda * L1, wi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
