@@ -22,7 +22,14 @@ import pytest
 import torch
 
 import plm
-from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, recover_checkpoint, save_checkpoint
+from plm.checkpoint import (
+    CHECKPOINT_DIR,
+    STATE_FILE,
+    load_checkpoint,
+    recover_checkpoint,
+    rng_states,
+    save_checkpoint,
+)
 from plm.errors import PLMError
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
@@ -170,10 +177,15 @@ def test_the_fp16_loss_scaler_resumes_where_it_stopped(tmp_path: Path, text_file
     assert logged_losses(tmp_path / "halves") == logged_losses(tmp_path / "straight")
 
 
-def test_resuming_with_more_processes_than_wrote_the_checkpoint_is_refused(tmp_path: Path) -> None:
+def test_resuming_on_another_number_of_processes_is_refused(tmp_path: Path) -> None:
+    """The global batch is grad_accum x processes micro-batches: another count would silently change the run."""
     model = plm.from_preset("gpt2-micro")
     optimizer = torch.optim.AdamW(model.parameters())
-    save_checkpoint(tmp_path, model, optimizer, {"step": 1})  # by one process
-    load_checkpoint(tmp_path, model, optimizer, rank=0)
-    with pytest.raises(PLMError, match="no RNG state of process 1"):
-        load_checkpoint(tmp_path, model, optimizer, rank=1)
+    save_checkpoint(tmp_path / "one", model, optimizer, {"step": 1})  # by one process
+    load_checkpoint(tmp_path / "one", model, optimizer, rank=0)
+    with pytest.raises(PLMError, match=r"trained on 1 process\(es\) and is resumed on 2; .*--nproc_per_node=1"):
+        load_checkpoint(tmp_path / "one", model, optimizer, rank=1, processes=2)
+    save_checkpoint(tmp_path / "two", model, optimizer, {"step": 1}, rng=[rng_states(), rng_states()])
+    load_checkpoint(tmp_path / "two", model, optimizer, rank=1, processes=2)
+    with pytest.raises(PLMError, match=r"trained on 2 process\(es\) and is resumed on 1"):
+        load_checkpoint(tmp_path / "two", model, optimizer, rank=0, processes=1)

@@ -204,14 +204,25 @@ def recover_checkpoint(run_directory: Path, name: str = CHECKPOINT_DIR) -> None:
 
 
 def load_checkpoint(
-    run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer, rank: int = 0
+    run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer, rank: int = 0,
+    processes: int = 1,
 ) -> dict[str, Any]:
-    """Restore model, optimizer and process ``rank``'s RNG states in place; return the saved trainer state."""
+    """Restore model, optimizer and process ``rank``'s RNG states in place; return the saved trainer state.
+
+    A run resumes on the number of ``processes`` that wrote the checkpoint (one RNG state each): the global
+    batch, and which process draws which examples and dropout masks, depend on it.
+    """
     run_directory = Path(run_directory)
     recover_checkpoint(run_directory)
     directory = run_directory / CHECKPOINT_DIR
     if not (directory / STATE_FILE).is_file():
         raise PLMError(f"{run_directory}: no checkpoint to resume from")
+    rng = read_tensors(directory / RNG_FILE)
+    saved_processes = len({key.split(".", 1)[0] for key in rng})
+    if saved_processes != processes:
+        raise PLMError(f"{run_directory}: the run was trained on {saved_processes} process(es) and is resumed on "
+                       f"{processes}; resume it on {saved_processes} (torchrun --nproc_per_node={saved_processes}), "
+                       "since the global batch and each process's random stream depend on it")
     saved = load_model(directory)
     if saved.config != model.config:
         raise PLMError(f"{directory}: checkpoint is {with_article(saved.family)} model of another config than this run's")
@@ -219,7 +230,7 @@ def load_checkpoint(
     state = read_json(directory / STATE_FILE)
     optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))
     prefix = f"{rank}."
-    states = {k.removeprefix(prefix): t for k, t in read_tensors(directory / RNG_FILE).items() if k.startswith(prefix)}
+    states = {k.removeprefix(prefix): t for k, t in rng.items() if k.startswith(prefix)}
     if not states:
         raise PLMError(f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it")
     restore_rng_states(states)

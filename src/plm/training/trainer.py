@@ -170,7 +170,8 @@ class Trainer:
         if self.distributed.is_main:
             check_run_directory(self.out, resume, overwrite)
         if resume:
-            state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank)
+            state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank,
+                                    self.distributed.world_size)
             self.step = state["step"]
             self.best = state.get("best")
             self.elapsed = state.get("elapsed", 0.0)
