@@ -156,9 +156,47 @@ def test_an_interrupted_comparison_keeps_finished_runs_and_resumes_the_rest(tmp_
 
     said: list[str] = []
     finished = compare(spec, tmp_path / "out", progress=said.append)
-    assert "finished before, kept" in said[0] and "resuming" in said[1]
+    assert "finished before with the same options, recipe, budget and data; kept" in said[0] and "resuming" in said[1]
     for resumed, whole in zip(finished, reference):  # resuming is exact, so the curves are the uninterrupted ones
         assert [v for *_, v in resumed.curve] == pytest.approx([v for *_, v in whole.curve], rel=1e-5)
+
+
+def test_a_finished_run_is_kept_only_while_nothing_that_defines_it_changed(tmp_path, text_file):
+    """Editing a run's lr, the budget or the data must train it again: its old numbers are another run's."""
+    said: list[str] = []
+    compare(read_spec(write_spec(tmp_path, text_file)), tmp_path / "out", progress=said.append)
+    edited = write_spec(tmp_path, text_file, runs="""
+[[run]]
+name = "Pre-LN"
+lr = 2e-3
+[[run]]
+name = "Post-LN"
+config = { norm_first = false, final_norm = false, scaled_residual_init = false }
+lr = 1e-3
+""")
+    said.clear()
+    results = compare(read_spec(edited), tmp_path / "out", progress=said.append)
+    assert "changed since it ran (training.lr); training again" in said[0] and "kept" in said[2]
+    assert [r.final["step"] for r in results] == [6, 6]
+
+    said.clear()
+    results = compare(read_spec(write_spec(tmp_path, text_file, budget="steps = 8", runs=edited.read_text().split(
+        'device = "cpu"')[1])), tmp_path / "out", progress=said.append)
+    assert [r.final["step"] for r in results] == [8, 8]  # both trained again: the budget is each run's steps
+    assert all("training.steps" in line for line in said if "changed" in line)
+
+    said.clear()
+    text_file.write_text(text_file.read_text() + "\nOne more line of training text.\n")
+    compare(read_spec(edited), tmp_path / "out", progress=said.append)
+    assert sum("changed since it ran" in line and "data." in line for line in said) == 2
+
+
+def test_a_metric_no_run_logs_is_refused_before_the_first_step(tmp_path, text_file):
+    path = write_spec(tmp_path, text_file)
+    path.write_text('metric = "val_los"\n' + path.read_text())
+    with pytest.raises(PLMError, match="metric 'val_los' is not one run 'Pre-LN' logs; it logs .*val_loss"):
+        compare(read_spec(path), tmp_path / "out", progress=lambda line: None)
+    assert not (tmp_path / "out" / "pre-ln" / "metrics.jsonl").exists()
 
 
 def test_the_plot_draws_each_runs_logged_curve(tmp_path, text_file):

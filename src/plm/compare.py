@@ -24,12 +24,15 @@ fields of the model's preset (``norm_first``, ``sharing``, ``position_terms`` ..
     config = { norm_first = false, final_norm = false, scaled_residual_init = false }
 
 The runs go one after another, each in its own run directory under the output
-directory; a finished run is kept, an interrupted one resumes from its checkpoint.
+directory; a finished run is kept, an interrupted one resumes from its checkpoint, but
+only while everything that defines it is unchanged (:func:`run_definition`: its options,
+its family's recipe, the budget and the data files' contents); otherwise it trains again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -44,13 +47,14 @@ import tomllib
 from plm.checkpoint import has_checkpoint
 from plm.config import checked_value
 from plm.errors import PLMError
-from plm.files import atomic_open, read_json, write_json
-from plm.models import PRESETS
-from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, prepare
+from plm.files import atomic_open, make_directory, read_json, write_json
+from plm.models import PRESETS, RECIPES, model_class
+from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, model_config, prepare
 from plm.training.trainer import METRICS_FILE, TrainingConfig
 
 BUDGETS = ("steps", "tokens", "minutes")
 RESULT_FILE = "result.json"  # written into a run directory once its run has finished
+DEFINITION_FILE = "definition.json"  # what defined the run (run_definition), written before its first step
 SETUP_FIELDS = {f.name: f for f in dataclasses.fields(PretrainSetup) if f.name != "model_overrides"}
 TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "time_limit")}
 SETUP_HINTS = typing.get_type_hints(PretrainSetup)
@@ -198,19 +202,75 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
     return 10_000, budget.amount * 60
 
 
-def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] = print) -> list[RunResult]:
-    """Run (or resume, or keep) every run of ``spec`` under ``out``; return their results in spec order."""
+def run_definition(run: RunSpec) -> dict[str, Any]:
+    """Everything that defines a run's result: its setup and training options (the budget's steps and time
+    limit among them), its family's recipe as plm has it now, and a SHA-256 of each data file."""
+    family = model_class(model_config(check_model_name(run.setup.model), run.setup.model_overrides)).family
+    files = [*run.setup.train_files, *run.setup.validation_files]
+    # Progress bars and the device flag (auto finds the same device again) change how a run is shown or started.
+    training = {k: v for k, v in dataclasses.asdict(run.training).items() if k not in ("progress", "device")}
+    return json.loads(json.dumps({
+        "setup": dataclasses.asdict(run.setup), "training": training, "recipe": dataclasses.asdict(RECIPES[family]),
+        "data": {path: file_digest(path) for path in files},
+    }))
+
+
+def file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except FileNotFoundError:
+        raise PLMError(f"{path}: no such file") from None
+    return digest.hexdigest()
+
+
+def changed_fields(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted names of the leaves that differ between two definitions."""
+    if not (isinstance(saved, dict) and isinstance(current, dict)):
+        return [] if saved == current else [prefix.rstrip(".")]
+    return [name for key in sorted(set(saved) | set(current))
+            for name in changed_fields(saved.get(key), current.get(key), f"{prefix}{key}.")]
+
+
+def check_metric(spec: CompareSpec, run: RunSpec, trainer: Any, where: str) -> None:
+    """Refuse a metric the run will not log, before its first step: the loss terms come from one batch."""
+    objective = trainer.objective
+    terms = list(objective.target_counts(objective.batch(0, 0)))
+    logged = {"val_loss", "val_perplexity"} | {f"val_{kind}_{t}" for t in terms for kind in ("loss", "perplexity")}
+    if spec.metric not in logged:
+        raise PLMError(f"{where}: metric {spec.metric!r} is not one run {run.name!r} logs; "
+                       f"it logs {', '.join(sorted(logged))}")
+
+
+def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] = print,
+            where: str = "the spec") -> list[RunResult]:
+    """Run (or resume, or keep) every run of ``spec`` under ``out``; return their results in spec order.
+
+    A run's directory is kept (finished) or resumed (interrupted) only when its :func:`run_definition` is the
+    one saved there; any change trains it again from the start, and the progress line names what changed.
+    """
     out = Path(out)
     results = []
     for index, run in enumerate(spec.runs, 1):
-        directory = out / run.slug
-        if (directory / RESULT_FILE).is_file():
-            progress(f"[{index}/{len(spec.runs)}] {run.name}: finished before, kept")
+        directory, label = out / run.slug, f"[{index}/{len(spec.runs)}] {run.name}"
+        definition = run_definition(run)
+        saved = read_json(directory / DEFINITION_FILE) if (directory / DEFINITION_FILE).is_file() else None
+        same = saved == definition
+        if same and (directory / RESULT_FILE).is_file():
+            progress(f"{label}: finished before with the same options, recipe, budget and data; kept")
         else:
-            resume = has_checkpoint(directory)
-            progress(f"[{index}/{len(spec.runs)}] {run.name}: {'resuming' if resume else 'training'} "
-                     f"({spec.budget.describe()}) in {directory}")
+            resume = same and has_checkpoint(directory)
+            if directory.exists() and not same:
+                changes = changed_fields(saved, definition) if saved is not None else ["no saved definition"]
+                progress(f"{label}: changed since it ran ({', '.join(changes[:4])}); training again")
+            progress(f"{label}: {'resuming' if resume else 'training'} ({spec.budget.describe()}) in {directory}")
             trainer, _ = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
+            check_metric(spec, run, trainer, where)
+            if not resume:
+                (make_directory(directory) / RESULT_FILE).unlink(missing_ok=True)
+                write_json(directory / DEFINITION_FILE, definition)
             final = trainer.train(resume=resume, overwrite=not resume)
             final["parameters"] = trainer.model.num_parameters()
             write_json(directory / RESULT_FILE, final)

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> None:
         dataclasses.replace(run, training=dataclasses.replace(run.training, device=args.device)) for run in spec.runs
     ))
     out = check_output_directory(args.out or Path("runs/compare") / Path(args.spec).stem)
-    results = compare(spec, out)
+    results = compare(spec, out, where=args.spec)
     table = results_table(spec, results)
     print(f"\n{spec.title} ({spec.budget.describe()} each)\n\n{table}")
     out.mkdir(parents=True, exist_ok=True)
