@@ -313,3 +313,52 @@ def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, c
     code, out, err = run_main(capsys, "predict", "--model", tmp_path / "run", tmp_path / "test.json", "--max-length", "48")
     assert code == 0, err
     assert [json.loads(line)["prediction"] for line in out.splitlines()] != ["", "", "", ""]  # tau -1e9: always a span
+
+
+def logged(run):
+    return [(row["step"], row["loss"]) + ((row["val_accuracy"],) if "val_accuracy" in row else ())
+            for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_an_interrupted_lr_sweep_resumes_bit_exactly(tmp_path, capsys, monkeypatch):
+    """The finished run is kept, the interrupted one continues from its checkpoint: the logs of an unbroken sweep."""
+    from plm.training.trainer import Trainer
+
+    sweep = ["finetune", "--task", "classify", "--lr", "1e-3,3e-3", *QUICK[:4], "--epochs", "3", "--no-progress"]
+    assert run_main(capsys, *sweep, "--out", tmp_path / "straight")[0] == 0
+    save = Trainer.save
+
+    def save_then_stop(trainer):  # the second run stops right after its checkpoint at step 8 of 12
+        save(trainer)
+        if "lr0.003" in str(trainer.out) and trainer.step == 8:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "save", save_then_stop)
+    assert run_main(capsys, *sweep, "--out", tmp_path / "stopped")[0] == 130  # as Ctrl-C ends it
+    monkeypatch.setattr(Trainer, "save", save)
+    steps, step = [], Trainer.optimizer_step
+    monkeypatch.setattr(Trainer, "optimizer_step", lambda trainer, wrapped: steps.append(1) or step(trainer, wrapped))
+    code, out, err = run_main(capsys, *sweep, "--out", tmp_path / "stopped", "--resume")
+    assert code == 0, err
+    assert len(steps) == 4  # steps 9-12 of the second run; the first was kept
+    for run in ("lr0.001-seed0", "lr0.003-seed0"):
+        assert logged(tmp_path / "stopped" / "runs" / run) == logged(tmp_path / "straight" / "runs" / run)
+    assert json.loads((tmp_path / "stopped" / "summary.json").read_text())["best"]["lr"] == json.loads(
+        (tmp_path / "straight" / "summary.json").read_text())["best"]["lr"]
+
+
+def test_a_run_stopped_before_its_first_save_is_named_as_such(tmp_path, capsys, monkeypatch):
+    """A directory with a run's files but no model must not be read as a (Hugging Face) model."""
+    from plm.training.trainer import Trainer
+
+    def stop(trainer, wrapped):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "optimizer_step", stop)
+    assert run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", tmp_path / "run")[0] == 130
+    monkeypatch.undo()
+    code, out, err = run_main(capsys, "eval", "task", "--model", tmp_path / "run", tmp_path / "x.jsonl")
+    assert code == 2 and "a training run that saved no model yet" in err and "--resume" in err
+    assert run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", tmp_path / "run",
+                    "--resume")[0] == 0
+    assert (tmp_path / "run" / "best" / "config.json").is_file()

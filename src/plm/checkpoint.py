@@ -36,6 +36,7 @@ PREVIOUS_CHECKPOINT_DIR = ".checkpoint-previous"
 BEST_DIR = "best"  # the model a task objective's validation metric chose
 SNAPSHOTS_DIR = "checkpoints"  # the models of the last saves, kept to be averaged: step-000500/ ...
 STATE_FILE = "trainer_state.json"
+TRAINING_CONFIG_FILE = "training_config.json"  # the first file a training run writes
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 
@@ -53,7 +54,15 @@ def model_directory(path: str | Path) -> Path:
         return path / CHECKPOINT_DIR
     if not path.exists():
         raise PLMError(f"{path}: no such model directory")
+    if is_training_run(path):
+        raise PLMError(f"{path}: a training run that saved no model yet (it stopped before its first checkpoint); "
+                       "continue it with --resume or train it again")
     raise PLMError(f"{path}: not a plm model directory (no {CONFIG_FILE})")
+
+
+def is_training_run(path: str | Path) -> bool:
+    """Whether ``path`` is a training run's directory (with or without a model saved yet)."""
+    return (Path(path) / TRAINING_CONFIG_FILE).is_file()
 
 
 def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from plm.checkpoint import CONFIG_FILE, load_model, model_directory
+from plm.checkpoint import CONFIG_FILE, is_training_run, load_model, model_directory
 from plm.errors import PLMError
 from plm.hf import load_hf
 from plm.models import PretrainedModel
@@ -40,7 +40,7 @@ def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tup
     path = Path(path)
     if not path.exists():
         raise PLMError(f"{path}: no such model directory")
-    if is_plm_directory(path):
+    if is_plm_directory(path) or is_training_run(path):  # a run without a model is an error, not a Hugging Face model
         directory = model_directory(path)
         model = load_model(directory, device)
     else:

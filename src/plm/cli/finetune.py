@@ -133,6 +133,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out where it stopped (give the same options): finished runs of "
+                        "an --lr sweep or --restarts are kept, the interrupted one resumes from its checkpoint")
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
@@ -143,14 +146,15 @@ def run_finetune(args: argparse.Namespace) -> None:
     setup = FinetuneSetup(
         task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
-        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride, tag_column=args.tag_column, seed=args.seed,
+        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
+        tag_column=args.tag_column, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
         max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
     )
     setup.validate()
     out = check_output_directory(args.out)
-    result = finetune(setup, out, overwrite=args.overwrite)
+    result = finetune(setup, out, overwrite=args.overwrite, resume=args.resume)
     for run in result.runs:
         scores = ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float))
         print(f"lr {run['lr']:g} seed {run['seed']}: {scores}")

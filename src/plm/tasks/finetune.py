@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from plm.checkpoint import BEST_DIR, load_model
+from plm.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
-from plm.files import write_json
+from plm.files import read_json, write_json
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.tasks import readers
@@ -55,6 +55,8 @@ SYNTHETIC_PRESET = "bert-micro"
 SYNTHETIC_OVERRIDES = {"dropout": 0.0, "attention_dropout": 0.0}
 SYNTHETIC_LR = 3e-3  # a fresh model needs a larger step than a pretrained one
 FEATURE_TAGGER_LR = 1e-3  # the feature-based tagger trains from scratch over a frozen encoder
+SAVE_EVERY = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
+RUN_RESULT_FILE = "result.json"  # a finished run's lr, seed, steps and dev metrics
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,21 @@ class FinetuneResult:
     best: dict[str, Any]
 
 
-def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> FinetuneResult:
-    """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set."""
+def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, resume: bool = False) -> FinetuneResult:
+    """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set.
+
+    Each run writes ``result.json`` when it has finished. ``resume`` keeps those, continues the run that
+    was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and starts the rest.
+    """
     setup.validate()
     out = Path(out)
-    check_run_directory(out, resume=False, overwrite=overwrite)
+    if resume and overwrite:
+        raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    if resume:
+        if not (is_training_run(out) or any(is_training_run(run) for run in (out / "runs").glob("*"))):
+            raise PLMError(f"{out}: no fine-tuning run to resume (drop --resume to start one)")
+    else:
+        check_run_directory(out, resume=False, overwrite=overwrite)
     if setup.train is not None:
         train, validation = (read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation))
     else:
@@ -257,16 +269,21 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False) -> 
                 steps = min(steps, setup.max_steps)
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
-                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=per_epoch,
+                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=min(per_epoch, SAVE_EVERY),
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60,
             )
             directory = out / "runs" / f"lr{lr:g}-seed{seed}" if several else out
+            if resume and (directory / RUN_RESULT_FILE).is_file():
+                runs.append(read_json(directory / RUN_RESULT_FILE))
+                continue
+            continuing = resume and has_checkpoint(directory)
             trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer)
-            metrics = trainer.train(overwrite=overwrite)
+            metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing))
             last = {k: v for k, v in metrics.items() if k.startswith("val_")}
             runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
                          task.selection: trainer.best})
+            write_json(directory / RUN_RESULT_FILE, runs[-1])
     best = max(runs, key=lambda run: run[task.selection])
     if several:
         if (out / BEST_DIR).exists():

@@ -27,6 +27,7 @@ from plm.checkpoint import (
     CHECKPOINT_DIR,
     PREVIOUS_CHECKPOINT_DIR,
     SNAPSHOTS_DIR,
+    TRAINING_CONFIG_FILE,
     drop_snapshots,
     has_checkpoint,
     load_checkpoint,
@@ -46,7 +47,6 @@ from plm.training.distributed import Distributed, setup_distributed
 from plm.training.optim import build_optimizer, learning_rate
 
 METRICS_FILE = "metrics.jsonl"
-TRAINING_CONFIG_FILE = "training_config.json"
 TOKENIZER_DIR = "tokenizer"  # a tokenizer trained for the run
 HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
 
