@@ -48,10 +48,10 @@ def logged_losses(run: Path) -> list[dict[str, float]]:
 
 
 def start(launcher: list[str], args: list[str], out: Path) -> subprocess.Popen:
-    """``plm pretrain`` into ``out`` in a session of its own, its output appended to :func:`log_of` ``out``."""
+    """``plm ARGS`` into ``out`` in a session of its own, its output appended to :func:`log_of` ``out``."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log_of(out), "a", encoding="utf-8") as log:
-        return subprocess.Popen([*launcher, "pretrain", *args, "--out", str(out)], stdout=log,
+        return subprocess.Popen([*launcher, *args, "--out", str(out)], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
@@ -82,34 +82,55 @@ def kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def killed_and_resumed_like_straight(launcher: list[str], args: list[str], tmp_path: Path) -> None:
+def killed_and_resumed_like_straight(launcher: list[str], args: list[str], tmp_path: Path, shared_tokenizer: bool = True,
+                                     steps: int = STEPS) -> None:
+    """A run SIGKILLed after a checkpoint and resumed logs the same numbers, step by step, as one left alone."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     uninterrupted = start(launcher, args, straight)
-    # The other run goes alongside, with this run's tokenizer: Unigram training differs between processes.
-    tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
-    args = [*args, "--tokenizer", str(tokenizer)]
+    if shared_tokenizer:
+        # The other run goes alongside, with this run's tokenizer: Unigram training differs between processes.
+        tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
+        args = [*args, "--tokenizer", str(tokenizer)]
     interrupted = start(launcher, args, killed)
     wait_for(killed / CHECKPOINT_DIR / STATE_FILE, interrupted, killed)
     kill(interrupted)
     recover_checkpoint(killed)  # as the resumed run will, should the kill have hit a checkpoint swap
     saved = json.loads((killed / CHECKPOINT_DIR / STATE_FILE).read_text())["step"]
-    assert saved < STEPS, "the run finished before it could be killed"
+    assert saved < steps, "the run finished before it could be killed"
     finish(start(launcher, [*args, "--resume"], killed), killed)
     finish(uninterrupted, straight)
 
     expected = logged_losses(straight)
-    assert [line["step"] for line in expected] == list(range(1, STEPS + 1))
+    assert [line["step"] for line in expected] == list(range(1, steps + 1))
     assert logged_losses(killed) == expected
 
 
-@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro"])  # CLM, MLM + NSP, MLM + SOP
+@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro", "elmo-micro"])  # CLM, MLM + NSP, + SOP, biLM
 def test_a_killed_run_resumes_bit_exactly(model: str, text_file: Path, tmp_path: Path) -> None:
-    killed_and_resumed_like_straight(PLM, [*RUN, "--model", model, "--train", str(text_file)], tmp_path)
+    killed_and_resumed_like_straight(PLM, ["pretrain", *RUN, "--model", model, "--train", str(text_file)], tmp_path)
 
 
 def test_a_killed_torchrun_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
     # Each process draws its own dropout masks: each must get its own RNG state back, not the first one's.
-    killed_and_resumed_like_straight(TORCHRUN, [*RUN, "--model", "gpt2-micro", "--train", str(text_file)], tmp_path)
+    killed_and_resumed_like_straight(TORCHRUN, ["pretrain", *RUN, "--model", "gpt2-micro", "--train", str(text_file)],
+                                     tmp_path)
+
+
+@pytest.mark.parametrize("model", ["rnn-luong", "transformer-micro"])
+def test_a_killed_seq2seq_run_resumes_bit_exactly(model: str, date_pair_files: Path, tmp_path: Path) -> None:
+    # The held-out translations at steps 12 and 24 are logged too (val_bleu ...): greedy decoding is compared as well.
+    files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
+    args = ["seq2seq", "train", "--model", model, *files, "--vocab-size", "300", "--max-tokens", "256",
+            "--steps", str(STEPS), "--save-every", "6", "--eval-every", "12", "--log-every", "1",
+            "--metric-examples", "2", "--no-progress", "--device", "cpu"]
+    killed_and_resumed_like_straight(PLM, args, tmp_path)
+
+
+def test_a_killed_finetune_run_resumes_bit_exactly(tmp_path: Path) -> None:
+    # The built-in task: 64 examples in batches of 8, 3 epochs = 24 steps, a checkpoint at each epoch's end.
+    args = ["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "3",
+            "--no-progress", "--device", "cpu"]
+    killed_and_resumed_like_straight(PLM, args, tmp_path, shared_tokenizer=False)
 
 
 # In one process, an interrupt during step 6, after the step-4 checkpoint, stands for the kill.
