@@ -116,6 +116,29 @@ def test_elmo_reads_exactly_the_words_that_kept_a_first_piece(tokenizer):
     assert word_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
 
 
+def test_cached_features_give_the_same_logits_and_run_the_frozen_models_once_per_sentence(tokenizer):
+    encoder, elmo = encoder_for(tokenizer), tiny_elmo()
+    model = feature_tagger(encoder, (0, -1), len(LABELS), LABELS, elmo=elmo, hidden=8).eval()
+    task = build_task("tag", tokenizer, encoder, LABELS, characters=True)
+    _, batch = batch_of(task)
+    inputs = {k: batch[k] for k in model.inputs if k in batch}
+    expected = model(**inputs).logits
+    model.cache_features()
+    calls = []
+    encoder_in_model = model.encoder
+    encoder_in_model.register_forward_hook(lambda *args: calls.append(len(args[1])))
+    first = model(**inputs).logits
+    # The second sentence alone (its own padding width), then the batch again: all from the cache.
+    alone = {k: v[1:2, : int(batch["attention_mask"][1].sum())] if v.dim() == 2 else v[1:2] for k, v in inputs.items()}
+    alone["char_ids"] = inputs["char_ids"][1:2, : int(batch["word_starts"][1].sum())]
+    single = model(**alone).logits
+    again = model(**inputs).logits
+    assert calls == [2]  # one encoder pass, over the two sentences, for all three calls
+    torch.testing.assert_close(first, expected)
+    torch.testing.assert_close(again, expected)
+    torch.testing.assert_close(single[0], expected[1, : single.shape[1]])
+
+
 def test_save_and_load_give_the_same_logits(tokenizer, tmp_path):
     encoder, elmo = encoder_for(tokenizer), tiny_elmo()
     model = feature_tagger(encoder, (-3, -1), len(LABELS), LABELS, combine="sum", elmo=elmo, hidden=8).eval()

@@ -7,7 +7,9 @@ concatenated to them. A :class:`BiLSTMTagger` reads the words; each word's logit
 to its first piece, so the batches, the loss and the predictions of the ``tag`` task
 (:class:`plm.tasks.objectives.Tagging`) serve it unchanged. Only the tagger and its
 mixes train: the encoder and ELMo have no gradient, stay in eval mode (no dropout) and
-run under ``torch.no_grad``, so their forward pass is all they cost.
+run under ``torch.no_grad``, so their forward pass is all they cost, and only once per
+sentence: :meth:`FeatureTagger.cache_features` keeps each sentence's features (up to a
+memory budget), so the epochs after the first run the BiLSTM alone.
 
 A :class:`FeatureTagger` is a :class:`PretrainedModel` of family ``feature-tagger``:
 ``save_model``/``load_model``, the Trainer, ``plm predict`` and ``plm eval task`` take it.
@@ -126,6 +128,8 @@ class FeatureTagger(PretrainedModel):
             sources.append((config.elmo.layers + 1, 2 * config.elmo.projection_dim))
         for frozen in self.frozen():
             frozen.requires_grad_(False)
+        self.cache: dict[bytes, list[torch.Tensor]] | None = None  # a sentence's inputs -> its features (L, W, D)
+        self.cache_budget = 0  # bytes the cache may still take
         tagger = config.tagger
         combine = [tagger.combine, "mix"][: len(sources)]  # ELMo's layers: always its scalar mix
         self.tagger = BiLSTMTagger(
@@ -175,6 +179,35 @@ class FeatureTagger(PretrainedModel):
             sources.append(layers * word_mask[:, None, :, None])
         return sources, word_mask, positions
 
+    def cache_features(self, max_bytes: int = 2 << 30) -> None:
+        """Keep each sentence's features once computed, up to ``max_bytes``: the models that give them are frozen,
+        so a sentence's features never change, and the epochs after the first reuse them."""
+        self.cache, self.cache_budget = {}, max_bytes
+
+    def cached_features(
+        self, inputs: dict[str, torch.Tensor | None], word_mask: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """:meth:`features`' sources, computed only for the rows not in the cache; each row's are kept trimmed
+        to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the features' padding is)."""
+        lengths, words = inputs["attention_mask"].sum(1).tolist(), word_mask.sum(1).tolist()
+        keys = [b"".join(inputs[name][b, :lengths[b] if name != "char_ids" else words[b]].cpu().numpy().tobytes()
+                         for name in self.inputs if inputs.get(name) is not None) for b in range(len(lengths))]
+        missing = [b for b, key in enumerate(keys) if key not in self.cache]
+        computed: dict[int, list[torch.Tensor]] = {}
+        if missing:
+            rows = torch.tensor(missing, device=word_mask.device)
+            part = {name: None if value is None else value[rows] for name, value in inputs.items()}
+            sources = self.features(**part)[0]
+            for i, b in enumerate(missing):
+                computed[b] = [source[i, :, : words[b]].clone() for source in sources]
+                size = sum(t.numel() * t.element_size() for t in computed[b])
+                if size <= self.cache_budget:
+                    self.cache[keys[b]], self.cache_budget = computed[b], self.cache_budget - size
+        rows = [computed.get(b) or self.cache[keys[b]] for b in range(len(keys))]
+        width = word_mask.shape[1]
+        return [torch.stack([torch.nn.functional.pad(row[k], (0, 0, 0, width - row[k].shape[1])) for row in rows])
+                for k in range(len(rows[0]))]
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -184,7 +217,14 @@ class FeatureTagger(PretrainedModel):
         token_type_ids: torch.Tensor | None = None,
     ) -> TokenClassifierOutput:
         """Logits (B, T, labels): each word's at its first piece, zero at every other token."""
-        sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids, token_type_ids)
+        if self.cache is None:
+            sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids,
+                                                          token_type_ids)
+        else:
+            positions, word_mask = first_piece_positions(word_starts)
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "word_starts": word_starts,
+                      "char_ids": char_ids, "token_type_ids": token_type_ids}
+            sources = self.cached_features(inputs, word_mask)
         words = self.tagger(sources, word_mask) * word_mask[..., None]  # (B, W, labels)
         logits = words.new_zeros(*input_ids.shape, words.shape[-1])
         # A padding word's position is a token that starts no word: it gets the zeros it already has.

@@ -254,6 +254,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
                 model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
                                        mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
                                        mix_l2=setup.mix.l2)
+                model.cache_features()  # frozen features: each sentence's computed once, not every epoch
             else:
                 names = labels if task.head != "span" else ()
                 model = task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric,
