@@ -243,7 +243,7 @@ def test_the_closing_line_names_each_direction_s_perplexity(text_file: Path, tmp
 
 
 def test_a_killed_elmo_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
-    killed_and_resumed_like_straight(PLM, [*RUN, "--model", "elmo-micro", "--train", str(text_file)], tmp_path)
+    killed_and_resumed_like_straight(PLM, ["pretrain", *RUN, "--model", "elmo-micro", "--train", str(text_file)], tmp_path)
 
 
 # The command line -----------------------------------------------------------------------------

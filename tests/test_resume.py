@@ -105,7 +105,7 @@ def killed_and_resumed_like_straight(launcher: list[str], args: list[str], tmp_p
     assert logged_losses(killed) == expected
 
 
-@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro", "elmo-micro"])  # CLM, MLM + NSP, + SOP, biLM
+@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro"])  # CLM, MLM + NSP, MLM + SOP (ELMo: test_elmo)
 def test_a_killed_run_resumes_bit_exactly(model: str, text_file: Path, tmp_path: Path) -> None:
     killed_and_resumed_like_straight(PLM, ["pretrain", *RUN, "--model", model, "--train", str(text_file)], tmp_path)
 
