@@ -229,3 +229,23 @@ def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) 
         assert all(rows * width <= max(256 // beam, longest) for rows, width in shapes)
         assert sum(rows for rows, _ in shapes) == len(sentences)
     assert len(shapes) > 1
+
+
+def test_a_search_that_would_not_fit_in_free_memory_is_refused_with_its_estimate(trained: Path, monkeypatch,
+                                                                                 capsys) -> None:
+    import plm.translation
+
+    model, tokenizers = plm.translation.load_seq2seq(trained / "run")
+    vocabulary = model.config.vocab_size
+    # With 10 kB free, 64 hypotheses cannot even hold their scores over the vocabulary (64 x V x 4 bytes).
+    assert 64 * vocabulary * 4 > 10_000
+    monkeypatch.setattr(plm.translation, "available_memory", lambda: 10_000)
+    code = main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
+                 "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert re.search(r"--beam 64 over \d+ sentence\(s\) of \d+ tokens needs about [\d.]+ GiB for the search, "
+                     r"more than the 0.0 GiB free", err), err
+    monkeypatch.setattr(plm.translation, "available_memory", lambda: 1 << 40)
+    assert main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
+                 "--max-len-a", "0", "--max-len-b", "2", "--device", "cpu"]) == 0

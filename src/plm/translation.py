@@ -79,6 +79,7 @@ def translate(
     # takes does not grow with the beam (past one sentence a batch).
     budget = max(options.max_tokens // options.beam, max(map(len, sources)))
     batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), budget)
+    check_search_memory(model, options, [[sources[i] for i in batch] for batch in batches])
     bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
     alpha = options.length_penalty if options.beam > 1 else 0.0
     translations: list[str] = [""] * len(sentences)
@@ -96,6 +97,34 @@ def translate(
                 translations[index] = text
             bar.update(len(batch))
     return translations
+
+
+def check_search_memory(model: Decoder, options: DecodingOptions, batches: list[list[list[int]]]) -> None:
+    """Refuse a search whose largest batch would not fit in the memory free now, with the estimate: each of
+    its beam x sentences hypotheses holds a decoding state and a row of scores over the vocabulary."""
+    free = available_memory()
+    if free is None:
+        return
+    for batch in batches:
+        source = max(map(len, batch))
+        target = int(options.max_len_a * source + options.max_len_b) + 1
+        hypotheses = options.beam * len(batch)
+        # the state, and the step's logits, log-probabilities and candidate scores (fp32)
+        needed = hypotheses * (model.hypothesis_bytes(source, target) + 12 * model.config.vocab_size)
+        if needed > free:
+            raise PLMError(f"--beam {options.beam} over {len(batch)} sentence(s) of {source} tokens needs about "
+                           f"{needed / 2**30:.1f} GiB for the search, more than the {free / 2**30:.1f} GiB free; "
+                           "give a smaller --beam or --max-tokens")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free now (Linux: MemAvailable), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,10 @@ class Seq2SeqModel(PretrainedModel):
     def context_length(self) -> int:
         raise NotImplementedError
 
+    def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
+        """About the bytes of decoding state one hypothesis holds (fp32), to bound a search by free memory."""
+        raise NotImplementedError
+
     def start_decoding(
         self,
         prompt: torch.Tensor,

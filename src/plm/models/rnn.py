@@ -262,6 +262,11 @@ class RNNSeq2Seq(Seq2SeqModel):
     def context_length(self) -> int:
         return 1 << 30  # an RNN has no positions: any target length fits
 
+    def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
+        # The encoder states and what the attention reads of them, the (h, c) of every layer, the feed.
+        hidden = self.config.hidden_dim
+        return 4 * hidden * (2 * source_length + 2 * self.config.layers + 2)
+
     def start_from_source(
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
         compile: bool,

@@ -164,6 +164,12 @@ class Transformer(Seq2SeqModel):
     def context_length(self) -> int:
         return self.config.context_length
 
+    def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
+        # The encoder's output, and per decoder layer the cross-attention's keys and values of it and the
+        # self-attention's cache of the target.
+        config = self.config
+        return 4 * config.dim * (source_length + 2 * config.decoder_layers * (source_length + target_length))
+
     def embed(self, ids: torch.Tensor, embedding: nn.Embedding, start: int) -> torch.Tensor:
         """Dropout(sqrt(d) E[ids] + PE[start .. start + T - 1]): (B, T) -> (B, T, dim)."""
         check_context(start + ids.shape[1], self.config.context_length)
