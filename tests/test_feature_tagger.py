@@ -126,7 +126,7 @@ def test_cached_features_give_the_same_logits_and_run_the_frozen_models_once_per
     model.cache_features()
     calls = []
     encoder_in_model = model.encoder
-    encoder_in_model.register_forward_hook(lambda *args: calls.append(len(args[1])))
+    encoder_in_model.register_forward_hook(lambda module, args, output: calls.append(len(args[0])))  # rows
     first = model(**inputs).logits
     # The second sentence alone (its own padding width), then the batch again: all from the cache.
     alone = {k: v[1:2, : int(batch["attention_mask"][1].sum())] if v.dim() == 2 else v[1:2] for k, v in inputs.items()}
@@ -134,6 +134,19 @@ def test_cached_features_give_the_same_logits_and_run_the_frozen_models_once_per
     single = model(**alone).logits
     again = model(**inputs).logits
     assert calls == [2]  # one encoder pass, over the two sentences, for all three calls
+    model.cache_features()  # empty again: the short sentence first, then the batch computes only the long one
+    calls.clear()
+    single = model(**alone).logits
+    again = model(**inputs).logits
+    assert calls == [1, 1]
+    torch.testing.assert_close(again, expected)
+    model.cache_features()  # the long sentence first: the batch then computes the short one, fewer words wide
+    calls.clear()
+    longest = {k: v[0:1, : int(batch["attention_mask"][0].sum())] if v.dim() == 2 else v[0:1] for k, v in inputs.items()}
+    longest["char_ids"] = inputs["char_ids"][0:1, : int(batch["word_starts"][0].sum())]
+    model(**longest)
+    torch.testing.assert_close(model(**inputs).logits, expected)
+    assert calls == [1, 1]
     torch.testing.assert_close(first, expected)
     torch.testing.assert_close(again, expected)
     torch.testing.assert_close(single[0], expected[1, : single.shape[1]])

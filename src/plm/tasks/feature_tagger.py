@@ -190,13 +190,19 @@ class FeatureTagger(PretrainedModel):
         """:meth:`features`' sources, computed only for the rows not in the cache; each row's are kept trimmed
         to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the features' padding is)."""
         lengths, words = inputs["attention_mask"].sum(1).tolist(), word_mask.sum(1).tolist()
-        keys = [b"".join(inputs[name][b, :lengths[b] if name != "char_ids" else words[b]].cpu().numpy().tobytes()
-                         for name in self.inputs if inputs.get(name) is not None) for b in range(len(lengths))]
+
+        def key(b: int) -> bytes:  # row b's real tokens (characters: real words) of every input
+            return b"".join(value[b, : words[b] if name == "char_ids" else lengths[b]].cpu().numpy().tobytes()
+                            for name, value in inputs.items() if value is not None)
+
+        keys = [key(b) for b in range(len(lengths))]
         missing = [b for b, key in enumerate(keys) if key not in self.cache]
         computed: dict[int, list[torch.Tensor]] = {}
         if missing:
             rows = torch.tensor(missing, device=word_mask.device)
             part = {name: None if value is None else value[rows] for name, value in inputs.items()}
+            if part["char_ids"] is not None:  # as wide as the sub-batch's most words, as features() checks
+                part["char_ids"] = part["char_ids"][:, : max(words[b] for b in missing)]
             sources = self.features(**part)[0]
             for i, b in enumerate(missing):
                 computed[b] = [source[i, :, : words[b]].clone() for source in sources]
