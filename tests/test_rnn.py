@@ -6,8 +6,6 @@ without it) and both cells, since each form takes its own path through the decod
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -185,15 +183,3 @@ def test_greedy_and_beam_search_decode_through_the_interface() -> None:
     three = beam_search(model, start, beam_size=3, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)
     assert torch.all(log_p(three.sequences) >= log_p(greedy) - 1e-5)
     torch.testing.assert_close(three.scores, log_p(three.sequences))
-
-
-def test_luongs_decoder_starts_from_the_encoders_final_states_as_they_are() -> None:
-    """rnn-luong has no tanh bridge: layer l of s_0 is [forward h_l; backward h_l] of the encoder's final states."""
-    torch.manual_seed(0)
-    model = RNNSeq2Seq(dataclasses.replace(PRESETS["rnn-luong"], vocab_size=30, embedding_dim=8, hidden_dim=12)).eval()
-    source = torch.randint(1, 30, (3, 5), generator=torch.Generator().manual_seed(4))
-    _, final = model.encoder(model.source_embedding(source))  # (h, c), each (layers * 2, B, H / 2)
-    state = model.encode(source)
-    for mine, theirs in zip(state.hidden, final):
-        torch.testing.assert_close(mine, torch.cat([theirs[0::2], theirs[1::2]], dim=-1))
-    assert model.bridge is None and PRESETS["rnn-bahdanau"].bridge

@@ -1,11 +1,8 @@
 """The RNN encoder-decoder (Sutskever et al. 2014, Cho et al. 2014) and its attention (Bahdanau 2015, Luong 2015).
 
-The encoder (GRU or LSTM, optionally bidirectional) reads the source; its final states
-start the decoder, each layer's two directions side by side, through s_0 = tanh(W [->h; <-h])
-(``bridge``, Bahdanau's initial state) or as they are (Luong's decoder starts from the
-encoder's last state; with the tanh bridge, rnn-luong trailed a torch.nn reference by
-0.17 nats at step 300, without it by half that). Three forms differ in what the decoder
-reads of the source at each step:
+The encoder (GRU or LSTM, optionally bidirectional) reads the source; its final states,
+bridged to the decoder's width, start the decoder. Three forms differ in what the
+decoder reads of the source at each step:
 
 - ``attention="none"``: the final encoder state c is the only context vector, read
   at every step beside the previous target token (the context-vector bottleneck);
@@ -58,7 +55,6 @@ class RNNConfig:
     attention: str = "general"
     input_feeding: bool = True  # Luong's; only with a Luong score
     dropout: float = 0.1
-    bridge: bool = True  # s_0 = tanh(W [forward; backward]) of a bidirectional encoder's final states; else them
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
@@ -77,7 +73,7 @@ class RNNConfig:
 FORMS = {
     "rnn": dict(attention="none", input_feeding=False),
     "rnn-bahdanau": dict(attention="bahdanau", input_feeding=False),
-    "rnn-luong": dict(attention="general", input_feeding=True, bridge=False),
+    "rnn-luong": dict(attention="general", input_feeding=True),
 }
 # CPU presets, one per form and size: 2 LSTM layers of 128 (64 each way in the encoder) and embeddings of 64
 # for quick runs; -base, 2 layers of 512 and embeddings of 256, for a data set such as Multi30k (the papers'
@@ -161,8 +157,7 @@ class RNNSeq2Seq(Seq2SeqModel):
                            dropout=between_layers, bidirectional=config.bidirectional)
         states = 2 if config.cell == "lstm" else 1
         # s_0 = tanh(W [forward; backward final state]), per layer, for h (and c); a one-way encoder hands its over.
-        bridged = config.bidirectional and config.bridge
-        self.bridge = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(states)) if bridged else None
+        self.bridge = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(states)) if config.bidirectional else None
         reads_context = config.attention not in LUONG_SCORES or config.input_feeding
         self.decoder = rnn(config.embedding_dim + (hidden if reads_context else 0), hidden, config.layers,
                            batch_first=True, dropout=between_layers)
@@ -196,14 +191,12 @@ class RNNSeq2Seq(Seq2SeqModel):
 
     def bridged(self, final: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The encoder's final (h[, c]) as the decoder's initial state, each (layers, B, H)."""
-        if not self.config.bidirectional:
+        if self.bridge is None:
             return final
         layers = self.config.layers
-        joined = tuple(  # (layers * 2, B, H/2) -> (layers, B, H): forward and backward side by side
+        joined = [  # (layers * 2, B, H/2) -> (layers, B, H): forward and backward side by side
             state.view(layers, 2, *state.shape[1:]).permute(0, 2, 1, 3).flatten(2) for state in final
-        )
-        if self.bridge is None:
-            return joined
+        ]
         return tuple(torch.tanh(bridge(state)) for bridge, state in zip(self.bridge, joined))
 
     def run_decoder(self, inputs: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
