@@ -158,9 +158,6 @@ def trained_pooling(model: str | Path | None) -> str | None:
     return None
 
 
-READERS = {"choice": readers.read_swag}
-
-
 def read_examples(task: str, path: str | Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
@@ -173,8 +170,8 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
         return sentences
     if task == "qa":
         return readers.read_squad(Path(path), labelled)
-    if task in READERS:
-        return READERS[task](path)
+    if task == "choice":
+        return readers.read_swag(path)
     read = readers.read_glue if str(path).endswith(".tsv") else readers.read_jsonl
     return read(path, regression=task == "regress")
 

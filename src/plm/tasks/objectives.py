@@ -374,8 +374,9 @@ class TaskObjective:
     order (seeded by ``seed`` and the epoch), so ``batches_per_epoch`` micro-batches
     read every training example once. The order is a shuffle grouped by length
     (:func:`length_grouped_order`): a batch pads to its longest sequence, and SST-2's
-    phrases of 3 to 60 tokens would otherwise pay for the longest in every batch. ``lm_weight`` > 0 on a GPT backbone adds GPT-1's
-    auxiliary LM term ``lm``; ``sift`` adds DeBERTa's SiFT term ``sift`` (weight 1);
+    phrases of 3 to 60 tokens would otherwise pay for the longest in every batch.
+    ``lm_weight`` > 0 on a GPT backbone adds GPT-1's auxiliary LM term ``lm``; ``sift``
+    adds DeBERTa's SiFT term ``sift`` (weight 1);
     ``mix_penalty`` (a feature tagger's ``penalty``) adds ELMo's L2 term on its scalar
     mixes' weights, lambda * ||s||^2, as ``mix_l2`` (once per step, not per target).
 
