@@ -1,9 +1,12 @@
-"""Sequence to sequence speed: Transformer training against torch.nn.Transformer, and decoding sentences/s.
+"""Sequence to sequence speed: training against torch.nn models of the same shape, and decoding sentences/s.
 
 (a) Training tokens/s (target tokens) of plm's Transformer and of the same-shape model
     built on ``torch.nn.Transformer`` (post-LN, ReLU, the same embeddings, sinusoidal
     positions and tied output matrix), forward + cross entropy + backward + Adam, the two
     taking turns inside each repeat (bench_common.interleaved_medians).
+(a') The same for the three RNN forms against the quality suite's torch.nn references
+    (references.py: a context vector, Bahdanau's and Luong's attention, each the textbook
+    loop over target steps), with dropout and gradient clipping at 1 as both train.
 (b) Decoding sentences/s of plm's encoder-decoders (the Transformer and the three RNN
     forms) with greedy search and beam 4, every sentence decoded to the same length
     (untrained weights, EOS never chosen), a batch of sentences per call: beam search
@@ -15,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 
 import torch
 import torch.nn.functional as F
@@ -24,42 +26,24 @@ from torch import nn
 from bench_common import interleaved_medians
 from plm.decoding import beam_search
 from plm.models import from_preset
+from references import TorchTransformer, build_reference
 
 CONFIGS = {
     # (transformer preset, vocabulary, batch, source length, target length, decoded tokens, repeats)
     "small": ("transformer-small", 8000, 32, 24, 24, 20, 5),
     "micro": ("transformer-micro", 512, 8, 12, 12, 8, 3),
 }
+RNN_FORMS = ("rnn", "rnn-bahdanau", "rnn-luong")
 
 
-class TorchTransformer(nn.Module):
-    """plm's Transformer shape on torch.nn.Transformer: shared embeddings scaled by sqrt(d), sinusoids, tied output."""
-
-    def __init__(self, vocab: int, dim: int, layers: int, heads: int, ffn: int, context: int) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, dim)
-        self.transformer = nn.Transformer(dim, heads, layers, layers, ffn, dropout=0.0, batch_first=True)
-        position = torch.arange(context)[:, None]
-        frequencies = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
-        table = torch.zeros(context, dim)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequencies), torch.cos(position * frequencies)
-        self.register_buffer("positions", table)
-        self.scale = math.sqrt(dim)
-
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embedding(ids) * self.scale + self.positions[: ids.shape[1]]
-
-    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        causal = nn.Transformer.generate_square_subsequent_mask(target.shape[1])
-        hidden = self.transformer(self.embed(source), self.embed(target), tgt_mask=causal, tgt_is_causal=True)
-        return hidden @ self.embedding.weight.T
-
-
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, source, target, labels):
+def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, *inputs: torch.Tensor, labels: torch.Tensor,
+                  clip: float = 0.0):
     def step() -> None:
-        output = model(source, target)
+        output = model(*inputs)
         logits = getattr(output, "logits", output)  # plm returns a ModelOutput, torch a tensor
         F.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -77,9 +61,9 @@ def bench_training(name: str) -> None:
     target = torch.randint(3, vocab, (batch, target_length + 1))
     inputs, labels = target[:, :-1], target[:, 1:]
     steps = {
-        "plm": training_step(plm_model, torch.optim.Adam(plm_model.parameters()), source, inputs, labels),
+        "plm": training_step(plm_model, torch.optim.Adam(plm_model.parameters()), source, inputs, labels=labels),
         "torch.nn.Transformer": training_step(torch_model, torch.optim.Adam(torch_model.parameters()), source,
-                                              inputs, labels),
+                                              inputs, labels=labels),
     }
     seconds = interleaved_medians(steps, repeats=repeats, warmup=1, device=torch.device("cpu"))
     tokens = batch * target_length
@@ -88,11 +72,33 @@ def bench_training(name: str) -> None:
           f"torch.nn.Transformer {torch_rate:,.0f} tok/s, plm/torch {plm_rate / torch_rate:.2f}x")
 
 
+def bench_rnn_training(name: str) -> None:
+    _, vocab, batch, source_length, target_length, _, repeats = CONFIGS[name]
+    source = torch.randint(3, vocab, (batch, source_length))
+    mask = torch.ones(batch, source_length, dtype=torch.long)
+    mask[::2, -source_length // 4 :] = 0  # every other sentence a quarter shorter: the encoders pack
+    target = torch.randint(3, vocab, (batch, target_length + 1))
+    inputs, labels = target[:, :-1], target[:, 1:]
+    for form in RNN_FORMS:
+        torch.manual_seed(0)
+        models = {"plm": from_preset(form, vocab_size=vocab).train(), "torch.nn": build_reference(form, vocab).train()}
+        steps = {
+            kind: training_step(model, torch.optim.Adam(model.parameters()), source, inputs, mask, labels=labels,
+                                clip=1.0)
+            for kind, model in models.items()
+        }
+        seconds = interleaved_medians(steps, repeats=repeats * 2, warmup=2, device=torch.device("cpu"))
+        tokens = batch * target_length
+        plm_rate, torch_rate = tokens / seconds["plm"], tokens / seconds["torch.nn"]
+        print(f"{form} training, {batch} x ({source_length} -> {target_length}) tokens: plm {plm_rate:,.0f} tok/s, "
+              f"torch.nn {torch_rate:,.0f} tok/s, plm/torch {plm_rate / torch_rate:.2f}x")
+
+
 def bench_decoding(name: str) -> None:
     preset, vocab, batch, source_length, _, new_tokens, repeats = CONFIGS[name]
     source = torch.randint(3, vocab, (batch, source_length))
     start = torch.full((batch, 1), 1)
-    for model_name in (preset, "rnn", "rnn-bahdanau", "rnn-luong"):
+    for model_name in (preset, *RNN_FORMS):
         torch.manual_seed(0)
         model = from_preset(model_name, vocab_size=vocab).eval()
         calls = {
@@ -111,6 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_grad_enabled(True)
     bench_training(args.config)
+    bench_rnn_training(args.config)
     bench_decoding(args.config)
 
 

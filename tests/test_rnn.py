@@ -87,12 +87,11 @@ def test_the_output_layer_reads_what_each_paper_feeds_it(form: str) -> None:
     model, (source, mask, _) = tiny(form), padded_batch()
     previous = torch.tensor([[3], [7], [1]])
     seen = {}
-    model.decoder.register_forward_hook(lambda module, inputs, output: seen.update(s=output[0]))
     if model.attention is not None:
         model.attention.register_forward_hook(lambda module, inputs, output: seen.update(c=output[0]))
     state = model.encode(source, mask)
-    logits = model.decode(previous, state).logits[:, 0]
-    s = seen["s"][:, 0]
+    step = model.decode(previous, state)
+    logits, s = step.logits[:, 0], step.state.hidden[0][-1]  # s_t: the top layer's new state
     c = seen["c"][:, 0] if "c" in seen else state.summary  # no attention: the encoder's final state
     if form.startswith("luong"):
         readout = torch.tanh(torch.cat([c, s], -1) @ model.combine.weight.T)
