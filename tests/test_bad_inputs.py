@@ -150,7 +150,7 @@ CASES = {
     "convert out not empty": (["convert", "--model", "{w}/gpt", "--out", "{w}/not-empty"],
                               "not-empty: the directory is not empty; choose another --out or pass --overwrite"),
     "convert out is the model": (["convert", "--model", "{w}/gpt", "--out", "{w}/gpt", "--overwrite"],
-                                 "gpt: is the directory being converted"),
+                                 "gpt: is the model being read"),
     "tokenizer out under a file": (["tokenizer", "train", "{w}/text.txt", "--out", "{w}/somefile.txt/tok"],
                                    "somefile.txt: is a file, not a directory"),
     # Flag values.

@@ -9,10 +9,12 @@
     bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
     out = bert(input_ids, attention_mask, token_type_ids)   # .last_hidden_state, .logits, .pair_logits
     classifier = plm.task_model(bert, "classify", labels=3)  # out.logits: (batch, 3)
+    fast = plm.quantize(plm.load("runs/demo"), "int8")   # int8 weights for CPU inference
 """
 
 from plm.checkpoint import load_model as load
 from plm.checkpoint import save_model as save
+from plm.core.quantize import quantize
 from plm.errors import PLMError
 from plm.evaluation import perplexity
 from plm.generation import generate
@@ -46,6 +48,7 @@ __all__ = [
     "load_pretrained",
     "perplexity",
     "pretrain",
+    "quantize",
     "save",
     "save_hf",
     "task_model",

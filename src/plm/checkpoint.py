@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from plm.config import config_from_dict, config_to_dict
+from plm.core.quantize import QUANTIZATIONS, check_device, quantization_of, quantize
 from plm.errors import PLMError, with_article
 from plm.files import make_directory, read_json, read_tensors, staging_directory, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
@@ -69,7 +70,10 @@ def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = N
     """Write config, weights (and tokenizer) of ``model`` into ``directory``."""
     directory = make_directory(directory)
     write_tensors(directory / WEIGHTS_FILE, model.state_dict(), metadata={"format": "pt", "family": model.family})
-    write_json(directory / CONFIG_FILE, {"family": model.family, "config": config_to_dict(model.config)})
+    description = {"family": model.family, "config": config_to_dict(model.config)}
+    if quantization_of(model) is not None:
+        description["quantization"] = quantization_of(model)
+    write_json(directory / CONFIG_FILE, description)
     if tokenizer is not None:
         tokenizer.save(directory)
     return directory
@@ -88,6 +92,13 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
     config = config_from_dict(model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True)
     with torch.device("meta"):
         model = model_cls(config)
+    quantization = description.get("quantization")
+    if quantization is not None:  # the int8 layers, to be filled with the saved values and scales
+        if quantization not in QUANTIZATIONS:
+            raise PLMError(f"{directory / CONFIG_FILE}: unknown quantization {quantization!r}; plm knows "
+                           f"{', '.join(QUANTIZATIONS)}")
+        check_device(device)
+        quantize(model, quantization)
     load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
     return model.to(device).eval()
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+from plm.checkpoint import swap_in
+from plm.core.quantize import QUANTIZATIONS, quantize
 from plm.device import DEVICES, resolve_device
 from plm.errors import PLMError, with_article
+from plm.files import make_directory, staging_directory
 from plm.loading import load_pretrained
-from plm.models import CausalLM, Encoder
+from plm.models import CausalLM, Encoder, PretrainedModel
 from plm.tokenizer import Tokenizer
 
 
@@ -49,6 +54,21 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=DEVICES, help="where to run: auto picks CUDA when present")
+
+
+def add_quantize(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, help="int8: the linear layers and token embeddings with "
+                        "int8 weights, on the CPU (a quarter of the bytes read per token; see the README's int8 section)")
+
+
+def inference_device(args: argparse.Namespace) -> str:
+    """--device, except that --quantize runs on the CPU (its int8 kernel is the CPU's) when the device is auto."""
+    return "cpu" if getattr(args, "quantize", None) and args.device == "auto" else args.device
+
+
+def quantized(model: PretrainedModel, args: argparse.Namespace) -> PretrainedModel:
+    """``model`` with int8 weights when --quantize asks for them (a model saved quantized already is)."""
+    return quantize(model, args.quantize) if getattr(args, "quantize", None) else model
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
@@ -140,3 +160,30 @@ def check_output_directory(path: str | Path) -> Path:
     if not existing.is_dir():
         raise PLMError(f"{existing}: is a file, not a directory" + (f" (for --out {out})" if existing != out else ""))
     return out
+
+
+def write_model_directory(source: Path, out: Path, overwrite: bool, write: Callable[[Path], str]) -> str:
+    """Have ``write(directory)`` fill a new model directory made from ``source``, which then becomes ``out``.
+
+    It writes into a staging directory beside ``out``, swapped in whole when done: a failure or a
+    kill leaves the old ``out`` as it was, and --overwrite leaves no file of the replaced model
+    behind. Returns what ``write`` says it wrote.
+    """
+    if not source.exists():
+        raise PLMError(f"{source}: no such directory")
+    check_output_directory(out)
+    if out.is_dir() and out.resolve() == source.resolve():
+        raise PLMError(f"{out}: is the model being read; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise PLMError(f"{out}: the directory is not empty; choose another --out or pass --overwrite to replace it")
+    staging = staging_directory(make_directory(out.parent), f".{out.name}-")
+    try:
+        written = write(staging)
+    except PLMError as error:  # named by the directory the user asked for, not the staging copy
+        shutil.rmtree(staging, ignore_errors=True)
+        raise PLMError(str(error).replace(str(staging), str(out))) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    swap_in(staging, out.parent, out.name)
+    return written

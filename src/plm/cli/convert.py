@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
-from plm.checkpoint import load_model, model_directory, save_model, swap_in
-from plm.cli.common import HelpFormatter, check_output_directory
-from plm.errors import PLMError
-from plm.files import make_directory, staging_directory
+from plm.checkpoint import load_model, model_directory, save_model
+from plm.cli.common import HelpFormatter, write_model_directory
 from plm.hf import load_hf, save_hf
 from plm.loading import find_tokenizer, is_plm_directory
 
@@ -37,34 +34,18 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    source, out = Path(args.model), Path(args.out)
-    if not source.exists():
-        raise PLMError(f"{source}: no such directory")
-    check_output_directory(out)
-    if out.is_dir() and out.resolve() == source.resolve():
-        raise PLMError(f"{out}: is the directory being converted; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise PLMError(f"{out}: the directory is not empty; choose another --out or pass --overwrite to replace it")
-    # Written into a staging directory beside --out, then swapped in whole: a failure or a kill leaves the old
-    # directory as it was, and --overwrite leaves no file of the replaced model behind.
-    staging = staging_directory(make_directory(out.parent), f".{out.name}-")
-    try:
+    source = Path(args.model)
+
+    def write(directory: Path) -> str:
         if is_plm_directory(source):
-            directory = model_directory(source)
-            model = load_model(directory)
-            save_hf(model, staging)
-            if tokenizer := find_tokenizer(directory):
-                tokenizer.save(staging)
-            written = f"Hugging Face {model.family} checkpoint"
-        else:
-            model = load_hf(source)
-            save_model(model, staging, find_tokenizer(source))
-            written = f"plm {model.family} model"
-    except PLMError as error:  # named by the file the user asked for, not the staging copy
-        shutil.rmtree(staging, ignore_errors=True)
-        raise PLMError(str(error).replace(str(staging), str(out))) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    swap_in(staging, out.parent, out.name)
-    print(f"wrote {written} to {out}")
+            model_dir = model_directory(source)
+            model = load_model(model_dir)
+            save_hf(model, directory)
+            if tokenizer := find_tokenizer(model_dir):
+                tokenizer.save(directory)
+            return f"Hugging Face {model.family} checkpoint"
+        model = load_hf(source)
+        save_model(model, directory, find_tokenizer(source))
+        return f"plm {model.family} model"
+
+    print(f"wrote {write_model_directory(source, Path(args.out), args.overwrite, write)} to {args.out}")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_no_progress,
+    add_quantize,
+    inference_device,
+    quantized,
+)
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.cli.translate import add_decoding, decoding_options
 from plm.data.parallel import read_parallel
@@ -37,13 +45,15 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_json(parser)
     add_no_progress(parser)
     add_device(parser)
+    add_quantize(parser)
     parser.set_defaults(run=run_bleu)
 
 
 def run_bleu(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     pairs = read_parallel(args.src, args.ref)
-    model, tokenizers = load_seq2seq(args.model, resolve_device(args.device))
+    model, tokenizers = load_seq2seq(args.model, resolve_device(inference_device(args)))
+    model = quantized(model, args)
     options = decoding_options(args, model.family)
     options.validate()
     hypotheses = translate(model, tokenizers, [p.source for p in pairs], options, progress=not args.no_progress)

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_quantize,
+    inference_device,
+    load_causal_lm,
+    positive_int,
+    quantized,
+)
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.text import file_perplexity
 from plm.zeroshot.detokenize import DETOKENIZERS
@@ -39,12 +48,14 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation")
     add_json(parser)
     add_device(parser)
+    add_quantize(parser)
     parser.set_defaults(run=run_perplexity)
 
 
 def run_perplexity(args: argparse.Namespace) -> None:
     check_outputs(args.json)
-    model, tokenizer = load_causal_lm(args.model, args.device)
+    model, tokenizer = load_causal_lm(args.model, inference_device(args))
+    model = quantized(model, args)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True, detokenize=args.detokenize
     )

@@ -19,6 +19,7 @@ from plm.cli import (
     overlap,
     predict,
     pretrain,
+    quantize,
     seq2seq,
     tokenizer,
     translate,
@@ -28,7 +29,7 @@ from plm.errors import PLMError, PLMWarning
 
 COMMANDS = (
     demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
-    attention, compare, overlap, convert,
+    attention, compare, overlap, convert, quantize,
 )
 
 

@@ -7,7 +7,16 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_no_progress,
+    add_quantize,
+    inference_device,
+    positive_int,
+    quantized,
+)
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError
@@ -62,6 +71,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_decoding(parser)
     add_no_progress(parser)
     add_device(parser)
+    add_quantize(parser)
     parser.set_defaults(run=run)
 
 
@@ -75,7 +85,8 @@ def source_lines(path: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    model, tokenizers = load_seq2seq(args.model, resolve_device(args.device))
+    model, tokenizers = load_seq2seq(args.model, resolve_device(inference_device(args)))
+    model = quantized(model, args)
     options = decoding_options(args, model.family)
     options.validate()
     for line in translate(model, tokenizers, source_lines(args.file), options, progress=not args.no_progress):

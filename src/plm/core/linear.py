@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm.core.quantize import Int8Weight
+
 BLOCKS = 4
 MAX_ROWS = 4
 MIN_WEIGHT_NUMEL = 1 << 18
@@ -31,8 +33,10 @@ CHUNK = 1024
 MIN_CHUNKED_FEATURES = 16384
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out)."""
+def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out); int8 weights multiply in int8."""
+    if isinstance(weight, Int8Weight):
+        return weight.linear(x, bias)
     out_features, in_features = weight.shape
     rows = x.numel() // max(in_features, 1)
     one_token = rows <= MAX_ROWS and weight.numel() >= MIN_WEIGHT_NUMEL

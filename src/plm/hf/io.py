@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from plm.checkpoint import load_weights
+from plm.core.quantize import check_trainable
 from plm.errors import PLMError
 from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
@@ -134,6 +135,7 @@ def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
     """Write ``model`` so that ``transformers`` loads it with ``from_pretrained(directory)``."""
     if model.family not in BY_FAMILY:
         raise PLMError(f"plm has no Hugging Face format for {model.family} models")
+    check_trainable(model, "the model")
     converter = BY_FAMILY[model.family]
     hf_config = converter.config_to_hf(model.config)
     tensors = converter.weights_to_hf(model.state_dict(), model.config)

@@ -104,16 +104,21 @@ class Albert(Encoder):
         super().__init__(config)
         # A module shared by several blocks appears under each of their names; the
         # state dict keeps its first name only, and loading fills in the others.
-        first: dict[int, str] = {}
-        self.aliases: dict[str, str] = {}  # later name -> first name of a shared tensor
-        for name, tensor in self.named_parameters(remove_duplicate=False):
-            if id(tensor) in first:
-                self.aliases[name] = first[id(tensor)]
-            else:
-                first[id(tensor)] = name
-        if self.aliases:
+        if self.aliases():
             self.register_state_dict_post_hook(drop_aliases)
             self.register_load_state_dict_pre_hook(fill_aliases)
+
+    def aliases(self) -> dict[str, str]:
+        """Later name -> first name of each shared tensor (parameters, and the buffers of int8 layers)."""
+        first: dict[int, str] = {}
+        aliases = {}
+        named = [*self.named_parameters(remove_duplicate=False), *self.named_buffers(remove_duplicate=False)]
+        for name, tensor in named:
+            if id(tensor) in first:
+                aliases[name] = first[id(tensor)]
+            else:
+                first[id(tensor)] = name
+        return aliases
 
     def build_blocks(self, config: AlbertConfig) -> nn.ModuleList:
         if config.sharing == "all":
@@ -141,11 +146,11 @@ class Albert(Encoder):
 
 
 def drop_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, metadata: Any) -> None:
-    for alias in model.aliases:
+    for alias in model.aliases():
         state.pop(prefix + alias, None)
 
 
 def fill_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, *args: Any) -> None:
-    for alias, name in model.aliases.items():
+    for alias, name in model.aliases().items():
         if prefix + name in state:
             state[prefix + alias] = state[prefix + name]

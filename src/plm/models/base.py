@@ -70,6 +70,10 @@ class PretrainedModel(nn.Module):
         """The token embedding table (a task resizes it when it adds tokens)."""
         raise NotImplementedError
 
+    def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        """The token tables, which a tied output layer may read as its matrix; int8 quantization keeps them int8."""
+        return []
+
     def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
         """Grow the token embeddings to ``vocab_size`` rows: old rows unchanged, new ones N(0, std).
 

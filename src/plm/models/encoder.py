@@ -161,6 +161,9 @@ class Encoder(PretrainedModel):
     def word_embeddings(self) -> nn.Embedding:
         return self.embeddings.word
 
+    def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        return [self.embeddings.word]
+
     # Steps a family may override ----------------------------------------------------
 
     def build_attention(self, config: EncoderConfig) -> nn.Module | None:

@@ -105,6 +105,9 @@ class GPT(CausalLM):
     def word_embeddings(self) -> nn.Embedding:
         return self.token_embedding
 
+    def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        return [self.token_embedding]
+
     def context_length(self) -> int:
         return self.config.context_length
 

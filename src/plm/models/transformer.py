@@ -161,6 +161,9 @@ class Transformer(Seq2SeqModel):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, std=self.config.dim**-0.5)
 
+    def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        return [self.target_embedding] + ([self.source_embedding] if self.source_embedding is not None else [])
+
     def context_length(self) -> int:
         return self.config.context_length
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from plm.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model
+from plm.core.quantize import check_trainable
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.files import read_json, write_json
@@ -295,6 +296,7 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
     """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT and a tokenizer of its text."""
     if setup.model is not None:
         model, tokenizer = load_pretrained(setup.model)
+        check_trainable(model, setup.model)
         if getattr(model, "family", None) == "task":
             model = model.backbone
         require_task_backbone(model, setup.model)

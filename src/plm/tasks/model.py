@@ -87,6 +87,9 @@ class TaskModel(PretrainedModel):
     def word_embeddings(self) -> torch.nn.Embedding:
         return self.backbone.word_embeddings()
 
+    def vocabulary_embeddings(self) -> list[torch.nn.Embedding]:
+        return self.backbone.vocabulary_embeddings()
+
     def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
         self.backbone.resize_token_embeddings(vocab_size, std)
         self.config = dataclasses.replace(self.config, backbone=self.backbone.config)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from plm.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, save_model, snapshots, swap_in
+from plm.core.quantize import check_trainable
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.files import make_directory, staging_directory
@@ -42,6 +43,8 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, 
 def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> PretrainedModel:
     """A model whose weights are the mean of the models saved in ``paths`` (same family and config)."""
     models = [load_model(path) for path in paths]
+    for path, model in zip(paths, models):
+        check_trainable(model, str(path))
     for path, model in zip(paths[1:], models[1:]):
         if model.config != models[0].config:
             raise PLMError(f"{path}: a model of another config than {paths[0]}; only one model's checkpoints average")

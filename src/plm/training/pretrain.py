@@ -24,6 +24,7 @@ import torch
 
 from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.config import config_from_dict
+from plm.core.quantize import check_trainable
 from plm.data.corpus import Corpus, default_corpus, read_corpus
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
@@ -155,6 +156,7 @@ def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokeni
             config = dataclasses.replace(config, **rates)
         return from_config(model_class(config).config_with_heads(config, heads))
     loaded = load_model(model)
+    check_trainable(loaded, model)
     if loaded.config.vocab_size < len(tokenizer):
         raise PLMError(
             f"{model}: the model has {loaded.config.vocab_size} embeddings but the tokenizer {len(tokenizer)} tokens"

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from plm.checkpoint import CHECKPOINT_DIR, load_model, model_directory
+from plm.core.quantize import check_trainable
 from plm.data.dates import date_pairs
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
@@ -131,6 +132,7 @@ def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) 
     """A fresh preset sized to the tokenizers, or a saved model to continue."""
     if model not in PRESETS:
         loaded = load_model(model)
+        check_trainable(loaded, model)
         if loaded.config.vocab_size < len(tokenizers.target):
             raise PLMError(f"{model}: {loaded.config.vocab_size} target embeddings but {len(tokenizers.target)} tokens")
         return loaded

@@ -36,6 +36,7 @@ from plm.checkpoint import (
     save_checkpoint,
     save_snapshot,
 )
+from plm.core.quantize import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
 from plm.files import write_json
@@ -132,6 +133,7 @@ class Trainer:
     ) -> None:
         config = config.with_defaults(Hyperparameters())
         config.validate()
+        check_trainable(model, "the model to train")
         self.config = config
         self.out = Path(out)
         self.device = resolve_device(config.device)

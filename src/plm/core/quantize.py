@@ -1,0 +1,177 @@
+"""Weight-only int8 for inference on the CPU: a quarter of fp32's bytes for every weight read.
+
+Decoding a token reads every weight matrix once, so its speed is bounded by the memory
+bandwidth over the bytes of the weights. :func:`quantize` stores each (out, in) matrix
+of a model's linear layers, and the token embedding tables a tied output layer reads,
+as int8 values with one scale per output row (symmetric: w ~ values * scale, scale =
+max |w_row| / 127), and multiplies with PyTorch's own int8-weight kernel
+(``aten._weight_int8pack_mm``). Everything between the products (norms, softmax, the
+residual stream, the KV cache, the logits) stays fp32; the product itself takes its
+input in bf16, because that is the kernel's vectorised path on the CPU (its fp32 path
+ran at 1-1.5 GB/s of weights on the benchmark machine, against 11 GB/s for fp32
+weights through plm.core.linear). A quantized model is for inference: it has no
+parameters to train, and the trainer refuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from plm.errors import PLMError
+
+QUANTIZATIONS = ("int8",)
+COMPUTE_DTYPE = torch.bfloat16  # the kernel's input, output and scales
+ALIGNMENT = 64  # bytes: an AVX-512 register
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """An (out, in) weight as int8 ``values`` (out, in) and one ``scales`` (out,) entry per row.
+
+    It stands where an fp32 weight matrix is read: :func:`plm.core.linear.linear` multiplies
+    by it, a tied output layer reads an embedding's, and slicing rows (a fused projection's
+    parts) gives the rows' own int8 weight.
+    """
+
+    values: torch.Tensor
+    scales: torch.Tensor
+
+    @classmethod
+    def of(cls, weight: torch.Tensor) -> Int8Weight:
+        """Round ``weight`` (out, in) to int8 with a scale per row; each value is within scale / 2 of the weight."""
+        weight = weight.detach().float()
+        scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).to(COMPUTE_DTYPE)  # exact in bf16 from here on
+        values = torch.round(weight / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(values, scales)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of what it computes (fp32), as for an fp32 weight: caches and buffers follow it."""
+        return torch.float32
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def __getitem__(self, rows: slice) -> Int8Weight:
+        return Int8Weight(self.values[rows], self.scales[rows])
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 matrix the int8 values stand for (out, in)."""
+        return self.values.float() * self.scales.float()[:, None]
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x (..., in) -> x W^T + b (..., out), in fp32."""
+        rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
+        y = torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales).float()  # (N, out)
+        if bias is not None:
+            y = y + bias
+        return y.view(*x.shape[:-1], self.values.shape[0])
+
+    def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in)."""
+        return self.values[ids].float() * self.scales[ids].float()[..., None]
+
+
+def aligned(values: torch.Tensor) -> torch.Tensor:
+    """``values`` at an address the int8 kernel can read: it uses aligned vector loads, and a matrix read
+    from a safetensors file can start at any multiple of 8 bytes (a segfault, not an error)."""
+    return values if values.data_ptr() % ALIGNMENT == 0 else values.clone()
+
+
+class Int8Module(nn.Module):
+    """A layer whose weight is an :class:`Int8Weight`: buffers ``weight_values`` and ``weight_scales``."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        int8 = Int8Weight.of(weight)
+        self.register_buffer("weight_values", int8.values)
+        self.register_buffer("weight_scales", int8.scales)
+        self.register_load_state_dict_post_hook(align_loaded)
+
+    @property
+    def weight(self) -> Int8Weight:
+        return Int8Weight(self.weight_values, self.weight_scales)
+
+
+def align_loaded(module: Int8Module, incompatible_keys: object) -> None:
+    """After loading: copy loaded values that the kernel could not read where they lie, once."""
+    module.weight_values = aligned(module.weight_values)
+
+
+class Int8Linear(Int8Module):
+    """nn.Linear's product with an int8 weight; the bias stays fp32."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__(linear.weight)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight.linear(x, self.bias)
+
+
+class Int8Embedding(Int8Module):
+    """nn.Embedding's lookup from int8 rows; as a tied output matrix it multiplies in int8."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__(embedding.weight)
+        self.num_embeddings, self.embedding_dim = embedding.weight.shape
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight.rows_of(ids)
+
+
+def quantize(model: nn.Module, kind: str = "int8") -> nn.Module:
+    """Replace ``model``'s linear layers and its token embeddings by int8 ones, in place; returns the model.
+
+    The embeddings are those the model names as its vocabulary tables
+    (``model.vocabulary_embeddings()``, where it has them): a tied output layer reads
+    them, so the vocabulary projection, the largest product of a language model, runs
+    in int8 too. Other embeddings (positions, segments) and RNN cells stay fp32.
+    """
+    if kind not in QUANTIZATIONS:
+        raise PLMError(f"unknown quantization {kind!r}; choose {', '.join(QUANTIZATIONS)}")
+    if is_quantized(model):  # saved quantized: nothing left to do
+        return model
+    check_device(next(iter(model.state_dict().values())).device)
+    embeddings = {id(table) for table in getattr(model, "vocabulary_embeddings", list)()}
+    replacements: dict[int, nn.Module] = {}  # one int8 layer per layer, however many places share it (ALBERT)
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if id(module) not in replacements:
+            if id(module) in embeddings:
+                replacements[id(module)] = Int8Embedding(module)
+            elif isinstance(module, nn.Linear):
+                replacements[id(module)] = Int8Linear(module)
+            else:
+                continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, replacements[id(module)])
+    return model.eval()
+
+
+def check_device(device: torch.device | str) -> None:
+    """int8 weights run on the CPU (the kernel plm uses is PyTorch's CPU one)."""
+    if torch.device(device).type not in ("cpu", "meta"):
+        raise PLMError(f"int8 weights are for inference on the CPU, not on {torch.device(device).type}")
+
+
+def check_trainable(model: nn.Module, what: str) -> None:
+    """Refuse to train (or average, or convert) a quantized model: its int8 weights have no gradients."""
+    if is_quantized(model):
+        raise PLMError(f"{what} has int8 weights, which are for inference; use the fp32 model it was quantized from")
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(isinstance(module, Int8Module) for module in model.modules())
+
+
+def quantization_of(model: nn.Module) -> str | None:
+    """"int8" for a quantized model, None for an fp32 one (what a saved model's config records)."""
+    return "int8" if is_quantized(model) else None
