@@ -3,7 +3,8 @@
 Measures, after warm-up, the median over repeats of
   (a) training tokens/s: forward + cross-entropy + backward + AdamW step;
   (b) forward tokens/s under torch.inference_mode();
-  (c) greedy generation tokens/s with the KV cache, batch 1, exactly N new tokens.
+  (c) greedy generation tokens/s with the KV cache, batch 1, exactly N new tokens, and on the CPU
+      the same with int8 weights (plm.quantize).
 plm and Hugging Face take turns inside each repeat, so a slow spell of the machine
 hits both. ``--compile`` adds plm rows with torch.compile. Training is also reported
 as model FLOPs utilisation against the machine's measured matmul peak, and decoding
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import tempfile
 from typing import Callable
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bench_common import interleaved_medians, matmul_peak, memory_bandwidth, quiet_transformers
+from plm.core.quantize import quantize
 from plm.generation import generate
 from plm.hf import load_hf
 from plm.models import GPTConfig
@@ -154,9 +157,10 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
 
     def add_row(measure: str, seconds: dict[str, float], work_per_call: float) -> None:
         results.rows.append((name, measure, work_per_call / seconds["plm"], work_per_call / seconds["hf"]))
-        if "plm compiled" in seconds:
-            results.rows.append((name, f"{measure}, plm compiled", work_per_call / seconds["plm compiled"],
-                                 work_per_call / seconds["hf"]))
+        for variant in ("plm compiled", "plm int8"):
+            if variant in seconds:
+                results.rows.append((name, f"{measure}, {variant}", work_per_call / seconds[variant],
+                                     work_per_call / seconds["hf"]))
 
     train_ids = tokens(work.train_batch, work.train_length + 1)
     # Training moves the two models' weights apart (and, with --compile, plm's twice as far);
@@ -191,10 +195,15 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
     prompt = tokens(1, work.prompt_length)
     outputs = {}
 
-    def plm_generate(compile: bool) -> Callable[[], None]:
+    # int8 weights (CPU only): a quantized copy of the same weights, through PyTorch's int8-weight kernel.
+    int8 = quantize(copy.deepcopy(ours), "int8") if device.type == "cpu" else None
+
+    def plm_generate(compile: bool, model: torch.nn.Module = ours, label: str = "plm") -> Callable[[], None]:
+        label = "plm compiled" if compile else label
+
         def step() -> None:
             with autocast():
-                outputs["plm compiled" if compile else "plm"] = generate(ours, prompt, new_tokens, compile=compile)
+                outputs[label] = generate(model, prompt, new_tokens, compile=compile)
         return step
 
     def hf_generate() -> None:
@@ -208,7 +217,8 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
                 pad_token_id=config.vocab_size - 1,
             )
 
-    steps = {"plm": plm_generate(False), "hf": hf_generate, **({"plm compiled": plm_generate(True)} if args.compile else {})}
+    steps = {"plm": plm_generate(False), "hf": hf_generate, **({"plm compiled": plm_generate(True)} if args.compile else {}),
+             **({"plm int8": plm_generate(False, int8, "plm int8")} if int8 is not None else {})}
     seconds = interleaved_medians(steps, generate_runs, 1, device)  # the warm-up call compiles
     for label, out in outputs.items():
         assert out.shape == (1, work.prompt_length + new_tokens), f"{label} generated {tuple(out.shape)}"
@@ -223,6 +233,13 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
                         for label in seconds)
     results.notes.append(f"[{name}] decoding reads {weight_bytes / 1e6:,.0f} MB of weights per token: the memory-bandwidth "
                          f"limit is {limit:,.1f} tok/s; {reached} of it")
+    if int8 is not None:
+        int8_bytes = sum(t.numel() * t.element_size() for k, t in int8.state_dict().items() if "position" not in k)
+        rate = new_tokens / seconds["plm int8"]
+        results.notes.append(
+            f"[{name}] int8 weights: {int8_bytes / 1e6:,.0f} MB per token (limit {limits['bandwidth'] / int8_bytes:,.1f} tok/s), "
+            f"{rate:,.1f} tok/s = {seconds['plm'] / seconds['plm int8']:.2f}x plm fp32, {seconds['hf'] / seconds['plm int8']:.2f}x hf fp32"
+        )
     return results
 
 
