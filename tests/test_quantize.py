@@ -94,7 +94,7 @@ def trained_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_a_trained_model_keeps_its_perplexity_and_most_greedy_tokens_with_int8_weights(trained_gpt) -> None:
-    """Measured: perplexity within 0.1% and the same 24 greedy tokens on 19-20 of 20 prompts."""
+    """Measured: perplexities 0.04% apart; 17 of 20 prompts keep all 24 greedy tokens (some ties break the other way)."""
     run, test = trained_gpt
     fp32, tokenizer = plm.load_pretrained(run)
     int8 = plm.quantize(plm.load(run), "int8")
