@@ -1,4 +1,4 @@
-"""What the benchmarks share: interleaved timing, the machine's limits, peak tensor memory.
+"""What the benchmarks share: interleaved timing, the machine's limits, peak tensor memory, the report.
 
 The machine's limits are measured, not looked up, in the same process and just before
 the models run, so a slow or shared machine lowers the limit and the result alike:
@@ -6,15 +6,27 @@ the models run, so a slow or shared machine lowers the limit and the result alik
 * memory bandwidth: the best of a few ``sum`` over a 256 MB fp32 tensor (a pure
   streaming read, as decoding reads its weights);
 * matmul peak: the best of a few 2048 x 2048 x 2048 fp32 products (2 * 2048^3 FLOPs).
+
+Every benchmark prints its table through :class:`Report`, which also merges its rows
+into ``benchmarks/results.json`` (with the machine, its limits and the versions);
+``summary.py`` prints one table of every ratio from that file.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import statistics
 import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
 import torch
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
 def synchronize(device: torch.device) -> None:
@@ -62,6 +74,129 @@ def matmul_peak(device: torch.device, size: int = 2048) -> float:
     """fp32 FLOP/s of a size^3 matrix product, the best of 5: what the training FLOPs are measured against."""
     a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     return 2 * size**3 / best_seconds(lambda: a @ b, 5, device)
+
+
+def training_flops_per_token(weights: int, layers: int, dim: int, length: int) -> int:
+    """6 N + 12 L d T (PaLM, appendix B): forward and backward of the weights and of attention.
+
+    N counts every weight that multiplies each token once (not the position or token
+    tables, except a token table that is also the output layer); 12 L d T counts
+    QK^T and AV over the full T x T square, causal masking notwithstanding.
+    """
+    return 6 * weights + 12 * layers * dim * length
+
+
+def linear_weights(model: torch.nn.Module) -> int:
+    """The weights of ``model``'s nn.Linear layers, counted once each: what multiplies every token."""
+    seen = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return sum(seen.values())
+
+
+def installed_version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def cpu_name() -> str:
+    """The processor's model name (its speed tables depend on it), or the platform's best guess."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def figure(value: float) -> str:
+    """A measured figure as a table shows it: two decimals below 100, none above."""
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+@dataclass
+class Row:
+    """One measured figure: plm's and its peer's (None: plm alone), and the physical limit beside it."""
+
+    config: str
+    measure: str
+    plm: float
+    peer: float | None = None
+    limit: str = ""  # e.g. "MFU 63% / 61%" or "95% of the bandwidth limit of 42 tok/s"
+
+    @property
+    def ratio(self) -> float | None:
+        return self.plm / self.peer if self.peer else None
+
+
+@dataclass
+class Report:
+    """A benchmark's rows and notes: printed as a table and merged into benchmarks/results.json.
+
+    ``limits`` are the machine's measured memory bandwidth (bytes/s) and matmul peak
+    (FLOP/s), measured when the report is made, in the process that runs the models.
+    """
+
+    benchmark: str
+    peer: str  # what plm is compared with, e.g. "transformers 4.57 GPT2LMHeadModel"
+    settings: dict[str, object] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    limits: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.limits:
+            device = torch.device(self.device)
+            self.limits = {"bandwidth": memory_bandwidth(device), "flops": matmul_peak(device)}
+        print(f"memory bandwidth {self.limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
+              f"matmul peak {self.limits['flops'] / 1e9:.1f} GFLOP/s (2048^3 fp32 product)")
+
+    def add(self, config: str, measure: str, plm: float, peer: float | None = None, limit: str = "") -> None:
+        self.rows.append(Row(config, measure, plm, peer, limit))
+
+    def mfu(self, flops_per_second: float) -> str:
+        """Model FLOPs utilisation: a training rate's FLOP/s as a share of the measured matmul peak."""
+        return f"{flops_per_second / self.limits['flops']:.0%}"
+
+    def print(self) -> None:
+        width = max([len(row.measure) for row in self.rows] + [20])
+        print()
+        print(f"{'config':<13} {'measure':<{width}} {'plm':>10} {'peer':>10} {'plm/peer':>8}  limit")
+        for row in self.rows:
+            peer = figure(row.peer) if row.peer is not None else ""
+            ratio = f"{row.ratio:>7.2f}x" if row.ratio is not None else ""
+            print(f"{row.config:<13} {row.measure:<{width}} {figure(row.plm):>10} {peer:>10} {ratio:>8}  {row.limit}")
+        print(f"peer: {self.peer}")
+        for note in self.notes:
+            print(note)
+
+    def save(self, path: Path = RESULTS) -> None:
+        """Replace this benchmark's section of ``path`` (other benchmarks' stay), atomically."""
+        results = json.loads(path.read_text()) if path.is_file() else {"benchmarks": {}}
+        results["machine"] = {
+            "cpu": cpu_name(), "device": self.device, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "memory_bandwidth_gb_s": round(self.limits["bandwidth"] / 1e9, 2),
+            "matmul_peak_gflop_s": round(self.limits["flops"] / 1e9, 1),
+        }
+        results["versions"] = {"torch": torch.__version__, "python": platform.python_version(),
+                               "transformers": installed_version("transformers")}
+        results["benchmarks"][self.benchmark] = {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "peer": self.peer,
+            "settings": self.settings, "machine": results["machine"],
+            "rows": [asdict(row) | {"ratio": row.ratio} for row in self.rows], "notes": self.notes,
+        }
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(results, indent=1) + "\n")
+        os.replace(temporary, path)
+
+    def finish(self) -> None:
+        self.print()
+        self.save()
+        print(f"results in {RESULTS.name} ({self.benchmark}); python benchmarks/summary.py prints them all")
 
 
 def quiet_transformers() -> str:

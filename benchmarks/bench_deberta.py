@@ -21,7 +21,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from bench_common import interleaved_medians, peak_tensor_memory, quiet_transformers
+from bench_common import (
+    Report,
+    interleaved_medians,
+    linear_weights,
+    peak_tensor_memory,
+    quiet_transformers,
+    training_flops_per_token,
+)
 from plm.hf import load_hf
 from plm.models import from_config, with_heads
 
@@ -88,7 +95,7 @@ def mlm_loss(side: str, model, ids, mask, masked, labels, masked_only: bool = Fa
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def bench(name: str, seed: int) -> tuple[list[tuple[str, str, float, float, float | None]], dict]:
+def bench(name: str, seed: int, report: Report) -> None:
     setting = CONFIGS[name]
     with tempfile.TemporaryDirectory() as directory:
         save_hf_model(setting, seed, directory)
@@ -114,8 +121,18 @@ def bench(name: str, seed: int) -> tuple[list[tuple[str, str, float, float, floa
     seconds = interleaved_medians(steps, setting.steps, 1, torch.device("cpu"))
     tokens = setting.batch * setting.length
     shape = f"{setting.batch}x{setting.length}"
-    rows = [(name, f"MLM train tok/s ({shape})", tokens / seconds["plm"], tokens / seconds["hf"],
-             tokens / seconds["plm-masked"])]
+    # 6 N + 12 L d T, N from hf's linear layers (the vocabulary projection among them, which plm's masked rows
+    # skip at 85% of positions); the disentangled attention's c2p and p2c scores add 2 more T x T x d products
+    # a layer, counted in the 12 L d T term's factor: 12 -> 24.
+    flops = {"plm": (training_flops_per_token(linear_weights(hf), setting.layers, setting.dim, setting.length)
+                     + 12 * setting.layers * setting.dim * setting.length) * tokens}
+    flops["hf"] = flops["plm"]
+    flops["plm-masked"] = flops["plm"] - 6 * setting.dim * setting.vocab_size * int((~masked).sum())
+    mfu = {label: report.mfu(flops[label] / seconds[label]) for label in seconds}
+    report.add(name, f"MLM train tok/s ({shape})", tokens / seconds["plm"], tokens / seconds["hf"],
+               f"MFU {mfu['plm']}, hf {mfu['hf']}")
+    report.add(name, f"MLM train tok/s ({shape}), masked rows only", tokens / seconds["plm-masked"],
+               tokens / seconds["hf"], f"MFU {mfu['plm-masked']} (of its fewer FLOPs)")
     print(f"[{name}] training done")
 
     ours.eval(), hf.eval()
@@ -132,17 +149,19 @@ def bench(name: str, seed: int) -> tuple[list[tuple[str, str, float, float, floa
         {"plm": forward(lambda: encoder(ids, mask)), "hf": forward(lambda: hf.deberta(input_ids=ids, attention_mask=mask))},
         setting.steps, 1, torch.device("cpu"),
     )
-    rows.append((name, f"encoder forward tok/s ({shape})", tokens / seconds["plm"], tokens / seconds["hf"], None))
+    report.add(name, f"encoder forward tok/s ({shape})", tokens / seconds["plm"], tokens / seconds["hf"])
     print(f"[{name}] forward done")
-    memory = peak_memory(setting, {"plm": ours, "hf": hf}, seed)
+    for phase, sides in peak_memory(setting, {"plm": ours, "hf": hf}, seed).items():
+        measure = f"peak MB, {phase} 1x{MEMORY_LENGTH}" + (" + backward" if phase == "train" else "")
+        report.add(name, measure + " (lower is better)", sides["plm"], sides["hf"])
     print(f"[{name}] memory done")
-    return rows, memory
 
 
 def peak_memory(setting: Setting, models: dict, seed: int) -> dict[str, dict[str, float]]:
-    """MB of peak tensor memory of one MLM forward, and of one forward + backward, at 1 x 512 tokens."""
+    """MB of peak tensor memory of one MLM forward, and of one forward + backward, at 1 x 512 tokens:
+    {phase: {side: MB}}."""
     ids, mask, masked, labels = mlm_batch(setting, 1, MEMORY_LENGTH, seed)
-    megabytes = {}
+    megabytes: dict[str, dict[str, float]] = {"forward": {}, "train": {}}
     for side, model in models.items():
         def forward() -> None:
             with torch.inference_mode():
@@ -151,7 +170,8 @@ def peak_memory(setting: Setting, models: dict, seed: int) -> dict[str, dict[str
         def train() -> None:
             mlm_loss(side, model.train(), ids, mask, masked, labels).backward()
 
-        megabytes[side] = {"forward": peak_tensor_memory(forward) / 2**20, "train": peak_tensor_memory(train) / 2**20}
+        megabytes["forward"][side] = peak_tensor_memory(forward) / 2**20
+        megabytes["train"][side] = peak_tensor_memory(train) / 2**20
         model.zero_grad(set_to_none=True)
     return megabytes
 
@@ -165,25 +185,13 @@ def main() -> None:
     version = quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, transformers {version}; cpu, {torch.get_num_threads()} threads, fp32, dropout 0")
-    names = ["small", "deberta-base"] if args.config == "both" else [args.config]
-    rows, memory = [], {}
-    for name in names:
-        speed, memory[name] = bench(name, args.seed)
-        rows += speed
-
-    print()
-    print(f"{'config':<13} {'measure':<34} {'plm':>9} {'hf':>9} {'plm/hf':>7} {'plm masked-only':>16}")
-    for name, measure, ours, theirs, masked_only in rows:
-        extra = f"{masked_only:>9.1f} ({masked_only / theirs:.2f}x)" if masked_only else ""
-        print(f"{name:<13} {measure:<34} {ours:>9.1f} {theirs:>9.1f} {ours / theirs:>6.2f}x {extra}")
-    for name, sides in memory.items():
-        for phase in ("forward", "train"):
-            ours, theirs = sides["plm"][phase], sides["hf"][phase]
-            measure = f"peak MB, {phase} 1x{MEMORY_LENGTH}" + (" + backward" if phase == "train" else "")
-            print(f"{name:<13} {measure:<34} {ours:>9.1f} {theirs:>9.1f} {ours / theirs:>6.2f}x")
-    print("peak MB: the most tensor memory held at once during one step (torch.profiler memory timeline), "
-          "weights not counted; plm/hf below 1: plm needs less")
+    report = Report("deberta", f"transformers {version} DebertaForMaskedLM (eager), the same weights",
+                    settings=vars(args))
+    for name in ["small", "deberta-base"] if args.config == "both" else [args.config]:
+        bench(name, args.seed, report)
+    report.notes.append("peak MB: the most tensor memory held at once during one step (torch.profiler memory "
+                        "timeline), weights not counted; plm/peer below 1: plm needs less")
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 import torch
 
-from bench_common import interleaved_medians
+from bench_common import Report, interleaved_medians
 from plm.data.corpus import default_corpus
 from plm.models import from_preset
 from plm.words import batch_to_ids, split_words
@@ -37,7 +37,7 @@ def real_batch(batch: int, words: int, vocab: int, seed: int) -> tuple[torch.Ten
     return chars, targets[0], targets[1]
 
 
-def bench(preset: str, batch: int, words: int, repeats: int, seed: int) -> None:
+def bench(preset: str, batch: int, words: int, repeats: int, seed: int, report: Report) -> None:
     torch.manual_seed(seed)
     model = from_preset(preset, vocab_size=8192).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -72,12 +72,12 @@ def bench(preset: str, batch: int, words: int, repeats: int, seed: int) -> None:
     times = interleaved_medians({"step": train_step, "char-CNN": char_cnn, "LSTMs": lstms, "softmax": softmax},
                                 repeats=repeats, warmup=2, device=torch.device("cpu"))
     model.zero_grad(set_to_none=True)
-    print(f"training: {tokens / times['step']:,.0f} words/s ({times['step'] * 1e3:.1f} ms per step)")
-    print(f"{'part (forward + backward)':28} {'ms':>8} {'share of step':>14}")
-    for part in ("char-CNN", "LSTMs", "softmax"):
-        print(f"{part:28} {times[part] * 1e3:8.1f} {times[part] / times['step']:14.0%}")
     rest = times["step"] - sum(times[p] for p in ("char-CNN", "LSTMs", "softmax"))
-    print(f"{'rest (optimizer, glue)':28} {rest * 1e3:8.1f} {rest / times['step']:14.0%}")
+    report.add(preset, f"training words/s ({batch}x{words})", tokens / times["step"],
+               limit=f"{times['step'] * 1e3:.1f} ms a step")
+    for part, seconds in (("char-CNN", times["char-CNN"]), ("LSTMs", times["LSTMs"]), ("softmax", times["softmax"]),
+                          ("rest (optimizer, glue)", rest)):
+        report.add(preset, f"ms a step: {part}", seconds * 1e3, limit=f"{seconds / times['step']:.0%} of the step")
 
 
 def main() -> None:
@@ -91,7 +91,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    bench(args.preset, args.batch_size, args.words, args.repeats, args.seed)
+    report = Report("elmo", "none (no trainable reference biLM to race; parts of plm's step)", settings=vars(args))
+    bench(args.preset, args.batch_size, args.words, args.repeats, args.seed, report)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
-from bench_common import interleaved_medians
+from bench_common import Report, interleaved_medians, linear_weights, quiet_transformers, training_flops_per_token
 from plm.hf import load_hf
 
 CONFIGS = {
@@ -42,8 +42,8 @@ def build_models(name: str, seed: int):
     return ours, hf
 
 
-def bench(name: str, seed: int) -> tuple[str, str, float, float]:
-    *_, vocab, batch, length, repeats = CONFIGS[name]
+def bench(name: str, seed: int, report: Report) -> None:
+    dim, layers, _, _, vocab, batch, length, repeats = CONFIGS[name]
     ours, hf = build_models(name, seed)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (batch, length), generator=generator)
@@ -70,7 +70,10 @@ def bench(name: str, seed: int) -> tuple[str, str, float, float]:
          "hf": train_step(hf, lambda m: m(ids, attention_mask=mask).logits)},
         repeats, 1, torch.device("cpu"),
     )
-    return name, f"classifier train steps/s ({batch}x{length})", 1 / seconds["plm"], 1 / seconds["hf"]
+    # The FLOPs of the real tokens (half the batch is half padding); both skip none of the padding's work.
+    flops = training_flops_per_token(linear_weights(hf), layers, dim, length) * int(mask.sum())
+    report.add(name, f"classifier train steps/s ({batch}x{length})", 1 / seconds["plm"], 1 / seconds["hf"],
+               f"MFU {report.mfu(flops / seconds['plm'])} of the real tokens, hf {report.mfu(flops / seconds['hf'])}")
 
 
 def main() -> None:
@@ -79,17 +82,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
+    version = quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
-    names = ["small", "bert-base"] if args.config == "both" else [args.config]
-    rows = [bench(name, args.seed) for name in names]
-    print()
-    print(f"{'config':<10} {'measure':<40} {'plm':>8} {'hf':>8} {'plm/hf':>7}")
-    for name, measure, ours, theirs in rows:
-        print(f"{name:<10} {measure:<40} {ours:>8.2f} {theirs:>8.2f} {ours / theirs:>6.2f}x")
+    report = Report("finetune", f"transformers {version} BertForSequenceClassification (sdpa), the same weights",
+                    settings=vars(args))
+    for name in ["small", "bert-base"] if args.config == "both" else [args.config]:
+        bench(name, args.seed, report)
+    report.finish()
 
 
 if __name__ == "__main__":

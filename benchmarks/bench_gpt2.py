@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from bench_common import interleaved_medians, matmul_peak, memory_bandwidth, quiet_transformers
+from bench_common import Report, interleaved_medians, quiet_transformers, training_flops_per_token
 from plm.core.quantize import quantize
 from plm.generation import generate
 from plm.hf import load_hf
@@ -111,26 +111,7 @@ def forward_fn(model, input_ids: torch.Tensor, autocast) -> Callable[[], None]:
     return step
 
 
-@dataclasses.dataclass
-class Results:
-    """Rows of the table, and the lines that set them against the machine's limits."""
-
-    rows: list[tuple[str, str, float, float]] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-
-
-def training_flops_per_token(config: GPTConfig, parameters: int, length: int) -> int:
-    """6 N + 12 L d T (PaLM, appendix B): forward and backward of the weights and of attention.
-
-    N counts every weight that multiplies each token once: all parameters but the
-    position table (the token table does, as the tied LM head). 12 L d T counts
-    QK^T and AV over the full T x T square, causal masking notwithstanding.
-    """
-    weights = parameters - config.context_length * config.dim
-    return 6 * weights + 12 * config.layers * config.dim * length
-
-
-def bench_config(name: str, device: torch.device, args: argparse.Namespace, limits: dict[str, float]) -> Results:
+def bench_config(name: str, device: torch.device, args: argparse.Namespace, report: Report) -> None:
     config, work = CONFIGS[name], WORKLOADS[name]
     train_steps = args.train_steps or work.train_steps
     forward_steps = args.forward_steps or work.forward_steps
@@ -153,14 +134,15 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
         difference = (ours(check).logits - hf(check).logits).abs().max().item()
     parameters = ours.num_parameters()
     print(f"[{name}] {parameters:,} parameters; max |plm - hf| logits on the same weights: {difference:.2e}")
-    results = Results()
 
-    def add_row(measure: str, seconds: dict[str, float], work_per_call: float) -> None:
-        results.rows.append((name, measure, work_per_call / seconds["plm"], work_per_call / seconds["hf"]))
-        for variant in ("plm compiled", "plm int8"):
-            if variant in seconds:
-                results.rows.append((name, f"{measure}, {variant}", work_per_call / seconds[variant],
-                                     work_per_call / seconds["hf"]))
+    def add_rows(measure: str, seconds: dict[str, float], work_per_call: float,
+                 limit: Callable[[str], str] = lambda label: "") -> None:
+        """plm's row against hf, and one per plm variant timed (compiled, int8), each with its limit."""
+        for label in ("plm", "plm compiled", "plm int8"):
+            if label in seconds:
+                variant = "" if label == "plm" else f", {label}"
+                report.add(name, measure + variant, work_per_call / seconds[label], work_per_call / seconds["hf"],
+                           limit(label))
 
     train_ids = tokens(work.train_batch, work.train_length + 1)
     # Training moves the two models' weights apart (and, with --compile, plm's twice as far);
@@ -174,12 +156,13 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
         steps[label] = train_step_fn(model, optimizer, train_ids, autocast)
     seconds = interleaved_medians(steps, train_steps, work.warmup, device)
     train_tokens = work.train_batch * work.train_length
-    add_row(f"train tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens)
-    flops = training_flops_per_token(config, parameters, work.train_length) * train_tokens
-    utilisation = ", ".join(f"{label} {flops / seconds[label] / 1e9:,.1f} GFLOP/s = {flops / seconds[label] / limits['flops']:.0%}"
-                            for label in seconds)
-    results.notes.append(f"[{name}] training, 6 N + 12 L d T = {flops / train_tokens / 1e6:,.1f} MFLOP per token "
-                         f"(N = {parameters - config.context_length * config.dim:,}); MFU: {utilisation} of the matmul peak")
+    # Every weight multiplies each token once but the position table (the token table does, as the tied head).
+    weights = parameters - config.context_length * config.dim
+    flops = training_flops_per_token(weights, config.layers, config.dim, work.train_length) * train_tokens
+    add_rows(f"train tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens,
+             lambda label: f"MFU {report.mfu(flops / seconds[label])}, hf {report.mfu(flops / seconds['hf'])}")
+    report.notes.append(f"[{name}] training, 6 N + 12 L d T = {flops / train_tokens / 1e6:,.1f} MFLOP per token "
+                        f"(N = {weights:,}); MFU against the measured matmul peak")
     for label, model in models.items():
         model.zero_grad(set_to_none=True)
         model.load_state_dict(initial[label])
@@ -189,7 +172,7 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
     forward_ids = tokens(work.train_batch, work.train_length)
     steps = {label: forward_fn(model, forward_ids, autocast) for label, model in models.items()}
     seconds = interleaved_medians(steps, forward_steps, work.warmup, device)
-    add_row(f"forward tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens)
+    add_rows(f"forward tok/s ({work.train_batch}x{work.train_length})", seconds, train_tokens)
     print(f"[{name}] forward done")
 
     prompt = tokens(1, work.prompt_length)
@@ -223,24 +206,24 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, limi
     for label, out in outputs.items():
         assert out.shape == (1, work.prompt_length + new_tokens), f"{label} generated {tuple(out.shape)}"
     same = ", ".join(f"{label} {torch.equal(out, outputs['hf'])}" for label, out in outputs.items() if label != "hf")
-    add_row(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens)
     print(f"[{name}] generation done; same greedy tokens as hf: {same}")
     # Each new token reads every weight once; the position table only one row. The KV cache adds
     # 2 * layers * length * dim floats, a few MB at these lengths, left out.
-    weight_bytes = (parameters - config.context_length * config.dim) * ours.token_embedding.weight.element_size()
-    limit = limits["bandwidth"] / weight_bytes
-    reached = ", ".join(f"{label} {new_tokens / seconds[label]:,.1f} tok/s = {new_tokens / seconds[label] / limit:.0%}"
-                        for label in seconds)
-    results.notes.append(f"[{name}] decoding reads {weight_bytes / 1e6:,.0f} MB of weights per token: the memory-bandwidth "
-                         f"limit is {limit:,.1f} tok/s; {reached} of it")
+    weight_bytes = {"plm": weights * ours.token_embedding.weight.element_size()}
     if int8 is not None:
-        int8_bytes = sum(t.numel() * t.element_size() for k, t in int8.state_dict().items() if "position" not in k)
-        rate = new_tokens / seconds["plm int8"]
-        results.notes.append(
-            f"[{name}] int8 weights: {int8_bytes / 1e6:,.0f} MB per token (limit {limits['bandwidth'] / int8_bytes:,.1f} tok/s), "
-            f"{rate:,.1f} tok/s = {seconds['plm'] / seconds['plm int8']:.2f}x plm fp32, {seconds['hf'] / seconds['plm int8']:.2f}x hf fp32"
-        )
-    return results
+        weight_bytes["plm int8"] = sum(t.numel() * t.element_size() for k, t in int8.state_dict().items()
+                                       if "position" not in k)
+    weight_bytes["plm compiled"] = weight_bytes["hf"] = weight_bytes["plm"]
+
+    def bandwidth_share(label: str) -> str:
+        limit = report.limits["bandwidth"] / weight_bytes[label]
+        share = f"{new_tokens / seconds[label] / limit:.0%} of {limit:,.0f} tok/s ({weight_bytes[label] / 1e6:,.0f} MB a token)"
+        return share + (f"; hf {new_tokens / seconds['hf'] / limit:.0%}" if label == "plm" else "")
+
+    add_rows(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens, bandwidth_share)
+    if int8 is not None:
+        report.notes.append(f"[{name}] int8 weights generate {seconds['plm'] / seconds['plm int8']:.2f}x plm fp32's "
+                            f"tokens/s and {seconds['hf'] / seconds['plm int8']:.2f}x hf fp32's")
 
 
 def main() -> None:
@@ -269,19 +252,11 @@ def main() -> None:
         f"; device {device}{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}"
         f", {torch.get_num_threads()} threads, {'bf16 autocast' if args.bf16 else 'fp32'}, dropout {args.dropout}"
     )
-    limits = {"bandwidth": memory_bandwidth(device), "flops": matmul_peak(device)}
-    print(f"memory bandwidth {limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
-          f"matmul peak {limits['flops'] / 1e9:.1f} GFLOP/s (2048^3 fp32 product)")
-    names = ["small", "gpt2"] if args.config == "both" else [args.config]
-    results = [bench_config(name, device, args, limits) for name in names]
-
-    print()
-    print(f"{'config':<7} {'measure':<52} {'plm':>10} {'hf':>10} {'plm/hf':>7}")
-    for name, measure, ours, theirs in (row for result in results for row in result.rows):
-        print(f"{name:<7} {measure:<52} {ours:>10.1f} {theirs:>10.1f} {ours / theirs:>6.2f}x")
-    print()
-    for note in (note for result in results for note in result.notes):
-        print(note)
+    report = Report("gpt2", f"transformers {version} GPT2LMHeadModel (sdpa), the same weights",
+                    settings=vars(args), device=device.type)
+    for name in ["small", "gpt2"] if args.config == "both" else [args.config]:
+        bench_config(name, device, args, report)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_common import Report
 from plm.overlap import WordHashes, build_filter, count_ngrams, measure_overlap
 
 
@@ -57,10 +58,12 @@ def main() -> None:
         looked_up = measure_overlap(bloom, test).ngrams
     print(f"training text {size:.1f} MB, {ngrams:,} 8-grams; filter {built.bits / 8e6:.1f} MB, {built.hashes} hashes, "
           f"false-positive rate {built.fpr:.2g} (target {args.fpr:g})")
-    print(f"{'measure':<44} {'value':>10}")
-    print(f"{'build, one pass (--expected-ngrams), MB/s':<44} {size / one_pass:>10.2f}")
-    print(f"{'build, two passes (counting first), MB/s':<44} {size / two_pass:>10.2f}")
-    print(f"{'test lookups, 8-grams/s':<44} {looked_up / lookup:>10,.0f}")
+    report = Report("overlap", "none (plm alone)", settings=vars(args))
+    config = f"{size:.0f} MB text"
+    report.add(config, "build, one pass (--expected-ngrams), MB/s", size / one_pass)
+    report.add(config, "build, two passes (counting first), MB/s", size / two_pass)
+    report.add(config, "test lookups, 8-grams/s", looked_up / lookup)
+    report.finish()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import DATE_PAIRS
 from plm.cli.main import main
+from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq
+from plm.training.trainer import TrainingConfig
 from plm.translation import DecodingOptions
 
 
@@ -249,3 +251,17 @@ def test_a_search_that_would_not_fit_in_free_memory_is_refused_with_its_estimate
     monkeypatch.setattr(plm.translation, "available_memory", lambda: 1 << 40)
     assert main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
                  "--max-len-a", "0", "--max-len-b", "2", "--device", "cpu"]) == 0
+
+
+@pytest.mark.parametrize(("model", "flag", "expected"), [
+    ("transformer", None, 0.1),  # Vaswani et al. section 5.4: epsilon_ls = 0.1
+    ("rnn-luong", None, 0.0),  # Bahdanau et al. and Luong et al. train on plain cross entropy
+    ("rnn", 0.2, 0.2),  # --label-smoothing overrides the recipe
+])
+def test_label_smoothing_is_the_familys_papers_unless_a_flag_says_otherwise(
+    date_pair_files: Path, tmp_path: Path, model: str, flag: float | None, expected: float
+) -> None:
+    setup = Seq2SeqSetup(model=model, source=str(date_pair_files / "src.txt"), target=str(date_pair_files / "tgt.txt"),
+                         vocab_size=300, label_smoothing=flag, metric_examples=0)
+    trainer, _ = prepare_seq2seq(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / "run")
+    assert trainer.objective.label_smoothing == expected

@@ -61,7 +61,9 @@ class Recipe:
     FAMILY`` run uses unless ``objective`` says otherwise); ``max_ngram`` is the
     longest masked span in words; ``block_size`` None means the model's context.
     ``paper`` holds the published hyperparameters, ``source`` says where they come from;
-    ``decoding`` is how an encoder-decoder family translates by default.
+    ``decoding`` is how an encoder-decoder family translates by default, and
+    ``label_smoothing`` the epsilon its ``seq2seq`` objective trains with (the
+    Transformer's paper smooths labels; the RNN papers do not).
     """
 
     preset: str
@@ -74,3 +76,4 @@ class Recipe:
     max_ngram: int = 1
     block_size: int | None = None
     decoding: Decoding = Decoding()
+    label_smoothing: float = 0.0

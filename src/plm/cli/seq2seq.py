@@ -84,7 +84,8 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument("--vocab-size", type=positive_int, help="BPE vocabulary to train (default: 8000; 400 for the dates task)")
     parser.add_argument("--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one")
     parser.add_argument("--max-tokens", type=positive_int, default=2048, help="token budget of a batch (source + target, padding included)")
-    parser.add_argument("--label-smoothing", type=float, default=0.1, help="epsilon of label-smoothed cross entropy")
+    parser.add_argument("--label-smoothing", type=float, help="epsilon of label-smoothed cross entropy (default: the "
+                        "family's recipe: 0.1 for the Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
     parser.add_argument("--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)")
     parser.add_argument("--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best")
     parser.add_argument("--out", default="runs/seq2seq", help="run directory")

@@ -96,6 +96,7 @@ RECIPE = Recipe(
     # not include; Bahdanau et al. used Adadelta. The Adam values are GNMT's (Wu et al. 2016), for the same models.
     paper=Hyperparameters(lr=2e-4, min_lr=2e-4, warmup=0, schedule="constant", betas=(0.9, 0.999), weight_decay=0.0),
     source="Luong et al. (2015) section 4.1; Adam values of GNMT (Wu et al. 2016) section 8.1",
+    label_smoothing=0.0,  # neither Bahdanau et al. nor Luong et al. smooth labels (Szegedy et al. came a year later)
 )
 
 

@@ -119,16 +119,19 @@ RECIPE = Recipe(
     source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
     # Section 6.1: beam search with a beam of 4 and length penalty alpha 0.6, at most input length + 50 tokens.
     decoding=Decoding(beam=4, length_penalty=0.6, max_len_a=1.0, max_len_b=50),
+    label_smoothing=0.1,  # section 5.4: epsilon_ls = 0.1
 )
 
 
 @dataclass
 class TransformerState:
-    """The decoding state: the source's padding, the encoder's output, the self-attention caches."""
+    """The decoding state: the source's padding, the encoder's output, the self-attention caches, and which
+    source each row decodes (beams of one sentence share its memory)."""
 
     memory_mask: torch.Tensor | None  # (B, 1, 1, S), None when no source is padded
     memory: torch.Tensor | list[KVCache]  # the encoder's output (B, S, dim), or each layer's keys/values of it
     caches: list[KVCache] | None  # one per decoder block; None: every step reruns the whole target
+    sources: torch.Tensor  # (B,) the source sentence of each row
 
 
 class Transformer(Seq2SeqModel):
@@ -244,8 +247,9 @@ class Transformer(Seq2SeqModel):
             raise PLMError("compile is for decoder-only models; the Transformer decodes eagerly")
         check_context(max_length, self.config.context_length)
         memory, memory_mask = self.encode(source_ids, source_mask)
+        sources = torch.arange(source_ids.shape[0], device=source_ids.device)
         if not use_cache:
-            return TransformerState(memory_mask, memory, None)
+            return TransformerState(memory_mask, memory, None, sources)
         weight = self.target_embedding.weight
         head_dim = self.config.dim // self.config.heads
         caches = [
@@ -253,7 +257,7 @@ class Transformer(Seq2SeqModel):
             for _ in self.decoder_blocks
         ]
         memory_caches = [block.cross_attention.memory_cache(memory) for block in self.decoder_blocks]
-        return TransformerState(memory_mask, memory_caches, caches)
+        return TransformerState(memory_mask, memory_caches, caches, sources)
 
     def decode_step(self, history: torch.Tensor, state: TransformerState) -> tuple[torch.Tensor, TransformerState]:
         start = state.caches[0].length if state.caches is not None else 0
@@ -261,9 +265,16 @@ class Transformer(Seq2SeqModel):
         return linear(hidden[:, -1], self.target_embedding.weight), state  # (B, V)
 
     def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
+        sources = state.sources[order]
+        caches = [layer.reorder(order) for layer in state.caches] if state.caches is not None else None
+        if torch.equal(sources, state.sources):
+            # Every row still decodes the source it did (beam search reordering the beams of each sentence):
+            # its memory and mask are already in place, so the step copies only the self-attention caches.
+            return TransformerState(state.memory_mask, state.memory, caches, sources)
         memory = state.memory
         return TransformerState(
             state.memory_mask.index_select(0, order) if state.memory_mask is not None else None,
             [layer.reorder(order) for layer in memory] if isinstance(memory, list) else memory.index_select(0, order),
-            [layer.reorder(order) for layer in state.caches] if state.caches is not None else None,
+            caches,
+            sources,
         )

@@ -58,7 +58,7 @@ class Seq2SeqSetup:
     vocab_size: int | None = None  # None: 8000 for the user's text, 400 for the dates task
     joint_vocabulary: bool = True
     max_tokens: int = 2048
-    label_smoothing: float = 0.1
+    label_smoothing: float | None = None  # None: the family's recipe (the Transformer's 0.1, the RNNs' 0)
     metric_examples: int = 200
     select_by: str | None = None
     dropout: float | None = None
@@ -104,7 +104,8 @@ def check_setup(setup: Seq2SeqSetup) -> None:
         raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
     if setup.select_by is not None and setup.select_by not in SELECTABLE:
         raise PLMError(f"--select-by takes {', '.join(SELECTABLE)}, got {setup.select_by!r}")
-    if not (math.isfinite(setup.label_smoothing) and 0 <= setup.label_smoothing < 1):
+    if setup.label_smoothing is not None and not (math.isfinite(setup.label_smoothing)
+                                                  and 0 <= setup.label_smoothing < 1):
         raise PLMError(f"--label-smoothing must be in [0, 1), got {setup.label_smoothing}")
     for name in ("max_tokens", "beam"):
         if getattr(setup, name) < 1:
@@ -170,7 +171,8 @@ def prepare_seq2seq(
     torch.manual_seed(training.seed)
     model = build_model(setup, model_name, tokenizers)
     objective = Seq2SeqObjective(
-        train, validation, tokenizers, max_tokens=setup.max_tokens, label_smoothing=setup.label_smoothing,
+        train, validation, tokenizers, max_tokens=setup.max_tokens,
+        label_smoothing=recipe.label_smoothing if setup.label_smoothing is None else setup.label_smoothing,
         seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
         select_by=setup.select_by, max_positions=model.context_length(),
     )
