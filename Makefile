@@ -16,6 +16,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+	@# tests/test_serve_browser.py drives Debian's chromium headless; where it cannot be installed, the test is skipped.
+	@if [ ! -x /usr/bin/chromedriver ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		{ apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 \
+		  || { apt-get update -qq >/dev/null 2>&1 \
+		       && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1; }; } \
+		|| echo "make setup: could not install chromium and chromium-driver; the browser test of plm serve will be skipped"; \
+	fi
 
 demo: setup
 	$(VENV)/bin/plm demo
@@ -31,6 +38,7 @@ bench: setup
 	$(PY) benchmarks/bench_overlap.py
 	$(PY) benchmarks/bench_seq2seq.py --config small
 	$(PY) benchmarks/bench_finetune.py --config both
+	$(PY) benchmarks/summary.py
 
 quality: setup
 	$(PY) benchmarks/quality/run.py

@@ -11,22 +11,36 @@
     forms) with greedy search and beam 4, every sentence decoded to the same length
     (untrained weights, EOS never chosen), a batch of sentences per call: beam search
     decodes all sentences and beams in one forward pass per step.
+(c) With ``--translate MODEL`` instead: translation sentences/s of a trained encoder-decoder
+    (a model directory or training run) over the first ``--sentences`` Multi30k test
+    sentences, with its family's decoding (the Transformer: beam 4, alpha 0.6, at most
+    source length + 50 tokens) and ``--beam``: batched as ``plm.translation.translate``
+    batches them (sentences leave their batch once done) against one sentence per call,
+    with fp32 weights and with int8 ones (``plm.quantize``), all four taking turns.
 
     python benchmarks/bench_seq2seq.py --config small
+    python benchmarks/bench_seq2seq.py --translate MODEL_DIR --sentences 300 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_common import interleaved_medians
+from bench_common import Report, interleaved_medians
+from plm import quantize
 from plm.decoding import beam_search
 from plm.models import from_preset
+from plm.translation import load_seq2seq, recipe_decoding, translate
 from references import TorchTransformer, build_reference
+
+MULTI30K_TEST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "test_2016_flickr.de"
 
 CONFIGS = {
     # (transformer preset, vocabulary, batch, source length, target length, decoded tokens, repeats)
@@ -50,7 +64,7 @@ def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, *inputs: t
     return step
 
 
-def bench_training(name: str) -> None:
+def bench_training(name: str, report: Report) -> None:
     preset, vocab, batch, source_length, target_length, _, repeats = CONFIGS[name]
     torch.manual_seed(0)
     plm_model = from_preset(preset, vocab_size=vocab, dropout=0.0).train()
@@ -67,12 +81,11 @@ def bench_training(name: str) -> None:
     }
     seconds = interleaved_medians(steps, repeats=repeats, warmup=1, device=torch.device("cpu"))
     tokens = batch * target_length
-    plm_rate, torch_rate = tokens / seconds["plm"], tokens / seconds["torch.nn.Transformer"]
-    print(f"{preset} training, {batch} x ({source_length} -> {target_length}) tokens: plm {plm_rate:,.0f} tok/s, "
-          f"torch.nn.Transformer {torch_rate:,.0f} tok/s, plm/torch {plm_rate / torch_rate:.2f}x")
+    report.add(preset, f"train target tok/s ({batch}x{source_length}->{target_length}), vs torch.nn.Transformer",
+               tokens / seconds["plm"], tokens / seconds["torch.nn.Transformer"])
 
 
-def bench_rnn_training(name: str) -> None:
+def bench_rnn_training(name: str, report: Report) -> None:
     _, vocab, batch, source_length, target_length, _, repeats = CONFIGS[name]
     source = torch.randint(3, vocab, (batch, source_length))
     mask = torch.ones(batch, source_length, dtype=torch.long)
@@ -89,12 +102,11 @@ def bench_rnn_training(name: str) -> None:
         }
         seconds = interleaved_medians(steps, repeats=repeats * 2, warmup=2, device=torch.device("cpu"))
         tokens = batch * target_length
-        plm_rate, torch_rate = tokens / seconds["plm"], tokens / seconds["torch.nn"]
-        print(f"{form} training, {batch} x ({source_length} -> {target_length}) tokens: plm {plm_rate:,.0f} tok/s, "
-              f"torch.nn {torch_rate:,.0f} tok/s, plm/torch {plm_rate / torch_rate:.2f}x")
+        report.add(form, f"train target tok/s ({batch}x{source_length}->{target_length}), vs references.py",
+                   tokens / seconds["plm"], tokens / seconds["torch.nn"])
 
 
-def bench_decoding(name: str) -> None:
+def bench_decoding(name: str, report: Report) -> None:
     preset, vocab, batch, source_length, _, new_tokens, repeats = CONFIGS[name]
     source = torch.randint(3, vocab, (batch, source_length))
     start = torch.full((batch, 1), 1)
@@ -107,18 +119,66 @@ def bench_decoding(name: str) -> None:
             for beam in (1, 4)
         }
         seconds = interleaved_medians(calls, repeats=repeats, warmup=1, device=torch.device("cpu"))
-        rates = ", ".join(f"{label if label != 'beam 1' else 'greedy'} {batch / s:,.1f}" for label, s in seconds.items())
-        print(f"{model_name} decoding sentences/s ({batch} sentences of {source_length} tokens, {new_tokens} new): {rates}")
+        for label, s in seconds.items():
+            search = "greedy" if label == "beam 1" else label
+            report.add(model_name, f"{search} sentences/s ({batch} of {source_length} tokens, {new_tokens} new)",
+                       batch / s)
+
+
+def bench_translation(model_path: Path, sources: Path, sentences: int, beam: int, repeats: int, report: Report) -> None:
+    fp32, tokenizers = load_seq2seq(model_path)
+    models = {"fp32": fp32.eval(), "int8": quantize(copy.deepcopy(fp32), "int8")}
+    lines = sources.read_text(encoding="utf-8").splitlines()[:sentences]
+    options = recipe_decoding(fp32.family, beam=beam)
+    modes = ("batched", "one at a time")
+    outputs: dict[str, list[str]] = {}
+
+    def translating(name: str, model: nn.Module, one_at_a_time: bool) -> Callable[[], None]:
+        def call() -> None:
+            outputs[name] = ([translate(model, tokenizers, [line], options)[0] for line in lines] if one_at_a_time
+                             else translate(model, tokenizers, lines, options))
+        return call
+
+    calls = {f"{weights} {mode}": translating(f"{weights} {mode}", model, mode == "one at a time")
+             for weights, model in models.items() for mode in modes}
+    seconds = interleaved_medians(calls, repeats=repeats, warmup=1, device=torch.device("cpu"))
+    rate = {name: len(lines) / s for name, s in seconds.items()}
+    config = f"{fp32.family}, beam {beam}"
+    for weights in models:  # batched against one sentence per call
+        report.add(config, f"{weights} sentences/s, {len(lines)} of {sources.name}, batched vs one at a time",
+                   rate[f"{weights} batched"], rate[f"{weights} one at a time"])
+    for mode in modes:
+        report.add(config, f"int8 vs fp32 sentences/s, {mode}", rate[f"int8 {mode}"], rate[f"fp32 {mode}"])
+    for weights in models:
+        same = sum(a == b for a, b in zip(*(outputs[f"{weights} {mode}"] for mode in modes)))
+        report.notes.append(f"{weights}: batched and one at a time give the same translation for {same} of "
+                            f"{len(lines)} sentences")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="small", choices=CONFIGS)
+    parser.add_argument("--translate", type=Path, metavar="MODEL", help="time translation with this trained model (c)")
+    parser.add_argument("--sources", type=Path, default=MULTI30K_TEST, help="sentences to translate, one a line")
+    parser.add_argument("--sentences", type=int, default=300, help="how many of them (the first)")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
-    torch.set_grad_enabled(True)
-    bench_training(args.config)
-    bench_rnn_training(args.config)
-    bench_decoding(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = {name: value.name if isinstance(value, Path) else value for name, value in vars(args).items()}  # no paths
+    if args.translate:
+        report = Report("translation", "the same model one sentence per call, and in fp32", settings=settings)
+        bench_translation(args.translate, args.sources, args.sentences, args.beam, args.repeats, report)
+    else:
+        report = Report("seq2seq", "torch.nn models of the same shape (references.py); decoding: plm alone",
+                        settings=settings)
+        torch.set_grad_enabled(True)
+        bench_training(args.config, report)
+        bench_rnn_training(args.config, report)
+        bench_decoding(args.config, report)
+    report.finish()
 
 
 if __name__ == "__main__":

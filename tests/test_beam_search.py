@@ -1,4 +1,4 @@
-"""Beam search: one beam is greedy search, enough beams find the brute-force best, batching changes nothing.
+"""Beam search: one beam is greedy, enough beams find the brute-force best, batches that sentences leave change nothing.
 
 The oracle is exhaustive enumeration: on a model whose next-token distribution is a
 known function of the whole prefix, every sequence up to the length limit is scored
@@ -148,18 +148,115 @@ def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+def right_padded(sources: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, sources))
+    ids = torch.tensor([s + [0] * (width - len(s)) for s in sources])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sources])
+    return ids, mask
+
+
+EOS = 2
+
+
+def recording_rows(model, rows: list[int]):
+    """``model``, recording in ``rows`` how many rows each decoding step reads."""
+    decode_step = model.decode_step
+
+    def step(history: torch.Tensor, state):
+        rows.append(history.shape[0])
+        return decode_step(history, state)
+
+    model.decode_step = step
+    return model
+
+
+def ends_after_multiples_of_four(model):
+    """``model`` with its EOS logit raised by 2 after a token divisible by 4, so that hypotheses end at
+    many different steps; its state and its reordering are its own."""
+    decode_step = model.decode_step
+
+    def step(history: torch.Tensor, state):
+        logits, state = decode_step(history, state)
+        after = history[:, -1:] % 4 == 0  # (rows, 1)
+        return logits + 2.0 * (after & (torch.arange(logits.shape[-1]) == EOS)), state
+
+    model.decode_step = step
+    return model
+
+
+# A decoder-only model continues prompts; an encoder-decoder (the Transformer, RNNs with either attention)
+# translates sources, whose lengths set each sentence's limit. The lengths differ a lot, so sentences finish
+# (by EOS or at their limit) at very different steps.
+DECODERS = {
+    "gpt2-micro": {},
+    "transformer-micro": {},
+    "rnn-bahdanau": dict(vocab_size=100),
+    "rnn-luong": dict(vocab_size=100),
+}
+
+
+@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("early_stopping", [True, False])
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_batched_beam_search_equals_one_sentence_at_a_time(use_cache):
+def test_batched_beam_search_equals_one_sentence_at_a_time(name, early_stopping, use_cache):
+    # Alone, a sentence never leaves a batch early: the oracle for the batch that sentences leave once done.
     torch.manual_seed(0)
-    model = from_preset("gpt2-micro").eval()
-    prompts = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32, 33, 34, 35, 36]]
-    ids, mask = left_padded(prompts)
-    options = dict(beam_size=3, alpha=0.6, max_len_b=8, eos_token_id=None, use_cache=use_cache)
-    batched = beam_search(model, ids, mask, **options)
-    for row, prompt in enumerate(prompts):
-        alone = beam_search(model, torch.tensor([prompt]), **options)
-        assert batched.sequences[row, ids.shape[1] :].tolist() == alone.sequences[0, len(prompt) :].tolist()
-        assert batched.scores[row].item() == pytest.approx(alone.scores[0].item(), abs=1e-5)
+    rows: list[int] = []
+    model = recording_rows(ends_after_multiples_of_four(from_preset(name, **DECODERS[name]).eval()), rows)
+    sentences = [torch.randint(3, model.config.vocab_size, (n,)).tolist() for n in [1, 9, 3, 12, 5, 2]]
+    options = dict(beam_size=3, alpha=0.6, eos_token_id=EOS, pad_token_id=0, early_stopping=early_stopping,
+                   use_cache=use_cache)
+    if name.startswith("gpt"):
+        ids, mask = left_padded(sentences)
+        batched = beam_search(model, ids, mask, max_len_b=10, **options)
+        batch_rows = list(rows)
+        alone = [beam_search(model, torch.tensor([s]), max_len_b=10, **options) for s in sentences]
+        hypotheses = [(batched.sequences[row, ids.shape[1] :], out.sequences[0, len(sentence) :])
+                      for row, (sentence, out) in enumerate(zip(sentences, alone))]
+    else:  # a limit of 1.0 x source length + 2 new tokens
+        source, source_mask = right_padded(sentences)
+        start = torch.full((len(sentences), 1), 1)
+        options |= dict(max_len_a=1.0, max_len_b=2)
+        batched = beam_search(model, start, source_ids=source, source_mask=source_mask, **options)
+        batch_rows = list(rows)
+        alone = [beam_search(model, start[:1], source_ids=torch.tensor([s]), **options) for s in sentences]
+        hypotheses = [(batched.sequences[row, 1:], out.sequences[0, 1:]) for row, out in enumerate(alone)]
+    # The batch shrank at two steps or more, so sentences did leave it (should a new initialisation of a
+    # preset end every sentence at once, change the seed or the EOS rule, not this check).
+    assert len(set(batch_rows[1:])) >= 3, batch_rows
+    for row, ((mine, theirs), out) in enumerate(zip(hypotheses, alone)):
+        length = out.lengths[0].item()
+        assert batched.lengths[row].item() == length, row
+        assert mine[:length].tolist() == theirs[:length].tolist(), row
+        assert batched.scores[row].item() == pytest.approx(out.scores[0].item(), abs=1e-5), row
+
+
+def test_sentences_leave_the_batch_once_done():
+    # Limits of 1.0 x source length + 1 new tokens (3, 5 and 8) and no EOS: each sentence runs to its limit.
+    torch.manual_seed(0)
+    rows: list[int] = []
+    model = recording_rows(from_preset("transformer-micro").eval(), rows)
+    source, source_mask = right_padded([[5] * 2, [6] * 7, [7] * 4])
+    beam_search(model, torch.full((3, 1), 1), beam_size=2, max_len_a=1.0, max_len_b=1, source_ids=source,
+                source_mask=source_mask)
+    # one row per sentence, then two beams each; the first sentence leaves after 3 steps, the third after 5
+    assert rows == [3, 6, 6, 4, 4, 2, 2, 2]
+
+
+def test_a_sentence_without_room_keeps_the_empty_hypothesis_and_the_others_are_searched():
+    torch.manual_seed(0)
+    rows: list[int] = []
+    model = recording_rows(from_preset("transformer-micro").eval(), rows)
+    source, source_mask = right_padded([[5, 6, 7, 8], [9], [10, 11, 12]])  # limits 0.5 x length: 2, 0 and 1
+    options = dict(beam_size=2, max_len_a=0.5, max_len_b=0, pad_token_id=0)
+    out = beam_search(model, torch.full((3, 1), 1), source_ids=source, source_mask=source_mask, **options)
+    assert rows == [2, 2]  # the second sentence never enters the search, the third leaves after one token
+    assert (out.lengths.tolist(), out.scores[1].item(), out.sequences[1].tolist()) == ([2, 0, 1], 0.0, [1, 0, 0])
+    for row in (0, 2):
+        length = int(source_mask[row].sum())
+        alone = beam_search(model, torch.full((1, 1), 1), source_ids=source[row : row + 1, :length], **options)
+        assert out.sequences[row, : alone.sequences.shape[1]].tolist() == alone.sequences[0].tolist()
+        assert out.scores[row].item() == pytest.approx(alone.scores[0].item(), abs=1e-5)
 
 
 def test_beam_search_calls_the_model_once_per_step_for_all_sentences_and_beams():
@@ -218,3 +315,19 @@ def test_early_stopping_ends_a_sentence_once_it_has_beam_size_finished_hypothese
     exact = beam_search(model, torch.tensor([[2]]), early_stopping=False, **options)
     assert exact.sequences[0, 1:].tolist() == [1, 0]
     assert exact.scores[0].item() == pytest.approx(math.log(0.45) / (7 / 6) ** 2, rel=1e-5)
+
+
+def test_the_transformer_moves_its_memory_only_for_rows_that_change_sentence():
+    # Beam search reorders the beams within each sentence at every step: the encoder's keys and values,
+    # the same for all beams of a sentence, stay where they are then; rows that change sentence need theirs.
+    model = from_preset("transformer-micro").eval()
+    source, source_mask = right_padded([[5, 6, 7], [8, 9]])
+    start = torch.full((4, 1), 1)
+    state = model.start_decoding(start[:2], None, 4, source_ids=source, source_mask=source_mask)
+    beams = model.reorder_state(state, torch.tensor([0, 0, 1, 1]))
+    within = model.reorder_state(beams, torch.tensor([1, 0, 3, 2]))
+    assert within.memory is beams.memory and within.memory_mask is beams.memory_mask
+    swapped = model.reorder_state(within, torch.tensor([2, 3, 0, 1]))  # rows 0 and 1 now decode sentence 1
+    rows = torch.tensor([1, 1, 0, 0])
+    fresh = model.start_decoding(start, None, 4, source_ids=source[rows], source_mask=source_mask[rows])
+    torch.testing.assert_close(model.decode_step(start, swapped)[0], model.decode_step(start, fresh)[0])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.conftest import synthetic_text
 from torch import nn
 
 import plm
@@ -14,7 +15,6 @@ from plm.checkpoint import WEIGHTS_FILE
 from plm.cli.main import main
 from plm.core.quantize import Int8Embedding, Int8Linear, Int8Weight, is_quantized
 from plm.text import file_perplexity
-from tests.conftest import synthetic_text
 
 QUICK = ["--batch-size", "8", "--warmup", "10", "--dropout", "0", "--no-progress", "--device", "cpu"]
 

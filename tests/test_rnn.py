@@ -6,9 +6,12 @@ without it) and both cells, since each form takes its own path through the decod
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+import plm
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.models.rnn import PRESETS
 
@@ -182,3 +185,23 @@ def test_greedy_and_beam_search_decode_through_the_interface() -> None:
     three = beam_search(model, start, beam_size=3, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)
     assert torch.all(log_p(three.sequences) >= log_p(greedy) - 1e-5)
     torch.testing.assert_close(three.scores, log_p(three.sequences))
+
+
+def test_embeddings_start_as_the_config_says_and_older_saves_still_load(tmp_path) -> None:
+    """N(0, 1) token tables by default (they learn faster at CPU budgets), Luong's U(-0.1, 0.1) when asked;
+    a model saved before ``embedding_init`` existed loads as the uniform one it was."""
+    torch.manual_seed(0)
+    options = dict(source_vocab_size=400, vocab_size=300, embedding_dim=32, hidden_dim=16, layers=1)
+    normal, uniform = RNNSeq2Seq(RNNConfig(**options)), RNNSeq2Seq(RNNConfig(**options, embedding_init="uniform"))
+    for table in (normal.source_embedding.weight, normal.target_embedding.weight):
+        assert abs(table.std().item() - 1.0) < 0.02  # 12,800 draws of N(0, 1): the std's own spread is 0.006
+    assert uniform.target_embedding.weight.abs().max() <= 0.1 and uniform.decoder.weight_hh_l0.abs().max() <= 0.1
+    assert normal.decoder.weight_hh_l0.abs().max() <= 0.1  # every other parameter as Luong's
+
+    plm.save(normal, tmp_path)
+    description = json.loads((tmp_path / "config.json").read_text())
+    del description["config"]["embedding_init"]
+    (tmp_path / "config.json").write_text(json.dumps(description))
+    loaded = plm.load(tmp_path)
+    assert loaded.config.embedding_init == "uniform"
+    assert torch.equal(loaded.target_embedding.weight, normal.target_embedding.weight)

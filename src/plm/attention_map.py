@@ -21,17 +21,22 @@ from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.files import atomic_open
 from plm.tokenizer import Tokenizer
-from plm.translation import DecodingOptions, translate
+from plm.translation import DecodingOptions, translate_ids
 
 
 @dataclass(frozen=True)
 class AttentionMap:
-    """``weights`` (rows, columns): row i's attention over the columns; the tokens label both axes."""
+    """``weights`` (rows, columns): row i's attention over the columns; the tokens label both axes.
+
+    ``layers`` and ``heads`` are the choice the model offers (1 and 1 for an RNN's one attention).
+    """
 
     weights: torch.Tensor
     rows: list[str]
     columns: list[str]
     title: str
+    layers: int = 1
+    heads: int = 1
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
@@ -43,46 +48,69 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     return labels
 
 
-def pick(weights: dict[str, torch.Tensor], layer: int, head: int, what: str) -> torch.Tensor:
-    """Layer ``layer``, head ``head`` of recorded weights {name: (1, H, T, S)} (in layer order), checked."""
+def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: str) -> tuple[torch.Tensor, int, int]:
+    """Layer ``layer`` (negative: from the last), head ``head`` (None: the mean of the layer's heads) of
+    recorded weights {name: (1, H, T, S)} (in layer order), checked; with the numbers of layers and heads."""
     names = list(weights)
     if not names:
         raise PLMError(f"the model has no {what} to show")
-    if not 0 <= layer < len(names):
-        raise PLMError(f"--layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})")
+    if not -len(names) <= layer < len(names):
+        raise PLMError(f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})")
     recorded = weights[names[layer]]
-    if not 0 <= head < recorded.shape[1]:
-        raise PLMError(f"--head {head} is out of range: layer {layer} has {recorded.shape[1]} heads (0 to {recorded.shape[1] - 1})")
-    return recorded[0, head]
+    heads = recorded.shape[1]
+    if head is not None and not 0 <= head < heads:
+        raise PLMError(f"head {head} is out of range: layer {layer} has {heads} heads (0 to {heads - 1})")
+    return (recorded[0].mean(0) if head is None else recorded[0, head]), len(names), heads
 
+
+def describe(what: str, layer: int, head: int | None, layers: int) -> str:
+    """A map's title: "cross-attention, layer 5, head 2", or "..., layer 5, heads averaged"."""
+    return f"{what}, layer {layer % layers}, " + ("heads averaged" if head is None else f"head {head}")
+
+
+
+def pair_attention(
+    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target: str | None = None,
+    layer: int = 0, head: int | None = 0,
+) -> AttentionMap:
+    """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation).
+
+    ``layer`` and ``head`` pick a Transformer's encoder-decoder attention as :func:`pick` does.
+    """
+    if target is None:
+        [target_ids] = translate_ids(model, tokenizers, [source], DecodingOptions())
+    else:
+        [target_ids] = tokenizers.encode_targets([target])
+    return decoder_attention(model, tokenizers, source, target_ids, layer, head)
 
 
 @torch.inference_mode()
-def pair_attention(
-    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target: str | None = None,
-    layer: int = 0, head: int = 0,
+def decoder_attention(
+    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target_ids: Sequence[int], layer: int = 0,
+    head: int | None = 0,
 ) -> AttentionMap:
-    """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation)."""
-    if target is None:
-        [target] = translate(model, tokenizers, [source], DecodingOptions())
-    [source_ids], [target_ids] = tokenizers.encode_sources([source]), tokenizers.encode_targets([target])
+    """:func:`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them."""
+    [source_ids] = tokenizers.encode_sources([source])
     device = next(model.parameters()).device
     with attention_weights(model) as recorded:
         output = model(torch.tensor([source_ids], device=device), torch.tensor([target_ids[:-1]], device=device))
         cross = {name: w for name, w in recorded.items() if "cross" in name and w is not None}
     if getattr(output, "attentions", None) is not None:  # an RNN: one attention, no layers or heads
-        weights, title = output.attentions[0], f"{model.config.attention} attention"
+        weights, title, layers, heads = output.attentions[0], f"{model.config.attention} attention", 1, 1
     elif getattr(model.config, "attention", None) == "none":
         raise PLMError("this model has no attention: its decoder reads only the final encoder state")
     else:
-        weights, title = pick(cross, layer, head, "encoder-decoder attention"), f"cross-attention, layer {layer}, head {head}"
+        weights, layers, heads = pick(cross, layer, head, "encoder-decoder attention")
+        title = describe("cross-attention", layer, head, layers)
     return AttentionMap(weights.float().cpu(), token_labels(tokenizers.target, target_ids[1:]),
-                        token_labels(tokenizers.source, source_ids), title)
+                        token_labels(tokenizers.source, source_ids), title, layers, heads)
 
 
 @torch.inference_mode()
-def self_attention(model: torch.nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0, head: int = 0) -> AttentionMap:
-    """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``."""
+def self_attention(
+    model: torch.nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0, head: int | None = 0
+) -> AttentionMap:
+    """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text`` (see :func:`pick`)."""
     if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
         raise PLMError(f"{model.family} models have no attention layers to draw")
     ids = tokenizer.encode(text)
@@ -90,9 +118,11 @@ def self_attention(model: torch.nn.Module, tokenizer: Tokenizer, text: str, laye
         raise PLMError("the text has no tokens")
     with attention_weights(model) as recorded:
         model(torch.tensor([ids], device=next(model.parameters()).device))
-        weights = pick({name: w for name, w in recorded.items() if w is not None}, layer, head, "self-attention")
+        weights, layers, heads = pick({name: w for name, w in recorded.items() if w is not None}, layer, head,
+                                      "self-attention")
     labels = token_labels(tokenizer, ids)
-    return AttentionMap(weights.float().cpu(), labels, labels, f"self-attention, layer {layer}, head {head}")
+    return AttentionMap(weights.float().cpu(), labels, labels, describe("self-attention", layer, head, layers), layers,
+                        heads)
 
 
 def plot(attention: AttentionMap, path: str | os.PathLike[str]) -> None:

@@ -29,12 +29,17 @@ def config_from_dict(cls: type[C], values: Any, source: str = "config", complete
     probability is a PLMError naming ``source`` and the field, instead of a model
     built from garbage or a traceback deep in its constructor.
     JSON lists become tuples and JSON integers floats where the field wants those.
+
+    A field added after models were saved is named in the class's ``ADDED_FIELDS``
+    with the value that reproduces the models saved before it, which a file without
+    the field reads: an older model directory keeps loading.
     """
     if not isinstance(values, dict):
         raise PLMError(f"{source}: the {cls.__name__} should be a JSON object, got {json_type(values)}")
     reader = getattr(cls, "from_dict", None)
     if reader is not None:  # a config that nests others (the task model's) reads them itself
         return reader(values, source, complete)
+    values = {**getattr(cls, "ADDED_FIELDS", {}), **values}
     fields = {field.name: field for field in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:

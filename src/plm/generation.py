@@ -5,14 +5,17 @@ the last column; the attention mask marks the padding and positions skip it, so 
 padded prompt decodes exactly like the same prompt alone. The KV cache is on by
 default: the prompt is encoded once, then each step feeds only the newest token.
 An encoder-decoder decodes from a prompt of start tokens (its BOS column) and takes
-its source as ``source_ids`` / ``source_mask``.
+its source as ``source_ids`` / ``source_mask``. :func:`decode_steps` is the loop, a step
+at a time (what streaming needs); :func:`generate` collects its tokens.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -129,6 +132,112 @@ def fit_prompt(
     return input_ids, attention_mask
 
 
+@dataclass(frozen=True)
+class Step:
+    """One decoding step of a batch: the token each row wrote and the logits it was chosen from.
+
+    A row's token is its own while the row was unfinished before this step; after that it is padding.
+    """
+
+    tokens: torch.Tensor  # (batch,) the new column: chosen tokens, pad in rows finished earlier
+    finished: torch.Tensor  # (batch,) bool: the row has emitted eos or reached a stop string (this step or before)
+    logits: torch.Tensor  # (batch, vocab) the model's, before the repetition penalty, temperature and filtering
+
+    @property
+    def logprobs(self) -> torch.Tensor:
+        """(batch,) log p(token | history) under the model's own distribution: how sure it was of each token.
+
+        Computed on request, so that :func:`generate`, which never asks, pays nothing for it.
+        """
+        return self.logits.float().log_softmax(-1).gather(1, self.tokens[:, None].long()).squeeze(1)
+
+
+def decode_steps(
+    model: Decoder,
+    input_ids: torch.Tensor,
+    max_new_tokens: int = 32,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    do_sample: bool | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    keep_last: int | None = None,
+    stop: StopStrings | None = None,
+    compile: bool = False,
+    source_ids: torch.Tensor | None = None,
+    source_mask: torch.Tensor | None = None,
+) -> Iterator[Step]:
+    """The steps of :func:`generate` one at a time, for a caller that streams tokens or wants their probabilities.
+
+    The options and the prompt are checked here, before the first step; iterating runs the
+    model, one :class:`Step` per new token column, and ends after ``max_new_tokens`` steps or
+    once every row is finished. Closing the iterator early stops decoding.
+    """
+    options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
+    options.validate()
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
+    input_ids, attention_mask = fit_prompt(input_ids, attention_mask, max_new_tokens, model.context_length(), keep_last)
+    if attention_mask is not None and bool(attention_mask.all()):
+        attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
+    generator = torch.Generator(input_ids.device).manual_seed(seed) if seed is not None else None
+    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    start = partial(model.start_decoding, input_ids, attention_mask, input_ids.shape[1] + max_new_tokens,
+                    use_cache=use_cache, compile=compile, source_ids=source_ids, source_mask=source_mask)
+    return _steps(model, start, input_ids, attention_mask, max_new_tokens, options, generator, eos_token_id, pad, stop)
+
+
+@torch.inference_mode()
+def _steps(
+    model: Decoder,
+    start: Callable[[], Any],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    max_new_tokens: int,
+    options: SamplingOptions,
+    generator: torch.Generator | None,
+    eos_token_id: int | None,
+    pad: int,
+    stop: StopStrings | None,
+) -> Iterator[Step]:
+    """The decoding loop over checked inputs (see :func:`decode_steps`); ``start()`` starts the model's decoding."""
+    was_training = model.training
+    model.eval()
+    batch, prompt_length = input_ids.shape
+    tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
+    tokens[:, :prompt_length] = input_ids
+    history_mask = None  # what the repetition penalty counts as present: not the prompt's padding
+    if attention_mask is not None and options.repetition_penalty != 1.0:
+        history_mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
+        history_mask[:, :prompt_length] = attention_mask
+    finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    can_finish = eos_token_id is not None or stop is not None
+    length = prompt_length
+    try:
+        state = start()
+        for _ in range(max_new_tokens):
+            logits, state = model.decode_step(tokens[:, :length], state)
+            step_mask = history_mask[:, :length] if history_mask is not None else None
+            chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
+            tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
+            length += 1
+            if eos_token_id is not None:
+                finished |= chosen == eos_token_id
+            if stop is not None:
+                finished |= stop.reached(tokens[:, prompt_length:length])
+            yield Step(tokens[:, length - 1].clone(), finished.clone(), logits)
+            if can_finish and bool(finished.all()):
+                break
+    finally:
+        model.train(was_training)
+
+
 @torch.inference_mode()
 def generate(
     model: Decoder,
@@ -156,6 +265,7 @@ def generate(
     Greedy unless a sampling option is given. A row that emits ``eos_token_id`` (or
     hits a stop string) is finished: its later positions hold ``pad_token_id``
     (default: the eos id, else 0). Generation ends early when every row is finished.
+    The loop is :func:`decode_steps`'; this collects its tokens.
 
     ``compile`` runs the model through ``torch.compile`` (inductor; on the CPU it needs
     a C++ compiler). The first call compiles the prompt pass and the one-token step,
@@ -167,47 +277,15 @@ def generate(
     An encoder-decoder translates ``source_ids`` (batch, source_length), 0 in
     ``source_mask`` at padding, starting from ``input_ids`` (its start token per row).
     """
-    options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
-    options.validate()
-    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-        raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
-    input_ids, attention_mask = fit_prompt(input_ids, attention_mask, max_new_tokens, model.context_length(), keep_last)
-    if attention_mask is not None and bool(attention_mask.all()):
-        attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
-    generator = torch.Generator(input_ids.device).manual_seed(seed) if seed is not None else None
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
-    was_training = model.training
-    model.eval()
-    batch, prompt_length = input_ids.shape
-    tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
-    tokens[:, :prompt_length] = input_ids
-    history_mask = None  # what the repetition penalty counts as present: not the prompt's padding
-    if attention_mask is not None and options.repetition_penalty != 1.0:
-        history_mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
-        history_mask[:, :prompt_length] = attention_mask
-    finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    can_finish = eos_token_id is not None or stop is not None
-    length = prompt_length
-    try:
-        state = model.start_decoding(
-            input_ids, attention_mask, tokens.shape[1], use_cache=use_cache, compile=compile,
-            source_ids=source_ids, source_mask=source_mask,
-        )
-        for _ in range(max_new_tokens):
-            logits, state = model.decode_step(tokens[:, :length], state)
-            step_mask = history_mask[:, :length] if history_mask is not None else None
-            chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
-            tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
-            length += 1
-            if eos_token_id is not None:
-                finished |= chosen == eos_token_id
-            if stop is not None:
-                finished |= stop.reached(tokens[:, prompt_length:length])
-            if can_finish and bool(finished.all()):
-                break
-    finally:
-        model.train(was_training)
-    return tokens[:, :length]
+    steps = decode_steps(
+        model, input_ids, max_new_tokens, attention_mask, temperature=temperature, top_k=top_k, top_p=top_p,
+        repetition_penalty=repetition_penalty, do_sample=do_sample, eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id, seed=seed, use_cache=use_cache, keep_last=keep_last, stop=stop, compile=compile,
+        source_ids=source_ids, source_mask=source_mask,
+    )
+    prompt = input_ids[:, -keep_last:] if keep_last is not None else input_ids  # decode_steps checked keep_last
+    new = [step.tokens for step in steps]
+    return torch.cat([prompt, torch.stack(new, 1)], 1) if new else prompt
 
 
 class StopStrings:

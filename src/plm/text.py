@@ -16,6 +16,8 @@ from plm.models import CausalLM, Encoder
 from plm.tokenizer import Tokenizer
 from plm.zeroshot.detokenize import DETOKENIZERS
 
+DEFAULT_NEW_TOKENS = 64  # a continuation's length when none is asked for (plm generate, plm serve)
+
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompts of different lengths as one (batch, time) tensor, padded on the left, and its mask."""
@@ -42,14 +44,8 @@ def generate_text(
     top_p, repetition_penalty, seed, keep_last, compile, ...). An empty prompt starts from
     the tokenizer's beginning-of-text token.
     """
-    rows = [tokenizer.encode(prompt) for prompt in prompts]
-    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
-    for index, row in enumerate(rows):
-        if not row:
-            if start is None:
-                raise PLMError(f"prompt {index + 1} is empty and the tokenizer has no beginning-of-text token")
-            row.append(start)
-    pad = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_id or 0)
+    rows = encode_prompts(tokenizer, prompts)
+    pad = prompt_padding(tokenizer)
     ids, mask = left_pad(rows, pad)
     device = next(model.parameters()).device
     stop_strings = StopStrings(stop, tokenizer.decode) if stop else None
@@ -66,6 +62,24 @@ def generate_text(
     kept = min(ids.shape[1], options.get("keep_last") or ids.shape[1])  # generate cut the prompt to keep_last
     texts = tokenizer.decode_batch(output[:, kept:].tolist(), skip_special_tokens=True)
     return [stop_strings.cut(text) for text in texts] if stop_strings else texts
+
+
+def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Each prompt's token ids; an empty prompt is the tokenizer's beginning-of-text token, for there is
+    nothing else to continue from."""
+    rows = [tokenizer.encode(prompt) for prompt in prompts]
+    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
+    for index, row in enumerate(rows):
+        if not row:
+            if start is None:
+                raise PLMError(f"prompt {index + 1} is empty and the tokenizer has no beginning-of-text token")
+            row.append(start)
+    return rows
+
+
+def prompt_padding(tokenizer: Tokenizer) -> int:
+    """The id that left-pads prompts (the attention mask hides it): the pad token, else end-of-text, else 0."""
+    return tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_id or 0)
 
 
 def room_for_new_tokens(model: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], keep_last: int | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Translation goes through the one decoding interface (:mod:`plm.decoding`), so it works
 for every model that implements it. Sentences are decoded in batches of similar source
-lengths, all beams of a batch in one forward pass per step, and returned in input order.
+lengths, all beams of a batch in one forward pass per step, each sentence leaving its batch
+once it is done, and returned in input order.
 Beam size 1 without a length penalty is greedy search.
 
 Scores are sacrebleu's (Post, 2018) on detokenised text: the tokenizer's decoding of the
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import sacrebleu
 import torch
@@ -24,6 +26,7 @@ from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
 from plm.errors import PLMError, with_article
+from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
 from plm.recipe import Decoding
 
@@ -53,7 +56,11 @@ class DecodingOptions(Decoding):
             raise PLMError(f"--max-tokens must be at least 1, got {self.max_tokens}")
 
 
-@torch.inference_mode()
+def recipe_decoding(family: str, **given: Any) -> DecodingOptions:
+    """The search of ``family``'s recipe (:class:`plm.recipe.Decoding`), with the options ``given`` in its place."""
+    return DecodingOptions(**(asdict(RECIPES[family].decoding) | given))
+
+
 def translate(
     model: Decoder,
     tokenizers: Seq2SeqTokenizers,
@@ -62,6 +69,20 @@ def translate(
     progress: bool = False,
 ) -> list[str]:
     """The translation of each sentence, in order; ``progress`` shows a bar of the sentences translated."""
+    searched = translate_ids(model, tokenizers, sentences, options, progress)
+    return tokenizers.decode_targets([ids[1:] for ids in searched])
+
+
+@torch.inference_mode()
+def translate_ids(
+    model: Decoder,
+    tokenizers: Seq2SeqTokenizers,
+    sentences: Sequence[str],
+    options: DecodingOptions = DecodingOptions(),
+    progress: bool = False,
+) -> list[list[int]]:
+    """Each sentence's translation as the search chose it: target ids ``<s> y_1 .. y_m </s>`` (no ``</s>`` where the
+    length limit ended it), which decoding to text and encoding again need not give back (see :func:`translate`)."""
     options.validate()
     if not sentences:
         return []
@@ -82,7 +103,7 @@ def translate(
     check_search_memory(model, options, [[sources[i] for i in batch] for batch in batches])
     bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
     alpha = options.length_penalty if options.beam > 1 else 0.0
-    translations: list[str] = [""] * len(sentences)
+    translations: list[list[int]] = [[] for _ in sentences]
     with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
               dynamic_ncols=True) as bar:
         for batch in batches:
@@ -93,8 +114,8 @@ def translate(
                 max_len_b=options.max_len_b, eos_token_id=eos, pad_token_id=pad,
                 source_ids=source_ids.to(device), source_mask=source_mask.to(device),
             )
-            for index, text in zip(batch, tokenizers.decode_targets(output.sequences[:, 1:].tolist())):
-                translations[index] = text
+            for index, row in zip(batch, output.sequences.tolist()):  # <s> y </s> and padding, or <s> y
+                translations[index] = row[: row.index(eos, 1) + 1] if eos in row[1:] else row
             bar.update(len(batch))
     return translations
 

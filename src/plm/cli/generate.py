@@ -19,10 +19,8 @@ from plm.cli.common import (
 from plm.data.corpus import read_text
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.text import generate_text, room_for_new_tokens
+from plm.text import DEFAULT_NEW_TOKENS, generate_text, room_for_new_tokens
 from plm.tokenizer import Tokenizer
-
-DEFAULT_NEW_TOKENS = 64
 
 EXAMPLES = """examples:
   plm generate --model runs/pretrain "The list type"

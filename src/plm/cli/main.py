@@ -21,6 +21,7 @@ from plm.cli import (
     pretrain,
     quantize,
     seq2seq,
+    serve,
     tokenizer,
     translate,
 )
@@ -29,7 +30,7 @@ from plm.errors import PLMError, PLMWarning
 
 COMMANDS = (
     demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
-    attention, compare, overlap, convert, quantize,
+    attention, serve, compare, overlap, convert, quantize,
 )
 
 

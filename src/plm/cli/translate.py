@@ -21,7 +21,7 @@ from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models import RECIPES
-from plm.translation import DecodingOptions, load_seq2seq, translate
+from plm.translation import DecodingOptions, load_seq2seq, recipe_decoding, translate
 
 EXAMPLES = """examples:
   plm translate --model runs/dates <<< "Friday, the fifteenth of March twenty twenty-four"
@@ -51,9 +51,8 @@ def add_decoding(parser: argparse.ArgumentParser) -> None:
 
 def decoding_options(args: argparse.Namespace, family: str) -> DecodingOptions:
     """The search flags given, and the family's recipe for those not given."""
-    defaults = asdict(RECIPES[family].decoding)
-    given = {name: getattr(args, name) for name in defaults if getattr(args, name) is not None}
-    return DecodingOptions(**(defaults | given), max_tokens=args.max_tokens)
+    given = {name: getattr(args, name) for name in asdict(RECIPES[family].decoding) if getattr(args, name) is not None}
+    return recipe_decoding(family, **given, max_tokens=args.max_tokens)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

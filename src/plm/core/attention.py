@@ -66,9 +66,20 @@ class KVCache:
     def reorder(self, order: torch.Tensor) -> KVCache:
         """A cache whose row i is this cache's row ``order[i]``: beam search keeps the chosen beams' history.
 
-        ``order`` (new_batch,) may repeat rows (one sentence's cache copied to its beams).
+        ``order`` (new_batch,) may repeat rows (one sentence's cache copied to its beams) and drop
+        rows. Beam search reorders at every step, so this copies only the positions stored so far
+        (most of the cache, allocated for the longest output, holds nothing yet), and into this
+        cache's own memory where it has the rows (fresh memory every step costs more than the
+        copy): this cache is not to be used after.
         """
-        cache = KVCache(self.keys.index_select(0, order), self.values.index_select(0, order))
+        rows = len(order)
+        if rows <= self.keys.shape[0]:
+            cache = KVCache(self.keys[:rows], self.values[:rows])
+        else:
+            shape = (rows, *self.keys.shape[1:])
+            cache = KVCache(self.keys.new_empty(shape), self.values.new_empty(shape))
+        for stored, copy in ((self.keys, cache.keys), (self.values, cache.values)):
+            copy[:, :, : self.length] = stored[:, :, : self.length].index_select(0, order)
         cache.length = self.length
         return cache
 

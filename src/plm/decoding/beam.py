@@ -4,8 +4,12 @@ Each step scores every one-token extension of the live beams (beam_size per
 sentence), keeps the best ``2 * beam_size`` candidates, moves those among the best
 ``beam_size`` that end (EOS, or the sentence's last allowed token) into the
 sentence's finished hypotheses, and continues with the best ``beam_size`` that do
-not end, all as tensor operations over (batch, beams): the model sees one batch of
-batch x beams rows per step and never a single sentence. Finished hypotheses are
+not end, all as tensor operations over (sentences, beams): the model sees one batch of
+sentences x beams rows per step and never a single sentence. A sentence is done
+once it has enough finished hypotheses or reaches its length limit; it then leaves
+the batch (its best hypothesis is kept, its rows go out of the tokens and of the
+model's state), so the steps after it cost only what the sentences still searching
+need (fairseq's ``SequenceGenerator`` does the same). Finished hypotheses are
 ranked by GNMT's length-normalised score log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^alpha
 (Wu et al., 2016), where |Y| counts the new tokens, EOS included.
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +44,43 @@ class BeamSearchOutput:
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha: 1 for one token, growing with the length when alpha > 0."""
     return ((5 + length) / 6) ** alpha
+
+
+@dataclass
+class Finished:
+    """The best ``beam_size`` finished hypotheses of each sentence still searching, best first."""
+
+    scores: torch.Tensor  # (A, K) log P / lp, -inf where there is none yet
+    tokens: torch.Tensor  # (A, K, steps) the new tokens, then padding
+    lengths: torch.Tensor  # (A, K) new tokens, EOS included
+
+    @classmethod
+    def none(cls, sentences: int, beam_size: int, steps: int, pad: int, like: torch.Tensor) -> Finished:
+        """No finished hypothesis yet; ``like`` gives the token dtype and the device."""
+        return cls(
+            torch.full((sentences, beam_size), -math.inf, device=like.device),
+            like.new_full((sentences, beam_size, steps), pad),
+            torch.zeros(sentences, beam_size, dtype=torch.long, device=like.device),
+        )
+
+    def add(self, scores: torch.Tensor, tokens: torch.Tensor, length: int) -> Finished:
+        """The best ``beam_size`` of these and the new hypotheses ``tokens`` (A, C, steps), all ``length``
+        tokens long, with ``scores`` (A, C) (-inf for a candidate that does not end)."""
+        sentences, beam_size, steps = self.tokens.shape
+        best, keep = torch.cat([self.scores, scores], 1).topk(beam_size)  # (A, K)
+        tokens = torch.cat([self.tokens, tokens], 1).gather(1, keep[:, :, None].expand(sentences, beam_size, steps))
+        lengths = torch.cat([self.lengths, self.lengths.new_full(scores.shape, length)], 1).gather(1, keep)
+        return Finished(best, tokens, lengths)
+
+    def rows(self, index: torch.Tensor) -> Finished:
+        """The hypotheses of the sentences ``index`` (A',)."""
+        return Finished(self.scores[index], self.tokens[index], self.lengths[index])
+
+    def keep_best(self, best: Finished, sentences: torch.Tensor) -> None:
+        """Write each sentence's best hypothesis into row ``sentences`` (A,) of ``best``, the whole batch's."""
+        best.scores[sentences] = self.scores[:, :1]
+        best.tokens[sentences] = self.tokens[:, :1]
+        best.lengths[sentences] = self.lengths[:, :1]
 
 
 @torch.inference_mode()
@@ -92,78 +134,122 @@ def beam_search(
         attention_mask = None
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
 
-    tokens = torch.empty(batch, prompt_length + steps, dtype=input_ids.dtype, device=device)
-    tokens[:, :prompt_length] = input_ids
-    beam_scores = torch.zeros(batch, 1, device=device)  # log P of the live beams: one per sentence at first
-    done = limits == 0
-    finished_scores = torch.full((batch, beam_size), -math.inf, device=device)
-    finished_scores[:, 0] = torch.where(done, 0.0, -math.inf)  # a limit of 0 leaves the empty hypothesis
-    finished_tokens = torch.full((batch, beam_size, steps), pad, dtype=input_ids.dtype, device=device)
-    finished_lengths = torch.zeros(batch, beam_size, dtype=torch.long, device=device)
-    first_ranks = torch.arange(2 * beam_size, device=device) < beam_size
+    # Each sentence's best hypothesis, written as it leaves the search. A limit of 0 leaves the empty one
+    # (score 0), and such a sentence never enters the search.
+    best = Finished.none(batch, 1, steps, pad, input_ids)
+    best.scores.masked_fill_(limits[:, None] == 0, 0.0)
+    sentences = (limits > 0).nonzero()[:, 0]  # (A,) the sentences searching, by their row in the batch
     was_training = model.training
     model.eval()
     try:
-        state = model.start_decoding(
-            input_ids, attention_mask, prompt_length + steps, use_cache=use_cache,
-            source_ids=source_ids, source_mask=source_mask,
-        )
-        for t in range(steps):
-            live = beam_scores.shape[1]
-            logits, state = model.decode_step(tokens[:, : prompt_length + t], state)  # (B * live, V)
-            vocab = logits.shape[-1]
-            log_probs = logits.float().log_softmax(-1).view(batch, live, vocab)
-            candidates = (beam_scores[:, :, None] + log_probs).view(batch, live * vocab)
-            count = min(2 * beam_size, live * vocab)
-            top_scores, top_index = candidates.topk(count)  # (B, count), best first
-            if count < beam_size:  # fewer extensions than beams: the rest are dead beams
-                top_scores = F.pad(top_scores, (0, beam_size - count), value=-math.inf)
-                top_index = F.pad(top_index, (0, beam_size - count))
-                count = beam_size
-            origin, token = top_index // vocab, top_index % vocab  # the beam extended, the token added
+        if len(sentences):
+            state = model.start_decoding(
+                input_ids[sentences], rows(attention_mask, sentences), prompt_length + steps, use_cache=use_cache,
+                source_ids=rows(source_ids, sentences), source_mask=rows(source_mask, sentences),
+            )
+            search = Search(beam_size, alpha, early_stopping, eos_token_id, pad, steps)
+            search.run(model, state, input_ids[sentences], limits[sentences], sentences, best)
+    finally:
+        model.train(was_training)
+    lengths = best.lengths[:, 0]
+    width = int(lengths.max()) if batch else 0
+    return BeamSearchOutput(torch.cat([input_ids, best.tokens[:, 0, :width]], 1), best.scores[:, 0], lengths)
+
+
+def rows(tensor: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
+    """The rows ``index`` of an optional input (a mask, a source), or None."""
+    return tensor[index] if tensor is not None else None
+
+
+@dataclass(frozen=True)
+class Search:
+    """The search's options, and its loop over steps."""
+
+    beam_size: int
+    alpha: float
+    early_stopping: bool
+    eos_token_id: int | None
+    pad: int
+    steps: int  # new tokens at most, the longest limit
+
+    def run(
+        self, model: Decoder, state: Any, prompts: torch.Tensor, limits: torch.Tensor, sentences: torch.Tensor,
+        best: Finished,
+    ) -> None:
+        """Search from ``state``, the model's state after ``prompts`` (A, P), for the batch's sentences
+        ``sentences`` (A,), each with at most ``limits`` (A,) new tokens; write each one's best hypothesis
+        into ``best`` as it is done, when it leaves the search."""
+        beam_size, prompt_length = self.beam_size, prompts.shape[1]
+        tokens = prompts.new_empty(len(sentences), prompt_length + self.steps)
+        tokens[:, :prompt_length] = prompts
+        beam_scores = torch.zeros(len(sentences), 1, device=prompts.device)  # log P of the live beams: one at first
+        finished = Finished.none(len(sentences), beam_size, self.steps, self.pad, prompts)
+        first_ranks = torch.arange(2 * beam_size, device=prompts.device) < beam_size
+        for t in range(self.steps):
+            searching, live = beam_scores.shape
+            logits, state = model.decode_step(tokens[:, : prompt_length + t], state)  # (A * live, V)
+            log_probs = logits.float().log_softmax(-1).view(searching, live, -1)
+            top_scores, origin, token = self.best_extensions(beam_scores, log_probs)  # (A, C): C = 2K at most
 
             # Candidates that end a hypothesis: EOS or the sentence's last token. Only the best
             # beam_size may, as only they would be in the beam (so that one beam is greedy search).
-            at_limit = t + 1 >= limits  # (B,)
-            ending = at_limit[:, None].expand(batch, count)
-            if eos_token_id is not None:
-                ending = ending | (token == eos_token_id)
-            may_end = ending & first_ranks[:count] & ~done[:, None]
-            prefixes = tokens.view(batch, live, -1)[:, :, prompt_length : prompt_length + t]
-            hypotheses = torch.full((batch, count, steps), pad, dtype=tokens.dtype, device=device)
-            hypotheses[:, :, :t] = prefixes.gather(1, origin[:, :, None].expand(batch, count, t))
+            at_limit = t + 1 >= limits  # (A,)
+            ending = at_limit[:, None].expand_as(token)
+            if self.eos_token_id is not None:
+                ending = ending | (token == self.eos_token_id)
+            may_end = ending & first_ranks[: token.shape[1]]
+            prefixes = tokens.view(searching, live, -1)[:, :, prompt_length : prompt_length + t]
+            hypotheses = tokens.new_full((*token.shape, self.steps), self.pad)  # (A, C, steps)
+            hypotheses[:, :, :t] = prefixes.gather(1, origin[:, :, None].expand(*token.shape, t))
             hypotheses[:, :, t] = token
-            ended_scores = (top_scores / length_penalty(t + 1, alpha)).masked_fill(~may_end, -math.inf)
-            pool_scores = torch.cat([finished_scores, ended_scores], 1)
-            finished_scores, keep = pool_scores.topk(beam_size)  # (B, K), best first
-            finished_tokens = torch.cat([finished_tokens, hypotheses], 1).gather(
-                1, keep[:, :, None].expand(batch, beam_size, steps)
-            )
-            lengths = torch.cat([finished_lengths, finished_lengths.new_full((batch, count), t + 1)], 1)
-            finished_lengths = lengths.gather(1, keep)
+            ended_scores = (top_scores / length_penalty(t + 1, self.alpha)).masked_fill(~may_end, -math.inf)
+            finished = finished.add(ended_scores, hypotheses, t + 1)
 
             # The live beams: the best beam_size candidates that do not end.
-            live_scores = top_scores.masked_fill(ending | done[:, None], -math.inf)
-            beam_scores, pick = live_scores.topk(beam_size)  # (B, K)
-            order = (torch.arange(batch, device=device)[:, None] * live + origin.gather(1, pick)).view(-1)
-            tokens = tokens.index_select(0, order)  # (B * K, prompt + steps)
-            tokens[:, prompt_length + t] = token.gather(1, pick).view(-1)
-            state = model.reorder_state(state, order)
+            beam_scores, pick = top_scores.masked_fill(ending, -math.inf).topk(beam_size)  # (A, K)
+            order = torch.arange(searching, device=tokens.device)[:, None] * live + origin.gather(1, pick)  # (A, K)
+            new_tokens = token.gather(1, pick)
+            done = at_limit | self.enough(finished, beam_scores[:, 0], limits, t) | (beam_scores[:, 0] == -math.inf)
+            if bool(done.any()):  # they leave: the rest go on with their rows alone
+                finished.rows(done).keep_best(best, sentences[done])
+                stay = (~done).nonzero()[:, 0]  # (A',)
+                if not len(stay):
+                    break
+                order, new_tokens, beam_scores = order[stay], new_tokens[stay], beam_scores[stay]
+                limits, sentences, finished = limits[stay], sentences[stay], finished.rows(stay)
+            tokens = tokens.index_select(0, order.view(-1))  # (A' * K, prompt + steps)
+            tokens[:, prompt_length + t] = new_tokens.view(-1)
+            state = model.reorder_state(state, order.view(-1))
 
-            best_live = beam_scores[:, 0]
-            if early_stopping:
-                enough = finished_scores[:, -1] > -math.inf
-            else:
-                # log P only falls as a beam grows; dividing by the largest penalty it may still get
-                # bounds its final score from above (at its limit for alpha >= 0, next step otherwise)
-                largest_penalty = length_penalty(limits.double(), alpha).clamp(min=length_penalty(t + 2, alpha))
-                enough = finished_scores[:, -1] >= best_live / largest_penalty
-            done = done | at_limit | enough | (best_live == -math.inf)
-            if bool(done.all()):
-                break
-    finally:
-        model.train(was_training)
-    best_lengths = finished_lengths[:, 0]
-    width = int(best_lengths.max()) if batch else 0
-    sequences = torch.cat([input_ids, finished_tokens[:, 0, :width]], 1)
-    return BeamSearchOutput(sequences, finished_scores[:, 0], best_lengths)
+    def best_extensions(
+        self, beam_scores: torch.Tensor, log_probs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best ``2 * beam_size`` one-token extensions of the live beams (A, live) with next-token
+        ``log_probs`` (A, live, V): their log P, the beam each extends and the token it adds, each (A, C),
+        best first. Past the extensions there are (fewer than beam_size), dead ones with log P -inf.
+
+        Each beam's own best 2K tokens hold every one of the sentence's best 2K extensions, so only those
+        are added to the beam's log P: not the whole (A, live, V) vocabulary.
+        """
+        searching, live, vocab = log_probs.shape
+        per_beam = min(2 * self.beam_size, vocab)
+        beam_best, beam_tokens = log_probs.topk(per_beam)  # (A, live, per_beam)
+        candidates = (beam_scores[:, :, None] + beam_best).view(searching, live * per_beam)
+        count = min(2 * self.beam_size, live * per_beam)
+        top_scores, top_index = candidates.topk(count)  # (A, count)
+        tokens = beam_tokens.view(searching, live * per_beam).gather(1, top_index)
+        if count < self.beam_size:
+            top_scores = F.pad(top_scores, (0, self.beam_size - count), value=-math.inf)
+            top_index = F.pad(top_index, (0, self.beam_size - count))
+            tokens = F.pad(tokens, (0, self.beam_size - count))
+        return top_scores, top_index // per_beam, tokens
+
+    def enough(self, finished: Finished, best_live: torch.Tensor, limits: torch.Tensor, t: int) -> torch.Tensor:
+        """(A,) True for a sentence whose finished hypotheses no live beam (best log P ``best_live``) should
+        still challenge: ``beam_size`` of them with early stopping, else none a live beam can still beat."""
+        if self.early_stopping:
+            return finished.scores[:, -1] > -math.inf
+        # log P only falls as a beam grows; dividing by the largest penalty it may still get
+        # bounds its final score from above (at its limit for alpha >= 0, next step otherwise)
+        largest_penalty = length_penalty(limits.double(), self.alpha).clamp(min=length_penalty(t + 2, self.alpha))
+        return finished.scores[:, -1] >= best_live / largest_penalty

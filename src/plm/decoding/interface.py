@@ -52,7 +52,11 @@ class Decoder(Protocol):
         """
 
     def reorder_state(self, state: Any, order: torch.Tensor) -> Any:
-        """The state whose row i is row ``order[i]`` of ``state``; ``order`` may repeat and drop rows."""
+        """The state whose row i is row ``order[i]`` of ``state``; ``order`` may repeat and drop rows.
+
+        Beam search calls it at every step (the beams chosen, less the rows of sentences that are done),
+        so it should copy no more than it must: ``state`` is not used after, and its memory may be reused.
+        """
 
     def eval(self) -> Any: ...
 

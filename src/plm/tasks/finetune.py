@@ -40,7 +40,7 @@ from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
-from plm.tasks.model import require_task_backbone, task_model
+from plm.tasks.model import TaskModel, require_task_backbone, task_model
 from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
 from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
@@ -337,16 +337,21 @@ def load_task_model(
     """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data
     (``max_length`` None: the task's default, see :func:`plm.tasks.objectives.build_task`)."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
+    if not isinstance(model, (TaskModel, FeatureTagger)):
+        raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")
+    return model, model_task(model, tokenizer, max_length, **options)
+
+
+def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_length: int | None = None,
+               **options: Any) -> Task:
+    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see :func:`load_task_model`)."""
     if isinstance(model, FeatureTagger):
         tagger = model.config.tagger
         characters = model.elmo is not None
-        return model, build_task("tag", tokenizer, model, tagger.label_names, max_length, characters=characters)
-    if getattr(model, "family", None) != "task":
-        raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")
+        return build_task("tag", tokenizer, model, tagger.label_names, max_length, characters=characters)
     head = model.config.head
     name = task_name(head)
     # A fine-tuned QA model answers with the tau its dev set chose, never one fitted to the file it is scored on.
     qa = options | {"threshold": head.null_threshold, "fit_threshold": False}
     extra = qa if name == "qa" else {"symmetric": True} if head.symmetric else {}
-    task = build_task(name, tokenizer, model, head.label_names, max_length, **extra)
-    return model, task
+    return build_task(name, tokenizer, model, head.label_names, max_length, **extra)

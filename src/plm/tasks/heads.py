@@ -55,6 +55,9 @@ class HeadConfig:
     span); kept so that predictions on other files use it rather than fit one to their answers.
     """
 
+    # Heads saved before these fields read pairs in one order and always answered with a span.
+    ADDED_FIELDS: ClassVar[dict[str, object]] = {"symmetric": False, "null_threshold": None}
+
     task: str
     labels: int = 2
     pooling: str = "cls"

@@ -58,10 +58,7 @@ class TaskConfig:
         if family not in FAMILIES or family == TaskModel.family:
             raise PLMError(f"{source}: unknown backbone family {family!r}")
         backbone = config_from_dict(FAMILIES[family].config_class, values["backbone"], f"{source}: backbone", complete)
-        head_values = values["head"]
-        if isinstance(head_values, dict):  # written before heads had ``symmetric``: those read pairs in one order
-            head_values = {"symmetric": False, **head_values}
-        head = config_from_dict(HeadConfig, head_values, f"{source}: head", complete)
+        head = config_from_dict(HeadConfig, values["head"], f"{source}: head", complete)
         return cls(family, backbone, head)
 
 

@@ -340,6 +340,22 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
 
 
 @torch.no_grad()
+def model_outputs(
+    model: torch.nn.Module, task: Task, features: Sequence[Feature], batch_size: int = 32
+) -> list[tuple[Any, dict[str, torch.Tensor]]]:
+    """The model's output (in eval mode) on each batch of ``features``, with the batch: what :meth:`Task.predict`
+    reads, and what a caller that wants more than the predictions (their probabilities) reads too."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    outputs = []
+    for batch in batches(task, features, batch_size):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        outputs.append((forward(model, batch), batch))
+    model.train(was_training)
+    return outputs
+
+
 def run(
     model: torch.nn.Module,
     task: Task,
@@ -348,16 +364,8 @@ def run(
     features: list[Feature] | None = None,
 ) -> tuple[list[Any], dict[str, float] | None]:
     """Predictions for ``examples`` and, when they are labelled, the task's metrics (``features``: already encoded)."""
-    was_training = model.training
-    model.eval()
     features = encode_all(task, examples) if features is None else features
-    device = next(model.parameters()).device
-    outputs = []
-    for batch in batches(task, features, batch_size):
-        batch = {k: v.to(device) for k, v in batch.items()}
-        outputs.append((forward(model, batch), batch))
-    predictions = task.predict(outputs, features, examples)
-    model.train(was_training)
+    predictions = task.predict(model_outputs(model, task, features, batch_size), features, examples)
     return predictions, task.score(predictions, examples) if labelled(examples) else None
 
 

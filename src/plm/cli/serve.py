@@ -1,0 +1,82 @@
+"""plm serve: an HTTP API and a web page over one or more models, until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+from plm.cli.common import HelpFormatter, add_device, add_quantize, inference_device, positive_int
+from plm.serve import create_app, load_service, serve, service_names
+from plm.serve.app import MAX_BATCH, MAX_BODY
+from plm.serve.server import address, listen
+
+EXAMPLES = """examples:
+  plm serve --model runs/gpt --model runs/bert --model runs/dates    # then open http://127.0.0.1:8000/
+  curl -s localhost:8000/models
+  curl -s localhost:8000/generate -d '{"model": "gpt", "prompt": "The list", "max_new_tokens": 20}'
+  curl -sN localhost:8000/generate -d '{"model": "gpt", "prompt": "The list", "stream": true}'   # token by token
+  curl -s localhost:8000/fill-mask -d '{"text": "The capital of France is [MASK].", "top_k": 3}'
+  curl -s localhost:8000/embed -d '{"texts": ["A man plays a guitar.", "Someone plays music."]}'
+  curl -s localhost:8000/translate -d '{"text": "the fifth of May, nineteen ninety-nine", "beam": 4}'
+  curl -s localhost:8000/attention -d '{"model": "bert", "text": "The cat sat.", "layer": 1, "head": 0}'
+  plm serve --model runs/gpt --quantize int8 --host 0.0.0.0 --port 8080   # reachable from other machines
+
+endpoints (JSON in, JSON out; "model" may be left out where one model serves the endpoint):
+  GET  /health  /models                        POST /generate  /fill-mask  /embed  /translate  /classify  /attention
+"""
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="serve models over HTTP, with a web page",
+        description="Load each --model once and serve it over HTTP: a JSON API (generation with per-token "
+        "log-probabilities and streaming, fill-mask, sentence embeddings, translation with its attention, "
+        "task predictions, attention maps) and, at /, a page with a tab for each. Concurrent generation requests "
+        "are decoded together in one batch. Listens on this machine only unless --host says otherwise; "
+        "Ctrl-C stops it after answering the requests in flight.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--model", action="append", required=True, metavar="DIR",
+                        help="model directory or training run; repeat for several. Its name in the API is the "
+                        "directory's name (a second of the same name gets -2)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on: 127.0.0.1 answers this machine only, 0.0.0.0 every network")
+    parser.add_argument("--port", type=port, default=8000, help="port to listen on (0: a free one)")
+    parser.add_argument("--max-body", type=positive_int, default=MAX_BODY, metavar="BYTES",
+                        help="the largest request body; a larger one is answered with 413")
+    parser.add_argument("--max-batch", type=positive_int, default=MAX_BATCH, metavar="N",
+                        help="generation requests decoded together in one batch (1: one at a time)")
+    add_quantize(parser)
+    add_device(parser)
+    parser.set_defaults(run=run)
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> None:
+    device = inference_device(args)
+    services = [load_service(path, name, device, args.quantize)
+                for path, name in zip(args.model, service_names(args.model))]
+    app = create_app(services, args.max_body, args.max_batch)
+    sock = listen(args.host, args.port)
+    for service in services:
+        endpoints = " ".join(f"/{endpoint}" for endpoint in service.capabilities)
+        print(f"{service.name}: {service.kind} ({service.model.family}): {endpoints}")
+    if not is_loopback(args.host):
+        print(f"plm serve: note: listening on {args.host}: whoever reaches this machine can use the models")
+    print(f"plm serve: {address(sock)}/ (Ctrl-C to stop)", flush=True)
+    serve(app, sock)
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

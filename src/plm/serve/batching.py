@@ -1,0 +1,163 @@
+"""Dynamic batching of generation requests: those that arrive together decode as one batch.
+
+A request waits in :class:`Batcher` until the model thread is free; then it and the requests
+that arrived with it (within ``window`` seconds of an idle server's first request, or while
+the last batch ran), up to ``max_batch``, are left-padded into one batch and decoded with the
+KV cache, one forward pass per step for all of them (:func:`plm.generation.decode_steps`).
+Only requests that decode alone as they would together share a batch: the same model and
+sampling options, a length that fits the context beside the others, and never a sampled
+request with a seed (its draws are its own). Padding changes nothing, so a greedy request
+gets the tokens it gets alone. Each request's tokens go to it as they are chosen, which is
+what streaming reads; ``max_batch`` 1 serves one request at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from plm.generation import SamplingOptions, decode_steps
+from plm.models import CausalLM
+from plm.text import left_pad, prompt_padding
+from plm.tokenizer import Tokenizer
+
+
+@dataclass(eq=False)
+class GenerationJob:
+    """One request: its prompt ids and options, and what it has generated so far.
+
+    Its events (``("token", {...})`` per token, then ``("done", {...})`` or ``("error", exception)``)
+    are put on ``events`` from the model thread through the event loop it was submitted on.
+    """
+
+    model: CausalLM
+    tokenizer: Tokenizer
+    ids: list[int]
+    max_new_tokens: int
+    options: SamplingOptions
+    seed: int | None = None
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    loop: asyncio.AbstractEventLoop | None = None
+    new_ids: list[int] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""  # the decoded text of new_ids, up to the last complete character
+    done: bool = False
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """Jobs with equal keys may share a batch: a seeded sampler's draws would change with its neighbours."""
+        alone = self.options.sampling and self.seed is not None
+        return id(self.model), self.options, id(self) if alone else None
+
+    def add(self, token: int, logprob: float, finished: bool) -> None:
+        """Take the next token (model thread): its piece of text is what it adds to the decoded continuation.
+
+        A byte-level token can end inside a character, which decodes as U+FFFD until the
+        next tokens complete it; its piece is empty and the character goes with the token
+        that completes it (or with the last token, as U+FFFD), so the pieces add up to the text.
+        """
+        self.new_ids.append(token)
+        self.done = finished or len(self.new_ids) == self.max_new_tokens
+        text = self.tokenizer.decode(self.new_ids, skip_special_tokens=True)
+        piece = "" if text.endswith("\ufffd") and not self.done else text[len(self.text):]
+        self.text += piece
+        self.tokens.append({"id": token, "text": piece, "logprob": logprob})
+        self.emit("token", self.tokens[-1])
+        if self.done:
+            self.emit("done", {"text": text, "tokens": self.tokens})
+
+    def fail(self, error: BaseException) -> None:
+        self.done = True
+        self.emit("error", error)
+
+    def emit(self, kind: str, value: Any) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+
+    async def stream(self) -> AsyncIterator[tuple[str, Any]]:
+        """The job's events as they come, up to its last ("done" or "error")."""
+        while True:
+            kind, value = await self.events.get()
+            yield kind, value
+            if kind != "token":
+                return
+
+    async def result(self) -> dict[str, Any]:
+        """The whole continuation, once done; a failure is raised here, in the request's handler."""
+        async for kind, value in self.stream():
+            if kind == "error":
+                raise value
+            if kind == "done":
+                return value
+        raise AssertionError("a job's events end with done or error")
+
+
+def decode_batch(jobs: list[GenerationJob]) -> None:
+    """Decode jobs of one batch key together, handing each its tokens as they are chosen (on the model thread)."""
+    first = jobs[0]
+    model, tokenizer, options = first.model, first.tokenizer, first.options
+    pad = prompt_padding(tokenizer)
+    ids, mask = left_pad([job.ids for job in jobs], pad)  # (batch, longest prompt)
+    try:
+        steps = decode_steps(
+            model, ids.to(model.device), max(job.max_new_tokens for job in jobs), mask.to(model.device),
+            temperature=options.temperature, top_k=options.top_k, top_p=options.top_p, do_sample=options.do_sample,
+            eos_token_id=tokenizer.eos_id, pad_token_id=pad, seed=first.seed,
+        )
+        for step in steps:
+            rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist())
+            for job, token, logprob, finished in rows:
+                if not job.done:
+                    job.add(token, logprob, finished)
+            if all(job.done for job in jobs):
+                steps.close()  # no row wants more tokens
+                break
+    except Exception as error:  # the requests answer it; the server goes on
+        for job in jobs:
+            if not job.done:
+                job.fail(error)
+
+
+class Batcher:
+    """Collects generation jobs and decodes them in batches on ``executor`` (the server's one model thread)."""
+
+    def __init__(self, executor: Executor, max_batch: int, window: float) -> None:
+        self.executor = executor
+        self.max_batch = max_batch
+        self.window = window
+        self.pending: list[GenerationJob] = []
+        self.arrived = asyncio.Event()
+
+    def submit(self, job: GenerationJob) -> None:
+        job.loop = asyncio.get_running_loop()
+        self.pending.append(job)
+        self.arrived.set()
+
+    async def run(self) -> None:
+        """Forever: wait for a job, let others join it for ``window`` seconds, decode a batch."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.arrived.wait()
+            if len(self.pending) < self.max_batch:
+                await asyncio.sleep(self.window)
+            batch = self.take()
+            if not self.pending:
+                self.arrived.clear()
+            await loop.run_in_executor(self.executor, decode_batch, batch)
+
+    def take(self) -> list[GenerationJob]:
+        """The oldest job and, up to ``max_batch``, the later ones that can share its batch; the rest wait."""
+        first = self.pending[0]
+        batch, waiting = [first], []
+        context = first.model.context_length()
+        longest, most = len(first.ids), first.max_new_tokens
+        for job in self.pending[1:]:
+            fits = max(longest, len(job.ids)) + max(most, job.max_new_tokens) <= context
+            if len(batch) < self.max_batch and job.batch_key() == first.batch_key() and fits:
+                batch.append(job)
+                longest, most = max(longest, len(job.ids)), max(most, job.max_new_tokens)
+            else:
+                waiting.append(job)
+        self.pending = waiting
+        return batch

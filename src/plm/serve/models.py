@@ -1,0 +1,349 @@
+"""The models a server holds: each one's kind, the endpoints it serves and the work each endpoint does.
+
+A model's kind follows from its class, as everywhere in plm: a :class:`CausalLM` generates,
+an :class:`Encoder` embeds sentences (and fills masks when it kept its masked-LM head), a
+:class:`Seq2SeqModel` translates, ELMo embeds, a fine-tuned task model classifies, and any of
+them built on attention layers shows its attention. Each kind is a :class:`Service` whose
+methods are its endpoints, named as they are; they are the library's own functions (the
+ones behind ``plm generate``, ``fill-mask``, ``embed``, ``translate``, ``predict`` and
+``attention``) with JSON in and out, and they run on the server's model thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from plm.attention_map import AttentionMap, decoder_attention, pair_attention, self_attention
+from plm.checkpoint import model_directory
+from plm.core import MultiHeadAttention
+from plm.core.quantize import quantize
+from plm.data.parallel import Seq2SeqTokenizers
+from plm.device import resolve_device
+from plm.errors import PLMError
+from plm.generation import SamplingOptions
+from plm.loading import load_pretrained
+from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
+from plm.models.elmo import Elmo, embed_sentences
+from plm.serve.batching import GenerationJob
+from plm.serve.requests import RequestError
+from plm.tasks.feature_tagger import FeatureTagger
+from plm.tasks.finetune import model_task
+from plm.tasks.model import TaskModel
+from plm.tasks.objectives import Task, encode_all, model_outputs
+from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
+from plm.text import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
+from plm.tokenizer import Tokenizer
+from plm.translation import recipe_decoding, translate_ids
+from plm.words import split_words
+
+# Each endpoint, and what a model needs to serve it (said when a request asks a model that cannot).
+ENDPOINTS = {
+    "generate": "a causal LM (GPT-1, GPT-2)",
+    "fill-mask": "an encoder with its masked-LM head (BERT, ALBERT, DeBERTa pre-trained with MLM)",
+    "embed": "an encoder (BERT, ALBERT, DeBERTa) or ELMo",
+    "translate": "an encoder-decoder (the Transformer, an RNN)",
+    "classify": "a fine-tuned task model (plm finetune)",
+    "attention": "attention layers (a GPT, an encoder, a Transformer, an RNN with attention, a task model on them)",
+}
+
+
+class Service:
+    """One loaded model as the server offers it: its name, its kind, the endpoints it serves."""
+
+    kind: ClassVar[str]
+    endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; :meth:`serves` may say no for one
+
+    def __init__(self, name: str, model: PretrainedModel, tokenizer: Tokenizer) -> None:
+        self.name = name
+        self.model = model
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
+        """The service of a model loaded from ``directory``, where a kind finds what else it reads."""
+        return cls(name, model, tokenizer)
+
+    def serves(self, endpoint: str) -> bool:
+        if endpoint == "attention":
+            return "attention" in self.endpoints and self.has_attention()
+        return endpoint in self.endpoints
+
+    def has_attention(self) -> bool:
+        return any(isinstance(module, MultiHeadAttention) for module in self.model.modules())
+
+    @property
+    def capabilities(self) -> list[str]:
+        return [endpoint for endpoint in ENDPOINTS if self.serves(endpoint)]
+
+    def describe(self) -> dict[str, Any]:
+        """What GET /models says of the model: its name, family, kind, endpoints, and what a client needs."""
+        return {"name": self.name, "family": self.model.family, "kind": self.kind,
+                "capabilities": self.capabilities, **self.details()}
+
+    def details(self) -> dict[str, Any]:
+        return {}
+
+    def attention(self, text: str, layer: int, head: int | None, target: str | None) -> dict[str, Any]:
+        """The self-attention of one layer and head (None: the layer's heads averaged) over ``text``."""
+        if target is not None:
+            raise RequestError("'target' is for encoder-decoders; this model reads one text")
+        return attention_json(self_attention(self.model, self.tokenizer, text, layer, head))
+
+
+class CausalLMService(Service):
+    kind = "causal LM"
+    endpoints = ("generate", "attention")
+
+    def details(self) -> dict[str, Any]:
+        return {"context": self.model.context_length()}
+
+    def generation(self, prompt: str, max_new_tokens: int | None, temperature: float, top_k: int, top_p: float,
+                   sample: bool, seed: int | None) -> GenerationJob:
+        """A checked generation request, for the batcher: the prompt's ids as ``plm generate`` encodes them."""
+        options = SamplingOptions(temperature, top_k, top_p, do_sample=True if sample else None)
+        options.validate()
+        [ids] = encode_prompts(self.tokenizer, [prompt])
+        context = self.model.context_length()
+        room = context - len(ids)
+        if room < 1:
+            raise RequestError(f"the prompt is {len(ids)} tokens, which leaves no room for new ones in the model's "
+                               f"context of {context}; shorten it")
+        max_new_tokens = max_new_tokens or min(DEFAULT_NEW_TOKENS, room)  # as plm generate chooses
+        if max_new_tokens > room:
+            raise RequestError(f"'max_new_tokens' {max_new_tokens} does not fit: the prompt takes {len(ids)} of the "
+                               f"model's {context} positions; ask for at most {room}")
+        return GenerationJob(self.model, self.tokenizer, ids, max_new_tokens, options, seed)
+
+
+class EncoderService(Service):
+    kind = "encoder"
+    endpoints = ("fill-mask", "embed", "attention")
+
+    def serves(self, endpoint: str) -> bool:
+        if endpoint == "fill-mask":
+            return "mlm" in self.model.config.pretraining_heads
+        return super().serves(endpoint)
+
+    def details(self) -> dict[str, Any]:
+        return {"context": self.model.config.context_length, "mask_token": self.tokenizer.special_tokens.get("mask")}
+
+    def fill_mask(self, text: str, top_k: int) -> dict[str, Any]:
+        """Each mask's ``top_k`` guesses with their probabilities, as ``plm fill-mask`` prints them."""
+        guesses = fill_mask(self.model, self.tokenizer, text, top_k)
+        return {"masks": [[{"token": token, "probability": p} for token, p in mask] for mask in guesses]}
+
+    def embed(self, texts: list[str]) -> dict[str, Any]:
+        """Sentence embeddings as ``plm embed`` computes them: the mean of the last layer, L2-normalised."""
+        return vectors_json(embed_texts(self.model, self.tokenizer, texts), "mean of the last hidden states")
+
+
+class ElmoService(Service):
+    kind = "ELMo"
+    endpoints = ("embed",)
+
+    def embed(self, texts: list[str]) -> dict[str, Any]:
+        """A vector per text: ELMo's layers averaged (a scalar mix of equal weights), then its words', normalised."""
+        sentences = [split_words(text) for text in texts]
+        empty = next((number for number, words in enumerate(sentences, 1) if not words), None)
+        if empty is not None:
+            raise RequestError(f"text {empty} has no words")
+        mixed = embed_sentences(self.model, sentences, mix="average")  # (texts, longest, 2 * dim), padding 0
+        lengths = torch.tensor([len(sentence) for sentence in sentences], dtype=mixed.dtype)
+        return vectors_json(F.normalize(mixed.sum(1) / lengths[:, None], dim=-1), "mean of the words' mixed layers")
+
+
+class Seq2SeqService(Service):
+    kind = "encoder-decoder"
+    endpoints = ("translate", "attention")
+
+    def __init__(self, name: str, model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers) -> None:
+        super().__init__(name, model, tokenizers.source)
+        self.tokenizers = tokenizers
+
+    @classmethod
+    def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
+        return cls(name, model, Seq2SeqTokenizers.load(directory))
+
+    def has_attention(self) -> bool:
+        return getattr(self.model.config, "attention", None) != "none"  # an RNN without attention reads no source token
+
+    def details(self) -> dict[str, Any]:
+        return {"context": self.model.context_length(), "beam": recipe_decoding(self.model.family).beam}
+
+    def translate(self, text: str, beam: int | None) -> dict[str, Any]:
+        """The translation (the family's search, as ``plm translate``; ``beam`` in place of its beam) and the
+        attention that produced it: a Transformer's last layer of encoder-decoder attention, heads averaged."""
+        options = recipe_decoding(self.model.family, **({"beam": beam} if beam is not None else {}))
+        [ids] = translate_ids(self.model, self.tokenizers, [text], options)
+        [translation] = self.tokenizers.decode_targets([ids[1:]])
+        if not self.has_attention():
+            return {"translation": translation, "attention": None, "source_tokens": None, "target_tokens": None}
+        attention = decoder_attention(self.model, self.tokenizers, text, ids, layer=-1, head=None)
+        return {"translation": translation, **attention_json(attention)}
+
+    def attention(self, text: str, layer: int, head: int | None, target: str | None) -> dict[str, Any]:
+        """The decoder's attention over ``text`` while it reads ``target`` (default: its greedy translation)."""
+        return attention_json(pair_attention(self.model, self.tokenizers, text, target, layer, head))
+
+
+class TaskService(Service):
+    kind = "task model"
+    endpoints = ("classify", "attention")
+
+    def __init__(self, name: str, model: TaskModel | FeatureTagger, tokenizer: Tokenizer) -> None:
+        super().__init__(name, model, tokenizer)
+        self.task: Task = model_task(model, tokenizer)
+
+    def has_attention(self) -> bool:
+        return isinstance(self.model, TaskModel) and super().has_attention()  # a feature tagger reads more than text
+
+    def details(self) -> dict[str, Any]:
+        inputs = TASK_FORMS[self.task.name].inputs
+        return {"task": self.task.name, "labels": list(self.task.labels), "inputs": list(inputs)}
+
+    def classify(self, **fields: Any) -> dict[str, Any]:
+        """The prediction ``plm predict`` makes for one example, with what the model's scores say about it."""
+        form = TASK_FORMS[self.task.name]
+        example = form.example(self.task.name, fields)
+        features = encode_all(self.task, [example])
+        outputs = model_outputs(self.model, self.task, features)
+        [prediction] = self.task.predict(outputs, features, [example])
+        return form.answer(Prediction(self.task, example, features, outputs, prediction))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One example's prediction, with the model's outputs it was read from."""
+
+    task: Task
+    example: Any
+    features: list[dict[str, Any]]
+    outputs: list[tuple[Any, dict[str, torch.Tensor]]]
+    value: Any
+
+    def probabilities(self) -> list[float]:
+        """The softmax of the example's scores: over the classes, or over the choices."""
+        return self.outputs[0][0].logits[0].float().softmax(-1).tolist()
+
+
+@dataclass(frozen=True)
+class TaskForm:
+    """How one task's requests read: the fields it takes (``optional`` may be left out), the example of its
+    reader (:mod:`plm.tasks.readers`) they make, and what the answer says besides the prediction."""
+
+    inputs: tuple[str, ...]
+    make: Callable[[dict[str, Any]], Any]
+    answer: Callable[[Prediction], dict[str, Any]]
+    optional: tuple[str, ...] = ()
+
+    def example(self, task: str, fields: dict[str, Any]) -> Any:
+        """The example of a request's fields; one the task needs and lacks, or one it does not read, is refused."""
+        reads = ", ".join(map(repr, self.inputs))
+        missing = [name for name in self.inputs if fields[name] is None and name not in self.optional]
+        if missing:
+            raise RequestError(f"a {task} model reads {reads}; missing {', '.join(map(repr, missing))}")
+        unread = [name for name, value in fields.items() if name not in self.inputs and value not in (None, "")]
+        if unread:
+            raise RequestError(f"a {task} model reads {reads}, not {', '.join(map(repr, unread))}")
+        return self.make(fields)
+
+
+def tagged_sentence(fields: dict[str, Any]) -> TaggedSentence:
+    """The words of "text" as CoNLL has them, split at whitespace; no tags (they are what is asked for)."""
+    words = tuple(fields["text"].split())
+    if not words:
+        raise RequestError("'text' has no words to tag")
+    return TaggedSentence(words, ())
+
+
+def qa_answer(p: Prediction) -> dict[str, Any]:
+    [span] = p.task.spans(p.outputs, p.features, [p.example])
+    return {"answer": p.value, "candidates": [{"text": text, "score": score} for text, score in span.n_best[:5]]}
+
+
+TASK_FORMS = {
+    "classify": TaskForm(("text", "text_pair"), lambda f: TextExample(f["text"], f["text_pair"]),
+                         lambda p: {"label": p.value, "probabilities": dict(zip(p.task.labels, p.probabilities()))},
+                         optional=("text_pair",)),
+    "regress": TaskForm(("text", "text_pair"), lambda f: TextExample(f["text"], f["text_pair"]),
+                        lambda p: {"score": p.value}, optional=("text_pair",)),
+    "tag": TaskForm(("text",), tagged_sentence, lambda p: {"words": list(p.example.words), "tags": p.value}),
+    "qa": TaskForm(("question", "context"), lambda f: QAExample("request", f["question"], f["context"], ()), qa_answer),
+    "choice": TaskForm(("context", "endings", "prefix"),
+                       lambda f: ChoiceExample(f["context"], f["prefix"], tuple(f["endings"]), None),
+                       lambda p: {"choice": p.value, "probabilities": p.probabilities()}, optional=("prefix",)),
+}
+
+
+# The service of each model class, the first that matches (a task model is none of the others).
+SERVICES: tuple[tuple[type | tuple[type, ...], type[Service]], ...] = (
+    ((TaskModel, FeatureTagger), TaskService),
+    (CausalLM, CausalLMService),
+    (Encoder, EncoderService),
+    (Seq2SeqModel, Seq2SeqService),
+    (Elmo, ElmoService),
+)
+
+
+def load_service(path: str | Path, name: str, device: str = "auto", quantization: str | None = None) -> Service:
+    """The model in ``path`` (a plm or Hugging Face directory, or a training run) as a service called ``name``."""
+    model, tokenizer = load_pretrained(path, resolve_device(device))
+    if quantization is not None:
+        model = quantize(model, quantization)
+    for classes, service in SERVICES:
+        if isinstance(model, classes):
+            return service.open(name, model, tokenizer, model_directory(path))
+    raise PLMError(f"{path}: plm serves no {model.family} models")
+
+
+def service_names(paths: Sequence[str | Path]) -> list[str]:
+    """Each model's name in the API: its directory's name, numbered from the second one of a name on (gpt, gpt-2)."""
+    names: list[str] = []
+    for path in paths:
+        base = Path(path).resolve().name or "model"
+        name, number = base, 1
+        while name in names:
+            number += 1
+            name = f"{base}-{number}"
+        names.append(name)
+    return names
+
+
+def choose(services: Sequence[Service], name: str | None, endpoint: str) -> Service:
+    """The model a request to ``endpoint`` goes to: the one it names, or the only one that serves the endpoint."""
+    if name is not None:
+        service = next((s for s in services if s.name == name), None)
+        if service is None:
+            raise RequestError(f"unknown model {name!r}; this server has {', '.join(s.name for s in services)}")
+        if not service.serves(endpoint):
+            raise RequestError(
+                f"model {name!r} ({service.kind}, family {service.model.family}) cannot serve /{endpoint}, "
+                f"which needs {ENDPOINTS[endpoint]}; it serves {', '.join('/' + c for c in service.capabilities)}"
+            )
+        return service
+    able = [service for service in services if service.serves(endpoint)]
+    if not able:
+        raise RequestError(f"no model on this server serves /{endpoint}, which needs {ENDPOINTS[endpoint]}")
+    if len(able) > 1:
+        raise RequestError(f"{len(able)} models serve /{endpoint} ({', '.join(s.name for s in able)}); "
+                           "say which with \"model\"")
+    return able[0]
+
+
+def attention_json(attention: AttentionMap) -> dict[str, Any]:
+    """An attention map as JSON: ``attention`` (target/query rows x source/key columns) and the tokens of each axis."""
+    return {"attention": attention.weights.tolist(), "source_tokens": attention.columns,
+            "target_tokens": attention.rows, "title": attention.title, "layers": attention.layers,
+            "heads": attention.heads}
+
+
+def vectors_json(vectors: torch.Tensor, pooling: str) -> dict[str, Any]:
+    """Unit vectors (texts, dim) as JSON, with their cosine similarities (their dot products)."""
+    return {"vectors": vectors.tolist(), "dim": vectors.shape[1], "pooling": pooling,
+            "similarity": (vectors @ vectors.T).tolist()}

@@ -1,0 +1,144 @@
+"""Request bodies: a JSON object per endpoint, checked field by field, each problem one line.
+
+Every field an endpoint reads is declared here with its JSON type and default, so that a
+missing field, a string where a number belongs or a misspelt name is refused before any
+model work, with a message that names the field. Whether a value makes sense for the model
+(a temperature of 0, a layer it does not have) is the library's to say: it raises
+:class:`plm.errors.PLMError` with the reason, which the server answers with status 400 too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from plm.errors import PLMError
+
+REQUIRED = object()  # a Field's default when the request must give it
+
+
+class RequestError(PLMError):
+    """A request the server refuses, with the HTTP status to answer (400: bad input; 413: a body too large)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Field:
+    """A body field: its JSON type, its default (REQUIRED: none), the least value a number may take, and whether
+    null is a value of its own (else null is allowed where the default is None, and means the default)."""
+
+    kind: str  # "string", "strings" (a non-empty list of strings), "integer", "number", "boolean"
+    default: Any = REQUIRED
+    minimum: float | None = None
+    nullable: bool = False
+
+
+# The fields of each endpoint besides "model", which every endpoint takes (default: the one model that serves it).
+FIELDS: dict[str, dict[str, Field]] = {
+    "generate": {
+        "prompt": Field("string"),
+        "max_new_tokens": Field("integer", None, minimum=1),
+        "temperature": Field("number", 1.0),
+        "top_k": Field("integer", 0, minimum=0),
+        "top_p": Field("number", 1.0),
+        "sample": Field("boolean", False),
+        "seed": Field("integer", None),
+        "stream": Field("boolean", False),
+    },
+    "fill-mask": {"text": Field("string"), "top_k": Field("integer", 5, minimum=1)},
+    "embed": {"texts": Field("strings")},
+    "translate": {"text": Field("string"), "beam": Field("integer", None, minimum=1)},
+    "classify": {
+        "text": Field("string", None),
+        "text_pair": Field("string", None),
+        "question": Field("string", None),
+        "context": Field("string", None),
+        "endings": Field("strings", None),
+        "prefix": Field("string", ""),
+    },
+    "attention": {
+        "text": Field("string"),
+        "layer": Field("integer", 0),
+        "head": Field("integer", 0, minimum=0, nullable=True),  # null: the mean of the layer's heads
+        "target": Field("string", None),
+    },
+}
+
+
+def parse_body(data: bytes) -> dict[str, Any]:
+    """The JSON object of a request body (NaN and Infinity, which JSON does not have, refused)."""
+    try:
+        body = json.loads(data, parse_constant=refuse_constant)
+    except UnicodeDecodeError:
+        raise RequestError("malformed JSON: the body is not UTF-8") from None
+    except ValueError as error:
+        raise RequestError(f"malformed JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise RequestError(f"the body must be a JSON object, got {json_type(body)}")
+    return body
+
+
+def refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_fields(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
+    """The values of ``endpoint``'s fields (defaults filled in), by name; "model" is read apart."""
+    fields = FIELDS[endpoint]
+    unknown = sorted(set(body) - set(fields) - {"model"})
+    if unknown:
+        raise RequestError(f"/{endpoint} has no field {', '.join(map(repr, unknown))}; "
+                           f"it takes {', '.join(['model', *fields])}")
+    return {name: read_field(body, name, field) for name, field in fields.items()}
+
+
+def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
+    if name not in body:
+        if field.default is REQUIRED:
+            raise RequestError(f"missing field {name!r} ({a_kind(field.kind)})")
+        return field.default
+    value = body[name]
+    if value is None and (field.nullable or field.default is None):  # null: not given, or (nullable) a value
+        return None
+    if not has_kind(value, field.kind):
+        raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {json_type(value)}")
+    if field.minimum is not None and value < field.minimum:
+        raise RequestError(f"{name!r} must be at least {field.minimum:g}, got {value}")
+    return value
+
+
+def has_kind(value: Any, kind: str) -> bool:
+    if kind == "strings":
+        return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, {"string": str, "boolean": bool}[kind])
+
+
+def a_kind(kind: str) -> str:
+    return {"strings": "a non-empty list of strings", "integer": "an integer", "number": "a number",
+            "string": "a string", "boolean": "true or false"}[kind]
+
+
+def json_type(value: Any) -> str:
+    """How a value reads in JSON's terms: null, true, a number, a string, a list, an object."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return {str: "a string", list: "a list", dict: "an object"}[type(value)]
+
+
+def model_name(body: dict[str, Any]) -> str | None:
+    """The "model" a request names, or None when it leaves the choice to the server."""
+    name = body.get("model")
+    if name is not None and not isinstance(name, str):
+        raise RequestError(f"'model' must be a string (a name that GET /models lists), got {json_type(name)}")
+    return name
