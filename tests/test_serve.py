@@ -246,6 +246,26 @@ def test_translate_gives_plm_translates_translation_and_the_attention_that_made_
         assert (len(answer["target_tokens"]), len(answer["source_tokens"])) == tuple(expected.shape)
 
 
+def test_an_rnn_without_attention_translates_and_says_it_has_no_attention_to_show(
+    model_dirs: Path, tmp_path: Path
+) -> None:
+    """Cho et al.'s context vector reads no source token at a step: no heatmap, and no /attention either."""
+    tokenizers = Seq2SeqTokenizers.load(model_dirs / "rnn")
+    plain = RNNSeq2Seq(RNNConfig(vocab_size=len(tokenizers.source), embedding_dim=8, hidden_dim=16, layers=1,
+                                 attention="none", input_feeding=False))
+    plm.save(plain, tmp_path / "plain")
+    tokenizers.save(tmp_path / "plain")
+    service = load_service(tmp_path / "plain", "plain", "cpu")
+    with TestClient(create_app([service])) as client:
+        answer = post(client, "/translate", text="4 July 1976")
+        options = recipe_decoding(service.model.family)
+        assert answer["translation"] == translate(service.model, tokenizers, ["4 July 1976"], options)[0]
+        assert answer["attention"] is None
+        assert client.get("/models").json()["models"][0]["capabilities"] == ["translate"]
+        refused = client.post("/attention", json={"text": "4 July 1976"})
+        assert refused.status_code == 400 and "no model on this server serves /attention" in refused.json()["error"]
+
+
 def test_classify_gives_plm_predicts_prediction_with_its_probabilities(client: TestClient, services: dict) -> None:
     clf = services["clf"]
     answer = post(client, "/classify", model="clf", text="The cat reads the book.")
