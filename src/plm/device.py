@@ -1,4 +1,4 @@
-"""Choosing the device and the autocast precision."""
+"""Choosing the device and the autocast precision; the memory free on the machine."""
 
 from __future__ import annotations
 
@@ -39,3 +39,13 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free now (Linux: MemAvailable), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None

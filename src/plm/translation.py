@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
+from plm.device import available_memory
 from plm.errors import PLMError, with_article
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
@@ -136,16 +137,6 @@ def check_search_memory(model: Decoder, options: DecodingOptions, batches: list[
             raise PLMError(f"--beam {options.beam} over {len(batch)} sentence(s) of {source} tokens needs about "
                            f"{needed / 2**30:.1f} GiB for the search, more than the {free / 2**30:.1f} GiB free; "
                            "give a smaller --beam or --max-tokens")
-
-
-def available_memory() -> int | None:
-    """Bytes of memory free now (Linux: MemAvailable), or None where the system does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as info:
-            fields = dict(line.split(":", 1) for line in info)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from plm.cli import (
     finetune,
     generate,
     overlap,
+    plan,
     predict,
     pretrain,
     quantize,
@@ -30,7 +31,7 @@ from plm.errors import PLMError, PLMWarning
 
 COMMANDS = (
     demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
-    attention, serve, compare, overlap, convert, quantize,
+    attention, serve, compare, overlap, convert, quantize, plan,
 )
 
 

@@ -1,0 +1,233 @@
+"""``plm plan``: the memory one training process needs, before any is spent.
+
+Parameters are counted exactly: the model that pre-trains (the preset with the heads of
+its recipe's objective) is built on the ``meta`` device, so gpt2-xl costs nothing, and
+``parameters()`` yields a shared tensor once (ALBERT's one block, a tied output layer).
+Gradients are the same bytes; the optimizer keeps ``OPTIMIZER_STATES`` fp32 tensors per
+parameter. Everything is fp32, as plm trains on the CPU.
+
+Activations are an analytic count, not a measurement: every family the planner takes is
+a stack of the one core block (:class:`plm.core.block.TransformerBlock`), whose shape
+(``BlockConfig.of``: dim, heads, ffn_dim, attention dropout) says what backward keeps.
+Measuring a scaled-down model would need a synthetic batch per objective; the block is
+shared, so its count is written once. Per token, in fp32 values:
+
+- each block keeps about 10 dim-wide tensors (its input, the LayerNorm outputs, queries,
+  keys and values, the heads' output, the residual sums, the dropout masks) and 2
+  ffn-wide ones (the feed-forward layer before and after its activation); with attention
+  dropout on the CPU, SDPA takes its plain path and keeps 3 time-long rows per head
+  (scores, probabilities, dropped probabilities), the T^2 term; the fused kernels (CUDA's
+  always, the CPU's without dropout) keep none;
+- outside the blocks, the embeddings (3 dim-wide) and, per token the objective predicts
+  (all for a causal LM, 15% for a masked LM), 4 vocabulary-wide rows: logits,
+  log-probabilities and their gradients.
+
+Activation checkpointing per block keeps only each block's input (dim per token) and
+recomputes one block's activations during backward. tests/test_plan.py checks the count
+against torch.profiler's peak for a real step (forward, loss, backward) of small presets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from plm.core.block import BlockConfig, TransformerBlock
+from plm.device import DEVICES, available_memory
+from plm.errors import PLMError
+from plm.models import RECIPES, from_config, model_class, preset_config
+from plm.objectives import objective_spec
+
+FP32 = 4
+OPTIMIZER_STATES = {"adamw": 2, "lamb": 2, "adagrad": 1}  # fp32 tensors per parameter: moments, or Adagrad's sum
+STRATEGIES = ("ddp", "fsdp")
+MASKED_FRACTION = 0.15  # the positions a masked LM predicts (BERT's rate, plm's masking default)
+ROWS = ("parameters", "gradients", "optimizer state", "gradient buckets", "all-gather (one block)", "activations")
+BLOCK_FIELDS = ("dim", "heads", "ffn_dim", "layers", "vocab_size", "context_length")
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+@dataclass(frozen=True)
+class PlanSetup:
+    """What to plan: a preset, its batch shape, and how the processes share the work."""
+
+    model: str
+    processes: int = 1
+    batch: int = 8
+    block: int | None = None  # None: the recipe's block size, at most the context
+    strategy: str = "ddp"
+    offload: bool = False
+    checkpoint_activations: bool = False
+    optimizer: str = "adamw"
+    device: str = "auto"  # where it trains: "cuda" or "cpu"; auto: CUDA when present, as training picks
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The bytes one process may use, and where the number comes from."""
+
+    bytes: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Bytes per process, each kind on the accelerator (``device``) or in CPU memory (``cpu``)."""
+
+    setup: PlanSetup
+    target: str  # the device it trains on: "cuda" or "cpu"
+    block: int
+    parameters: int  # the model's distinct parameters
+    device: dict[str, int]
+    cpu: dict[str, int]
+    activations: dict[str, int]  # one step's, "without" and "with" activation checkpointing
+    memory: Memory
+
+    @property
+    def device_total(self) -> int:
+        return sum(self.device.values())
+
+    @property
+    def cpu_total(self) -> int:
+        return sum(self.cpu.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.device_total <= self.memory.bytes
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "device_total": self.device_total, "cpu_total": self.cpu_total,
+                "fits": self.fits}
+
+
+def parse_bytes(text: str) -> int:
+    """``16GB``, ``1.5GiB``, ``2e9``: a byte count (decimal and binary units, any case)."""
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
+    unit = match and match.group(2).upper()
+    if not match or unit not in UNITS:
+        raise PLMError(f"--memory must be auto or a size like 16GB or 12GiB, got {text!r}")
+    try:
+        return int(float(match.group(1)) * UNITS[unit])
+    except ValueError:
+        raise PLMError(f"--memory must be auto or a size like 16GB or 12GiB, got {text!r}") from None
+
+
+def planned_device(name: str) -> str:
+    """"cuda" or "cpu": auto is CUDA when this machine has it; a plan for a GPU may be made without one."""
+    if name not in DEVICES:
+        raise PLMError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def auto_memory(device: str, processes: int) -> Memory:
+    """A GPU's free memory (one GPU per process), or the available RAM that the processes share."""
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise PLMError("no CUDA GPU here to read free memory from; give --memory (e.g. 80GB) to plan for one")
+        free, _ = torch.cuda.mem_get_info()
+        return Memory(free, f"free on {torch.cuda.get_device_name()}")
+    free = available_memory()
+    if free is None:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    shared = f" / {processes} processes" if processes > 1 else ""
+    return Memory(free // processes, f"available RAM{shared}")
+
+
+def activation_bytes(config: object, predicted: float, batch: int, block: int, checkpoint: bool,
+                     device: str = "cpu") -> int:
+    """One training step's activations on ``device`` (see the module docstring for what is counted and why)."""
+    shape = BlockConfig.of(config)
+    scores = 3 * shape.heads * block if shape.attention_dropout > 0 and device == "cpu" else 0
+    per_block = 10 * shape.dim + 2 * shape.ffn_dim + scores
+    layers = config.layers
+    blocks = layers * shape.dim + per_block if checkpoint else layers * per_block
+    outside = 3 * shape.dim + predicted * 4 * config.vocab_size
+    return int(FP32 * batch * block * (blocks + outside))
+
+
+def check_setup(setup: PlanSetup) -> None:
+    if setup.processes < 1 or setup.batch < 1 or (setup.block is not None and setup.block < 1):
+        raise PLMError("--processes, --batch and --block must be at least 1")
+    if setup.strategy not in STRATEGIES:
+        raise PLMError(f"unknown strategy {setup.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if setup.optimizer not in OPTIMIZER_STATES:
+        raise PLMError(f"unknown optimizer {setup.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
+    if setup.offload and setup.strategy != "fsdp":
+        raise PLMError("--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp")
+
+
+def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
+    """The bytes each process of ``setup`` holds, against ``memory`` (None: what this machine has free)."""
+    check_setup(setup)
+    config = preset_config(setup.model)
+    missing = [name for name in BLOCK_FIELDS if not hasattr(config, name)]
+    if missing:
+        raise PLMError(f"plm plan counts stacks of Transformer blocks; {setup.model} has no {', '.join(missing)}")
+    recipe = RECIPES[model_class(config).family]
+    objective = objective_spec(recipe.objective)
+    block = setup.block or min(recipe.block_size or config.context_length, config.context_length)
+    if block > config.context_length:
+        raise PLMError(f"--block {block} exceeds {setup.model}'s context of {config.context_length} tokens")
+    with torch.device("meta"):
+        model = from_config(model_class(config).config_with_heads(config, objective.heads))
+    count = sum(p.numel() for p in model.parameters())
+    weights = FP32 * count
+    state = OPTIMIZER_STATES[setup.optimizer] * weights
+    device_type = planned_device(setup.device)
+    predicted = MASKED_FRACTION if objective.masks_words else 1.0
+    activations = {
+        name: activation_bytes(config, predicted, setup.batch, block, checkpoint, device_type)
+        for name, checkpoint in (("without", False), ("with", True))
+    }
+    device: dict[str, int] = {}
+    cpu: dict[str, int] = {}
+    if setup.strategy == "ddp":
+        device |= {"parameters": weights, "gradients": weights, "optimizer state": state, "gradient buckets": weights}
+    else:  # each process keeps 1/N of everything, and gathers one whole block's parameters and gradients at a time
+        shard = math.ceil(count / setup.processes) * FP32
+        largest = max(sum(p.numel() for p in b.parameters()) for b in model.modules() if isinstance(b, TransformerBlock))
+        (cpu if setup.offload else device)["parameters"] = shard
+        device["gradients"] = shard
+        (cpu if setup.offload else device)["optimizer state"] = OPTIMIZER_STATES[setup.optimizer] * shard
+        device["all-gather (one block)"] = 2 * FP32 * largest
+    device["activations"] = activations["with" if setup.checkpoint_activations else "without"]
+    memory = memory or auto_memory(device_type, setup.processes)
+    return Plan(setup, device_type, block, count, device, cpu, activations, memory)
+
+
+def human_bytes(count: float) -> str:
+    """``1.23 GiB``: binary units, three significant digits."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024:
+            return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"
+        count /= 1024
+    return f"{count:,.2f} TiB"
+
+
+def report(result: Plan) -> str:
+    """The table of bytes per process and the verdict, as ``plm plan`` prints them."""
+    setup = result.setup
+    lines = [
+        f"{setup.model}: {result.parameters:,} parameters; {setup.processes} process(es), {setup.strategy}"
+        f"{' + CPU offload' if setup.offload else ''}, {setup.optimizer}, batch {setup.batch} x {result.block} "
+        f"tokens per process, activation checkpointing {'on' if setup.checkpoint_activations else 'off'}",
+        f"{'per process (fp32)':<26}{'on ' + result.target:>14}{'CPU offload':>14}",
+    ]
+    for name in (row for row in ROWS if row in result.device or row in result.cpu):
+        device, cpu = result.device.get(name), result.cpu.get(name)
+        lines.append(f"  {name:<24}{human_bytes(device) if device else '-':>14}{human_bytes(cpu) if cpu else '-':>14}")
+    lines.append(f"  {'total':<24}{human_bytes(result.device_total):>14}{human_bytes(result.cpu_total):>14}")
+    other = "with" if not setup.checkpoint_activations else "without"
+    lines.append(f"(activations {other} checkpointing: {human_bytes(result.activations[other])})")
+    verdict = "fits" if result.fits else "does NOT fit"
+    lines.append(f"{verdict}: {human_bytes(result.device_total)} per process against {human_bytes(result.memory.bytes)} "
+                 f"({result.memory.source})")
+    return "\n".join(lines)
