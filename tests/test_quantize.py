@@ -13,7 +13,7 @@ from torch import nn
 import plm
 from plm.checkpoint import WEIGHTS_FILE
 from plm.cli.main import main
-from plm.core.quantize import Int8Embedding, Int8Linear, Int8Weight, is_quantized
+from plm.core.quantize import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
 from plm.text import file_perplexity
 
 QUICK = ["--batch-size", "8", "--warmup", "10", "--dropout", "0", "--no-progress", "--device", "cpu"]
@@ -29,18 +29,32 @@ def test_each_row_is_rounded_to_int8_with_its_own_scale() -> None:
     assert torch.all((int8.dequantized() - weight).abs() <= int8.scales.float()[:, None] / 2 * (1 + 1e-6))
 
 
-def test_the_int8_product_is_the_dequantized_weights_product() -> None:
-    """Against the fp64 product of the bf16-rounded input and the dequantized weights, plus the fp32 bias."""
+@pytest.mark.parametrize("route", ["int8 kernel", "bf16 product"])
+def test_the_int8_product_is_the_dequantized_weights_product(route: str, monkeypatch) -> None:
+    """Against the fp64 product of the bf16-rounded input and the dequantized weights, plus the fp32 bias,
+    by either route a product may take (which one is timed per machine; here each is forced in turn)."""
+    monkeypatch.setattr(Int8Weight, "bf16_is_faster", lambda self, rows: route == "bf16 product")
     torch.manual_seed(0)
-    linear, x = nn.Linear(96, 40), torch.randn(3, 5, 96)
+    linear, x = nn.Linear(96, 40), torch.randn(4, 5, 96)  # 20 rows: enough for either route
     int8 = Int8Linear(linear)
     expected = x.bfloat16().double() @ int8.weight.dequantized().double().T + linear.bias.double()
     got = int8(x)
-    assert got.dtype == torch.float32 and got.shape == (3, 5, 40)
+    assert got.dtype == torch.float32 and got.shape == (4, 5, 40)
     torch.testing.assert_close(got.double(), expected, rtol=4e-3, atol=2e-3 * expected.abs().max().item())
     # and it is close to the fp32 layer itself: int8 rounding costs about 1% of a typical output
     error = (got - linear(x)).norm() / linear(x).norm()
     assert error < 0.02
+
+
+def test_a_few_rows_always_take_the_int8_kernel_and_many_rows_the_faster_route_timed_once(monkeypatch) -> None:
+    """Decoding's few rows read a quarter of fp32's bytes through the kernel; a shape's route is timed only once."""
+    timed = []
+    monkeypatch.setattr("plm.core.quantize.best_seconds", lambda call: timed.append(call) or len(timed))
+    monkeypatch.setattr("plm.core.quantize.BF16_ROUTES", {})
+    weight = Int8Weight.of(torch.randn(40, 96))
+    assert not weight.bf16_is_faster(torch.randn(MANY_ROWS - 1, 96).bfloat16()) and not timed
+    assert weight.bf16_is_faster(torch.randn(MANY_ROWS + 1, 96).bfloat16())  # the stub times bf16 first: it "wins"
+    assert weight.bf16_is_faster(torch.randn(MANY_ROWS + 3, 96).bfloat16()) and len(timed) == 2  # same bucket
 
 
 def test_an_int8_embedding_looks_up_the_dequantized_rows() -> None:

@@ -22,15 +22,12 @@ plain F.linear is as fast or faster, so it is used there.
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from plm.core.quantize import Int8Weight
+from plm.core.timing import best_seconds
 
 BLOCKS = 4
 MAX_ROWS = 4
@@ -93,16 +90,6 @@ def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
                 lambda: F.linear(x, weight, bias)
             )
     return ROUTES[key]
-
-
-def best_seconds(call: Callable[[], object], repeats: int = 3) -> float:
-    call()  # warm-up
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:

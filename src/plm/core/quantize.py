@@ -11,6 +11,12 @@ input in bf16, because that is the kernel's vectorised path on the CPU (its fp32
 ran at 1-1.5 GB/s of weights on the benchmark machine, against 11 GB/s for fp32
 weights through plm.core.linear). A quantized model is for inference: it has no
 parameters to train, and the trainer refuses it.
+
+The int8 kernel pays off when a product has a few rows (decoding one token a sequence).
+With many rows (a prompt, a batch of beams) it ran 2-3x slower than fp32 on an Intel Xeon
+whose bf16 products are 4x faster than fp32: there the int8 values (exact in bf16) are
+multiplied as a bf16 matrix and the scales applied after. Which of the two is faster is a
+property of the machine, so each shape times both at its first use and keeps the faster.
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from plm.core.timing import best_seconds
 from plm.errors import PLMError
 
 QUANTIZATIONS = ("int8",)
 COMPUTE_DTYPE = torch.bfloat16  # the kernel's input, output and scales
 ALIGNMENT = 64  # bytes: an AVX-512 register
+MANY_ROWS = 16  # from here on a product may take the bf16 route (see the module docstring)
+BF16_ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows rounded up to a power of 2, out, in, threads) -> won
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,29 @@ class Int8Weight:
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (..., in) -> x W^T + b (..., out), in fp32."""
         rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
-        y = torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales).float()  # (N, out)
+        y = self.bf16_product(rows) if self.bf16_is_faster(rows) else self.int8_product(rows)  # (N, out) fp32
         if bias is not None:
             y = y + bias
         return y.view(*x.shape[:-1], self.values.shape[0])
+
+    def int8_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (N, in) in bf16 -> (N, out) in fp32, through PyTorch's int8-weight kernel."""
+        return torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales).float()
+
+    def bf16_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """The same product with the int8 values as a bf16 matrix (exactly), the row scales applied in fp32."""
+        return F.linear(rows, self.values.to(COMPUTE_DTYPE)).float() * self.scales.float()
+
+    def bf16_is_faster(self, rows: torch.Tensor) -> bool:
+        """Whether this many rows take the bf16 route on this machine: timed once per shape (the best of 3 each)."""
+        if rows.shape[0] < MANY_ROWS or torch.compiler.is_compiling():
+            return False
+        key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
+        if key not in BF16_ROUTES:
+            with torch.no_grad():
+                BF16_ROUTES[key] = best_seconds(lambda: self.bf16_product(rows)) < best_seconds(
+                    lambda: self.int8_product(rows))
+        return BF16_ROUTES[key]
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
         """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in)."""
