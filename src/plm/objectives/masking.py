@@ -31,6 +31,7 @@ import torch
 from plm.errors import PLMError
 
 IGNORE_INDEX = -100  # the label of a position that is not a target (cross_entropy's ignore_index)
+MLM_PROBABILITY = 0.15  # the share of tokens a masked LM predicts (BERT section 3.1)
 
 
 def mask_tokens(
@@ -39,7 +40,7 @@ def mask_tokens(
     mask_id: int,
     vocab_size: int,
     generator: torch.Generator,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     word_ids: torch.Tensor | None = None,
     whole_word: bool = False,
     max_ngram: int = 1,
@@ -69,7 +70,7 @@ def mask_tokens(
 def select_spans(
     maskable: torch.Tensor,
     generator: torch.Generator,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     word_ids: torch.Tensor | None = None,
     whole_word: bool = False,
     max_ngram: int = 1,

@@ -19,7 +19,7 @@ from torch import nn
 
 from plm.data.corpus import Document
 from plm.errors import PLMError
-from plm.objectives.masking import IGNORE_INDEX, mask_tokens
+from plm.objectives.masking import IGNORE_INDEX, MLM_PROBABILITY, mask_tokens
 from plm.objectives.pairs import BUILDERS, TASKS, PretrainingExamples
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class MaskedLMObjective:
         pair_task: str = "none",
         whole_word: bool = False,
         max_ngram: int = 1,
-        mlm_probability: float = 0.15,
+        mlm_probability: float = MLM_PROBABILITY,
         short_seq_prob: float = 0.1,
         seed: int = 0,
         validation_batches_max: int | None = 16,

@@ -42,11 +42,11 @@ from plm.device import DEVICES, available_memory
 from plm.errors import PLMError
 from plm.models import RECIPES, from_config, model_class, preset_config
 from plm.objectives import objective_spec
+from plm.objectives.masking import MLM_PROBABILITY
 
 FP32 = 4
 OPTIMIZER_STATES = {"adamw": 2, "lamb": 2, "adagrad": 1}  # fp32 tensors per parameter: moments, or Adagrad's sum
 STRATEGIES = ("ddp", "fsdp")
-MASKED_FRACTION = 0.15  # the positions a masked LM predicts (BERT's rate, plm's masking default)
 ROWS = ("parameters", "gradients", "optimizer state", "gradient buckets", "all-gather (one block)", "activations")
 BLOCK_FIELDS = ("dim", "heads", "ffn_dim", "layers", "vocab_size", "context_length")
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -182,7 +182,7 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
     weights = FP32 * count
     state = OPTIMIZER_STATES[setup.optimizer] * weights
     device_type = planned_device(setup.device)
-    predicted = MASKED_FRACTION if objective.masks_words else 1.0
+    predicted = MLM_PROBABILITY if objective.masks_words else 1.0
     activations = {
         name: activation_bytes(config, predicted, setup.batch, block, checkpoint, device_type)
         for name, checkpoint in (("without", False), ("with", True))
