@@ -4,7 +4,7 @@ from plm.core.attention import KVCache, MultiHeadAttention, attention_weights
 from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
 from plm.core.linear import Linear, linear
-from plm.core.masks import build_attention_mask
+from plm.core.masks import Packing, build_attention_mask
 from plm.core.outputs import CausalLMOutput, ModelOutput
 from plm.core.stack import run_blocks
 
@@ -17,6 +17,7 @@ __all__ = [
     "Linear",
     "ModelOutput",
     "MultiHeadAttention",
+    "Packing",
     "SinusoidalPositions",
     "TransformerBlock",
     "attention_weights",

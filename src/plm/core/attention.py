@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.linear import Linear, linear
+from plm.core.masks import Packing
 from plm.errors import PLMError
 
 
@@ -137,13 +138,17 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
         memory: torch.Tensor | KVCache | None = None,
+        packing: Packing | None = None,
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
         """x: (B, T, dim); mask: boolean (B, 1, T, S), True where a query may attend.
 
         ``memory``: the encoder's output (B, S, dim) for encoder-decoder attention, or
-        its keys and values already computed (:meth:`memory_cache`).
+        its keys and values already computed (:meth:`memory_cache`). With ``packing``, x
+        is the (tokens, dim) rows of a padded batch's real tokens (self-attention only).
         """
+        if packing is not None:
+            return self.packed_self_attention(x, mask, packing, **attention_inputs)
         batch, time, _ = x.shape
         if isinstance(memory, KVCache):
             queries, keys, values = self.split_heads(self.project_queries(x)), memory.keys, memory.values
@@ -153,6 +158,20 @@ class MultiHeadAttention(nn.Module):
                 keys, values = cache.append(keys, values)
         out = self.attend(queries, keys, values, mask, is_causal, **attention_inputs)  # (B, H, T, hd)
         return self.out_proj(out.transpose(1, 2).reshape(batch, time, self.dim))
+
+    def packed_self_attention(
+        self, x: torch.Tensor, mask: torch.Tensor | None, packing: Packing, **attention_inputs: torch.Tensor
+    ) -> torch.Tensor:
+        """Self-attention of the packed real tokens x (tokens, dim) -> (tokens, dim).
+
+        The projections run on the real tokens only; the scores and the softmax need
+        the padded form, so queries, keys and values are unpacked to (B, T, dim) for them
+        (zeros at padding, which ``mask`` hides) and the heads' output is packed again.
+        """
+        queries, keys, values = (self.split_heads(packing.unpack(t)) for t in self.project(x, None))
+        out = self.attend(queries, keys, values, mask, False, **attention_inputs)  # (B, H, T, hd)
+        out = out.transpose(1, 2).reshape(packing.batch, packing.time, self.dim)
+        return self.out_proj(packing.pack(out))
 
     def attend(
         self,

@@ -15,6 +15,7 @@ from torch import nn
 
 from plm.core.attention import KVCache, MultiHeadAttention
 from plm.core.linear import Linear
+from plm.core.masks import Packing
 from plm.errors import PLMError
 
 ACTIVATIONS = {
@@ -97,12 +98,17 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
+        packing: Packing | None = None,
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """x: (batch, time, dim); ``attention_inputs`` go to the self-attention module."""
+        """x: (batch, time, dim); ``attention_inputs`` go to the self-attention module.
+
+        With ``packing`` x is (tokens, dim), the real tokens of a padded batch: all but
+        the self-attention works position by position, so only that needs to know.
+        """
         x = self.sublayer(
             x,
-            lambda h: self.attention(h, mask, is_causal=is_causal, cache=cache, **attention_inputs),
+            lambda h: self.attention(h, mask, is_causal=is_causal, cache=cache, packing=packing, **attention_inputs),
             self.attention_norm,
         )
         if self.cross_attention is not None:

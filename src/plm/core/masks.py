@@ -1,4 +1,8 @@
-"""Attention masks for scaled_dot_product_attention: padding, causality, and no NaN rows."""
+"""Attention masks for scaled_dot_product_attention (padding, causality, no NaN rows), and packing.
+
+:class:`Packing` lets an encoder skip the padding: it gathers the real tokens of a padded
+batch into rows of their own and scatters them back where attention needs the batch form.
+"""
 
 from __future__ import annotations
 
@@ -42,3 +46,43 @@ def build_attention_mask(
     if padding_mask is not None:
         allowed = allowed & padding_mask.bool()[:, None, None, :]
     return allowed | ~allowed.any(dim=-1, keepdim=True), False
+
+
+class Packing:
+    """Where the real tokens of a padded (batch, time) batch are, to compute on them alone.
+
+    Every part of a block but attention works position by position, so an encoder runs
+    it on the packed (tokens, ...) rows of the real tokens: a padded batch then costs
+    the FLOPs of its real tokens only. Attention, which mixes positions, unpacks its
+    queries, keys and values to (batch, time, ...) and packs its output again.
+    """
+
+    def __init__(self, indices: torch.Tensor, batch: int, time: int) -> None:
+        self.indices = indices  # (tokens,): flat positions b * time + t of the real tokens, row-major
+        self.batch = batch
+        self.time = time
+
+    @classmethod
+    def of(cls, padding_mask: torch.Tensor | None) -> Packing | None:
+        """The packing of ``padding_mask`` (batch, time), 1 for real tokens; None when nothing is padded.
+
+        Finding the tokens reads the mask on the host (a sync on a GPU); under
+        torch.compile, whose graph cannot have a data-dependent size, there is no packing.
+        """
+        if padding_mask is None or torch.compiler.is_compiling() or bool(padding_mask.all()):
+            return None
+        batch, time = padding_mask.shape
+        return cls(padding_mask.flatten().nonzero().squeeze(1), batch, time)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, time, ...) -> (tokens, ...), the real tokens' rows in row-major order."""
+        return x.flatten(0, 1).index_select(0, self.indices)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(tokens, ...) -> (batch, time, ...), zeros at padding positions.
+
+        Zeros, not uninitialised memory: attention reads padded keys and values (with
+        weight 0), and 0 times a stray NaN or inf would still be NaN.
+        """
+        rows = x.new_zeros(self.batch * self.time, *x.shape[1:])
+        return rows.index_copy_(0, self.indices, x).view(self.batch, self.time, *x.shape[1:])

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from plm.core.attention import KVCache
+from plm.core.masks import Packing
 
 
 def run_blocks(
@@ -26,6 +27,7 @@ def run_blocks(
     memory: torch.Tensor | Sequence[KVCache] | None = None,
     memory_mask: torch.Tensor | None = None,
     hidden_states: list[torch.Tensor] | None = None,
+    packing: Packing | None = None,
     **attention_inputs: torch.Tensor,
 ) -> torch.Tensor:
     """hidden (B, T, dim) through ``blocks`` in order; returns the last block's output.
@@ -34,7 +36,9 @@ def run_blocks(
     output (B, S, dim), or one cache of its keys and values per block (see
     :meth:`plm.core.MultiHeadAttention.memory_cache`); ``memory_mask`` (B, 1, 1, S)
     hides its padding. Each block's output is appended to ``hidden_states`` when given;
-    ``attention_inputs`` go to every block's self-attention.
+    ``attention_inputs`` go to every block's self-attention. With ``packing`` (an
+    encoder's padded batch) hidden is the (tokens, dim) rows of the real tokens, and so
+    is the result; the states appended are unpacked to (B, T, dim), zeros at padding.
     """
     per_block_memory = isinstance(memory, (list, tuple))
     for index, block in enumerate(blocks):
@@ -45,8 +49,9 @@ def run_blocks(
             cache=caches[index] if caches else None,
             memory=memory[index] if per_block_memory else memory,
             memory_mask=memory_mask,
+            packing=packing,
             **attention_inputs,
         )
         if hidden_states is not None:
-            hidden_states.append(hidden)
+            hidden_states.append(packing.unpack(hidden) if packing is not None else hidden)
     return hidden

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from plm.core import BlockConfig, LearnedPositions, TransformerBlock, build_attention_mask, run_blocks
+from plm.core import BlockConfig, LearnedPositions, Packing, TransformerBlock, build_attention_mask, run_blocks
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
 from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, PretrainingOutput, check_pretraining_heads
@@ -128,6 +128,7 @@ class EncoderPass:
     padding_mask: torch.Tensor | None  # (B, T), 1 for tokens, 0 for padding
     mask: torch.Tensor | None  # (B, 1, T, T) boolean for the attention, None when nothing is masked
     position_ids: torch.Tensor  # (B, T)
+    packing: Packing | None  # where the real tokens are, None when nothing is padded
     hidden_states: list[torch.Tensor] | None = None  # embeddings output + each layer's, when asked for
     extras: dict[str, Any] = field(default_factory=dict)  # family-specific values (e.g. DeBERTa's)
 
@@ -180,15 +181,26 @@ class Encoder(PretrainedModel):
         return self.blocks
 
     def embed(self, step: EncoderPass, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        return self.embeddings(step.input_ids, token_type_ids, step.position_ids)
+        """(B, T, dim) embeddings, or (tokens, dim) of the real tokens alone when ``step.packing``."""
+        ids = (step.input_ids, token_type_ids, step.position_ids)
+        if step.packing is not None:
+            ids = tuple(step.packing.pack(t) if t is not None else None for t in ids)  # (tokens,) each
+        return self.embeddings(*ids)
 
     def attention_inputs(self, step: EncoderPass) -> dict[str, torch.Tensor]:
         """Keyword inputs that every block passes to its attention module."""
         return {}
 
     def encode(self, hidden: torch.Tensor, step: EncoderPass) -> torch.Tensor:
-        """Run the blocks over the embeddings (B, T, dim); record each output when asked."""
-        return run_blocks(self.layers(), hidden, step.mask, hidden_states=step.hidden_states, **self.attention_inputs(step))
+        """Run the blocks over the embeddings (B, T, dim), or (tokens, dim) packed; record each output when asked."""
+        return run_blocks(
+            self.layers(),
+            hidden,
+            step.mask,
+            hidden_states=step.hidden_states,
+            packing=step.packing,
+            **self.attention_inputs(step),
+        )
 
     def predict_masked(
         self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None
@@ -214,6 +226,12 @@ class Encoder(PretrainedModel):
 
         ``masked_positions`` (bool, batch x time) restricts the MLM logits to those
         positions, in row-major order, so the vocabulary projection runs only there.
+
+        A padded batch is computed on its real tokens alone (see :class:`plm.core.Packing`):
+        the embeddings and every position-wise part of the blocks skip the padding, and
+        only attention sees the (batch, time) form. The hidden states returned are zero
+        at padding positions (what a padding position would hold is never read: no real
+        token attends to it).
         """
         batch, time = input_ids.shape
         if self.config.absolute_positions:
@@ -225,11 +243,14 @@ class Encoder(PretrainedModel):
         if position_ids is None:
             position_ids = torch.arange(time, device=input_ids.device).expand(batch, time)
         mask, _ = build_attention_mask(attention_mask, time, time, causal=False)
-        step = EncoderPass(input_ids, attention_mask, mask, position_ids, [] if output_hidden_states else None)
+        packing = Packing.of(attention_mask)
+        step = EncoderPass(input_ids, attention_mask, mask, position_ids, packing, [] if output_hidden_states else None)
         hidden = self.embed(step, token_type_ids)
         if step.hidden_states is not None:
-            step.hidden_states.append(hidden)
+            step.hidden_states.append(packing.unpack(hidden) if packing is not None else hidden)
         hidden = self.encode(hidden, step)
+        if packing is not None:
+            hidden = packing.unpack(hidden)  # (tokens, dim) -> (B, T, dim), once for the whole stack
         pooled = self.pooler(hidden) if self.pooler is not None else None
         return PretrainingOutput(
             last_hidden_state=hidden,
