@@ -141,7 +141,7 @@ class MultiHeadAttention(nn.Module):
         packing: Packing | None = None,
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """x: (B, T, dim); mask: boolean (B, 1, T, S), True where a query may attend.
+        """x: (B, T, dim); mask: boolean (B, 1, T or 1, S), True where a query may attend.
 
         ``memory``: the encoder's output (B, S, dim) for encoder-decoder attention, or
         its keys and values already computed (:meth:`memory_cache`). With ``packing``, x

@@ -175,7 +175,7 @@ class DisentangledAttention(MultiHeadAttention):
     ) -> torch.Tensor:
         """softmax((Q_c K_c^T + c2p + p2c) / sqrt(d (1 + terms)) + mask) V over (B, H, T, hd) tensors.
 
-        ``mask`` (B, 1, T, S) must let every query row attend somewhere, as
+        ``mask`` (B, 1, T or 1, S) must let every query row attend somewhere, as
         :func:`plm.core.build_attention_mask` guarantees, so that no row is all -inf.
         """
         queries = queries / self.scale

@@ -126,7 +126,7 @@ class EncoderPass:
 
     input_ids: torch.Tensor  # (B, T)
     padding_mask: torch.Tensor | None  # (B, T), 1 for tokens, 0 for padding
-    mask: torch.Tensor | None  # (B, 1, T, T) boolean for the attention, None when nothing is masked
+    mask: torch.Tensor | None  # (B, 1, 1, T) boolean for the attention, None when nothing is masked
     position_ids: torch.Tensor  # (B, T)
     packing: Packing | None  # where the real tokens are, None when nothing is padded
     hidden_states: list[torch.Tensor] | None = None  # embeddings output + each layer's, when asked for
