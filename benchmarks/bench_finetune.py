@@ -2,8 +2,10 @@
 
 Same weights (plm's ``load_hf`` reads the Hugging Face checkpoint), same batch of
 token ids and labels, dropout off; one step is forward + cross-entropy + backward +
-AdamW. plm and Hugging Face take turns inside each repeat (see bench_gpt2.py); the
-table gives optimizer steps per second (the median).
+AdamW. Half the rows are padded to half the length: plm runs everything but attention
+on the real tokens alone, Hugging Face's model on every position. plm and Hugging Face
+take turns inside each repeat (see bench_gpt2.py); the table gives optimizer steps per
+second (the median).
 
     python benchmarks/bench_finetune.py --config both
 """
@@ -70,7 +72,8 @@ def bench(name: str, seed: int, report: Report) -> None:
          "hf": train_step(hf, lambda m: m(ids, attention_mask=mask).logits)},
         repeats, 1, torch.device("cpu"),
     )
-    # The FLOPs of the real tokens (half the batch is half padding); both skip none of the padding's work.
+    # The FLOPs of the real tokens (half the batch is half padding, 25% of the tokens): plm computes only
+    # those outside attention (it packs the real tokens, plm.core.Packing); hf computes the padding's too.
     flops = training_flops_per_token(linear_weights(hf), layers, dim, length) * int(mask.sum())
     report.add(name, f"classifier train steps/s ({batch}x{length})", 1 / seconds["plm"], 1 / seconds["hf"],
                f"MFU {report.mfu(flops / seconds['plm'])} of the real tokens, hf {report.mfu(flops / seconds['hf'])}")
