@@ -27,8 +27,18 @@ import torch
 from plm.config import config_from_dict, config_to_dict
 from plm.core.quantize import QUANTIZATIONS, check_device, quantization_of, quantize
 from plm.errors import PLMError, with_article
-from plm.files import make_directory, read_json, read_tensors, staging_directory, write_json, write_tensors
+from plm.files import (
+    flatten_optimizer,
+    make_directory,
+    read_json,
+    read_tensors,
+    staging_directory,
+    unflatten_optimizer,
+    write_json,
+    write_tensors,
+)
 from plm.models import FAMILIES, PretrainedModel
+from plm.sharded_checkpoint import is_sharded_checkpoint, load_shards, read_model_shards
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -66,30 +76,37 @@ def is_training_run(path: str | Path) -> bool:
     return (Path(path) / TRAINING_CONFIG_FILE).is_file()
 
 
-def save_model(model: PretrainedModel, directory: str | Path, tokenizer: Any = None) -> Path:
-    """Write config, weights (and tokenizer) of ``model`` into ``directory``."""
+def save_model(
+    model: PretrainedModel, directory: str | Path, tokenizer: Any = None, weights: dict[str, torch.Tensor] | None = None
+) -> Path:
+    """Write config, weights (and tokenizer) of ``model`` into ``directory``.
+
+    ``weights`` replaces ``model.state_dict()``: the whole tensors of a sharded model.
+    """
     directory = make_directory(directory)
-    write_tensors(directory / WEIGHTS_FILE, model.state_dict(), metadata={"format": "pt", "family": model.family})
+    weights = model.state_dict() if weights is None else weights
+    write_tensors(directory / WEIGHTS_FILE, weights, metadata={"format": "pt", "family": model.family})
+    save_description(model, directory, tokenizer)
+    return directory
+
+
+def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = None) -> None:
+    """``config.json`` (and the tokenizer): a model directory but for its weights."""
     description = {"family": model.family, "config": config_to_dict(model.config)}
     if quantization_of(model) is not None:
         description["quantization"] = quantization_of(model)
     write_json(directory / CONFIG_FILE, description)
     if tokenizer is not None:
         tokenizer.save(directory)
-    return directory
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
-    """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode."""
+    """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode.
+
+    A sharded checkpoint (an FSDP run's) is read whole from the shards of all its processes.
+    """
     directory = model_directory(path)
-    description = read_json(directory / CONFIG_FILE)
-    family = description.get("family") if isinstance(description, dict) else None
-    if family not in FAMILIES:
-        raise PLMError(f"{directory / CONFIG_FILE}: unknown model family {family!r}; plm knows {', '.join(FAMILIES)}")
-    model_cls = FAMILIES[family]
-    if "config" not in description:
-        raise PLMError(f"{directory / CONFIG_FILE}: no \"config\" (the {family} model's fields)")
-    config = config_from_dict(model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True)
+    model_cls, config, description = read_description(directory)
     with torch.device("meta"):
         model = model_cls(config)
     quantization = description.get("quantization")
@@ -99,8 +116,26 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
                            f"{', '.join(QUANTIZATIONS)}")
         check_device(device)
         quantize(model, quantization)
-    load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
+    if is_sharded_checkpoint(directory):
+        weights = {name: torch.empty(t.shape, dtype=t.dtype) for name, t in model.state_dict().items()}
+        read_model_shards(directory, weights, read_json(directory / STATE_FILE))
+        load_weights(model, weights, str(directory))
+    else:
+        load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
     return model.to(device).eval()
+
+
+def read_description(directory: Path) -> tuple[type[PretrainedModel], Any, dict[str, Any]]:
+    """The model class, its config and the whole description of ``directory/config.json``, checked."""
+    description = read_json(directory / CONFIG_FILE)
+    family = description.get("family") if isinstance(description, dict) else None
+    if family not in FAMILIES:
+        raise PLMError(f"{directory / CONFIG_FILE}: unknown model family {family!r}; plm knows {', '.join(FAMILIES)}")
+    model_cls = FAMILIES[family]
+    if "config" not in description:
+        raise PLMError(f"{directory / CONFIG_FILE}: no \"config\" (the {family} model's fields)")
+    config = config_from_dict(model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True)
+    return model_cls, config, description
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
@@ -129,28 +164,41 @@ def save_checkpoint(
     state: dict[str, Any],
     tokenizer: Any = None,
     rng: Sequence[dict[str, torch.Tensor]] | None = None,
+    shards: Path | None = None,
 ) -> Path:
     """Atomically replace ``run_directory/checkpoint`` with the current training state.
 
     ``rng`` holds the :func:`rng_states` of every process in rank order (default: this
     process's), since each process of a data-parallel run draws its own dropout masks.
+    ``shards`` is the staging directory into which every process of a sharded run wrote
+    its part of the model and optimizer (:func:`plm.sharded_checkpoint.save_shards`,
+    whose result ``state`` holds); it is completed and swapped in.
     """
     run_directory = make_directory(run_directory)
-    staging = staging_directory(run_directory, ".checkpoint-")
-    save_model(model, staging, tokenizer)
-    tensors, structure = flatten_optimizer(optimizer.state_dict())
-    write_tensors(staging / OPTIMIZER_FILE, tensors)
+    if shards is None:
+        staging = staging_directory(run_directory, ".checkpoint-")
+        save_model(model, staging, tokenizer)
+        tensors, structure = flatten_optimizer(optimizer.state_dict())
+        write_tensors(staging / OPTIMIZER_FILE, tensors)
+        state = {**state, "optimizer": structure}
+    else:
+        staging = shards
+        save_description(model, staging, tokenizer)
     rng = rng or [rng_states()]
     write_tensors(staging / RNG_FILE, {f"{rank}.{key}": t for rank, states in enumerate(rng) for key, t in states.items()})
-    write_json(staging / STATE_FILE, {**state, "optimizer": structure})
+    write_json(staging / STATE_FILE, state)
     return swap_in(staging, run_directory, CHECKPOINT_DIR)
 
 
-def save_best(run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None) -> Path:
-    """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory)."""
+def save_best(
+    run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory; ``weights``: see
+    :func:`save_model`)."""
     run_directory = make_directory(run_directory)
     staging = staging_directory(run_directory, f".{BEST_DIR}-")
-    save_model(model, staging, tokenizer)
+    save_model(model, staging, tokenizer, weights)
     return swap_in(staging, run_directory, BEST_DIR)
 
 
@@ -169,7 +217,10 @@ def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
     return final
 
 
-def save_snapshot(run_directory: str | Path, model: PretrainedModel, step: int, keep: int, tokenizer: Any = None) -> Path:
+def save_snapshot(
+    run_directory: str | Path, model: PretrainedModel, step: int, keep: int, tokenizer: Any = None,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Atomically write ``model`` to ``run_directory/checkpoints/step-NNNNNN`` and delete all but the last ``keep``.
 
     The snapshot is staged under a dot name, so a run killed while writing it leaves
@@ -177,7 +228,7 @@ def save_snapshot(run_directory: str | Path, model: PretrainedModel, step: int, 
     """
     directory = make_directory(Path(run_directory) / SNAPSHOTS_DIR)
     staging = staging_directory(directory, ".step-")
-    save_model(model, staging, tokenizer)
+    save_model(model, staging, tokenizer, weights)
     path = swap_in(staging, directory, f"step-{step:06d}")
     for old in snapshots(run_directory)[:-keep]:
         remove_directory(old)
@@ -225,59 +276,50 @@ def recover_checkpoint(run_directory: Path, name: str = CHECKPOINT_DIR) -> None:
 
 def load_checkpoint(
     run_directory: str | Path, model: PretrainedModel, optimizer: torch.optim.Optimizer, rank: int = 0,
-    processes: int = 1,
+    processes: int = 1, sharded: bool = False,
 ) -> dict[str, Any]:
     """Restore model, optimizer and process ``rank``'s RNG states in place; return the saved trainer state.
 
-    A run resumes on the number of ``processes`` that wrote the checkpoint (one RNG state each): the global
-    batch, and which process draws which examples and dropout masks, depend on it.
+    A replicated run resumes on the number of ``processes`` that wrote the checkpoint (one RNG
+    state each): the global batch, and which process draws which examples and dropout masks,
+    depend on it. A ``sharded`` run (FSDP) may resume on another number: each process reads the
+    shards it now holds, takes its own RNG state if the run had that process (else keeps its
+    seed), and the trainer keeps the global batch (see ``micro_batches`` in the state).
     """
     run_directory = Path(run_directory)
     recover_checkpoint(run_directory)
     directory = run_directory / CHECKPOINT_DIR
     if not (directory / STATE_FILE).is_file():
         raise PLMError(f"{run_directory}: no checkpoint to resume from")
+    if is_sharded_checkpoint(directory) != sharded:
+        saved, asked = ("fsdp", "ddp") if not sharded else ("ddp", "fsdp")
+        raise PLMError(f"{run_directory}: the run was trained with --strategy {saved} and is resumed with --strategy "
+                       f"{asked}; resume it with --strategy {saved}")
     rng = read_tensors(directory / RNG_FILE)
     saved_processes = len({key.split(".", 1)[0] for key in rng})
-    if saved_processes != processes:
+    if saved_processes != processes and not sharded:
         raise PLMError(f"{run_directory}: the run was trained on {saved_processes} process(es) and is resumed on "
                        f"{processes}; resume it on {saved_processes} (torchrun --nproc_per_node={saved_processes}), "
                        "since the global batch and each process's random stream depend on it")
-    saved = load_model(directory)
-    if saved.config != model.config:
-        raise PLMError(f"{directory}: checkpoint is {with_article(saved.family)} model of another config than this run's")
-    model.load_state_dict(saved.state_dict())
+    _, config, description = read_description(directory)
+    if config != model.config:
+        raise PLMError(f"{directory}: checkpoint is {with_article(description['family'])} model of another config "
+                       "than this run's")
     state = read_json(directory / STATE_FILE)
-    optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state.pop("optimizer")))
+    if sharded:
+        load_shards(directory, model, optimizer, state)
+    else:
+        model.load_state_dict(load_model(directory).state_dict())
+        optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state["optimizer"]))
+    state.pop("optimizer")
+    state.pop("shards", None)
     prefix = f"{rank}."
     states = {k.removeprefix(prefix): t for k, t in rng.items() if k.startswith(prefix)}
-    if not states:
+    if states:
+        restore_rng_states(states)
+    elif not sharded:
         raise PLMError(f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it")
-    restore_rng_states(states)
     return state
-
-
-def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split an optimizer state dict into tensors (for safetensors) and JSON (the rest)."""
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for index, values in state_dict["state"].items():
-        for name, value in values.items():
-            if torch.is_tensor(value):
-                tensors[f"{index}.{name}"] = value
-            else:
-                scalars.setdefault(str(index), {})[name] = value
-    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
-
-
-def unflatten_optimizer(tensors: dict[str, torch.Tensor], structure: dict[str, Any]) -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        index, name = key.split(".", 1)
-        state.setdefault(int(index), {})[name] = value
-    for index, values in structure["scalars"].items():
-        state.setdefault(int(index), {}).update(values)
-    return {"state": state, "param_groups": structure["param_groups"]}
 
 
 def rng_states() -> dict[str, torch.Tensor]:

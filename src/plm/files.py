@@ -19,7 +19,7 @@ import struct
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import torch
 from safetensors import SafetensorError
@@ -153,3 +153,33 @@ def verify_checksum(path: str | os.PathLike[str]) -> None:
             f"{path}: the tensor data does not match the checksum saved with it; "
             "the file was damaged or changed after it was written"
         )
+
+
+def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict into tensors (for safetensors) and JSON (the rest).
+
+    Its per-parameter state may be keyed by index (``Optimizer.state_dict``) or by
+    parameter name (``torch.distributed.checkpoint``'s): a tensor is named "KEY.FIELD".
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for key, values in state_dict["state"].items():
+        for field, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"{key}.{field}"] = value
+            else:
+                scalars.setdefault(str(key), {})[field] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer(
+    tensors: dict[str, torch.Tensor], structure: dict[str, Any], key: Callable[[str], Any] = int
+) -> dict[str, Any]:
+    """The state dict :func:`flatten_optimizer` split; ``key`` turns "KEY" back (``int``, or ``str`` for names)."""
+    state: dict[Any, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        owner, field = name.rsplit(".", 1)
+        state.setdefault(key(owner), {})[field] = value
+    for owner, values in structure["scalars"].items():
+        state.setdefault(key(owner), {}).update(values)
+    return {"state": state, "param_groups": structure["param_groups"]}

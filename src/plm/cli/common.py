@@ -16,6 +16,7 @@ from plm.files import make_directory, staging_directory
 from plm.loading import load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel
 from plm.tokenizer import Tokenizer
+from plm.training.parallel import STRATEGIES, Parallelism
 
 
 class Parser(argparse.ArgumentParser):
@@ -122,6 +123,27 @@ def add_keep_last(parser: argparse.ArgumentParser) -> None:
         help="besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) "
         "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (default 0: none)",
     )
+
+
+def add_parallelism(parser: argparse.ArgumentParser) -> None:
+    """``--strategy``, ``--offload`` and ``--checkpoint-activations``: how a training run uses its processes' memory."""
+    group = parser.add_argument_group("memory and processes (see plm plan)")
+    group.add_argument(
+        "--strategy", choices=STRATEGIES, default="ddp",
+        help="under torchrun: ddp keeps a whole copy of the model and optimizer on every process; fsdp shards "
+        "parameters, gradients and optimizer state over the processes (each Transformer block gathered only "
+        "while it runs) and saves sharded checkpoints that resume on any number of processes and that plm "
+        "convert consolidates. On one process fsdp trains as ddp does, with the sharded checkpoint",
+    )
+    group.add_argument("--offload", action="store_true",
+                       help="fsdp on a GPU: keep the parameter and optimizer shards in CPU memory")
+    group.add_argument("--checkpoint-activations", action="store_true",
+                       help="keep only each Transformer block's input for backward and run the block again "
+                       "there: far less activation memory for about a third more compute")
+
+
+def parallelism(args: argparse.Namespace) -> Parallelism:
+    return Parallelism(args.strategy, args.offload, args.checkpoint_activations)
 
 
 def time_limit(args: argparse.Namespace) -> float | None:

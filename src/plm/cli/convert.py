@@ -9,10 +9,13 @@ from plm.checkpoint import load_model, model_directory, save_model
 from plm.cli.common import HelpFormatter, write_model_directory
 from plm.hf import load_hf, save_hf
 from plm.loading import find_tokenizer, is_plm_directory
+from plm.sharded_checkpoint import is_sharded_checkpoint
 
 EXAMPLES = """examples:
   plm convert --model hf-gpt2/ --out gpt2-plm/          # Hugging Face -> plm
   plm convert --model runs/pretrain --out my-gpt2-hf/   # plm -> Hugging Face (loads with transformers)
+  plm convert --model runs/fsdp --out gpt2-whole/       # an FSDP run's shards -> one plm model directory
+  plm convert --model gpt2-whole --out gpt2-hf/         # ... and that -> Hugging Face
 """
 
 
@@ -22,7 +25,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="convert checkpoints to and from the Hugging Face format",
         description="Convert a checkpoint between plm and Hugging Face transformers. The direction follows from "
         "--model: a plm model directory (or run) is written in the Hugging Face layout (config.json + "
-        "model.safetensors), a Hugging Face directory in plm's. The tokenizer is carried along when there is one. "
+        "model.safetensors), a Hugging Face directory in plm's, and a run whose checkpoint is sharded (--strategy "
+        "fsdp) is consolidated into one plm model directory, which loads on one process. The tokenizer is carried along when there is one. "
         "Weights are read with safetensors (or torch.load(weights_only=True)), never unpickled.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
@@ -40,6 +44,9 @@ def run(args: argparse.Namespace) -> None:
         if is_plm_directory(source):
             model_dir = model_directory(source)
             model = load_model(model_dir)
+            if is_sharded_checkpoint(model_dir):  # read whole from the shards of all its processes
+                save_model(model, directory, find_tokenizer(model_dir))
+                return f"plm {model.family} model (consolidated from {model_dir}'s shards)"
             save_hf(model, directory)
             if tokenizer := find_tokenizer(model_dir):
                 tokenizer.save(directory)

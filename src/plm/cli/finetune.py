@@ -6,6 +6,8 @@ import argparse
 import re
 
 from plm.cli.common import (
+    add_parallelism,
+    parallelism,
     HelpFormatter,
     add_device,
     add_no_progress,
@@ -139,6 +141,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
+    add_parallelism(parser)
     parser.set_defaults(run=run_finetune)
 
 
@@ -151,6 +154,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
         max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
+        parallelism=parallelism(args),
     )
     setup.validate()
     out = check_output_directory(args.out)

@@ -10,8 +10,10 @@ from plm.cli.common import (
     add_device,
     add_keep_last,
     add_no_progress,
+    add_parallelism,
     add_seed,
     add_time_budget,
+    parallelism,
     positive_int,
     time_limit,
 )
@@ -31,6 +33,8 @@ EXAMPLES = """examples:
   plm pretrain --model bert-base --hyperparameters paper --train wiki.txt   # BERT's own Adam 1e-4, 10k warmup
   plm pretrain --out runs/gpt2 --resume          # continue a run that was stopped
   torchrun --nproc_per_node=2 -m plm.cli.main pretrain --out runs/ddp   # data-parallel
+  torchrun --nproc_per_node=8 -m plm.cli.main pretrain --model gpt2-xl --strategy fsdp --out runs/xl   # sharded
+  plm convert --model runs/xl --out xl           # its shards consolidated into one model directory
 """
 
 
@@ -100,6 +104,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
+    add_parallelism(parser)
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
@@ -143,6 +148,7 @@ def run(args: argparse.Namespace) -> None:
         precision=args.precision,
         progress=not args.no_progress,
         compile=args.compile,
+        parallelism=parallelism(args),
     )
     _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     if os.environ.get("RANK", "0") != "0":

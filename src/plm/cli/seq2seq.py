@@ -9,6 +9,8 @@ from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
 from plm.cli.common import (
+    add_parallelism,
+    parallelism,
     HelpFormatter,
     add_device,
     add_keep_last,
@@ -22,6 +24,7 @@ from plm.cli.common import (
 from plm.models import PRESETS, RECIPES
 from plm.recipe import SCHEDULES
 from plm.training.averaging import average_run
+from plm.training.parallel import unsharded
 from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
@@ -109,6 +112,7 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
+    add_parallelism(parser)
     parser.set_defaults(run=run_train)
 
 
@@ -142,7 +146,7 @@ def run_train(args: argparse.Namespace) -> None:
     training = TrainingConfig(
         steps=args.steps, time_limit=time_limit(args), lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
         clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every,
-        seed=args.seed, device=args.device, progress=not args.no_progress,
+        seed=args.seed, device=args.device, progress=not args.no_progress, parallelism=parallelism(args),
     )
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     dropped = trainer.objective.dropped
@@ -156,8 +160,11 @@ def run_train(args: argparse.Namespace) -> None:
     model, held_out = trainer.model.eval(), trainer.objective.metric_pairs
     if held_out and getattr(model.config, "attention", None) != "none":
         heatmap = Path(args.out) / HEATMAP
-        plot(pair_attention(model, tokenizers, held_out[0].source), heatmap)
-        print(f"attention of {held_out[0].source!r}: {heatmap}")
+        with unsharded(model):  # an FSDP run's processes gather the whole model together
+            attention = pair_attention(model, tokenizers, held_out[0].source)
+        if trainer.distributed.is_main:
+            plot(attention, heatmap)
+            print(f"attention of {held_out[0].source!r}: {heatmap}")
     print(f"saved to {args.out}/checkpoint")
 
 

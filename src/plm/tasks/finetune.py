@@ -46,6 +46,7 @@ from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tokenizer import Tokenizer
+from plm.training.parallel import Parallelism
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 # The built-in task's fresh model. BERT's N(0, 0.02) suits 768-wide layers (about 0.55 / sqrt(768)); in a
@@ -90,6 +91,7 @@ class FinetuneSetup:
     minutes: float | None = None  # each run stops at the first step past this many minutes of training
     max_steps: int | None = None  # each run stops after this many steps; the schedule is laid out over them
     mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
+    parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -270,7 +272,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
                 betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=min(per_epoch, SAVE_EVERY),
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
-                time_limit=None if setup.minutes is None else setup.minutes * 60,
+                time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
             )
             directory = out / "runs" / f"lr{lr:g}-seed{seed}" if several else out
             if resume and (directory / RUN_RESULT_FILE).is_file():

@@ -52,13 +52,20 @@ class Distributed:
         return holder[0]
 
 
-def setup_distributed(device: torch.device) -> Distributed:
-    """Join the process group that torchrun describes in the environment, if any."""
+def setup_distributed(device: torch.device, group_of_one: bool = False) -> Distributed:
+    """Join the process group that torchrun describes in the environment, if any.
+
+    ``group_of_one`` makes a group of this process alone where torchrun started none:
+    FSDP shards over a process group, and a sharded run may resume on one process.
+    """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if world_size == 1:
+        if group_of_one and not dist.is_initialized():
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
         return Distributed()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend=backend)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":
         torch.cuda.set_device(local_rank)

@@ -208,7 +208,7 @@ def prepare(
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     training = training.with_defaults(defaults)
     training.validate()
-    world = setup_distributed(resolve_device(training.device))
+    world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
     if world.is_main:
         check_run_directory(out, resume, overwrite)
     corpus = load_corpus(setup)

@@ -8,7 +8,6 @@ number of targets of the whole step, so the gradient equals that of one big batc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
@@ -36,6 +36,7 @@ from plm.checkpoint import (
     save_checkpoint,
     save_snapshot,
 )
+from plm.files import make_directory, staging_directory
 from plm.core.quantize import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
@@ -44,7 +45,9 @@ from plm.models import PretrainedModel
 from plm.objectives import Objective
 from plm.objectives.base import loss_weights, perplexity_terms, selection
 from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
+from plm.sharded_checkpoint import save_shards
 from plm.training.distributed import Distributed, setup_distributed
+from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
 from plm.training.optim import build_optimizer, learning_rate
 
 METRICS_FILE = "metrics.jsonl"
@@ -83,6 +86,7 @@ class TrainingConfig:
     precision: str = "auto"
     progress: bool = True
     compile: bool = False  # torch.compile the training forward and backward
+    parallelism: Parallelism = Parallelism()  # DDP or FSDP over torchrun's processes, activation checkpointing
 
     def with_defaults(self, defaults: Hyperparameters) -> TrainingConfig:
         """This config with every optimizer field left None taken from ``defaults``."""
@@ -117,6 +121,8 @@ class TrainingConfig:
             raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, self.betas))}")
         if not (math.isfinite(self.eps) and self.eps > 0):
             raise PLMError(f"--eps must be a finite number above 0, got {self.eps}")
+        device = resolve_device(self.device)
+        self.parallelism.validate(device, resolve_precision(self.precision, device))
 
 
 class Trainer:
@@ -138,10 +144,12 @@ class Trainer:
         self.out = Path(out)
         self.device = resolve_device(config.device)
         self.dtype = resolve_precision(config.precision, self.device)
-        self.distributed = distributed or setup_distributed(self.device)
+        self.parallelism = config.parallelism
+        self.distributed = distributed or setup_distributed(self.device, group_of_one=self.parallelism.sharded)
         if self.device.type == "cuda" and self.distributed.enabled:
             self.device = torch.device("cuda", self.distributed.local_rank)
-        self.model = model.to(self.device)
+        # FSDP swaps in sharded parameters: the optimizer is built on them, after.
+        self.model = prepare_model(model.to(self.device), self.parallelism, self.device, self.dtype)
         self.objective = objective
         self.loss_weights = loss_weights(objective)
         self.selection = selection(objective)
@@ -172,8 +180,10 @@ class Trainer:
         if self.distributed.is_main:
             check_run_directory(self.out, resume, overwrite)
         if resume:
+            torch.manual_seed(config.seed + self.distributed.rank)  # kept by a process the run did not have
             state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank,
-                                    self.distributed.world_size)
+                                    self.distributed.world_size, sharded=self.parallelism.sharded)
+            self.keep_global_batch(state.get("micro_batches"))
             self.step = state["step"]
             self.best = state.get("best")
             self.elapsed = state.get("elapsed", 0.0)
@@ -235,8 +245,20 @@ class Trainer:
             bar.close()
         return metrics
 
+    def keep_global_batch(self, micro_batches: int | None) -> None:
+        """On resuming a sharded run on another number of processes, take as many micro-batches per process
+        as keeps the run's global batch (its ``micro_batches`` over all processes)."""
+        world = self.distributed.world_size
+        if micro_batches is None or micro_batches == self.config.grad_accum * world:
+            return
+        if micro_batches % world:
+            raise PLMError(f"{self.out}: the run's global batch is {micro_batches} micro-batches, which {world} "
+                           "processes cannot share evenly; resume it on a number of processes that divides it")
+        self.config = dataclasses.replace(self.config, grad_accum=micro_batches // world)
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.distributed.enabled:
+        """The module a training step runs: DDP around the model, or the model itself (one process, FSDP)."""
+        if not self.distributed.enabled or self.parallelism.sharded:
             return model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
@@ -248,7 +270,7 @@ class Trainer:
         # Micro-batch m of process r is the objective's batch m * world + r, so 2 processes
         # with 1 micro-batch each see exactly what 1 process with 2 micro-batches sees.
         batches = [
-            {k: v.to(self.device, non_blocking=True) for k, v in self.objective.batch(self.step, index).items()}
+            to_device(self.objective.batch(self.step, index), self.device)
             for index in range(world.rank, config.grad_accum * world.world_size, world.world_size)
         ]
         terms = list(self.objective.target_counts(batches[0]))
@@ -258,16 +280,16 @@ class Trainer:
         counts = world.all_reduce_sum(counts.to(self.device)).clamp(min=1).tolist()
         sums = torch.zeros(len(terms), device=self.device)
         for index, batch in enumerate(batches):
-            last = index == len(batches) - 1
-            sync = wrapped.no_sync() if world.enabled and not last else contextlib.nullcontext()
-            with sync, autocast(self.device, self.dtype):
-                losses = self.objective.loss(wrapped, batch)
-            # Each term is a mean over the whole step's targets. DDP averages gradients over
-            # processes; multiplying by the world size turns that average into the sum.
-            total = sum(
-                losses[t] * (self.loss_weights.get(t, 1.0) * world.world_size / count) for t, count in zip(terms, counts)
-            )
-            self.scaler.scale(total).backward()
+            with gradient_sync(wrapped, sync=index == len(batches) - 1):
+                with autocast(self.device, self.dtype):
+                    losses = self.objective.loss(wrapped, batch)
+                # Each term is a mean over the whole step's targets. DDP and FSDP average gradients over
+                # processes; multiplying by the world size turns that average into the sum.
+                total = sum(
+                    losses[t] * (self.loss_weights.get(t, 1.0) * world.world_size / count)
+                    for t, count in zip(terms, counts)
+                )
+                self.scaler.scale(total).backward()
             sums += torch.stack([losses[t].detach().float() for t in terms])
         self.scaler.unscale_(self.optimizer)
         if config.clip > 0:
@@ -290,7 +312,7 @@ class Trainer:
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         for batch in self.objective.validation_batches():
-            batch = {k: v.to(self.device) for k, v in batch.items()}
+            batch = to_device(batch, self.device)
             with autocast(self.device, self.dtype):
                 for term, value in self.objective.loss(self.model, batch).items():
                     sums[term] = sums.get(term, 0.0) + value.item()
@@ -308,9 +330,11 @@ class Trainer:
                 metrics |= {
                     f"val_perplexity_{t}": math.exp(min(mean, 50.0)) for t, mean in zip(terms, means) if t in likelihoods
                 }
+        reshard(self.model)
         task_metrics = getattr(self.objective, "validation_metrics", None)
         if task_metrics is not None:
-            metrics.update({f"val_{name}": value for name, value in task_metrics(self.model).items()})
+            with unsharded(self.model) as model:  # decoding, say, is more than one forward pass
+                metrics.update({f"val_{name}": value for name, value in task_metrics(model).items()})
         self.model.train()
         return metrics
 
@@ -323,22 +347,37 @@ class Trainer:
         value = metrics[self.selection.metric]
         if self.selection.better(value, self.best):
             self.best = value
+            weights = self.whole_weights()
             if self.distributed.is_main:
-                save_best(self.out, self.model, self.tokenizer)
+                save_best(self.out, self.model, self.tokenizer, weights)
+
+    def whole_weights(self) -> dict[str, torch.Tensor] | None:
+        """A sharded model's whole tensors, on the first process (every process takes part); None when unsharded."""
+        if not self.parallelism.sharded:
+            return None
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def save(self) -> None:
-        rng = self.distributed.all_gather_object(rng_states())  # each process resumes its own dropout masks
-        if self.distributed.is_main:
-            state = {
-                "step": self.step,
-                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-                "best": self.best,
-                "elapsed": self.elapsed,
-            }
+        world = self.distributed
+        rng = world.all_gather_object(rng_states())  # each process resumes its own dropout masks
+        state = {
+            "step": self.step,
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            "best": self.best,
+            "elapsed": self.elapsed,
+            "micro_batches": self.config.grad_accum * world.world_size,
+        }
+        shards = None
+        if self.parallelism.sharded:  # every process writes its own shards into the staging directory
+            shards = Path(world.broadcast(str(staging_directory(make_directory(self.out), ".checkpoint-"))
+                                          if world.is_main else None))
+            state |= save_shards(shards, self.model, self.optimizer)
+        snapshot = self.whole_weights() if self.config.keep_last else None
+        if world.is_main:
             if self.config.keep_last:  # before the checkpoint: a run resumed from the one before writes it again
-                save_snapshot(self.out, self.model, self.step, self.config.keep_last, self.tokenizer)
-            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng)
-        self.distributed.barrier()
+                save_snapshot(self.out, self.model, self.step, self.config.keep_last, self.tokenizer, snapshot)
+            save_checkpoint(self.out, self.model, self.optimizer, state, self.tokenizer, rng, shards)
+        world.barrier()
 
     def log(self, metrics: dict[str, float]) -> None:
         if self.distributed.is_main:
@@ -388,3 +427,10 @@ def named_losses(terms: list[str], means: list[float], weights: dict[str, float]
     with different terms (MLM alone, MLM + NSP) can be compared on the one they share."""
     named = {"loss": sum(weights.get(term, 1.0) * mean for term, mean in zip(terms, means))}
     return named | {f"loss_{term}": mean for term, mean in zip(terms, means)}
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """``batch`` on ``device``; to a GPU through pinned memory, so that the copy runs beside the work."""
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}

@@ -1,0 +1,248 @@
+"""Sharded data parallelism (FSDP) under torchrun, sharded checkpoints and activation checkpointing.
+
+Two processes with FSDP must train as one process does on the same global batch (the
+oracle: a plain run with twice the micro-batches), write checkpoints that resume bit for
+bit (on 2 processes) or within rounding (on 1), consolidate into a model directory equal
+to the plain run's, and hold about half of the model and optimizer state each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import plm
+from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_model, recover_checkpoint
+from plm.objectives.clm import CausalLMObjective
+from plm.sharded_checkpoint import MODEL_SHARDS
+from plm.training.parallel import Parallelism
+from plm.training.trainer import Trainer, TrainingConfig
+from test_resume import PLM, TORCHRUN, finish, kill, killed_and_resumed_like_straight, logged_losses, start, wait_for
+
+RUN = ["--vocab-size", "400", "--block-size", "32", "--batch-size", "4", "--warmup", "2", "--no-progress",
+       "--device", "cpu", "--steps", "6", "--save-every", "3", "--eval-every", "3", "--log-every", "1"]
+FSDP = ["--strategy", "fsdp"]
+
+
+def plm_command(args: list[str], launcher: list[str] = PLM) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([*launcher, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def succeeds(args: list[str], launcher: list[str] = PLM) -> None:
+    result = plm_command(args, launcher)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def assert_close_losses(actual: list[dict], expected: list[dict], tolerance: float = 1e-5) -> None:
+    assert [line["step"] for line in actual] == [line["step"] for line in expected]
+    for got, want in zip(actual, expected):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=tolerance, abs=tolerance), (got["step"], key)
+
+
+def assert_same_weights(actual: torch.nn.Module, expected: torch.nn.Module, tolerance: float) -> None:
+    expected_weights = expected.state_dict()
+    assert actual.state_dict().keys() == expected_weights.keys()
+    for name, tensor in actual.state_dict().items():
+        torch.testing.assert_close(tensor, expected_weights[name], rtol=tolerance, atol=tolerance, msg=name)
+
+
+@pytest.mark.parametrize("model", ["gpt2-micro", "albert-micro"])  # tied output layer; one block run many times, LAMB
+def test_two_fsdp_processes_train_like_one_process_on_the_same_global_batch(model: str, text_file: Path,
+                                                                          tmp_path: Path) -> None:
+    args = ["pretrain", *RUN, "--model", model, "--train", str(text_file), "--dropout", "0"]
+    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")])  # process 0 took batch 0, 1 took 1
+    tokenizer = ["--tokenizer", str(tmp_path / "one" / "tokenizer")]
+    succeeds([*args, *tokenizer, *FSDP, "--out", str(tmp_path / "fsdp")], TORCHRUN)
+
+    assert (tmp_path / "fsdp" / CHECKPOINT_DIR / MODEL_SHARDS).is_dir()
+    assert not (tmp_path / "fsdp" / CHECKPOINT_DIR / "model.safetensors").exists(), "no process wrote the whole model"
+    assert_close_losses(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "one"))
+    succeeds(["convert", "--model", str(tmp_path / "fsdp"), "--out", str(tmp_path / "whole")])
+    assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "one"), tolerance=1e-5)
+
+
+def test_the_consolidated_model_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:
+    model = plm.from_preset("gpt2-micro")
+    trainer = Trainer(model, clm_objective(), TrainingConfig(steps=1, device="cpu", progress=False,
+                                                             parallelism=Parallelism("fsdp")), tmp_path / "run")
+    trainer.train()
+    succeeds(["convert", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "whole")])
+    succeeds(["convert", "--model", str(tmp_path / "whole"), "--out", str(tmp_path / "hf")])
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
+    assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "run"), tolerance=0)
+
+
+def test_a_killed_fsdp_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
+    # Dropout on: each process's RNG state comes back beside its shards of the model and the optimizer.
+    killed_and_resumed_like_straight(
+        TORCHRUN, ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), *FSDP],
+        tmp_path, steps=12)
+
+
+def test_a_killed_two_process_fsdp_run_resumes_on_one_process(text_file: Path, tmp_path: Path) -> None:
+    """One process takes both micro-batches of each step: the same global batch, so the same losses."""
+    args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0",
+            *FSDP]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    uninterrupted = start(TORCHRUN, args, straight)
+    tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
+    args = [*args, "--tokenizer", str(tokenizer)]
+    interrupted = start(TORCHRUN, args, killed)
+    wait_for(killed / CHECKPOINT_DIR / STATE_FILE, interrupted, killed)
+    kill(interrupted)
+    recover_checkpoint(killed)
+    assert json.loads((killed / CHECKPOINT_DIR / STATE_FILE).read_text())["step"] < 12
+    finish(start(PLM, [*args, "--resume"], killed), killed)
+    finish(uninterrupted, straight)
+    assert_close_losses(logged_losses(killed), logged_losses(straight))
+
+
+LOCAL_SHARES = """
+import json, sys
+import torch
+sys.path.insert(0, {tests!r})
+import plm
+from test_fsdp import clm_objective
+from plm.training.parallel import Parallelism
+from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.distributed import teardown_distributed
+
+model = plm.from_preset("gpt2-mini")
+whole = sum(p.numel() for p in model.parameters())
+config = TrainingConfig(steps=1, device="cpu", progress=False, save_every=10, eval_every=10,
+                        parallelism=Parallelism("fsdp"))
+trainer = Trainer(model, clm_objective(), config, {out!r})
+trainer.optimizer_step(trainer.wrap(trainer.model))
+local = lambda t: t.to_local() if hasattr(t, "to_local") else t
+parameters = sum(local(p).numel() for p in trainer.model.parameters())
+moments = sum(local(v).numel() for state in trainer.optimizer.state.values() for k, v in state.items() if k != "step")
+with open({out!r} + f"/shares-{{trainer.distributed.rank}}.json", "w") as file:
+    json.dump({{"whole": whole, "parameters": parameters, "moments": moments}}, file)
+teardown_distributed()
+"""
+
+
+def test_each_of_two_processes_holds_half_of_the_parameters_and_optimizer_state(tmp_path: Path) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(LOCAL_SHARES.format(tests=str(Path(__file__).parent), out=str(tmp_path)), encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    shares = [json.loads((tmp_path / f"shares-{rank}.json").read_text()) for rank in range(2)]
+    whole = shares[0]["whole"]
+    assert sum(share["parameters"] for share in shares) == whole  # every value in exactly one shard
+    for share in shares:  # each dimension 0 split in two (rounded up on the first process)
+        assert share["parameters"] == pytest.approx(whole / 2, rel=0.01)
+        assert share["moments"] == 2 * share["parameters"]  # AdamW's two moments, of the process's own shard only
+
+
+@pytest.fixture
+def group_of_one():
+    """A process group of this process alone, as ``--strategy fsdp`` makes outside torchrun."""
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def clm_objective() -> CausalLMObjective:
+    ids = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 512, (4000,), generator=ids).numpy()
+    return CausalLMObjective(tokens, tokens[:200], block_size=16, batch_size=2)
+
+
+def test_activation_checkpointing_keeps_the_losses_and_gradients_and_saves_less_for_backward(group_of_one) -> None:
+    # Dropout on: the recomputed blocks must draw the same masks as the first pass did.
+    def step(checkpoint_activations: bool) -> tuple[float, dict[str, torch.Tensor], int]:
+        torch.manual_seed(0)
+        model = plm.from_preset("gpt2-micro")
+        parallelism = Parallelism(checkpoint_activations=checkpoint_activations)
+        trainer = Trainer(model, clm_objective(), TrainingConfig(steps=1, device="cpu", progress=False, clip=0,
+                                                                 parallelism=parallelism), "unused")
+        saved = []
+
+        def keep(tensor: torch.Tensor) -> torch.Tensor:
+            saved.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        torch.manual_seed(1)
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+            loss = trainer.objective.loss(trainer.model.train(), trainer.objective.batch(0, 0))["lm"]
+        loss.backward()
+        return loss.item(), {n: p.grad for n, p in trainer.model.named_parameters()}, sum(saved)
+
+    plain_loss, plain_gradients, plain_saved = step(False)
+    loss, gradients, saved = step(True)
+    assert loss == pytest.approx(plain_loss, rel=1e-6)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, plain_gradients[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert saved < plain_saved / 2, f"{saved:,} bytes kept for backward with checkpointing, {plain_saved:,} without"
+
+
+def test_a_one_process_fsdp_run_trains_as_a_plain_one(tmp_path: Path, group_of_one) -> None:
+    """FSDP over a group of one is plain training with sharded checkpoints: the same numbers."""
+    def train(strategy: str) -> list[dict]:
+        torch.manual_seed(0)
+        out = tmp_path / strategy
+        config = TrainingConfig(steps=4, device="cpu", progress=False, log_every=1, eval_every=2, save_every=2,
+                                keep_last=2, parallelism=Parallelism(strategy))
+        Trainer(plm.from_preset("gpt2-micro"), clm_objective(), config, out).train()
+        return logged_losses(out)
+
+    assert train("fsdp") == train("ddp")
+    snapshots = sorted(path.name for path in (tmp_path / "fsdp" / "checkpoints").iterdir())
+    assert snapshots == ["step-000002", "step-000004"]  # whole models, to average
+    assert_same_weights(load_model(tmp_path / "fsdp" / "checkpoints" / "step-000004"),
+                        load_model(tmp_path / "ddp" / "checkpoints" / "step-000004"), tolerance=0)
+
+
+def test_a_sharded_seq2seq_run_decodes_its_held_out_pairs_like_a_plain_one(date_pair_files: Path,
+                                                                          tmp_path: Path) -> None:
+    # The held-out BLEU decodes with the whole model: gathered from the shards for it.
+    files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
+    args = ["seq2seq", "train", "--model", "transformer-micro", *files, "--vocab-size", "300", "--max-tokens", "256",
+            "--steps", "4", "--eval-every", "4", "--log-every", "1", "--metric-examples", "4", "--no-progress",
+            "--device", "cpu", "--dropout", "0"]
+    succeeds([*args, "--out", str(tmp_path / "plain")])
+    succeeds([*args, *FSDP, "--out", str(tmp_path / "fsdp")])
+    plain, sharded = logged_losses(tmp_path / "plain"), logged_losses(tmp_path / "fsdp")
+    assert "val_bleu" in sharded[-1]
+    assert sharded == plain
+
+
+@pytest.mark.parametrize(("first", "then", "message"), [
+    (FSDP, [], "trained with --strategy fsdp and is resumed with --strategy ddp; resume it with --strategy fsdp"),
+    ([], FSDP, "trained with --strategy ddp and is resumed with --strategy fsdp; resume it with --strategy ddp"),
+])
+def test_resuming_with_another_strategy_is_one_clear_line(first: list[str], then: list[str], message: str,
+                                                          text_file: Path, tmp_path: Path) -> None:
+    args = ["pretrain", *RUN, "--steps", "1", "--model", "gpt2-micro", "--train", str(text_file),
+            "--out", str(tmp_path / "run")]
+    succeeds([*args, *first])
+    result = plm_command([*args, *then, "--resume"])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--offload"], "--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp"),
+    ([*FSDP, "--offload"], "on the CPU they are there already"),
+    ([*FSDP, "--precision", "fp16"], "--strategy fsdp trains in fp32 or bf16, not fp16"),
+    (["--strategy", "zero3"], "argument --strategy: invalid choice: 'zero3'"),
+])
+def test_a_setting_the_device_cannot_train_with_is_one_clear_line(flags: list[str], message: str, tmp_path: Path) -> None:
+    result = plm_command(["pretrain", "--model", "gpt2-micro", *flags, "--steps", "1", "--device", "cpu",
+                          "--out", str(tmp_path / "run")])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
