@@ -6,7 +6,9 @@ Measures, after warm-up, the median over repeats of
   (c) greedy generation tokens/s with the KV cache, batch 1, exactly N new tokens, and on the CPU
       the same with int8 weights (plm.quantize).
 plm and Hugging Face take turns inside each repeat, so a slow spell of the machine
-hits both. ``--compile`` adds plm rows with torch.compile. Training is also reported
+hits both. ``--compile`` adds plm rows with torch.compile; ``--profile`` adds notes on where a
+generated token's time goes (weight products, attention, LayerNorm, other ops, and the Python
+between them), read from torch.profiler. Training is also reported
 as model FLOPs utilisation against the machine's measured matmul peak, and decoding
 against its measured memory bandwidth. See benchmarks/README.md.
 
@@ -56,6 +58,30 @@ WORKLOADS = {
     "gpt2": Workload(train_batch=4, train_length=128, train_steps=6, forward_steps=6,
                      prompt_length=16, new_tokens=32, generate_runs=3, warmup=2),
 }
+
+
+# torch.profiler's names for the parts of a decoding step; what is in none of them is "other ops".
+DECODING_PARTS = {
+    "weight products": ("aten::_weight_int8pack_mm", "aten::addmm", "aten::mm", "aten::bmm"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",),
+    "LayerNorm": ("aten::native_layer_norm",),
+}
+
+
+def decoding_profile(step: Callable[[], None], new_tokens: int) -> dict[str, float]:
+    """Seconds per generated token of each part of ``step`` (one generate call), from torch.profiler.
+
+    Each part is the self time of its ops (the prompt's one pass included, spread over the
+    tokens); "other ops" is every other op's (slicing, copies, casts, adds, the argmax).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    seconds = {event.key: event.self_cpu_time_total / 1e6 for event in prof.key_averages()}
+    parts = {part: sum(seconds.get(op, 0.0) for op in ops) / new_tokens for part, ops in DECODING_PARTS.items()}
+    parts["other ops"] = sum(seconds.values()) / new_tokens - sum(parts.values())
+    return parts
 
 
 def build_models(config: GPTConfig, device: torch.device, seed: int, dropout: float):
@@ -224,6 +250,17 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     if int8 is not None:
         report.notes.append(f"[{name}] int8 weights generate {seconds['plm'] / seconds['plm int8']:.2f}x plm fp32's "
                             f"tokens/s and {seconds['hf'] / seconds['plm int8']:.2f}x hf fp32's")
+    if args.profile:
+        for label in ("plm", "plm int8"):
+            if label in steps:
+                parts = decoding_profile(steps[label], new_tokens)
+                report.notes.append(
+                    f"[{name}] {label}: {seconds[label] / new_tokens * 1e3:.3f} ms a token; its ops' self time under "
+                    f"torch.profiler {sum(parts.values()) * 1e3:.3f} ms ("
+                    + ", ".join(f"{part} {t * 1e3:.3f}" for part, t in parts.items())
+                    + "), the rest is Python and dispatch between them; the weight products read "
+                    f"{weight_bytes[label] / parts['weight products'] / 1e9:.1f} GB/s of weights "
+                    f"(bandwidth {report.limits['bandwidth'] / 1e9:.1f} GB/s)")
 
 
 def main() -> None:
@@ -239,6 +276,7 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
     parser.add_argument("--compile", action="store_true", help="add rows for plm under torch.compile (training, generation)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--profile", action="store_true", help="notes on where a generated token's time goes")
     args = parser.parse_args()
 
     version = quiet_transformers()
