@@ -43,10 +43,10 @@ from plm.errors import PLMError
 from plm.models import RECIPES, from_config, model_class, preset_config
 from plm.objectives import objective_spec
 from plm.objectives.masking import MLM_PROBABILITY
+from plm.training.parallel import STRATEGIES
 
 FP32 = 4
 OPTIMIZER_STATES = {"adamw": 2, "lamb": 2, "adagrad": 1}  # fp32 tensors per parameter: moments, or Adagrad's sum
-STRATEGIES = ("ddp", "fsdp")
 ROWS = ("parameters", "gradients", "optimizer state", "gradient buckets", "all-gather (one block)", "activations")
 BLOCK_FIELDS = ("dim", "heads", "ffn_dim", "layers", "vocab_size", "context_length")
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,

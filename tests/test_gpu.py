@@ -1,0 +1,60 @@
+"""The GPU path: bf16 autocast, fused AdamW, pinned batches, FSDP with offload. Skipped without CUDA.
+
+The oracle is the same run on the CPU in fp32: a few steps of a micro model in bf16 on the
+GPU must follow its losses closely, and FSDP with CPU offload must give the losses of
+plain training on the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import plm
+from plm.objectives.clm import CausalLMObjective
+from plm.training.parallel import Parallelism
+from plm.training.trainer import Trainer, TrainingConfig
+from test_resume import logged_losses
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def objective() -> CausalLMObjective:
+    tokens = torch.randint(0, 512, (4000,), generator=torch.Generator().manual_seed(0)).numpy()
+    return CausalLMObjective(tokens, tokens[:200], block_size=32, batch_size=4)
+
+
+def train(out: Path, device: str, precision: str = "auto", parallelism: Parallelism = Parallelism()) -> Trainer:
+    torch.manual_seed(0)
+    model = plm.from_preset("gpt2-micro", dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0)
+    config = TrainingConfig(steps=6, device=device, precision=precision, progress=False, log_every=1, eval_every=6,
+                            save_every=6, parallelism=parallelism)
+    trainer = Trainer(model, objective(), config, out)
+    trainer.train()
+    return trainer
+
+
+@pytest.fixture
+def group_of_one():
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_bf16_on_the_gpu_follows_fp32_on_the_cpu_with_fused_adamw(tmp_path: Path) -> None:
+    gpu = train(tmp_path / "gpu", "cuda")
+    assert gpu.dtype == torch.bfloat16 and gpu.optimizer.defaults["fused"]
+    train(tmp_path / "cpu", "cpu")
+    for got, want in zip(logged_losses(tmp_path / "gpu"), logged_losses(tmp_path / "cpu")):
+        assert got["loss"] == pytest.approx(want["loss"], rel=2e-2)
+
+
+def test_fsdp_with_cpu_offload_trains_as_plain_gpu_training(tmp_path: Path, group_of_one) -> None:
+    sharded = train(tmp_path / "fsdp", "cuda", "fp32", Parallelism("fsdp", offload=True, checkpoint_activations=True))
+    assert next(sharded.model.parameters()).device.type == "cpu"  # the shards live in CPU memory
+    train(tmp_path / "plain", "cuda", "fp32")
+    for got, want in zip(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "plain")):
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
