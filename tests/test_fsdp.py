@@ -246,3 +246,18 @@ def test_a_setting_the_device_cannot_train_with_is_one_clear_line(flags: list[st
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_damaged_shard_is_one_clear_line(damage: str, tmp_path: Path, group_of_one) -> None:
+    config = TrainingConfig(steps=1, device="cpu", progress=False, parallelism=Parallelism("fsdp"))
+    Trainer(plm.from_preset("gpt2-micro"), clm_objective(), config, tmp_path / "run").train()
+    shard = next((tmp_path / "run" / CHECKPOINT_DIR / MODEL_SHARDS).glob("*.safetensors"))
+    if damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:-100])
+    else:
+        shard.unlink()
+    result = plm_command(["convert", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "whole")])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and str(shard) in result.stderr, result.stderr
+    assert not (tmp_path / "whole").exists()

@@ -27,6 +27,7 @@ import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError
 from torch import nn
 from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -88,7 +89,7 @@ def read(tensors: dict[str, torch.Tensor], path: Path, no_dist: bool = False) ->
         with warnings.catch_warnings():  # reading in one process is what no_dist asks for; no need to warn of it
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
             dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(path)), no_dist=no_dist)
-    except (SafetensorError, OSError, RuntimeError, ValueError, AssertionError) as error:
+    except (CheckpointException, SafetensorError, OSError, RuntimeError, ValueError, AssertionError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PLMError(f"{path}: the shards do not hold this model's tensors ({reason})") from None
 
