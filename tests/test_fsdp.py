@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +20,14 @@ import torch
 import torch.distributed as dist
 
 import plm
-from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_model, recover_checkpoint
+from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, load_model, recover_checkpoint
+from plm.errors import PLMError
+from plm.hf import save_hf
 from plm.objectives.clm import CausalLMObjective
+from plm.recipe import Hyperparameters
 from plm.sharded_checkpoint import MODEL_SHARDS
 from plm.training.parallel import Parallelism
+from plm.training.plan import Memory, PlanSetup, plan
 from plm.training.trainer import Trainer, TrainingConfig
 from test_resume import PLM, TORCHRUN, finish, kill, killed_and_resumed_like_straight, logged_losses, start, wait_for
 
@@ -71,15 +76,12 @@ def test_two_fsdp_processes_train_like_one_process_on_the_same_global_batch(mode
     assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "one"), tolerance=1e-5)
 
 
-def test_the_consolidated_model_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:
-    model = plm.from_preset("gpt2-micro")
-    trainer = Trainer(model, clm_objective(), TrainingConfig(steps=1, device="cpu", progress=False,
-                                                             parallelism=Parallelism("fsdp")), tmp_path / "run")
-    trainer.train()
-    succeeds(["convert", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "whole")])
-    succeeds(["convert", "--model", str(tmp_path / "whole"), "--out", str(tmp_path / "hf")])
+def test_a_sharded_checkpoint_loads_whole_and_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:
+    trainer = sharded_run(tmp_path / "run")
+    whole = load_model(tmp_path / "run")  # read from the shards in one process
+    assert_same_weights(whole, plain_copy(trainer), tolerance=0)
+    save_hf(whole, tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
-    assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "run"), tolerance=0)
 
 
 def test_a_killed_fsdp_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
@@ -142,9 +144,12 @@ def test_each_of_two_processes_holds_half_of_the_parameters_and_optimizer_state(
     shares = [json.loads((tmp_path / f"shares-{rank}.json").read_text()) for rank in range(2)]
     whole = shares[0]["whole"]
     assert sum(share["parameters"] for share in shares) == whole  # every value in exactly one shard
+    planned = plan(PlanSetup("gpt2-mini", processes=2, strategy="fsdp", device="cpu"), Memory(10**12, "given")).device
     for share in shares:  # each dimension 0 split in two (rounded up on the first process)
         assert share["parameters"] == pytest.approx(whole / 2, rel=0.01)
         assert share["moments"] == 2 * share["parameters"]  # AdamW's two moments, of the process's own shard only
+        assert 4 * share["parameters"] == pytest.approx(planned["parameters"], rel=0.01)  # what plm plan said
+        assert 4 * share["moments"] == pytest.approx(planned["optimizer state"], rel=0.01)
 
 
 @pytest.fixture
@@ -153,6 +158,24 @@ def group_of_one():
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+QUIET = dict(device="cpu", progress=False)
+
+
+def sharded_run(out: Path) -> Trainer:
+    """One step of gpt2-micro with FSDP over this process alone, checkpointed into ``out``."""
+    trainer = Trainer(plm.from_preset("gpt2-micro"), clm_objective(),
+                      TrainingConfig(steps=1, **QUIET, parallelism=Parallelism("fsdp")), out)
+    trainer.train()
+    return trainer
+
+
+def plain_copy(trainer: Trainer) -> torch.nn.Module:
+    """The trainer's model as whole tensors in a model of its own."""
+    model = plm.from_preset("gpt2-micro")
+    model.load_state_dict(trainer.whole_weights())
+    return model
 
 
 def clm_objective() -> CausalLMObjective:
@@ -220,44 +243,45 @@ def test_a_sharded_seq2seq_run_decodes_its_held_out_pairs_like_a_plain_one(date_
     assert sharded == plain
 
 
-@pytest.mark.parametrize(("first", "then", "message"), [
-    (FSDP, [], "trained with --strategy fsdp and is resumed with --strategy ddp; resume it with --strategy fsdp"),
-    ([], FSDP, "trained with --strategy ddp and is resumed with --strategy fsdp; resume it with --strategy ddp"),
-])
-def test_resuming_with_another_strategy_is_one_clear_line(first: list[str], then: list[str], message: str,
-                                                          text_file: Path, tmp_path: Path) -> None:
-    args = ["pretrain", *RUN, "--steps", "1", "--model", "gpt2-micro", "--train", str(text_file),
-            "--out", str(tmp_path / "run")]
-    succeeds([*args, *first])
-    result = plm_command([*args, *then, "--resume"])
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+def test_resuming_with_another_strategy_is_refused(tmp_path: Path, group_of_one) -> None:
+    sharded = sharded_run(tmp_path / "fsdp")
+    plain = Trainer(plm.from_preset("gpt2-micro"), clm_objective(), TrainingConfig(steps=1, **QUIET), tmp_path / "ddp")
+    plain.train()
+    with pytest.raises(PLMError, match="trained with --strategy fsdp and is resumed with --strategy ddp; resume it "
+                                       "with --strategy fsdp"):
+        load_checkpoint(tmp_path / "fsdp", plain.model, plain.optimizer)
+    with pytest.raises(PLMError, match="trained with --strategy ddp and is resumed with --strategy fsdp; resume it "
+                                       "with --strategy ddp"):
+        load_checkpoint(tmp_path / "ddp", sharded.model, sharded.optimizer, sharded=True)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--offload"], "--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp"),
-    ([*FSDP, "--offload"], "on the CPU they are there already"),
-    ([*FSDP, "--precision", "fp16"], "--strategy fsdp trains in fp32 or bf16, not fp16"),
-    (["--strategy", "zero3"], "argument --strategy: invalid choice: 'zero3'"),
+@pytest.mark.parametrize(("parallelism", "precision", "message"), [
+    (Parallelism(offload=True), "fp32", "--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp"),
+    (Parallelism("fsdp", offload=True), "fp32", "on the CPU they are there already"),
+    (Parallelism("fsdp"), "fp16", "--strategy fsdp trains in fp32 or bf16, not fp16"),
+    (Parallelism("zero3"), "fp32", "unknown --strategy 'zero3'; choose one of ddp, fsdp"),
 ])
-def test_a_setting_the_device_cannot_train_with_is_one_clear_line(flags: list[str], message: str, tmp_path: Path) -> None:
-    result = plm_command(["pretrain", "--model", "gpt2-micro", *flags, "--steps", "1", "--device", "cpu",
-                          "--out", str(tmp_path / "run")])
+def test_a_setting_the_device_cannot_train_with_is_refused(parallelism: Parallelism, precision: str,
+                                                           message: str) -> None:
+    with pytest.raises(PLMError, match=re.escape(message)):
+        TrainingConfig(device="cpu", precision=precision, parallelism=parallelism).with_defaults(Hyperparameters()).validate()
+
+
+def test_a_wrong_setting_is_one_line_before_anything_is_written(tmp_path: Path) -> None:
+    result = plm_command(["pretrain", "--model", "gpt2-micro", "--strategy", "fsdp", "--offload", "--steps", "1",
+                          "--device", "cpu", "--out", str(tmp_path / "run")])
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "on the CPU they are there already" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
-def test_a_damaged_shard_is_one_clear_line(damage: str, tmp_path: Path, group_of_one) -> None:
-    config = TrainingConfig(steps=1, device="cpu", progress=False, parallelism=Parallelism("fsdp"))
-    Trainer(plm.from_preset("gpt2-micro"), clm_objective(), config, tmp_path / "run").train()
+def test_a_damaged_shard_is_named(damage: str, tmp_path: Path, group_of_one) -> None:
+    sharded_run(tmp_path / "run")
     shard = next((tmp_path / "run" / CHECKPOINT_DIR / MODEL_SHARDS).glob("*.safetensors"))
     if damage == "truncated":
         shard.write_bytes(shard.read_bytes()[:-100])
     else:
         shard.unlink()
-    result = plm_command(["convert", "--model", str(tmp_path / "run"), "--out", str(tmp_path / "whole")])
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and str(shard) in result.stderr, result.stderr
-    assert not (tmp_path / "whole").exists()
+    with pytest.raises(PLMError, match=re.escape(str(shard))):
+        load_model(tmp_path / "run")
