@@ -25,6 +25,7 @@ from plm.errors import PLMError
 from plm.hf import save_hf
 from plm.objectives.clm import CausalLMObjective
 from plm.recipe import Hyperparameters
+from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.sharded_checkpoint import MODEL_SHARDS
 from plm.training.parallel import Parallelism
 from plm.training.plan import Memory, PlanSetup, plan
@@ -285,3 +286,13 @@ def test_a_damaged_shard_is_named(damage: str, tmp_path: Path, group_of_one) -> 
         shard.unlink()
     with pytest.raises(PLMError, match=re.escape(str(shard))):
         load_model(tmp_path / "run")
+
+
+def test_a_sharded_fine_tuning_run_keeps_the_best_model_of_a_plain_one(tmp_path: Path, group_of_one) -> None:
+    # The best model is saved whole from the shards whenever the validation metric improves.
+    def best(strategy: str) -> torch.nn.Module:
+        setup = FinetuneSetup(task="classify", synthetic_size=64, batch_size=8, epochs=2, device="cpu", progress=False,
+                              parallelism=Parallelism(strategy))
+        return finetune(setup, tmp_path / strategy).model
+
+    assert_same_weights(best("fsdp"), best("ddp"), tolerance=1e-6)
