@@ -4,6 +4,9 @@ It knows nothing about a family or an objective: the objective draws batches and
 sums losses, the model is any ``PretrainedModel``. One optimizer step consumes
 ``grad_accum`` micro-batches on every process; the loss of each is divided by the
 number of targets of the whole step, so the gradient equals that of one big batch.
+Over torchrun's processes the model is replicated (DDP) or sharded (FSDP, see
+:mod:`plm.training.parallel`); a sharded run checkpoints in shards
+(:mod:`plm.sharded_checkpoint`) and may resume on another number of processes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -255,6 +259,9 @@ class Trainer:
             raise PLMError(f"{self.out}: the run's global batch is {micro_batches} micro-batches, which {world} "
                            "processes cannot share evenly; resume it on a number of processes that divides it")
         self.config = dataclasses.replace(self.config, grad_accum=micro_batches // world)
+        if self.distributed.is_main:
+            print(f"resumed on {world} process(es): {self.config.grad_accum} micro-batch(es) each keep the run's global "
+                  f"batch of {micro_batches}", file=sys.stderr)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module a training step runs: DDP around the model, or the model itself (one process, FSDP)."""
