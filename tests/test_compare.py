@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -21,10 +22,12 @@ from plm.compare import (
     plot_curves,
     read_spec,
     results_table,
+    run_definition,
 )
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.training.pretrain import check_model_name, model_config
+from plm.training.parallel import Parallelism
 from plm.training.trainer import Trainer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "compare"
@@ -189,6 +192,15 @@ lr = 1e-3
     text_file.write_text(text_file.read_text() + "\nOne more line of training text.\n")
     compare(read_spec(edited), tmp_path / "out", progress=said.append)
     assert sum("changed since it ran" in line and "data." in line for line in said) == 2
+
+
+def test_how_the_processes_share_the_work_does_not_define_a_run(tmp_path, text_file):
+    """DDP or FSDP and activation checkpointing give the same numbers: a run saved before they were options stays."""
+    run = read_spec(write_spec(tmp_path, text_file)).runs[0]
+    sharded = Parallelism("fsdp", checkpoint_activations=True)
+    assert "parallelism" not in run_definition(run)["training"]
+    assert run_definition(dataclasses.replace(run, training=dataclasses.replace(run.training, parallelism=sharded))) \
+        == run_definition(run)
 
 
 def test_a_metric_no_run_logs_is_refused_before_the_first_step(tmp_path, text_file):

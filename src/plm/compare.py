@@ -207,8 +207,10 @@ def run_definition(run: RunSpec) -> dict[str, Any]:
     limit among them), its family's recipe as plm has it now, and a SHA-256 of each data file."""
     family = model_class(model_config(check_model_name(run.setup.model), run.setup.model_overrides)).family
     files = [*run.setup.train_files, *run.setup.validation_files]
-    # Progress bars and the device flag (auto finds the same device again) change how a run is shown or started.
-    training = {k: v for k, v in dataclasses.asdict(run.training).items() if k not in ("progress", "device")}
+    # Progress bars, the device flag (auto finds the same device again) and how the processes share the work
+    # (DDP or FSDP, activation checkpointing: the same numbers) change how a run is shown or started.
+    training = {k: v for k, v in dataclasses.asdict(run.training).items()
+                if k not in ("progress", "device", "parallelism")}
     return json.loads(json.dumps({
         "setup": dataclasses.asdict(run.setup), "training": training, "recipe": dataclasses.asdict(RECIPES[family]),
         "data": {path: file_digest(path) for path in files},
