@@ -30,7 +30,7 @@ from plm.sharded_checkpoint import MODEL_SHARDS
 from plm.training.parallel import Parallelism
 from plm.training.plan import Memory, PlanSetup, plan
 from plm.training.trainer import Trainer, TrainingConfig
-from test_resume import PLM, TORCHRUN, finish, kill, killed_and_resumed_like_straight, logged_losses, start, wait_for
+from test_resume import PLM, TORCHRUN, finish, kill, logged_losses, start, wait_for
 
 RUN = ["--vocab-size", "400", "--block-size", "32", "--batch-size", "4", "--warmup", "2", "--no-progress",
        "--device", "cpu", "--steps", "6", "--save-every", "3", "--eval-every", "3", "--log-every", "1"]
@@ -62,52 +62,45 @@ def assert_same_weights(actual: torch.nn.Module, expected: torch.nn.Module, tole
         torch.testing.assert_close(tensor, expected_weights[name], rtol=tolerance, atol=tolerance, msg=name)
 
 
-@pytest.mark.parametrize("model", ["gpt2-micro", "albert-micro"])  # tied output layer; one block run many times, LAMB
-def test_two_fsdp_processes_train_like_one_process_on_the_same_global_batch(model: str, text_file: Path,
-                                                                          tmp_path: Path) -> None:
-    args = ["pretrain", *RUN, "--model", model, "--train", str(text_file), "--dropout", "0"]
-    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")])  # process 0 took batch 0, 1 took 1
-    tokenizer = ["--tokenizer", str(tmp_path / "one" / "tokenizer")]
-    succeeds([*args, *tokenizer, *FSDP, "--out", str(tmp_path / "fsdp")], TORCHRUN)
+def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one(text_file: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Two processes with FSDP against the oracle of one process taking both micro-batches of each step:
+    the same losses and, consolidated, the same weights. Killed after a checkpoint, the run resumes bit for
+    bit on 2 processes, and on 1 with the same global batch (so the same losses, to rounding)."""
+    args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0"]
+    straight = start(TORCHRUN, [*args, *FSDP], tmp_path / "straight")
+    tokenizer = wait_for(tmp_path / "straight" / "tokenizer" / "tokenizer_config.json", straight, tmp_path / "straight")
+    args = [*args, "--tokenizer", str(tokenizer.parent)]
+    runs = {"plain": start(PLM, [*args, "--grad-accum", "2"], tmp_path / "plain")}
+    interrupted = {name: start(TORCHRUN, [*args, *FSDP], tmp_path / name) for name in ("on-two", "on-one")}
+    for name, process in interrupted.items():
+        wait_for(tmp_path / name / CHECKPOINT_DIR / STATE_FILE, process, tmp_path / name)
+        kill(process)
+        recover_checkpoint(tmp_path / name)
+        assert json.loads((tmp_path / name / CHECKPOINT_DIR / STATE_FILE).read_text())["step"] < 12
+    runs["on-two"] = start(TORCHRUN, [*args, *FSDP, "--resume"], tmp_path / "on-two")
+    runs["on-one"] = start(PLM, [*args, *FSDP, "--resume"], tmp_path / "on-one")
+    for name, process in [("straight", straight), *runs.items()]:
+        finish(process, tmp_path / name)
 
-    assert (tmp_path / "fsdp" / CHECKPOINT_DIR / MODEL_SHARDS).is_dir()
-    assert not (tmp_path / "fsdp" / CHECKPOINT_DIR / "model.safetensors").exists(), "no process wrote the whole model"
+    expected = logged_losses(tmp_path / "straight")
+    assert [line["step"] for line in expected] == list(range(1, 13))
+    assert logged_losses(tmp_path / "on-two") == expected
+    assert_close_losses(logged_losses(tmp_path / "on-one"), expected)
+    assert_close_losses(logged_losses(tmp_path / "plain"), expected)
+    assert (tmp_path / "straight" / CHECKPOINT_DIR / MODEL_SHARDS).is_dir()
+    assert not (tmp_path / "straight" / CHECKPOINT_DIR / "model.safetensors").exists(), "no process wrote it whole"
+    succeeds(["convert", "--model", str(tmp_path / "straight"), "--out", str(tmp_path / "whole")])
+    assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "plain"), tolerance=1e-5)
+
+
+def test_fsdp_shards_albert_whose_one_block_runs_at_every_layer(text_file: Path, tmp_path: Path) -> None:
+    # The shared block is gathered and resharded at each of its layers; LAMB steps on the shards.
+    args = ["pretrain", *RUN, "--model", "albert-micro", "--train", str(text_file), "--dropout", "0"]
+    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")])
+    succeeds([*args, "--tokenizer", str(tmp_path / "one" / "tokenizer"), *FSDP, "--out", str(tmp_path / "fsdp")],
+             TORCHRUN)
     assert_close_losses(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "one"))
-    succeeds(["convert", "--model", str(tmp_path / "fsdp"), "--out", str(tmp_path / "whole")])
-    assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "one"), tolerance=1e-5)
-
-
-def test_a_sharded_checkpoint_loads_whole_and_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:
-    trainer = sharded_run(tmp_path / "run")
-    whole = load_model(tmp_path / "run")  # read from the shards in one process
-    assert_same_weights(whole, plain_copy(trainer), tolerance=0)
-    save_hf(whole, tmp_path / "hf")
-    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
-
-
-def test_a_killed_fsdp_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
-    # Dropout on: each process's RNG state comes back beside its shards of the model and the optimizer.
-    killed_and_resumed_like_straight(
-        TORCHRUN, ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), *FSDP],
-        tmp_path, steps=12)
-
-
-def test_a_killed_two_process_fsdp_run_resumes_on_one_process(text_file: Path, tmp_path: Path) -> None:
-    """One process takes both micro-batches of each step: the same global batch, so the same losses."""
-    args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0",
-            *FSDP]
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    uninterrupted = start(TORCHRUN, args, straight)
-    tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
-    args = [*args, "--tokenizer", str(tokenizer)]
-    interrupted = start(TORCHRUN, args, killed)
-    wait_for(killed / CHECKPOINT_DIR / STATE_FILE, interrupted, killed)
-    kill(interrupted)
-    recover_checkpoint(killed)
-    assert json.loads((killed / CHECKPOINT_DIR / STATE_FILE).read_text())["step"] < 12
-    finish(start(PLM, [*args, "--resume"], killed), killed)
-    finish(uninterrupted, straight)
-    assert_close_losses(logged_losses(killed), logged_losses(straight))
 
 
 LOCAL_SHARES = """
