@@ -149,12 +149,12 @@ def run_train(args: argparse.Namespace) -> None:
         seed=args.seed, device=args.device, progress=not args.no_progress, parallelism=parallelism(args),
     )
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
-    dropped = trainer.objective.dropped
-    if any(dropped.values()):
+    dropped, main = trainer.objective.dropped, trainer.distributed.is_main  # under torchrun, the first process reports
+    if any(dropped.values()) and main:
         print(f"left out {dropped['train']} training and {dropped['validation']} validation pairs longer than the "
               f"model's context of {trainer.model.context_length()} tokens", file=sys.stderr)
     metrics = trainer.train(resume=args.resume, overwrite=args.overwrite)
-    if "val_bleu" in metrics:
+    if "val_bleu" in metrics and main:
         print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2f}%, "
               f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}")
     model, held_out = trainer.model.eval(), trainer.objective.metric_pairs
@@ -162,10 +162,11 @@ def run_train(args: argparse.Namespace) -> None:
         heatmap = Path(args.out) / HEATMAP
         with unsharded(model):  # an FSDP run's processes gather the whole model together
             attention = pair_attention(model, tokenizers, held_out[0].source)
-        if trainer.distributed.is_main:
+        if main:
             plot(attention, heatmap)
             print(f"attention of {held_out[0].source!r}: {heatmap}")
-    print(f"saved to {args.out}/checkpoint")
+    if main:
+        print(f"saved to {args.out}/checkpoint")
 
 
 def run_average(args: argparse.Namespace) -> None:
