@@ -26,8 +26,8 @@ from plm.compare import (
 )
 from plm.errors import PLMError
 from plm.models import from_config
-from plm.training.pretrain import check_model_name, model_config
 from plm.training.parallel import Parallelism
+from plm.training.pretrain import check_model_name, model_config
 from plm.training.trainer import Trainer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "compare"

@@ -25,8 +25,8 @@ from plm.errors import PLMError
 from plm.hf import save_hf
 from plm.objectives.clm import CausalLMObjective
 from plm.recipe import Hyperparameters
-from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.sharded_checkpoint import MODEL_SHARDS
+from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.training.parallel import Parallelism
 from plm.training.plan import Memory, PlanSetup, plan
 from plm.training.trainer import Trainer, TrainingConfig
@@ -101,6 +101,14 @@ def test_fsdp_shards_albert_whose_one_block_runs_at_every_layer(text_file: Path,
     succeeds([*args, "--tokenizer", str(tmp_path / "one" / "tokenizer"), *FSDP, "--out", str(tmp_path / "fsdp")],
              TORCHRUN)
     assert_close_losses(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "one"))
+
+
+def test_a_sharded_checkpoint_loads_whole_and_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:
+    trainer = sharded_run(tmp_path / "run")
+    whole = load_model(tmp_path / "run")  # read from the shards in one process
+    assert_same_weights(whole, plain_copy(trainer), tolerance=0)
+    save_hf(whole, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
 
 
 LOCAL_SHARES = """

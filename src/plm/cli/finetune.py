@@ -6,14 +6,14 @@ import argparse
 import re
 
 from plm.cli.common import (
-    add_parallelism,
-    parallelism,
     HelpFormatter,
     add_device,
     add_no_progress,
+    add_parallelism,
     add_seed,
     add_tag_column,
     check_output_directory,
+    parallelism,
     positive_float,
     positive_int,
 )

@@ -9,15 +9,15 @@ from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
 from plm.cli.common import (
-    add_parallelism,
-    parallelism,
     HelpFormatter,
     add_device,
     add_keep_last,
     add_model,
     add_no_progress,
+    add_parallelism,
     add_seed,
     add_time_budget,
+    parallelism,
     positive_int,
     time_limit,
 )

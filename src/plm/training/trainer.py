@@ -40,19 +40,18 @@ from plm.checkpoint import (
     save_checkpoint,
     save_snapshot,
 )
-from plm.files import make_directory, staging_directory
 from plm.core.quantize import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError
-from plm.files import write_json
+from plm.files import make_directory, staging_directory, write_json
 from plm.models import PretrainedModel
 from plm.objectives import Objective
 from plm.objectives.base import loss_weights, perplexity_terms, selection
 from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.sharded_checkpoint import save_shards
 from plm.training.distributed import Distributed, setup_distributed
-from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
 from plm.training.optim import build_optimizer, learning_rate
+from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
 
 METRICS_FILE = "metrics.jsonl"
 TOKENIZER_DIR = "tokenizer"  # a tokenizer trained for the run
