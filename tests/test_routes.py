@@ -1,0 +1,56 @@
+"""plm.core.linear's one-token route: the same numbers as F.linear, chosen by timing it as decoding uses it."""
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from plm.core.timing import STREAM_BYTES, streamed_seconds
+
+routes = importlib.import_module("plm.core.linear")  # plm.core re-exports the function ``linear`` under that name
+
+
+@pytest.mark.parametrize("out_features", [768, 1030])  # 1030: two rows left over after 4 blocks, like GPT-2's 50,257
+@pytest.mark.parametrize("rows", [1, 3])
+def test_blocked_product_is_f_linear(out_features: int, rows: int) -> None:
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(rows, 1, 256), torch.randn(out_features, 256), torch.randn(out_features)
+    torch.testing.assert_close(routes.blocked_linear(x, weight, bias), F.linear(x, weight, bias))
+    torch.testing.assert_close(routes.blocked_linear(x, weight, None), F.linear(x, weight))
+
+
+def test_a_route_is_timed_on_copies_that_do_not_fit_the_cache() -> None:
+    """Timed on one matrix again and again, MKL's product won from the L2 cache and lost 2x in decoding."""
+    weight = torch.randn(256, 256)  # 256 KiB
+    seen: list[torch.Tensor] = []
+    streamed_seconds(seen.append, weight, repeats=1)
+    sweep = seen[len(seen) // 2 :]  # the warm-up sweep, then the timed one
+    assert len({matrix.data_ptr() for matrix in sweep}) == len(sweep) == STREAM_BYTES // (256 * 256 * 4)
+    assert all(torch.equal(matrix, weight) for matrix in sweep)
+
+
+def test_a_weight_larger_than_the_cache_is_timed_as_it_is() -> None:
+    weight = torch.empty(STREAM_BYTES // 4 + 1)[:, None].expand(-1, 2)  # no copy of a matrix this large
+    seen: list[torch.Tensor] = []
+    streamed_seconds(seen.append, weight, repeats=1)
+    assert [matrix.data_ptr() for matrix in seen] == [weight.data_ptr()] * 2
+
+
+def test_each_shape_takes_the_route_that_timed_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes, "ROUTES", {})
+    blocked_seconds = {768: 1.0, 1024: 3.0}  # out features -> the blocked route's time; F.linear's is 2.0
+    ran_blocked = []
+    real_blocked = routes.blocked_linear
+    monkeypatch.setattr(routes, "blocked_linear", lambda *args: ran_blocked.append(True) or real_blocked(*args))
+
+    def fake_seconds(product, weight: torch.Tensor) -> float:
+        ran_blocked.clear()
+        product(weight)
+        return blocked_seconds[weight.shape[0]] if ran_blocked else 2.0
+
+    monkeypatch.setattr(routes, "streamed_seconds", fake_seconds)
+    for out_features in blocked_seconds:
+        routes.linear(torch.randn(1, 256), torch.randn(out_features, 256))
+    threads = torch.get_num_threads()
+    assert routes.ROUTES == {(1, 768, 256, threads): True, (1, 1024, 256, threads): False}
