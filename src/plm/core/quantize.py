@@ -80,14 +80,17 @@ class Int8Weight:
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x (..., in) -> x W^T + b (..., out), in fp32."""
         rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
-        y = self.bf16_product(rows) if self.bf16_is_faster(rows) else self.int8_product(rows)  # (N, out) fp32
-        if bias is not None:
-            y = y + bias
+        if self.bf16_is_faster(rows):
+            y = self.bf16_product(rows)  # (N, out) fp32
+            y = y if bias is None else y + bias
+        else:  # bf16 + fp32 bias is fp32: one op where .float() and the addition would be two
+            y = self.int8_product(rows)  # (N, out) bf16
+            y = y.float() if bias is None else torch.add(bias, y)
         return y.view(*x.shape[:-1], self.values.shape[0])
 
     def int8_product(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows (N, in) in bf16 -> (N, out) in fp32, through PyTorch's int8-weight kernel."""
-        return torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales).float()
+        """rows (N, in) in bf16 -> (N, out) in bf16, through PyTorch's int8-weight kernel."""
+        return torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales)
 
     def bf16_product(self, rows: torch.Tensor) -> torch.Tensor:
         """The same product with the int8 values as a bf16 matrix (exactly), the row scales applied in fp32."""
