@@ -13,6 +13,7 @@ from torch.profiler._memory_profiler import Action
 
 from plm.cli.main import main
 from plm.models import from_config, model_class, preset_config
+from plm.training.parallel import Parallelism, prepare_model
 from plm.training.plan import Memory, PlanSetup, activation_bytes, plan
 
 ROOMY = Memory(10**12, "given")
@@ -85,31 +86,42 @@ def masked_step(model, batch: int, block: int) -> Callable[[], None]:
     return step
 
 
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["whole", "checkpointed"])
 @pytest.mark.parametrize(("name", "heads", "make_step", "batch", "block"), [
     ("gpt2-mini", (), causal_step, 4, 128),
     ("gpt2-mini", (), causal_step, 2, 256),
     ("bert-mini", ("mlm",), masked_step, 8, 128),
     ("albert-mini", ("mlm",), masked_step, 8, 128),
+    ("deberta-mini", ("mlm",), masked_step, 8, 128),  # c2p and p2c in every pass, and the mask decoder's 2 passes
 ])
-def test_activations_are_within_15_percent_of_a_measured_training_step(name, heads, make_step, batch, block) -> None:
+def test_activations_are_within_15_percent_of_a_measured_training_step(name, heads, make_step, batch, block,
+                                                                       checkpoint: bool) -> None:
     torch.manual_seed(0)
     model = training_model(name, heads).train()
+    if checkpoint:
+        prepare_model(model, Parallelism(checkpoint_activations=True), torch.device("cpu"), torch.float32)
     for parameter in model.parameters():  # gradients are planned apart: keep them out of the measured peak
         parameter.grad = torch.zeros_like(parameter)
     measured = peak_tensor_memory(make_step(model, batch, block))
-    estimate = plan(PlanSetup(name, batch=batch, block=block, device="cpu"), ROOMY).activations["without"]
+    setup = PlanSetup(name, batch=batch, block=block, checkpoint_activations=checkpoint, device="cpu")
+    estimate = plan(setup, ROOMY).device["activations"]
     assert estimate == pytest.approx(measured, rel=0.15)
 
 
 def test_checkpointing_keeps_block_inputs_and_one_block() -> None:
-    config, batch, block = preset_config("gpt2-mini"), 4, 128
-    full = activation_bytes(config, 1.0, batch, block, checkpoint=False)
-    outside = activation_bytes(preset_config("gpt2-mini", layers=0), 1.0, batch, block, checkpoint=False)
-    one_block = (full - outside) // config.layers
-    inputs = 4 * batch * block * config.dim * config.layers
-    with_checkpoints = plan(PlanSetup("gpt2-mini", batch=batch, block=block, checkpoint_activations=True, device="cpu"), ROOMY)
-    assert with_checkpoints.activations == {"without": full, "with": outside + inputs + one_block}
-    assert with_checkpoints.device["activations"] == outside + inputs + one_block
+    batch, block, dim, ffn_dim, heads = 4, 128, 256, 1024, 4  # gpt2-mini's shape
+
+    def activations(layers: int, checkpoint: bool) -> int:
+        return activation_bytes(preset_config("gpt2-mini", layers=layers), 1.0, batch, block, checkpoint)
+
+    per_value = 4 * batch * block  # fp32, every token
+    one_block = 10 * dim + 2 * ffn_dim + 3 * heads * block
+    assert activations(8, checkpoint=False) - activations(4, checkpoint=False) == 4 * one_block * per_value
+    assert activations(8, checkpoint=True) - activations(4, checkpoint=True) == 4 * dim * per_value  # inputs alone
+    with_checkpoints = plan(PlanSetup("gpt2-mini", batch=batch, block=block, checkpoint_activations=True, device="cpu"),
+                            ROOMY)
+    assert with_checkpoints.activations == {"without": activations(4, False), "with": activations(4, True)}
+    assert with_checkpoints.device["activations"] == activations(4, True)
 
 
 def test_cuda_plans_keep_no_attention_scores() -> None:

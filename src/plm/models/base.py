@@ -15,6 +15,22 @@ from plm.errors import PLMError, with_article
 from plm.generation import generate
 
 
+@dataclass(frozen=True)
+class ExtraActivations:
+    """What a family's training step keeps for backward beyond ``plm plan``'s count of its core blocks.
+
+    ``plm plan`` counts ``config.layers`` passes through the core Transformer block, the
+    embeddings and the vocabulary rows (see :mod:`plm.training.plan`); a family whose
+    paper changes the attention or runs more passes says here by how much. Values are
+    fp32 counts per token of the step.
+    """
+
+    passes: int = 0  # block passes beyond config.layers (DeBERTa's enhanced mask decoder)
+    per_pass: float = 0.0  # kept by every block pass beyond the core block's count (the recomputed one's alone)
+    kept: float = 0.0  # kept once, outside the blocks, with or without activation checkpointing
+    score_bias: bool = False  # the attention adds to its scores a bias that needs a gradient
+
+
 class PretrainedModel(nn.Module):
     """Base of every family's model. Subclasses set ``family`` and ``config_class``."""
 
@@ -38,6 +54,15 @@ class PretrainedModel(nn.Module):
         if heads:
             raise PLMError(f"{with_article(cls.family)} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
         return config
+
+    @classmethod
+    def extra_activations(cls, config: Any, batch: int, block: int, device: str) -> ExtraActivations:
+        """What a step of ``batch`` x ``block`` tokens on ``device`` ("cpu", "cuda") keeps beyond the core blocks.
+
+        None by default: a family that only stacks the core block (GPT, BERT, ALBERT) is
+        counted whole by ``plm plan``; one that changes what a block keeps overrides this.
+        """
+        return ExtraActivations()
 
     def init_weights(self, std: float = 0.02, root: nn.Module | None = None) -> None:
         """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms.

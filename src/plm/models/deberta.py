@@ -38,6 +38,7 @@ from torch import nn
 from plm.core import LearnedPositions, Linear, MultiHeadAttention
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
+from plm.models.base import ExtraActivations
 from plm.models.encoder import Encoder, EncoderConfig, EncoderPass
 from plm.recipe import Hyperparameters, Recipe
 
@@ -269,6 +270,59 @@ def diagonals(products: torch.Tensor, offset: int) -> torch.Tensor:
     return products.as_strided((*batch, rows, rows), strides, products.storage_offset() + offset)
 
 
+def position_term_values(config: DebertaConfig, batch: int, block: int) -> float:
+    """fp32 values per token that one :class:`DisentangledAttention` pass keeps for backward beyond plain attention.
+
+    For ``plm plan``, read off :meth:`DisentangledAttention.position_scores` with T = S =
+    ``block`` and span = min(T, k):
+
+    - each term's product, (B, H, T, hd) @ (1, H, hd, 2span), runs as one bmm over B*H,
+      whose backward keeps both operands: the content side copied contiguous (B*H, T, hd),
+      ``dim`` per token, and the positions expanded over the batch (B*H, hd, 2span),
+      ``dim * 2span / T`` per token;
+    - the (2span, dim) tables the projections read (:func:`position_tables`), once per pass
+      and not per token;
+    - when distances are clipped (T > k), what the gathers keep: each its input, the
+      (B, H, T, 2span) product, ``heads * 2span`` per token, and the (T, S) int64 indices.
+
+    Not kept: the products on the unclipped path (the strided view that picks from them
+    needs no values in backward), and the (B, H, T, T) sum of the terms, which reaches
+    SDPA as a bias whose keeping is the kernel's (``ExtraActivations.score_bias``).
+    """
+    terms = len(config.position_terms)
+    if not terms:
+        return 0.0
+    span = min(block, config.max_relative_positions)
+    clipped = block > span
+    products = terms * config.dim * (1 + 2 * span / block)
+    tables = position_tables(config, clipped) * 2 * span * config.dim
+    if not clipped:
+        return products + tables / (batch * block)
+    gathered = terms * config.heads * 2 * span
+    indices = 2 * len(gather_indices(config)) * block * block  # int64: 2 fp32 values each
+    return products + gathered + (tables + indices) / (batch * block)
+
+
+def position_tables(config: DebertaConfig, clipped: bool) -> int:
+    """How many (2span, dim) tables a pass keeps: the position dropout's noise and each arrangement of P's rows read.
+
+    Unclipped, c2p (and the paper's p2c) project P's rows reversed (a copy, by ``flip``),
+    the released p2c projects them in order; clipped, both read them in order. Without
+    position dropout the rows in order are a view of the parameter: nothing new.
+    """
+    dropped = config.dropout > 0
+    orders = {"in order"} if clipped else {
+        "reversed" if term == "c2p" or config.p2c_distance == "paper" else "in order" for term in config.position_terms
+    }
+    return dropped + ("reversed" in orders) + (dropped and "in order" in orders)
+
+
+def gather_indices(config: DebertaConfig) -> set[str]:
+    """The distinct (T, S) distance tensors that clipped position terms gather with."""
+    return {"delta(j, i)" if term == "p2c" and config.p2c_distance == "paper" else "delta(i, j)"
+            for term in config.position_terms}
+
+
 class EnhancedMaskDecoder(nn.Module):
     """I = H + P_abs, then I <- block(queries I, keys and values H), n times, before the MLM head.
 
@@ -310,6 +364,23 @@ class Deberta(Encoder):
         else:
             self.relative_embeddings = None
         self.mask_decoder = EnhancedMaskDecoder(config.context_length, config.dim) if config.uses_mask_decoder else None
+
+    @classmethod
+    def extra_activations(cls, config: DebertaConfig, batch: int, block: int, device: str) -> ExtraActivations:
+        """What the paper adds to a stack of core blocks, for ``plm plan``.
+
+        The enhanced mask decoder's passes through the last block are whole block passes;
+        the encoder output H they take keys and values from stays for their backward. Every
+        pass's attention keeps what :func:`position_term_values` counts, and hands SDPA
+        c2p + p2c as a (B, H, T, T) score bias that needs a gradient.
+        """
+        decoder = MASK_DECODER_STEPS if config.uses_mask_decoder else 0
+        return ExtraActivations(
+            passes=decoder,
+            per_pass=position_term_values(config, batch, block),
+            kept=config.dim if decoder else 0,  # H (B, T, dim)
+            score_bias=bool(config.position_terms),
+        )
 
     def build_attention(self, config: DebertaConfig) -> nn.Module:
         return DisentangledAttention(

@@ -8,23 +8,39 @@ parameter. Everything is fp32, as plm trains on the CPU.
 
 Activations are an analytic count, not a measurement: every family the planner takes is
 a stack of the one core block (:class:`plm.core.block.TransformerBlock`), whose shape
-(``BlockConfig.of``: dim, heads, ffn_dim, attention dropout) says what backward keeps.
+(``BlockConfig.of``: dim, heads, ffn_dim, dropout) says what backward keeps. A family
+whose paper changes what a block keeps, or runs blocks more often, says by how much
+(:meth:`plm.models.base.PretrainedModel.extra_activations`); the planner names none.
 Measuring a scaled-down model would need a synthetic batch per objective; the block is
 shared, so its count is written once. Per token, in fp32 values:
 
-- each block keeps about 10 dim-wide tensors (its input, the LayerNorm outputs, queries,
-  keys and values, the heads' output, the residual sums, the dropout masks) and 2
-  ffn-wide ones (the feed-forward layer before and after its activation); with attention
-  dropout on the CPU, SDPA takes its plain path and keeps 3 time-long rows per head
-  (scores, probabilities, dropped probabilities), the T^2 term; the fused kernels (CUDA's
-  always, the CPU's without dropout) keep none;
+- each block pass keeps about 10 dim-wide tensors (its input, the LayerNorm outputs,
+  queries, keys and values, the heads' output, the residual sums, the residual dropouts'
+  masks: 8 without dropout) and 2 ffn-wide ones (the feed-forward layer before and after
+  its activation); with attention dropout on the CPU, SDPA takes its plain path and keeps
+  3 time-long rows per head (probabilities, dropout mask, dropped probabilities), the
+  T^2 term; the fused kernels (CUDA's always, the CPU's without dropout) keep none, or
+  one row when the scores get a bias that needs a gradient;
+- what a family adds to that: DeBERTa's c2p and p2c products keep their operands in
+  every pass (dim, and dim * 2k / T for the relative positions expanded over the
+  batch), their sum is a score bias, and its enhanced mask decoder makes 2 more passes
+  through the last block, attending to the encoder output, which stays (dim);
 - outside the blocks, the embeddings (3 dim-wide) and, per token the objective predicts
   (all for a causal LM, 15% for a masked LM), 4 vocabulary-wide rows: logits,
   log-probabilities and their gradients.
 
-Activation checkpointing per block keeps only each block's input (dim per token) and
-recomputes one block's activations during backward. tests/test_plan.py checks the count
-against torch.profiler's peak for a real step (forward, loss, backward) of small presets.
+The peak comes at one of three moments of backward, and the count takes the largest:
+as it starts, with the 4 vocabulary rows beside all that was kept; in the last block's
+backward, where the logits alone are left of those rows, beside the block's gradients
+(2 dim-wide, 1 ffn-wide) and the output layer's gradient of the tied word embeddings
+(V x E per step, waiting for the lookup's own); at the lookup, last, where the two
+gradients of that table meet. Activation checkpointing keeps only each block pass's
+input (dim per token) and recomputes one block during backward, in the second moment:
+the first stays the peak only when the vocabulary rows outweigh a block (gpt2-mini's),
+the third in steps of few tokens. tests/test_plan.py checks the count, with and
+without checkpointing, against torch.profiler's peak for a real step (forward, loss,
+backward) of small presets, DeBERTa's included. CUDA's counts are read off the kernels'
+saved tensors, not measured.
 """
 
 from __future__ import annotations
@@ -143,14 +159,65 @@ def auto_memory(device: str, processes: int) -> Memory:
 
 def activation_bytes(config: object, predicted: float, batch: int, block: int, checkpoint: bool,
                      device: str = "cpu") -> int:
-    """One training step's activations on ``device`` (see the module docstring for what is counted and why)."""
+    """One training step's activations on ``device`` (see the module docstring for what is counted and why).
+
+    ``config`` is the one the model is built from, with its objective's heads (DeBERTa's
+    enhanced mask decoder runs only under an MLM head).
+    """
     shape = BlockConfig.of(config)
-    scores = 3 * shape.heads * block if shape.attention_dropout > 0 and device == "cpu" else 0
-    per_block = 10 * shape.dim + 2 * shape.ffn_dim + scores
-    layers = config.layers
-    blocks = layers * shape.dim + per_block if checkpoint else layers * per_block
-    outside = 3 * shape.dim + predicted * 4 * config.vocab_size
-    return int(FP32 * batch * block * (blocks + outside))
+    extra = model_class(config).extra_activations(config, batch, block, device)
+    per_block = block_values(shape, block, device, extra.score_bias) + extra.per_pass
+    passes = config.layers + extra.passes
+    embeddings = 3 * shape.dim
+    # Kept from forward to backward: the embeddings', the family's own, and every block
+    # pass's count, or only its input when the pass is recomputed in backward.
+    kept = embeddings + extra.kept + passes * (shape.dim if checkpoint else per_block)
+    row = predicted * config.vocab_size  # one vocabulary row per token, for the tokens the objective predicts
+    table = word_table_values(config, shape) / (batch * block)  # the tied word embeddings, per token
+    peaks = (  # the step's peak is at one of three moments of backward
+        kept + 4 * row,  # the loss's: logits, log-probabilities and their gradients
+        # the last block's: the logits alone left of the rows (the caller may hold them), the
+        # block recomputed when checkpointing, its gradients, the output layer's of the table
+        kept + row + (per_block if checkpoint else 0) + gradient_values(shape) + table,
+        embeddings + row + 2 * table,  # the lookup's, last: its gradient of the table beside the output layer's
+    )
+    return int(FP32 * batch * block * max(peaks))
+
+
+def block_values(shape: BlockConfig, block: int, device: str, score_bias: bool = False) -> float:
+    """Per token, what one block pass keeps for backward: 10 dim-wide (8 without dropout), 2 ffn-wide, the scores."""
+    dim_wide = 10 if shape.dropout > 0 else 8  # two are the residual dropouts' masks
+    return dim_wide * shape.dim + 2 * shape.ffn_dim + score_rows(shape, device, score_bias) * shape.heads * block
+
+
+def score_rows(shape: BlockConfig, device: str, score_bias: bool) -> int:
+    """Time-long rows per head and token that SDPA keeps for backward.
+
+    With attention dropout on the CPU it takes its plain path and keeps the
+    probabilities, the dropout's mask and the dropped probabilities. Otherwise the
+    fused kernels keep none, unless the scores get a bias that needs a gradient: the
+    CPU's fused kernel gives it none, so the plain path runs and keeps the
+    probabilities; CUDA's memory-efficient kernel keeps the bias to recompute them.
+    """
+    if device == "cpu" and shape.attention_dropout > 0:
+        return 3
+    return 1 if score_bias else 0
+
+
+def gradient_values(shape: BlockConfig) -> float:
+    """Per token, the gradients live at once in a block's backward: the arriving one, the residual dropout's, FFN's."""
+    return 2 * shape.dim + shape.ffn_dim
+
+
+def word_table_values(config: object, shape: BlockConfig) -> int:
+    """V x E, E = ``embedding_dim`` or dim: the word embeddings, which every family plm plan takes ties to its output.
+
+    Their gradient from the output layer, made as backward starts, waits in autograd
+    until the embedding lookup, the last step of backward, adds its own: one table from
+    the end of the head's backward on, two at the lookup (three when autograd sums them
+    out of place, which it does or not by whether it may reuse the first: not counted).
+    """
+    return config.vocab_size * (getattr(config, "embedding_dim", None) or shape.dim)
 
 
 def check_setup(setup: PlanSetup) -> None:
@@ -176,15 +243,16 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
     block = setup.block or min(recipe.block_size or config.context_length, config.context_length)
     if block > config.context_length:
         raise PLMError(f"--block {block} exceeds {setup.model}'s context of {config.context_length} tokens")
+    trained = model_class(config).config_with_heads(config, objective.heads)
     with torch.device("meta"):
-        model = from_config(model_class(config).config_with_heads(config, objective.heads))
+        model = from_config(trained)
     count = sum(p.numel() for p in model.parameters())
     weights = FP32 * count
     state = OPTIMIZER_STATES[setup.optimizer] * weights
     device_type = planned_device(setup.device)
     predicted = MLM_PROBABILITY if objective.masks_words else 1.0
     activations = {
-        name: activation_bytes(config, predicted, setup.batch, block, checkpoint, device_type)
+        name: activation_bytes(trained, predicted, setup.batch, block, checkpoint, device_type)
         for name, checkpoint in (("without", False), ("with", True))
     }
     device: dict[str, int] = {}
