@@ -63,12 +63,17 @@ def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     """The one-token route: x (..., in) as columns, times ``BLOCKS`` row blocks of W in one batched matmul."""
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
-    blocked = out_features - out_features % BLOCKS
     columns = x.reshape(rows, in_features).t()  # (in, rows)
+    if out_features % BLOCKS == 0:  # the bias added by the batched product itself: no op of its own
+        blocks = weight.view(BLOCKS, out_features // BLOCKS, in_features)  # (BLOCKS, out/BLOCKS, in)
+        expanded = columns.expand(BLOCKS, in_features, rows)
+        y = torch.bmm(blocks, expanded) if bias is None else torch.baddbmm(bias.view(BLOCKS, -1, 1), blocks, expanded)
+        return y.view(out_features, rows).t().reshape(*x.shape[:-1], out_features)
+    # A vocabulary like GPT-2's 50,257 leaves a few rows over, multiplied on their own.
+    blocked = out_features - out_features % BLOCKS
     blocks = weight[:blocked].view(BLOCKS, blocked // BLOCKS, in_features)  # (BLOCKS, out/BLOCKS, in)
     y = torch.bmm(blocks, columns.expand(BLOCKS, in_features, rows)).view(blocked, rows).t()  # (rows, blocked)
-    if blocked < out_features:  # a vocabulary like GPT-2's 50,257 leaves a few rows over
-        y = torch.cat([y, F.linear(columns.t(), weight[blocked:])], dim=-1)
+    y = torch.cat([y, F.linear(columns.t(), weight[blocked:])], dim=-1)
     if bias is not None:
         y = y + bias
     return y.reshape(*x.shape[:-1], out_features)
