@@ -5,8 +5,10 @@ Trainer on the same random token blocks: DDP (every process holds the whole mode
 gradients and AdamW state), FSDP (each holds half), and FSDP with activation
 checkpointing. A worker reports tokens/s over the timed steps (after one warm-up step),
 the bytes of the parameters, gradients and optimizer state it holds (counted from its
-local tensors), and its peak resident memory; ``plm plan``'s estimate for the same
-setting stands beside the measured state.
+local tensors), and the peak resident memory of each process, once the Trainer is made
+(start-up) and at the end; ``plm plan``'s estimate for the same setting stands beside the
+measured state. The model is built as ``plm pretrain`` builds it: with FSDP, whole on the
+first process only (:func:`plm.training.parallel.built_on_first_process`).
 
     python benchmarks/bench_fsdp.py --config both
 """
@@ -37,19 +39,26 @@ import numpy as np
 import torch
 import plm
 from plm.objectives.clm import CausalLMObjective
-from plm.training.distributed import teardown_distributed
-from plm.training.parallel import Parallelism
+from plm.training.distributed import setup_distributed, teardown_distributed
+from plm.training.parallel import Parallelism, built_on_first_process
 from plm.training.trainer import Trainer, TrainingConfig
+
+def peak_rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 preset, batch, block, steps, strategy, checkpointing, out = sys.argv[1:]
 batch, block, steps = int(batch), int(block), int(steps)
+parallelism = Parallelism(strategy, checkpoint_activations=checkpointing == "1")
+world = setup_distributed(torch.device("cpu"), group_of_one=parallelism.sharded)
 torch.manual_seed(0)
-model = plm.from_preset(preset)
+with built_on_first_process(parallelism, world):
+    model = plm.from_preset(preset)
 tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, size=200_000).astype(np.int64)
 objective = CausalLMObjective(tokens, tokens[:4096], block_size=block, batch_size=batch)
 config = TrainingConfig(steps=steps + 1, device="cpu", progress=False, save_every=10**6, eval_every=10**6,
-                        parallelism=Parallelism(strategy, checkpoint_activations=checkpointing == "1"))
-trainer = Trainer(model, objective, config, out)
+                        parallelism=parallelism)
+trainer = Trainer(model, objective, config, out, distributed=world)
+startup_rss = peak_rss()
 wrapped = trainer.wrap(trainer.model)
 trainer.optimizer_step(wrapped)  # warm-up: allocations, optimizer state
 trainer.step += 1
@@ -62,11 +71,13 @@ local = lambda t: t.to_local() if hasattr(t, "to_local") else t
 held = sum(local(p).numel() * 4 for p in trainer.model.parameters())
 held += sum(local(v).numel() * v.element_size() for s in trainer.optimizer.state.values() for k, v in s.items()
             if k != "step")
-if trainer.distributed.is_main:
-    json.dump({"tokens_per_second": steps * batch * block * trainer.distributed.world_size / seconds,
+peaks = world.all_gather_object((startup_rss, peak_rss()))  # [(start-up, whole run)] in rank order
+if world.is_main:
+    json.dump({"tokens_per_second": steps * batch * block * world.world_size / seconds,
                # parameters and their gradients (the same bytes), and the optimizer's moments
                "state_bytes": held + sum(local(p).numel() * 4 for p in trainer.model.parameters()),
-               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}, open(out + "/result.json", "w"))
+               "startup_rss_bytes": [startup for startup, _ in peaks],
+               "peak_rss_bytes": [peak for _, peak in peaks]}, open(out + "/result.json", "w"))
 teardown_distributed()
 """
 
@@ -100,8 +111,10 @@ def bench(name: str, report: Report) -> None:
         report.add(name, f"{setting} params+grads+AdamW MB per process, vs ddp (lower is better)",
                    result["state_bytes"] / 2**20, ddp["state_bytes"] / 2**20,
                    f"plm plan: {planned_state / 2**20:,.0f} MB")
-        report.add(name, f"{setting} peak RSS MB per process, vs ddp (lower is better)",
-                   result["peak_rss_bytes"] / 2**20, ddp["peak_rss_bytes"] / 2**20)
+        for rank in range(PROCESSES):  # the first process builds the whole model, the others only their shards
+            for key, when in (("startup_rss_bytes", "start-up"), ("peak_rss_bytes", "peak")):
+                report.add(name, f"{setting} {when} RSS MB of process {rank}, vs ddp (lower is better)",
+                           result[key][rank] / 2**20, ddp[key][rank] / 2**20)
 
 
 def main() -> None:

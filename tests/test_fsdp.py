@@ -3,7 +3,9 @@
 Two processes with FSDP must train as one process does on the same global batch (the
 oracle: a plain run with twice the micro-batches), write checkpoints that resume bit for
 bit (on 2 processes) or within rounding (on 1), consolidate into a model directory equal
-to the plain run's, and hold about half of the model and optimizer state each.
+to the plain run's, and hold about half of the model and optimizer state each. Only the
+first process builds the whole model: the second hands the trainer a model on the meta
+device and receives its shards (and buffers) of the first one's weights.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 
 import plm
 from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, load_model, recover_checkpoint
@@ -62,13 +65,68 @@ def assert_same_weights(actual: torch.nn.Module, expected: torch.nn.Module, tole
         torch.testing.assert_close(tensor, expected_weights[name], rtol=tolerance, atol=tolerance, msg=name)
 
 
+# plm under torchrun with the trainer's prepare_model watched: what each process hands it (the bytes of the
+# parameters not on the meta device) and holds after (its shards); the first process's weights before sharding
+# and every process's shards after, to compare.
+PROBE = """
+import json, os, sys
+from pathlib import Path
+from safetensors.torch import save_file
+import plm.training.trainer as trainer
+from plm.cli.main import main
+
+prepare, rank = trainer.prepare_model, int(os.environ["RANK"])
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+
+
+def probed(model, *args):
+    handed = sum(p.numel() * p.element_size() for p in model.parameters() if not p.is_meta)
+    if rank == 0:
+        save_file({n: t.detach().clone() for n, t in model.state_dict().items()}, f"{out}.whole.safetensors")
+    model = prepare(model, *args)
+    shards = {n: p.to_local().detach().contiguous() for n, p in model.named_parameters()}
+    save_file(shards, f"{out}.shards-{rank}.safetensors")
+    held = sum(t.numel() * t.element_size() for t in shards.values())
+    Path(f"{out}.bytes-{rank}.json").write_text(json.dumps({"handed": handed, "held": held}))
+    return model
+
+
+trainer.prepare_model = probed
+sys.exit(main())
+"""
+
+
+def probed_torchrun(tmp_path: Path) -> list[str]:
+    """TORCHRUN with :data:`PROBE` watching each process's start (:func:`assert_built_on_the_first_process_only`)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE, encoding="utf-8")
+    return [*TORCHRUN[:-2], str(probe)]
+
+
+def assert_built_on_the_first_process_only(out: Path) -> None:
+    """The second process handed the trainer no parameter memory at all (a model on the meta device) and holds
+    half the model after; each process's shards are its rows of the first process's whole weights."""
+    whole = load_file(f"{out}.whole.safetensors")
+    whole_bytes = sum(tensor.numel() * tensor.element_size() for tensor in whole.values())
+    counts = [json.loads(Path(f"{out}.bytes-{rank}.json").read_text()) for rank in range(2)]
+    assert [count["handed"] for count in counts] == [whole_bytes, 0]
+    assert sum(count["held"] for count in counts) == whole_bytes
+    assert counts[1]["held"] == pytest.approx(whole_bytes / 2, rel=0.01)
+    for rank in range(2):
+        shards = load_file(f"{out}.shards-{rank}.safetensors")
+        assert shards.keys() == whole.keys()
+        for name, shard in shards.items():  # FSDP2 shards dimension 0 as torch.chunk does
+            torch.testing.assert_close(shard, whole[name].chunk(2)[rank], rtol=0, atol=0, msg=f"{name} of {rank}")
+
+
 def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one(text_file: Path,
                                                                                  tmp_path: Path) -> None:
     """Two processes with FSDP against the oracle of one process taking both micro-batches of each step:
     the same losses and, consolidated, the same weights. Killed after a checkpoint, the run resumes bit for
-    bit on 2 processes, and on 1 with the same global batch (so the same losses, to rounding)."""
+    bit on 2 processes, and on 1 with the same global batch (so the same losses, to rounding). The second
+    process never builds the whole model: its shards come from the first."""
     args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0"]
-    straight = start(TORCHRUN, [*args, *FSDP], tmp_path / "straight")
+    straight = start(probed_torchrun(tmp_path), [*args, *FSDP], tmp_path / "straight")
     tokenizer = wait_for(tmp_path / "straight" / "tokenizer" / "tokenizer_config.json", straight, tmp_path / "straight")
     args = [*args, "--tokenizer", str(tokenizer.parent)]
     runs = {"plain": start(PLM, [*args, "--grad-accum", "2"], tmp_path / "plain")}
@@ -83,6 +141,7 @@ def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one
     for name, process in [("straight", straight), *runs.items()]:
         finish(process, tmp_path / name)
 
+    assert_built_on_the_first_process_only(tmp_path / "straight")
     expected = logged_losses(tmp_path / "straight")
     assert [line["step"] for line in expected] == list(range(1, 13))
     assert logged_losses(tmp_path / "on-two") == expected
@@ -117,7 +176,7 @@ import torch
 sys.path.insert(0, {tests!r})
 import plm
 from test_fsdp import clm_objective
-from plm.training.parallel import Parallelism
+from plm.training.parallel import Parallelism, built_on_first_process, prepare_model
 from plm.training.trainer import Trainer, TrainingConfig
 from plm.training.distributed import teardown_distributed
 
@@ -130,13 +189,19 @@ trainer.optimizer_step(trainer.wrap(trainer.model))
 local = lambda t: t.to_local() if hasattr(t, "to_local") else t
 parameters = sum(local(p).numel() for p in trainer.model.parameters())
 moments = sum(local(v).numel() for state in trainer.optimizer.state.values() for k, v in state.items() if k != "step")
+# A buffer outside the state dict (the sinusoidal table), of a model the second process builds on the meta device.
+with built_on_first_process(Parallelism("fsdp"), trainer.distributed):
+    seq2seq = plm.from_preset("transformer-micro")
+table = prepare_model(seq2seq, Parallelism("fsdp"), torch.device("cpu"), torch.float32).positions.table
+table_kept = torch.equal(table, plm.from_preset("transformer-micro").positions.table)
 with open({out!r} + f"/shares-{{trainer.distributed.rank}}.json", "w") as file:
-    json.dump({{"whole": whole, "parameters": parameters, "moments": moments}}, file)
+    json.dump({{"whole": whole, "parameters": parameters, "moments": moments, "table_kept": table_kept}}, file)
 teardown_distributed()
 """
 
 
-def test_each_of_two_processes_holds_half_of_the_parameters_and_optimizer_state(tmp_path: Path) -> None:
+def test_each_of_two_processes_holds_half_of_the_parameters_and_optimizer_state_and_every_buffer(
+        tmp_path: Path) -> None:
     worker = tmp_path / "worker.py"
     worker.write_text(LOCAL_SHARES.format(tests=str(Path(__file__).parent), out=str(tmp_path)), encoding="utf-8")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker)]
@@ -152,6 +217,7 @@ def test_each_of_two_processes_holds_half_of_the_parameters_and_optimizer_state(
         assert share["moments"] == 2 * share["parameters"]  # AdamW's two moments, of the process's own shard only
         assert 4 * share["parameters"] == pytest.approx(planned["parameters"], rel=0.01)  # what plm plan said
         assert 4 * share["moments"] == pytest.approx(planned["optimizer state"], rel=0.01)
+        assert share["table_kept"]
 
 
 @pytest.fixture

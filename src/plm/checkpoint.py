@@ -104,6 +104,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
     """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode.
 
     A sharded checkpoint (an FSDP run's) is read whole from the shards of all its processes.
+    Under ``torch.device("meta")`` only its shapes are made (:func:`reads_no_weights`).
     """
     directory = model_directory(path)
     model_cls, config, description = read_description(directory)
@@ -116,6 +117,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
                            f"{', '.join(QUANTIZATIONS)}")
         check_device(device)
         quantize(model, quantization)
+    if reads_no_weights():
+        return model.eval()
     if is_sharded_checkpoint(directory):
         weights = {name: torch.empty(t.shape, dtype=t.dtype) for name, t in model.state_dict().items()}
         read_model_shards(directory, weights, read_json(directory / STATE_FILE))
@@ -123,6 +126,15 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Pretrain
     else:
         load_weights(model, read_tensors(directory / WEIGHTS_FILE), str(directory / WEIGHTS_FILE))
     return model.to(device).eval()
+
+
+def reads_no_weights() -> bool:
+    """Whether models are being built on the meta device, for their shapes alone: then no weights are read.
+
+    FSDP's processes after the first build their model so (:func:`plm.training.parallel.built_on_first_process`):
+    the first reads the weights and sends each process its shards, so the others need not hold them whole.
+    """
+    return torch.get_default_device().type == "meta"
 
 
 def read_description(directory: Path) -> tuple[type[PretrainedModel], Any, dict[str, Any]]:

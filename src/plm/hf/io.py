@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from plm.checkpoint import load_weights
+from plm.checkpoint import load_weights, reads_no_weights
 from plm.core.quantize import check_trainable
 from plm.errors import PLMError
 from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
@@ -106,7 +106,10 @@ def register(converter_class: type[Converter]) -> type[Converter]:
 
 
 def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
-    """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it)."""
+    """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it).
+
+    Under ``torch.device("meta")`` only its shapes are made (:func:`plm.checkpoint.reads_no_weights`).
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise PLMError(f"{directory}: no such model directory")
@@ -122,11 +125,13 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     if isinstance(architecture, str) and architecture in BY_ARCHITECTURE:  # a task model on this family
         converter = BY_ARCHITECTURE[architecture]
     config = converter.config_from_hf(hf_config, str(config_path))
+    with torch.device("meta"):
+        model = FAMILIES[converter.family](config)
+    if reads_no_weights():  # its shapes alone, for an FSDP process that is sent its shards
+        return model
     weights = read_weights(directory)
     state = converter.weights_from_hf(weights, config)
     weights.check_all_taken()
-    with torch.device("meta"):
-        model = FAMILIES[converter.family](config)
     load_weights(model, state, weights.source)
     return model.to(device)
 

@@ -46,7 +46,8 @@ from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tokenizer import Tokenizer
-from plm.training.parallel import Parallelism
+from plm.training.distributed import setup_distributed
+from plm.training.parallel import Parallelism, built_on_first_process
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 # The built-in task's fresh model. BERT's N(0, 0.02) suits 768-wide layers (about 0.55 / sqrt(768)); in a
@@ -221,13 +222,15 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
     else:
         sizes = (setup.synthetic_size, setup.synthetic_size // 4)
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
-    backbone, tokenizer = load_backbone(setup, train)
+    world = setup_distributed(resolve_device(setup.device), group_of_one=setup.parallelism.sharded)
+    with built_on_first_process(setup.parallelism, world):
+        backbone, tokenizer = load_backbone(setup, train)
+        elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
     causal = isinstance(backbone, CausalLM)
     if causal and setup.task in GPT_TASKS:
         add_task_tokens(backbone, tokenizer)
     labels = task_labels(setup.task, [*train, *validation])
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
-    elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
     if setup.features is not None:
         default_lr = FEATURE_TAGGER_LR
     else:
@@ -250,15 +253,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
         for restart in range(setup.restarts):
             seed = setup.seed + restart
             torch.manual_seed(seed)
-            if setup.features is not None:
-                model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
-                                       mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
-                                       mix_l2=setup.mix.l2)
-                model.cache_features()  # frozen features: each sentence's computed once, not every epoch
-            else:
-                names = labels if task.head != "span" else ()
-                model = task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric,
-                                   pooling=pooling)
+            with built_on_first_process(setup.parallelism, world):
+                model = run_model(setup, backbone, elmo, task, labels, pooling)
             mix_penalty = model.penalty if setup.mix.l2 > 0 else None
             objective = TaskObjective(
                 task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift,
@@ -279,7 +275,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
                 runs.append(read_json(directory / RUN_RESULT_FILE))
                 continue
             continuing = resume and has_checkpoint(directory)
-            trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer)
+            trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer, distributed=world)
             metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing))
             last = {k: v for k, v in metrics.items() if k.startswith("val_")}
             runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
@@ -292,6 +288,19 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
         shutil.copytree(Path(best["directory"]) / BEST_DIR, out / BEST_DIR)
         write_json(out / "summary.json", {"selection": task.selection, "best": best, "runs": runs})
     return FinetuneResult(load_model(out), tokenizer, runs, best)
+
+
+def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
+              pooling: str | None) -> TaskModel | FeatureTagger:
+    """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based tagger."""
+    if setup.features is not None:
+        model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
+                               mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
+                               mix_l2=setup.mix.l2)
+        model.cache_features()  # frozen features: each sentence's computed once, not every epoch
+        return model
+    names = labels if task.head != "span" else ()
+    return task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric, pooling=pooling)
 
 
 def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenizer]:

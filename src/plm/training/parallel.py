@@ -10,6 +10,11 @@ ELMo) is one unit. ``--offload`` keeps the shards and the optimizer's step in CP
 memory (a GPU run); on a GPU with bf16, parameters are gathered in bf16 and gradients
 reduced in fp32. Activation checkpointing keeps only each block's input and recomputes
 the block in backward, on one process or many.
+
+Under FSDP only the first process builds the whole model: the others build it on the
+meta device (:func:`built_on_first_process`) and :func:`prepare_model` gives them their
+shards of the first process's weights, broadcast one tensor at a time, so that no other
+process holds more of the whole model than that one tensor.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed._composable import checkpoint
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from plm.core.block import TransformerBlock
 from plm.errors import PLMError
+from plm.training.distributed import Distributed
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -65,16 +72,34 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     return list(units.values())
 
 
-def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """Apply activation checkpointing and FSDP to ``model`` in place (its parameter names stay the same).
+def built_on_first_process(parallelism: Parallelism, world: Distributed) -> contextlib.AbstractContextManager:
+    """A context in which a model is built whole on the first process only, when FSDP shards it.
 
-    FSDP replaces the parameters by sharded ones: the optimizer is built after this.
+    Every other process builds it on the meta device (shapes without memory, no initialisation,
+    a saved model's weights left unread: see :func:`plm.checkpoint.reads_no_weights`), and
+    :func:`prepare_model` fills its shards from the first process's weights. Without it every
+    process would hold a whole model at start-up, however few of its shards it keeps.
+    """
+    return torch.device("meta") if parallelism.sharded and not world.is_main else contextlib.nullcontext()
+
+
+def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """``model`` on ``device`` with activation checkpointing and FSDP applied in place (the same parameter names).
+
+    FSDP replaces the parameters by sharded ones: the optimizer is built after this. Their
+    values are the first process's on every process, whether the others built ``model`` on
+    the meta device (:func:`built_on_first_process`) or whole.
     """
     if parallelism.checkpoint_activations:
         for block in shard_units(model):
             checkpoint(block)
     if not parallelism.sharded:
-        return model
+        return model.to(device)
+    on_meta = any(parameter.is_meta for parameter in model.parameters())
+    spread = dist.get_world_size() > 1
+    # The first process's whole tensors where it built them, kept for the others until their shards are filled;
+    # fully_shard moves each unit to the device as it shards it, so that no GPU holds the whole model.
+    whole = model.state_dict() if spread and dist.get_rank() == 0 else {}
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     options = {"mesh": mesh}
     if parallelism.offload:
@@ -84,7 +109,23 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
     for block in shard_units(model):
         fully_shard(block, **options)
     fully_shard(model, **options)
+    if on_meta:  # storage for this process's shards (and the buffers), filled below
+        model.to_empty(device=device)
+    if spread:
+        copy_first_process(model, whole)
     return model
+
+
+def copy_first_process(model: nn.Module, whole: dict[str, torch.Tensor]) -> None:
+    """Fill every process's shards and buffers of the sharded ``model`` with the first process's values.
+
+    ``whole`` is the first process's state dict before sharding (empty on the others): torch
+    broadcasts it one tensor at a time and each process keeps its slices. The state dict leaves
+    out non-persistent buffers (the Transformer's sinusoidal table), so every buffer is sent too.
+    """
+    set_model_state_dict(model, whole, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def is_sharded(model: nn.Module) -> bool:

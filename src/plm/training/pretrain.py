@@ -35,6 +35,7 @@ from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_sp
 from plm.recipe import Hyperparameters, Recipe
 from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
+from plm.training.parallel import built_on_first_process
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 
 # `--model bert` and friends: a family name stands for its recipe's small CPU preset.
@@ -214,7 +215,8 @@ def prepare(
     corpus = load_corpus(setup)
     tokenizer = resolve_tokenizer(setup, model_name, recipe, corpus, out, resume, world)
     torch.manual_seed(training.seed)
-    model = build_model(setup, model_name, spec.heads, tokenizer)
+    with built_on_first_process(training.parallelism, world):
+        model = build_model(setup, model_name, spec.heads, tokenizer)
     data = ObjectiveData(
         corpus=corpus,
         tokenizer=tokenizer,

@@ -24,6 +24,8 @@ from plm.errors import PLMError, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.recipe import Hyperparameters
+from plm.training.distributed import setup_distributed
+from plm.training.parallel import built_on_first_process
 from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
 from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
 from plm.translation import DecodingOptions
@@ -165,19 +167,20 @@ def prepare_seq2seq(
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     training = training.with_defaults(defaults)
     training.validate()
-    resolve_device(training.device)
+    world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
     check_run_directory(out, resume, overwrite)
     train, validation = read_pairs(setup)
     tokenizers = resolve_tokenizers(setup, model_name, train, out, resume)
     torch.manual_seed(training.seed)
-    model = build_model(setup, model_name, tokenizers)
+    with built_on_first_process(training.parallelism, world):
+        model = build_model(setup, model_name, tokenizers)
     objective = Seq2SeqObjective(
         train, validation, tokenizers, max_tokens=setup.max_tokens,
         label_smoothing=recipe.label_smoothing if setup.label_smoothing is None else setup.label_smoothing,
         seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
         select_by=setup.select_by, max_positions=model.context_length(),
     )
-    return Trainer(model, objective, training, out, tokenizers), tokenizers
+    return Trainer(model, objective, training, out, tokenizers, world), tokenizers
 
 
 def train_seq2seq(

@@ -151,8 +151,9 @@ class Trainer:
         self.distributed = distributed or setup_distributed(self.device, group_of_one=self.parallelism.sharded)
         if self.device.type == "cuda" and self.distributed.enabled:
             self.device = torch.device("cuda", self.distributed.local_rank)
-        # FSDP swaps in sharded parameters: the optimizer is built on them, after.
-        self.model = prepare_model(model.to(self.device), self.parallelism, self.device, self.dtype)
+        # FSDP swaps in sharded parameters (of a model another process may have built on the meta
+        # device): the optimizer is built on them, after.
+        self.model = prepare_model(model, self.parallelism, self.device, self.dtype)
         self.objective = objective
         self.loss_weights = loss_weights(objective)
         self.selection = selection(objective)
