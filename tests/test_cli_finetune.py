@@ -242,6 +242,22 @@ def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tm
     assert predicted[data] == pytest.approx(predicted[swapped], abs=1e-6)
 
 
+def test_a_gpt_with_task_tokens_fine_tunes_the_same_twice_with_one_seed(tmp_path, capsys):
+    """GPT-1's task tokens are new embedding rows, drawn at random: from the run's seed, not from the process's."""
+    tokenizer = Tokenizer.train_bpe(["a good cat", "a bad dog", "the good dog"] * 20, vocab_size=300)
+    save_model(from_preset("gpt2-micro", vocab_size=len(tokenizer)), tmp_path / "gpt", tokenizer)
+    weights = []
+    for run, process_seed in enumerate((1, 2)):
+        torch.manual_seed(process_seed)  # whatever the process drew before
+        code, _, _ = run_main(capsys, "finetune", "--task", "pair", "--model", tmp_path / "gpt", *QUICK,
+                              "--no-progress", "--out", tmp_path / f"run{run}")
+        assert code == 0
+        weights.append(load_model(tmp_path / f"run{run}").state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    for name, tensor in weights[0].items():
+        assert torch.equal(tensor, weights[1][name]), name
+
+
 @pytest.mark.parametrize(
     ("preset", "lr", "warmup"),
     [("gpt2-micro", 6.25e-5, 0.002), ("bert-micro", 5e-5, 0.1)],  # GPT-1 4.1; BERT A.3 (its largest lr)

@@ -228,6 +228,7 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
         elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
     causal = isinstance(backbone, CausalLM)
     if causal and setup.task in GPT_TASKS:
+        torch.manual_seed(setup.seed)  # the task tokens' new rows are drawn: the same run, the same rows
         add_task_tokens(backbone, tokenizer)
     labels = task_labels(setup.task, [*train, *validation])
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
