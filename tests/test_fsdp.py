@@ -153,13 +153,38 @@ def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one
     assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "plain"), tolerance=1e-5)
 
 
-def test_fsdp_shards_albert_whose_one_block_runs_at_every_layer(text_file: Path, tmp_path: Path) -> None:
-    # The shared block is gathered and resharded at each of its layers; LAMB steps on the shards.
+# plm pretrain once for each of ALBERT's kinds of sharing, into OUT-all, OUT-attention and OUT-ffn, the later runs
+# with the first one's tokenizer.
+SHARINGS = """
+import functools, sys
+import plm.cli.pretrain as cli
+import plm.training.pretrain as pretrain
+from plm.cli.main import main
+
+pretrain.teardown_distributed = lambda: None  # one process group for the three runs
+setup, argv = cli.PretrainSetup, sys.argv[1:]
+out = argv.index("--out")
+argv, base = argv[:out] + argv[out + 2:], argv[out + 1]
+for sharing in ("all", "attention", "ffn"):
+    cli.PretrainSetup = functools.partial(setup, model_overrides={"sharing": sharing})
+    if main([*argv, "--out", f"{base}-{sharing}"]):
+        sys.exit(2)
+    if "--tokenizer" not in argv:
+        argv += ["--tokenizer", f"{base}-{sharing}/tokenizer"]
+"""
+
+
+def test_fsdp_shards_albert_whose_blocks_share_all_or_one_sublayer(text_file: Path, tmp_path: Path) -> None:
+    """One block run at every layer is gathered and resharded at each; a sub-layer that distinct blocks hold
+    (FSDP2 takes each parameter into one unit only) is a unit of its own. LAMB steps on the shards."""
+    worker = tmp_path / "sharings.py"
+    worker.write_text(SHARINGS, encoding="utf-8")
     args = ["pretrain", *RUN, "--model", "albert-micro", "--train", str(text_file), "--dropout", "0"]
-    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")])
-    succeeds([*args, "--tokenizer", str(tmp_path / "one" / "tokenizer"), *FSDP, "--out", str(tmp_path / "fsdp")],
-             TORCHRUN)
-    assert_close_losses(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "one"))
+    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")], [sys.executable, str(worker)])
+    succeeds([*args, "--tokenizer", str(tmp_path / "one-all" / "tokenizer"), *FSDP, "--out", str(tmp_path / "fsdp")],
+             [*TORCHRUN[:-2], str(worker)])
+    for sharing in ("all", "attention", "ffn"):
+        assert_close_losses(logged_losses(tmp_path / f"fsdp-{sharing}"), logged_losses(tmp_path / f"one-{sharing}"))
 
 
 def test_a_sharded_checkpoint_loads_whole_and_converts_to_hugging_face(tmp_path: Path, group_of_one) -> None:

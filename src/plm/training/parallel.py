@@ -3,7 +3,8 @@
 ``ddp`` replicates the model on every process and averages gradients (DDP);
 ``fsdp`` shards parameters, gradients and optimizer state over the processes with
 PyTorch's FSDP2 (``fully_shard``): each Transformer block is one unit, gathered whole
-just before it runs and sharded again after, and the rest of the model (embeddings,
+just before it runs and sharded again after (a sub-layer that several blocks hold, as ALBERT's
+shared attention or feed-forward, is a unit of its own), and the rest of the model (embeddings,
 heads, the final LayerNorm) is the root's unit, so a tied output layer reads the same
 gathered table as the input embedding. A model without Transformer blocks (the RNNs,
 ELMo) is one unit. ``--offload`` keeps the shards and the optimizer's step in CPU
@@ -20,7 +21,8 @@ process holds more of the whole model than that one tensor.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -63,13 +65,39 @@ class Parallelism:
             raise PLMError("--strategy fsdp trains in fp32 or bf16, not fp16; pass --precision bf16 or fp32")
 
 
-def shard_units(model: nn.Module) -> list[nn.Module]:
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     """The Transformer blocks of ``model``, each once (ALBERT runs one block many times)."""
-    units: dict[int, nn.Module] = {}
+    blocks: dict[int, nn.Module] = {}
     for module in model.modules():
         if isinstance(module, TransformerBlock):
-            units.setdefault(id(module), module)
-    return list(units.values())
+            blocks.setdefault(id(module), module)
+    return list(blocks.values())
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The FSDP units of ``model`` below its root, in the order to shard them: the modules that several
+    blocks hold, then the blocks.
+
+    FSDP2 needs each parameter in exactly one unit, and a unit takes what its units below have not.
+    Distinct blocks may hold the same sub-layer (ALBERT sharing only the attention or only the
+    feed-forward): that sub-layer becomes a unit of its own, gathered wherever a block runs it.
+    """
+    blocks = transformer_blocks(model)
+    holders = Counter(id(module) for block in blocks for module in block.modules() if module is not block)
+    shared: dict[int, nn.Module] = {}
+    for block in blocks:
+        for module in outermost(block, lambda module: holders[id(module)] > 1):
+            shared.setdefault(id(module), module)
+    return [*shared.values(), *blocks]
+
+
+def outermost(module: nn.Module, chosen: Callable[[nn.Module], bool]) -> Iterator[nn.Module]:
+    """The submodules of ``module`` that are ``chosen`` and lie inside no other chosen one."""
+    for child in module.children():
+        if chosen(child):
+            yield child
+        else:
+            yield from outermost(child, chosen)
 
 
 def built_on_first_process(parallelism: Parallelism, world: Distributed) -> contextlib.AbstractContextManager:
@@ -91,7 +119,7 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
     the meta device (:func:`built_on_first_process`) or whole.
     """
     if parallelism.checkpoint_activations:
-        for block in shard_units(model):
+        for block in transformer_blocks(model):
             checkpoint(block)
     if not parallelism.sharded:
         return model.to(device)
@@ -106,8 +134,8 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
         options["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     if device.type == "cuda" and dtype == torch.bfloat16:
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in shard_units(model):
-        fully_shard(block, **options)
+    for unit in shard_units(model):
+        fully_shard(unit, **options)
     fully_shard(model, **options)
     if on_meta:  # storage for this process's shards (and the buffers), filled below
         model.to_empty(device=device)
