@@ -234,6 +234,7 @@ def test_the_mix_options_reach_every_scalar_mix(tmp_path, capsys):
         (["--task", "tag", "--features", "-4,-1"], "layer indices from -3 to 2, got -4,-1"),
         (["--task", "tag", "--features", "0", "--elmo", "{missing}"], "no such model directory"),
         (["--task", "tag", "--features", "0", "--sift"], "the feature-based tagger keeps it frozen"),
+        (["--task", "tag", "--features", "0", "--strategy", "fsdp"], "--features with --strategy fsdp is not supported"),
     ],
 )
 def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):

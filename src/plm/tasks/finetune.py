@@ -101,6 +101,12 @@ class FinetuneSetup:
             raise PLMError(f"--features is for --task tag (the feature-based tagger), not --task {self.task}")
         if self.elmo is not None and self.features is None:
             raise PLMError("--elmo joins the features of the feature-based tagger: give --features too (e.g. 0)")
+        if self.features is not None and self.parallelism.sharded:
+            # Each process runs the frozen models only for its sentences not yet in the feature cache, so one
+            # process would gather their shards while the other waits in another collective: a hang.
+            raise PLMError("--features with --strategy fsdp is not supported: each process runs the frozen model "
+                           "only for its sentences not yet cached, and FSDP needs every process in each of its "
+                           "gathers; use --strategy ddp")
         if self.features is not None and self.sift:
             raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps it frozen")
         if self.symmetric and self.task not in ("pair", "regress"):
