@@ -5,7 +5,8 @@ the models run, so a slow or shared machine lowers the limit and the result alik
 
 * memory bandwidth: the best of a few ``sum`` over a 256 MB fp32 tensor (a pure
   streaming read, as decoding reads its weights);
-* matmul peak: the best of a few 2048 x 2048 x 2048 fp32 products (2 * 2048^3 FLOPs).
+* matmul peak: the best of a few 2048 x 2048 x 2048 fp32 products (2 * 2048^3 FLOPs); on a GPU
+  training in bf16, 8192^3 bf16 products, the tensor cores' rate the training runs at.
 
 Every benchmark prints its table through :class:`Report`, which also merges its rows
 into ``benchmarks/results.json`` (with the machine, its limits and the versions);
@@ -70,9 +71,13 @@ def memory_bandwidth(device: torch.device) -> float:
     return data.numel() * data.element_size() / best_seconds(data.sum, 5, device)
 
 
-def matmul_peak(device: torch.device, size: int = 2048) -> float:
-    """fp32 FLOP/s of a size^3 matrix product, the best of 5: what the training FLOPs are measured against."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a square matrix product in ``dtype``, the best of 5: what the training FLOPs are measured against.
+
+    2048^3 saturates a CPU; a GPU's tensor cores need 8192^3 to reach their rate.
+    """
+    size = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     return 2 * size**3 / best_seconds(lambda: a @ b, 5, device)
 
 
@@ -146,14 +151,16 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"
+    precision: str = "fp32"  # what the training rows compute in: "bf16" measures the peak in bf16
     limits: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.limits:
             device = torch.device(self.device)
-            self.limits = {"bandwidth": memory_bandwidth(device), "flops": matmul_peak(device)}
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+            self.limits = {"bandwidth": memory_bandwidth(device), "flops": matmul_peak(device, dtype)}
         print(f"memory bandwidth {self.limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
-              f"matmul peak {self.limits['flops'] / 1e9:.1f} GFLOP/s (2048^3 fp32 product)")
+              f"matmul peak {self.limits['flops'] / 1e9:.1f} GFLOP/s ({self.precision} product)")
 
     def add(self, config: str, measure: str, plm: float, peer: float | None = None, limit: str = "") -> None:
         self.rows.append(Row(config, measure, plm, peer, limit))
@@ -180,7 +187,7 @@ class Report:
         results["machine"] = {
             "cpu": cpu_name(), "device": self.device, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "memory_bandwidth_gb_s": round(self.limits["bandwidth"] / 1e9, 2),
-            "matmul_peak_gflop_s": round(self.limits["flops"] / 1e9, 1),
+            "matmul_peak_gflop_s": round(self.limits["flops"] / 1e9, 1), "matmul_peak_precision": self.precision,
         }
         results["versions"] = {"torch": torch.__version__, "python": platform.python_version(),
                                "transformers": installed_version("transformers")}

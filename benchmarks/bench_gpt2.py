@@ -139,6 +139,8 @@ def forward_fn(model, input_ids: torch.Tensor, autocast) -> Callable[[], None]:
 
 def bench_config(name: str, device: torch.device, args: argparse.Namespace, report: Report) -> None:
     config, work = CONFIGS[name], WORKLOADS[name]
+    work = dataclasses.replace(work, train_batch=args.train_batch or work.train_batch,
+                               train_length=args.train_length or work.train_length)
     train_steps = args.train_steps or work.train_steps
     forward_steps = args.forward_steps or work.forward_steps
     generate_runs = args.generate_runs or work.generate_runs
@@ -269,6 +271,8 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-steps", type=int, default=None, help="timed training steps (default: per config)")
+    parser.add_argument("--train-batch", type=int, default=None, help="training sequences per step (default: per config)")
+    parser.add_argument("--train-length", type=int, default=None, help="training tokens per sequence (default: per config)")
     parser.add_argument("--forward-steps", type=int, default=None, help="timed forward passes (default: per config)")
     parser.add_argument("--generate-runs", type=int, default=None, help="timed generate calls (default: per config)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per generate call (default: per config)")
@@ -291,7 +295,7 @@ def main() -> None:
         f", {torch.get_num_threads()} threads, {'bf16 autocast' if args.bf16 else 'fp32'}, dropout {args.dropout}"
     )
     report = Report("gpt2", f"transformers {version} GPT2LMHeadModel (sdpa), the same weights",
-                    settings=vars(args), device=device.type)
+                    settings=vars(args), device=device.type, precision="bf16" if args.bf16 else "fp32")
     for name in ["small", "gpt2"] if args.config == "both" else [args.config]:
         bench_config(name, device, args, report)
     report.finish()

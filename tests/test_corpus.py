@@ -29,7 +29,7 @@ def test_the_default_corpus_is_python_documentation(corpus):
     json = next(doc for doc in corpus.train + corpus.validation if doc.name == "module:json")
     assert json.text.startswith("JSON (JavaScript Object Notation) <https://json.org> is a subset")
     assert "\n\nSerialize ``obj`` to a JSON formatted ``str``." in json.text
-    assert sum(len(doc.text) for doc in corpus.train) > 2_000_000
+    assert sum(len(doc.text) for doc in corpus.train) > 1_500_000  # the running Python's: 1.8M under 3.12
 
 
 def test_the_default_corpus_holds_out_about_five_percent_of_its_documents(corpus):

@@ -274,7 +274,8 @@ def test_elmo_embed_writes_each_layer_or_the_mix(elmo_dir: Path, tmp_path: Path,
     for mix, want in ((None, expected), ("average", expected.mean(axis=1)), ("top", expected[:, -1])):
         out = tmp_path / f"{mix}.npy"
         code, printed, _ = run_cli("elmo", "embed", "--model", str(elmo_dir / "elmo"), str(elmo_dir / "lines.txt"),
-                                   "--out", str(out), *(["--mix", mix] if mix else []), capsys=capsys)
+                                   "--out", str(out), "--device", "cpu", *(["--mix", mix] if mix else []),
+                                   capsys=capsys)
         assert code == 0 and "wrote" in printed
         np.testing.assert_allclose(np.load(out), want, rtol=1e-5, atol=1e-6)
 

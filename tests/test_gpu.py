@@ -1,4 +1,5 @@
-"""The GPU path: bf16 autocast, fused AdamW, pinned batches, FSDP with offload. Skipped without CUDA.
+"""The GPU path: bf16 autocast, fused AdamW, pinned batches, FSDP with offload, answers read from GPU logits.
+Skipped without CUDA.
 
 The oracle is the same run on the CPU in fp32: a few steps of a micro model in bf16 on the
 GPU must follow its losses closely, and FSDP with CPU offload must give the losses of
@@ -15,9 +16,12 @@ import torch.distributed as dist
 
 import plm
 from plm.objectives.clm import CausalLMObjective
+from plm.tasks.qa import encode_windows, predict_answer
+from plm.tokenizer import Tokenizer
 from plm.training.parallel import Parallelism
 from plm.training.trainer import Trainer, TrainingConfig
 from test_resume import logged_losses
+from test_task_qa import WORDS, long_example
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -58,3 +62,16 @@ def test_fsdp_with_cpu_offload_trains_as_plain_gpu_training(tmp_path: Path, grou
     train(tmp_path / "plain", "cuda", "fp32")
     for got, want in zip(logged_losses(tmp_path / "fsdp"), logged_losses(tmp_path / "plain")):
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-4)
+
+
+def test_answers_are_read_from_logits_on_the_gpu_as_from_the_cpu() -> None:
+    """The span search built its mask of allowed positions on the CPU and failed on CUDA logits."""
+    tokenizer = Tokenizer.train_wordpiece([" ".join(WORDS)] * 20 + ["Paris France capital city"] * 20, vocab_size=200)
+    example = long_example()
+    windows = encode_windows(tokenizer, example, max_length=64, stride=20)
+    generator = torch.Generator().manual_seed(0)
+    starts = [torch.randn(len(w["input_ids"]), generator=generator) for w in windows]
+    ends = [torch.randn(len(w["input_ids"]), generator=generator) for w in windows]
+    on_cpu = predict_answer(example.context, windows, starts, ends)
+    on_gpu = predict_answer(example.context, windows, [s.cuda() for s in starts], [e.cuda() for e in ends])
+    assert on_gpu == on_cpu and on_cpu.text

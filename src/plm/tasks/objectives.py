@@ -252,8 +252,9 @@ class QuestionAnswering(Task):
         raise PLMError("SiFT is for classification and multiple choice")
 
     def spans(self, outputs, features, examples) -> list[QAPrediction]:
-        starts = [row for output, _ in outputs for row in output.start_logits]
-        ends = [row for output, _ in outputs for row in output.end_logits]
+        # The span search is many small ops per window: on the CPU, after one copy per batch.
+        starts = [row for output, _ in outputs for row in output.start_logits.float().cpu()]
+        ends = [row for output, _ in outputs for row in output.end_logits.float().cpu()]
         by_example: dict[int, list[int]] = {}
         for k, feature in enumerate(features):
             by_example.setdefault(feature["example"], []).append(k)

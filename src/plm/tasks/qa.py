@@ -132,7 +132,8 @@ def predict_answer(
     candidates: dict[tuple[int, int], float] = {}
     null_score = float("inf")
     for window, start, end in zip(windows, start_logits, end_logits):
-        start, end = start[: len(window["offsets"])].float(), end[: len(window["offsets"])].float()
+        # on the CPU, whatever device the model ran on: the mask of allowed positions is built there
+        start, end = (logits[: len(window["offsets"])].float().cpu() for logits in (start, end))
         null_score = min(null_score, float(start[0] + end[0]))
         allowed = torch.tensor([offset is not None for offset in window["offsets"]])
         for span in best_spans(start, end, allowed, max_answer_length, n_best):
