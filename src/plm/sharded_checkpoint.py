@@ -19,24 +19,21 @@ from __future__ import annotations
 import hashlib
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError
 from torch import nn
-from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 
 from plm.errors import PLMError
 from plm.files import flatten_optimizer, unflatten_optimizer
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+# torch.distributed.checkpoint is imported by the functions that use it: it takes about a second,
+# which every plm command would pay at start-up, and only FSDP runs write or read shards.
 
 MODEL_SHARDS = "model-shards"
 OPTIMIZER_SHARDS = "optimizer-shards"
@@ -52,6 +49,9 @@ def save_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
     Returns what the trainer state keeps: the optimizer's parameter groups and scalars, and, on
     the first process, the SHA-256 of each shard file (once every process has written its own).
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
     tensors, structure = flatten_optimizer(get_optimizer_state_dict(model, optimizer))
     dcp.save(get_model_state_dict(model), storage_writer=writer(directory / MODEL_SHARDS))
     dcp.save(tensors, storage_writer=writer(directory / OPTIMIZER_SHARDS))
@@ -64,6 +64,13 @@ def load_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
 
     The processes that wrote it may have been more or fewer: each reads the slices it holds now.
     """
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
     check_digests(directory, state)
     weights = get_model_state_dict(model)
     read(weights, directory / MODEL_SHARDS)
@@ -81,10 +88,16 @@ def read_model_shards(directory: Path, weights: dict[str, torch.Tensor], state: 
 
 
 def writer(path: Path) -> HuggingFaceStorageWriter:
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
     return HuggingFaceStorageWriter(str(path), save_distributed=True)
 
 
 def read(tensors: dict[str, torch.Tensor], path: Path, no_dist: bool = False) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         with warnings.catch_warnings():  # reading in one process is what no_dist asks for; no need to warn of it
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)

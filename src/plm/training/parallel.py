@@ -21,21 +21,27 @@ process holds more of the whole model than that one tensor.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed._composable import checkpoint
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from plm.core.block import TransformerBlock
 from plm.errors import PLMError
 from plm.training.distributed import Distributed
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
+# torch's FSDP and its state-dict helpers are imported where a model is sharded: together they take
+# over a second to import, which every plm command paid at start-up (see FSDP_MODULE below).
+FSDP_MODULE = "torch.distributed.fsdp"
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -123,6 +129,9 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
             checkpoint(block)
     if not parallelism.sharded:
         return model.to(device)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
     on_meta = any(parameter.is_meta for parameter in model.parameters())
     spread = dist.get_world_size() > 1
     # The first process's whole tensors where it built them, kept for the others until their shards are filled;
@@ -151,13 +160,16 @@ def copy_first_process(model: nn.Module, whole: dict[str, torch.Tensor]) -> None
     broadcasts it one tensor at a time and each process keeps its slices. The state dict leaves
     out non-persistent buffers (the Transformer's sinusoidal table), so every buffer is sent too.
     """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
     set_model_state_dict(model, whole, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     for buffer in model.buffers():
         dist.broadcast(buffer, src=0)
 
 
 def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
+    fsdp = sys.modules.get(FSDP_MODULE)  # never imported: nothing was sharded in this process
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
@@ -190,7 +202,7 @@ def reshard(model: nn.Module) -> None:
     """
     if is_sharded(model):
         for unit in model.modules():
-            if isinstance(unit, FSDPModule):
+            if is_sharded(unit):
                 unit.reshard()
 
 
@@ -205,7 +217,7 @@ def unsharded(model: nn.Module) -> Iterator[nn.Module]:
     if not is_sharded(model):
         yield model
         return
-    root, *blocks = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    root, *blocks = [module for module in model.modules() if is_sharded(module)]
     # Kept whole through every forward inside (FSDP's own advice for evaluation), then back to
     # resharding the blocks after their forward; the root keeps its parameters through forward anyway.
     root.set_reshard_after_forward(False)

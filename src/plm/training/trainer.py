@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
@@ -362,6 +361,8 @@ class Trainer:
         """A sharded model's whole tensors, on the first process (every process takes part); None when unsharded."""
         if not self.parallelism.sharded:
             return None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # see parallel.py
+
         return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def save(self) -> None:

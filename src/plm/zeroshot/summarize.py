@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rouge_score import rouge_scorer
 from tqdm.auto import tqdm
 
 from plm.errors import PLMError
@@ -77,6 +76,8 @@ def evaluate_summaries(
         seed_here = None if seed is None else seed + start
         texts = generate_text(model, tokenizer, prompts, max_new_tokens, top_k=top_k, seed=seed_here, keep_last=room)
         summaries += [first_sentences(text, sentences) for text in texts]
+    from rouge_score import rouge_scorer  # imported here: with nltk and scipy it takes 1.6 s, which every command paid
+
     scorer = rouge_scorer.RougeScorer(list(ROUGE), use_stemmer=True)
     scores = [scorer.score(reference, summary) for (_, reference), summary in zip(rows, summaries)]
     mean = {name: 100 * sum(score[name].fmeasure for score in scores) / len(scores) for name in ROUGE}
