@@ -32,6 +32,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/bench_gpt2.py --config both --compile
+	$(PY) benchmarks/bench_decode_limits.py
 	$(PY) benchmarks/bench_bert.py --config both
 	$(PY) benchmarks/bench_deberta.py --config both
 	$(PY) benchmarks/bench_elmo.py

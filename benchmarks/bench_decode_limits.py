@@ -1,0 +1,181 @@
+"""Where decoding's time goes on the CPU: two experiments behind the speed targets not met (README, Speed).
+
+(a) Per-step overhead (gpt2-mini's shape, greedy, batch 1). plm's ``generate`` against the
+    same step written as one function over the model's weights (a static KV cache, the
+    products through plm's own one-token route as opaque custom ops), run eagerly and under
+    ``torch.compile`` (fullgraph, static shapes: one graph, no Python between the ops, the
+    element-wise work fused). If Python and dispatch were the wall, the compiled step would win.
+(b) The int8 products of one GPT-2 124M token (49 weight matrices and the tied output layer,
+    cycled as a decoding step reads them): PyTorch's int8-weight kernel against casting row
+    blocks of the int8 weight to fp32 and multiplying in fp32, and against plm's fp32 products.
+    If the kernel were bound by memory, the fp32 products of 4x the bytes would take 4x as long.
+
+    python benchmarks/bench_decode_limits.py              # both, about 2 minutes
+    python benchmarks/bench_decode_limits.py --part int8
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from bench_common import Report, interleaved_medians
+from plm.core.quantize import COMPUTE_DTYPE
+from plm.generation import generate
+from plm.models import GPTConfig, from_preset
+
+routes = importlib.import_module("plm.core.linear")  # plm.core re-exports the function ``linear`` under that name
+CPU = torch.device("cpu")
+
+
+@torch.library.custom_op("plm_bench::one_token_linear", mutates_args=())
+def one_token_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """plm's one-token product (the route it times and keeps), opaque to torch.compile."""
+    return routes.linear(x, weight, bias)
+
+
+@one_token_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def functional_step(model, max_length: int) -> tuple[Callable, tuple[torch.Tensor, torch.Tensor]]:
+    """A greedy step of ``model`` (plm's GPT) as one function of (token, position, keys, values) -> next token.
+
+    keys, values: (layers, 1, heads, max_length, head_dim); positions past ``position`` are masked out.
+    """
+    config, blocks = model.config, list(model.blocks)
+    heads, head_dim = config.heads, config.dim // config.heads
+    cache = tuple(torch.zeros(config.layers, 1, heads, max_length, head_dim) for _ in range(2))
+
+    def norm(x: torch.Tensor, layer: torch.nn.LayerNorm) -> torch.Tensor:
+        return F.layer_norm(x, (config.dim,), layer.weight, layer.bias, layer.eps)
+
+    def step(token: torch.Tensor, position: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        x = model.token_embedding.weight[token] + model.position_embedding.weight[position]  # (1, 1, dim)
+        visible = (torch.arange(max_length) <= position).view(1, 1, 1, max_length)
+        for i, block in enumerate(blocks):
+            attention, ffn = block.attention, block.feed_forward
+            qkv = one_token_linear(norm(x, block.attention_norm), attention.in_proj.weight, attention.in_proj.bias)
+            q, k, v = qkv.view(1, 1, 3, heads, head_dim).permute(2, 0, 3, 1, 4)  # each (1, heads, 1, head_dim)
+            keys[i].index_copy_(2, position, k)
+            values[i].index_copy_(2, position, v)
+            out = F.scaled_dot_product_attention(q, keys[i], values[i], attn_mask=visible)
+            out = out.transpose(1, 2).reshape(1, 1, config.dim)
+            x = x + one_token_linear(out, attention.out_proj.weight, attention.out_proj.bias)
+            hidden = F.gelu(one_token_linear(norm(x, block.feed_forward_norm), ffn.fc_in.weight, ffn.fc_in.bias),
+                            approximate="tanh")
+            x = x + one_token_linear(hidden, ffn.fc_out.weight, ffn.fc_out.bias)
+        return one_token_linear(norm(x, model.final_norm), model.token_embedding.weight, None).argmax(-1)
+
+    return step, cache
+
+
+def decode_with(step: Callable, cache: tuple[torch.Tensor, torch.Tensor], prompt: list[int], new_tokens: int
+                ) -> torch.Tensor:
+    """Greedy decoding with ``step``: the prompt fed one token at a time, then ``new_tokens`` chosen."""
+    chosen = []
+    with torch.inference_mode():
+        for position, token in enumerate(prompt[:-1]):
+            step(torch.tensor([[token]]), torch.tensor([position]), *cache)
+        token = torch.tensor([[prompt[-1]]])
+        for position in range(len(prompt) - 1, len(prompt) - 1 + new_tokens):
+            token = step(token, torch.tensor([position]), *cache).view(1, 1)
+            chosen.append(token)
+    return torch.cat(chosen, dim=1)
+
+
+def bench_overhead(args: argparse.Namespace, report: Report) -> None:
+    torch.manual_seed(args.seed)
+    model = from_preset("gpt2-mini", dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0).eval()
+    prompt = torch.randint(0, model.config.vocab_size - 1, (1, 16))
+    length = prompt.shape[1] + args.new_tokens
+    eager, cache = functional_step(model, length)
+    compiled = torch.compile(eager, fullgraph=True, dynamic=False)
+    with torch.inference_mode():
+        expected = generate(model, prompt, args.new_tokens)[:, prompt.shape[1]:]
+    for label, step in (("eager", eager), ("compiled", compiled)):  # the first compiled call compiles
+        assert torch.equal(decode_with(step, cache, prompt[0].tolist(), args.new_tokens), expected), label
+    steps = {
+        "generate": lambda: generate(model, prompt, args.new_tokens),
+        "function": lambda: decode_with(eager, cache, prompt[0].tolist(), args.new_tokens),
+        "compiled": lambda: decode_with(compiled, cache, prompt[0].tolist(), args.new_tokens),
+    }
+    seconds = interleaved_medians(steps, args.repeats, 1, CPU)
+    per_token = {label: s / args.new_tokens * 1e3 for label, s in seconds.items()}
+    measure = f"ms a token, greedy 1x16+{args.new_tokens}"
+    report.add("gpt2-mini", f"{measure}: generate vs the step as one function", per_token["generate"],
+               per_token["function"])
+    report.add("gpt2-mini", f"{measure}: generate vs that function compiled", per_token["generate"],
+               per_token["compiled"])
+    report.notes.append("[gpt2-mini] a ratio under 1 is generate taking less time; all three decode the same tokens")
+
+
+def bench_int8(args: argparse.Namespace, report: Report) -> None:
+    config = GPTConfig()  # 124M
+    d, f, vocab = config.dim, config.ffn_dim, config.vocab_size
+    shapes = [(3 * d, d), (d, d), (f, d), (d, f)] * config.layers + [(vocab, d)]
+    generator = torch.Generator().manual_seed(args.seed)
+    fp32 = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
+    values = [torch.randint(-127, 128, shape, dtype=torch.int8, generator=generator) for shape in shapes]
+    scales = [torch.rand(shape[0], generator=generator) * 0.01 for shape in shapes]
+    inputs = {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
+
+    def kernel() -> None:
+        for weight, scale in zip(values, scales):
+            torch._weight_int8pack_mm(inputs[weight.shape[1]].to(COMPUTE_DTYPE), weight, scale.to(COMPUTE_DTYPE))
+
+    def cast_blocks(rows: int) -> Callable[[], None]:
+        def products() -> None:
+            for weight, scale in zip(values, scales):
+                x = inputs[weight.shape[1]]
+                out = x.new_empty(1, weight.shape[0])
+                block = x.new_empty(min(rows, weight.shape[0]), weight.shape[1])  # stays in the cache
+                for start in range(0, weight.shape[0], rows):
+                    part = block[: min(rows, weight.shape[0] - start)]
+                    part.copy_(weight[start : start + rows])
+                    torch.mm(x, part.t(), out=out[:, start : start + len(part)])
+                out.mul_(scale)
+
+        return products
+
+    def plm_fp32() -> None:
+        for weight in fp32:
+            routes.linear(inputs[weight.shape[1]], weight)
+
+    steps = {"kernel": kernel, "plm fp32": plm_fp32, **{f"cast {rows}": cast_blocks(rows) for rows in (256, 512)}}
+    with torch.inference_mode():
+        seconds = interleaved_medians(steps, args.repeats, 1, CPU)
+    cast = min((s, label) for label, s in seconds.items() if label.startswith("cast"))
+    measure = "ms of a token's 49 + 1 products"
+    report.add("gpt2 int8", f"{measure}: int8 kernel vs fp32 products", seconds["kernel"] * 1e3,
+               seconds["plm fp32"] * 1e3, f"{sum(w.numel() for w in values) / 1e6:.0f} MB int8, 4x that fp32")
+    report.add("gpt2 int8", f"{measure}: int8 kernel vs int8 blocks cast to fp32 ({cast[1].split()[1]} rows)",
+               seconds["kernel"] * 1e3, cast[0] * 1e3)
+    report.notes.append("[gpt2 int8] a ratio under 1 is the int8 kernel taking less time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["overhead", "int8", "both"], default="both")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = Report("decode-limits", "the same work another way (see the docstring)", settings=vars(args))
+    if args.part in ("overhead", "both"):
+        bench_overhead(args, report)
+    if args.part in ("int8", "both"):
+        bench_int8(args, report)
+    report.finish()
+
+
+if __name__ == "__main__":
+    main()
