@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from plm.cli.main import main
 from plm.models import from_preset
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenizer import Tokenizer
+from test_resume import TORCHRUN
 
 QUICK = ["--synthetic-size", "64", "--batch-size", "16", "--epochs", "1"]  # 4 steps on the built-in task
 
@@ -378,3 +381,19 @@ def test_a_run_stopped_before_its_first_save_is_named_as_such(tmp_path, capsys, 
     assert run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", tmp_path / "run",
                     "--resume")[0] == 0
     assert (tmp_path / "run" / "best" / "config.json").is_file()
+
+
+def test_under_torchrun_each_step_reads_one_batch_per_process_and_one_process_reports(tmp_path):
+    """An epoch of 8 batches is 4 steps on 2 processes. Every process read every batch (8 steps, each batch
+    twice), and both copied the best run over each other and printed the results."""
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [*TORCHRUN, "finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "1",
+         "--lr", "1e-3,3e-3", "--device", "cpu", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("best: lr") == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert [run["steps"] for run in summary["runs"]] == [4, 4]
+    assert load_model(out) is not None

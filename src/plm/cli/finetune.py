@@ -159,6 +159,8 @@ def run_finetune(args: argparse.Namespace) -> None:
     setup.validate()
     out = check_output_directory(args.out)
     result = finetune(setup, out, overwrite=args.overwrite, resume=args.resume)
+    if not result.main_process:
+        return
     for run in result.runs:
         scores = ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float))
         print(f"lr {run['lr']:g} seed {run['seed']}: {scores}")

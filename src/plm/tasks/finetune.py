@@ -206,6 +206,7 @@ class FinetuneResult:
     tokenizer: Tokenizer
     runs: list[dict[str, Any]]  # one per (lr, seed): its directory and best dev metric
     best: dict[str, Any]
+    main_process: bool = True  # under torchrun, the process that writes and reports
 
 
 def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, resume: bool = False) -> FinetuneResult:
@@ -263,11 +264,13 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
             with built_on_first_process(setup.parallelism, world):
                 model = run_model(setup, backbone, elmo, task, labels, pooling)
             mix_penalty = model.penalty if setup.mix.l2 > 0 else None
+            # Under torchrun each process takes one batch a step (batch m * processes + rank of the
+            # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
             objective = TaskObjective(
                 task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift,
-                mix_penalty=mix_penalty,
+                mix_penalty=mix_penalty, micro_batches_per_step=world.world_size,
             )
-            per_epoch = objective.batches_per_epoch
+            per_epoch = math.ceil(objective.batches_per_epoch / world.world_size)
             steps = max(1, math.ceil(setup.epochs * per_epoch))
             if setup.max_steps is not None:  # the schedule's warmup and decay fit the steps that run
                 steps = min(steps, setup.max_steps)
@@ -287,14 +290,16 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
             last = {k: v for k, v in metrics.items() if k.startswith("val_")}
             runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
                          task.selection: trainer.best})
-            write_json(directory / RUN_RESULT_FILE, runs[-1])
+            if world.is_main:
+                write_json(directory / RUN_RESULT_FILE, runs[-1])
     best = max(runs, key=lambda run: run[task.selection])
-    if several:
+    if several and world.is_main:  # the others would copy over the same files at once
         if (out / BEST_DIR).exists():
             shutil.rmtree(out / BEST_DIR)
         shutil.copytree(Path(best["directory"]) / BEST_DIR, out / BEST_DIR)
         write_json(out / "summary.json", {"selection": task.selection, "best": best, "runs": runs})
-    return FinetuneResult(load_model(out), tokenizer, runs, best)
+    world.barrier()  # the best model is in place before any process reads it
+    return FinetuneResult(load_model(out), tokenizer, runs, best, world.is_main)
 
 
 def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
