@@ -6,11 +6,11 @@
     ``torch.compile`` (fullgraph, static shapes: one graph, no Python between the ops, the
     element-wise work fused). If Python and dispatch were the wall, the compiled step would win.
 (b) The int8 products of one GPT-2 124M token (49 weight matrices and the tied output layer,
-    cycled as a decoding step reads them): PyTorch's int8-weight kernel against casting row
+    cycled as a decoding step reads them): plm's int8 product (PyTorch's int8-weight kernel) against casting row
     blocks of the int8 weight to fp32 and multiplying in fp32, and against plm's fp32 products.
     If the kernel were bound by memory, the fp32 products of 4x the bytes would take 4x as long.
 
-    python benchmarks/bench_decode_limits.py              # both, about 2 minutes
+    python benchmarks/bench_decode_limits.py              # both, under a minute on 2 CPU cores
     python benchmarks/bench_decode_limits.py --part int8
 """
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from bench_common import Report, interleaved_medians
-from plm.core.quantize import COMPUTE_DTYPE
+from plm.core.quantize import Int8Weight
 from plm.generation import generate
 from plm.models import GPTConfig, from_preset
 
@@ -121,17 +121,16 @@ def bench_int8(args: argparse.Namespace, report: Report) -> None:
     shapes = [(3 * d, d), (d, d), (f, d), (d, f)] * config.layers + [(vocab, d)]
     generator = torch.Generator().manual_seed(args.seed)
     fp32 = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
-    values = [torch.randint(-127, 128, shape, dtype=torch.int8, generator=generator) for shape in shapes]
-    scales = [torch.rand(shape[0], generator=generator) * 0.01 for shape in shapes]
+    int8 = [Int8Weight.of(weight) for weight in fp32]  # plm.quantize's weights: what an int8 model multiplies by
     inputs = {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
 
     def kernel() -> None:
-        for weight, scale in zip(values, scales):
-            torch._weight_int8pack_mm(inputs[weight.shape[1]].to(COMPUTE_DTYPE), weight, scale.to(COMPUTE_DTYPE))
+        for weight in int8:
+            weight.linear(inputs[weight.shape[1]])
 
     def cast_blocks(rows: int) -> Callable[[], None]:
         def products() -> None:
-            for weight, scale in zip(values, scales):
+            for weight, scale in ((w.values, w.scales.float()) for w in int8):
                 x = inputs[weight.shape[1]]
                 out = x.new_empty(1, weight.shape[0])
                 block = x.new_empty(min(rows, weight.shape[0]), weight.shape[1])  # stays in the cache
@@ -153,7 +152,7 @@ def bench_int8(args: argparse.Namespace, report: Report) -> None:
     cast = min((s, label) for label, s in seconds.items() if label.startswith("cast"))
     measure = "ms of a token's 49 + 1 products"
     report.add("gpt2 int8", f"{measure}: int8 kernel vs fp32 products", seconds["kernel"] * 1e3,
-               seconds["plm fp32"] * 1e3, f"{sum(w.numel() for w in values) / 1e6:.0f} MB int8, 4x that fp32")
+               seconds["plm fp32"] * 1e3, f"{sum(w.values.numel() for w in int8) / 1e6:.0f} MB int8, 4x that fp32")
     report.add("gpt2 int8", f"{measure}: int8 kernel vs int8 blocks cast to fp32 ({cast[1].split()[1]} rows)",
                seconds["kernel"] * 1e3, cast[0] * 1e3)
     report.notes.append("[gpt2 int8] a ratio under 1 is the int8 kernel taking less time")

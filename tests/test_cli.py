@@ -121,8 +121,6 @@ def test_tokenizer_train_writes_a_loadable_tokenizer(text_file: Path, tmp_path: 
     assert code == 0 and (tmp_path / "tok" / "tokenizer.json").is_file()
 
 
-
-
 # Each of these took a second or more to import (rouge-score pulls in nltk and scipy; FSDP and
 # distributed checkpointing pull in DTensor), so every plm command started in 6 s instead of 3.
 IMPORTED_ONLY_WHEN_USED = ("rouge_score", "nltk", "scipy", "torch.distributed.fsdp", "torch.distributed.checkpoint")

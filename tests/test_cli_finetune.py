@@ -397,3 +397,5 @@ def test_under_torchrun_each_step_reads_one_batch_per_process_and_one_process_re
     summary = json.loads((out / "summary.json").read_text())
     assert [run["steps"] for run in summary["runs"]] == [4, 4]
     assert load_model(out) is not None
+    best, kept = load_model(summary["best"]["directory"]).state_dict(), load_model(out).state_dict()
+    assert best.keys() == kept.keys() and all(torch.equal(best[name], kept[name]) for name in best)
