@@ -60,6 +60,7 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
     assert code == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == [e.text for e in examples]
+    assert set(rows[0]) == {"text", "text_pair", "label", "prediction"}  # the example's fields, not its line
     assert {r["prediction"] for r in rows} <= {"bad", "good"}
     right = sum(r["prediction"] == r["label"] for r in rows)
 
@@ -211,18 +212,51 @@ def test_sift_on_a_gpt_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_tag_only_the_dev_set_holds_is_scored_as_a_miss(tmp_path, capsys):
+def nothing_written(out):
+    return not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("name", "train", "dev"),
+    [
+        ("dev.tsv", "sentence\tlabel\n" + "a good cat\tpos\na bad dog\tneg\n" * 4,
+         "sentence\tlabel\na good cat\tpos\na cat\tmeh\n"),
+        ("dev.jsonl", '{"text": "a good cat", "label": "pos"}\n{"text": "a bad dog", "label": "neg"}\n' * 4,
+         '{"text": "a good cat", "label": "pos"}\n\n{"text": "a cat", "label": "meh"}\n'),
+    ],
+    ids=["glue-tsv", "jsonl"],
+)
+def test_a_label_only_the_dev_file_holds_is_refused_at_its_line(tmp_path, capsys, name, train, dev):
+    """A dev-only label would be a class the head never trains on (issue 33): refused, naming its line (3)."""
+    (tmp_path / f"train{name[3:]}").write_text(train)
+    (tmp_path / name).write_text(dev)
+    code, _, err = run_main(capsys, "finetune", "--task", "classify", "--train", tmp_path / f"train{name[3:]}",
+                            "--validation", tmp_path / name, "--no-progress", "--out", tmp_path / "out")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{tmp_path / name}:3: label 'meh' is in no training example (their labels: neg, pos)" in err
+    assert nothing_written(tmp_path / "out")
+
+
+def test_a_tag_only_the_dev_file_holds_is_refused_at_its_word(tmp_path, capsys):
     train = "\n\n".join(["EU B-ORG\nrejects O\nGerman B-MISC\ncall O", "Peter B-PER\nBlackburn I-PER"] * 8) + "\n"
-    dev = "Peter B-PER\nwent O\nto O\nParis B-LOC\n"  # B-LOC never occurs in training
+    dev = "Peter B-PER\nwent O\n\nto O\nParis B-LOC\n"  # B-LOC never occurs in training
     (tmp_path / "train.conll").write_text(train)
     (tmp_path / "dev.conll").write_text(dev)
-    code, out, err = run_main(capsys, "finetune", "--task", "tag", "--train", tmp_path / "train.conll", "--validation",
-                              tmp_path / "dev.conll", "--epochs", "1", "--no-progress", "--out", tmp_path / "out")
-    assert code == 0, err
-    head = load_model(tmp_path / "out").config.head
-    assert "B-LOC" in head.label_names and head.label_names[0] == "O"
-    recall = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])["val_recall"]
-    assert recall <= 0.5  # the dev set's LOC entity cannot be found: at most the PER one is
+    code, _, err = run_main(capsys, "finetune", "--task", "tag", "--train", tmp_path / "train.conll", "--validation",
+                            tmp_path / "dev.conll", "--epochs", "1", "--no-progress", "--out", tmp_path / "out")
+    notes = [f"{tmp_path / file}: tags from column 2 of 2" for file in ("train.conll", "dev.conll")]
+    *printed, error = err.splitlines()
+    assert code == 2 and printed == notes and "Traceback" not in err
+    assert error.startswith(f"plm finetune: error: {tmp_path / 'dev.conll'}:5: tag 'B-LOC' is in no training example")
+    assert nothing_written(tmp_path / "out")
+
+
+def test_the_built_in_task_counts_the_classes_of_its_validation_examples(tmp_path, capsys):
+    """4 pair examples of seed 0 are all "second"; the 1 validation example, "first", is still a class of the task."""
+    out = tmp_path / "out"
+    args = ["finetune", "--task", "pair", "--synthetic-size", "4", "--batch-size", "4", "--epochs", "1"]
+    assert run_main(capsys, *args, "--no-progress", "--out", out)[0] == 0
+    assert load_model(out).config.head.label_names == ("first", "second")
 
 
 def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from plm.tokenizer import train_words
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import TrainingConfig
 from plm.words import MAX_CHARACTERS, PADDING, character_ids, split_words
-from test_resume import PLM, RUN, killed_and_resumed_like_straight
+from test_resume import PLM, RUN, stopped_and_resumed_like_straight
 
 STEPS_TO_LEARN = 80
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark", "."]]
@@ -245,7 +246,8 @@ def test_the_closing_line_names_each_direction_s_perplexity(text_file: Path, tmp
 
 
 def test_a_killed_elmo_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
-    killed_and_resumed_like_straight(PLM, ["pretrain", *RUN, "--model", "elmo-micro", "--train", str(text_file)], tmp_path)
+    args = [*RUN, "--model", "elmo-micro", "--train", str(text_file)]
+    stopped_and_resumed_like_straight(PLM, ["pretrain"], args, tmp_path, signal.SIGKILL)
 
 
 # The command line -----------------------------------------------------------------------------

@@ -220,6 +220,22 @@ def test_stop_string_finishes_a_row():
     assert [letters(row) for row in batch.tolist()] == ["uvwxaa", "abcdef"]
 
 
+def test_a_stop_string_in_the_prompt_does_not_stop_the_continuation():
+    """Stop strings are searched in the new text only: a prompt that contains one ("cx" holds "c") must not
+    finish its row at once. Each row is the continuation without stop strings, cut before its first "c"."""
+    model = CountingLM()
+    prompts = [[2, 23], [0, 19]]  # "cx" and "at", which continue "yzabcd..." and "uvwxyz..."
+    stop = StopStrings(["c"], letters)
+    for prompt in prompts:
+        free = letters(generate(model, torch.tensor([prompt]), 12)[0, len(prompt):].tolist())
+        stopped = letters(generate(model, torch.tensor([prompt]), 12, stop=stop)[0, len(prompt):].tolist())
+        expected = free[: free.index("c")]  # the new text without stop strings, cut before its first "c"
+        assert stopped == expected + "c"  # the row finishes with the token that completes the stop string
+        assert stop.cut(stopped) == expected
+    batch = generate(model, torch.tensor(prompts), max_new_tokens=12, stop=stop, pad_token_id=0)
+    assert [stop.cut(letters(row[2:])) for row in batch.tolist()] == ["yzab", "uvwxyzab"]
+
+
 # --- prompts and the context ---------------------------------------------------------------------
 
 

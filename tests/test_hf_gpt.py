@@ -183,6 +183,35 @@ def test_round_trip_keeps_config_and_weights(kind, tmp_path):
     assert all(torch.equal(loaded.state_dict()[key], value) for key, value in model.state_dict().items())
 
 
+def dropout_rates(model) -> tuple[float, float, float]:
+    """(embeddings, attention weights, residual branches) as the model's own dropout modules apply them."""
+    if isinstance(model, transformers.PreTrainedModel):
+        block = model.transformer.h[0]
+        assert block.attn.resid_dropout.p == block.mlp.dropout.p
+        return model.transformer.drop.p, block.attn.attn_dropout.p, block.attn.resid_dropout.p
+    return model.embedding_dropout.p, model.blocks[0].attention.dropout, model.blocks[0].dropout.p
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_dropout_rate_keeps_its_place_both_ways(kind, tmp_path):
+    """Three different rates, so that swapping resid_pdrop and attn_pdrop (or embd_pdrop) when reading or writing
+    shows; the tests above compare in eval mode, where dropout does nothing. transformers' modules are the oracle."""
+    hf_config = transformers.GPT2Config if kind == "gpt2" else transformers.OpenAIGPTConfig
+    reference = transformers.AutoModelForCausalLM.from_config(hf_config(**TINY, embd_pdrop=0.1, attn_pdrop=0.2,
+                                                                         resid_pdrop=0.3))
+    assert dropout_rates(reference) == (0.1, 0.2, 0.3)
+    reference.save_pretrained(tmp_path / "hf")
+    model = plm.hf.load_hf(tmp_path / "hf")
+    assert (model.config.embedding_dropout, model.config.attention_dropout, model.config.dropout) == (0.1, 0.2, 0.3)
+    assert dropout_rates(model) == (0.1, 0.2, 0.3)
+
+    config = dataclasses.replace(plm_model(kind).config, embedding_dropout=0.15, attention_dropout=0.25, dropout=0.35)
+    plm.hf.save_hf(from_config(config), tmp_path / "plm")
+    written = json.loads((tmp_path / "plm" / "config.json").read_text())
+    assert (written["embd_pdrop"], written["attn_pdrop"], written["resid_pdrop"]) == (0.15, 0.25, 0.35)
+    assert dropout_rates(transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "plm")) == (0.15, 0.25, 0.35)
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [

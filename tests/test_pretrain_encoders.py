@@ -76,7 +76,7 @@ def test_fill_mask_and_embed_commands(text_file, tmp_path, capsys):
 
 def test_encoder_commands_refuse_bad_input_in_one_line(text_file, tmp_path, capsys):
     run = tmp_path / "gpt"
-    assert main(["pretrain", "--model", "gpt2-micro", *QUICK, "--steps", "1", "--train", str(text_file), "--out", str(run)]) == 0
+    assert main(["pretrain", "--model", "gpt2-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]) == 0
     capsys.readouterr()
     cases = [
         (["embed", "--model", str(run), "hello"], "is not an encoder"),

@@ -41,7 +41,7 @@ def test_each_family_name_stands_for_its_recipe(text_file: Path, tmp_path: Path)
         if objective_spec(recipe.objective).parallel_text:  # encoder-decoders: plm seq2seq train (test_seq2seq_cli)
             continue
         setup = PretrainSetup(model=family, train_files=(str(text_file),), vocab_size=300, batch_size=2)
-        trainer, tokenizer = prepare(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / family)
+        trainer, tokenizer = prepare(setup, TrainingConfig(steps=1000, device="cpu"), tmp_path / family)
         assert trainer.model.family == family
         assert trainer.model.config == plm.models.preset_config(
             recipe.preset, vocab_size=len(tokenizer), **{k: getattr(trainer.model.config, k)
@@ -58,7 +58,7 @@ def test_each_family_name_stands_for_its_recipe(text_file: Path, tmp_path: Path)
 def test_paper_hyperparameters_and_flags_reach_the_optimizer(text_file: Path, tmp_path: Path) -> None:
     setup = PretrainSetup(model="bert-micro", train_files=(str(text_file),), vocab_size=300, batch_size=2,
                           hyperparameters="paper")
-    trainer, _ = prepare(setup, TrainingConfig(steps=1, device="cpu", eps=1e-7), tmp_path / "paper")
+    trainer, _ = prepare(setup, TrainingConfig(steps=100_000, device="cpu", eps=1e-7), tmp_path / "paper")
     assert trainer.config.lr == 1e-4 and trainer.config.warmup == 10_000 and trainer.config.eps == 1e-7
 
     out = tmp_path / "flags"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from plm.checkpoint import (
     save_checkpoint,
 )
 from plm.errors import PLMError
+from plm.files import staging_directory
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
 
@@ -82,55 +84,110 @@ def kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def killed_and_resumed_like_straight(launcher: list[str], args: list[str], tmp_path: Path, shared_tokenizer: bool = True,
-                                     steps: int = STEPS) -> None:
-    """A run SIGKILLed after a checkpoint and resumed logs the same numbers, step by step, as one left alone."""
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    uninterrupted = start(launcher, args, straight)
+def logged_steps(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+def terminate_at_a_random_step(process: subprocess.Popen, out: Path, steps: int) -> int:
+    """SIGTERM the launcher (as a scheduler does) once the run has logged a random number of steps; return
+    the step its checkpoint holds. torchrun passes the signal on to its workers."""
+    at = random.randint(2, steps - 4)
+    deadline = time.monotonic() + 300
+    while logged_steps(out) < at:
+        assert process.poll() is None, f"the run ended before step {at}: {log_of(out).read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no step {at} within the time limit"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=120)
+    saved = json.loads((out / CHECKPOINT_DIR / STATE_FILE).read_text())["step"]
+    log = log_of(out).read_text()
+    assert f"stopped by SIGTERM at step {saved}, saved to" in log, log[-3000:]
+    assert code == (143 if process.args[:3] == PLM else 1), log[-3000:]  # torchrun: its workers failed
+    assert saved == logged_steps(out) >= at  # the step in flight was finished, logged and saved
+    return saved
+
+
+def leave_an_interrupted_save(out: Path) -> list[Path]:
+    """What saves killed halfway leave, named as plm names them: staging directories and a temporary file."""
+    litter = [staging_directory(out, ".checkpoint-"), staging_directory(out, ".best-")]
+    (litter[0] / "model.safetensors").write_bytes(b"half a checkpoint")
+    litter.append(out / ".metrics.jsonl.k2j4x9.tmp")
+    litter[-1].write_text("{}")
+    return litter
+
+
+def stopped_and_resumed_like_straight(
+    launcher: list[str], command: list[str], args: list[str], tmp_path: Path, stop: signal.Signals,
+    shared_tokenizer: bool = True, steps: int = STEPS, resume: list[str] = ("--resume",),
+) -> None:
+    """A run stopped at a random step and resumed with nothing but ``--out`` and ``--resume`` logs the same
+    numbers, step by step, as one left alone.
+
+    SIGKILL lands some time after a checkpoint, and the run goes on from there; SIGTERM saves the step
+    the run has reached, whatever --save-every says. Leftovers of saves killed halfway are gone once
+    the resumed run has finished, and it never read them.
+    """
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    uninterrupted = start(launcher, [*command, *args], straight)
     if shared_tokenizer:
         # The other run goes alongside, with this run's tokenizer: Unigram training differs between processes.
         tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
         args = [*args, "--tokenizer", str(tokenizer)]
-    interrupted = start(launcher, args, killed)
-    wait_for(killed / CHECKPOINT_DIR / STATE_FILE, interrupted, killed)
-    kill(interrupted)
-    recover_checkpoint(killed)  # as the resumed run will, should the kill have hit a checkpoint swap
-    saved = json.loads((killed / CHECKPOINT_DIR / STATE_FILE).read_text())["step"]
-    assert saved < steps, "the run finished before it could be killed"
-    finish(start(launcher, [*args, "--resume"], killed), killed)
+    interrupted = start(launcher, [*command, *args], stopped)
+    if stop == signal.SIGKILL:
+        wait_for(stopped / CHECKPOINT_DIR / STATE_FILE, interrupted, stopped)
+        kill(interrupted)
+        recover_checkpoint(stopped)  # as the resumed run will, should the kill have hit a checkpoint swap
+        saved = json.loads((stopped / CHECKPOINT_DIR / STATE_FILE).read_text())["step"]
+        assert (stopped / ".lock").exists()  # the killed process's lock file, whose OS lock went with it
+    else:
+        saved = terminate_at_a_random_step(interrupted, stopped, steps)
+    assert saved < steps, "the run finished before it could be stopped"
+    litter = leave_an_interrupted_save(stopped)
+    finish(start(launcher, [*command, *resume], stopped), stopped)
     finish(uninterrupted, straight)
 
     expected = logged_losses(straight)
     assert [line["step"] for line in expected] == list(range(1, steps + 1))
-    assert logged_losses(killed) == expected
+    assert logged_losses(stopped) == expected
+    assert not any(path.exists() for path in litter)
+    assert sorted(os.listdir(stopped)) == sorted(os.listdir(straight))
 
 
-@pytest.mark.parametrize("model", ["gpt2-micro", "bert-micro", "albert-micro"])  # CLM, MLM + NSP, MLM + SOP (ELMo: test_elmo)
-def test_a_killed_run_resumes_bit_exactly(model: str, text_file: Path, tmp_path: Path) -> None:
-    killed_and_resumed_like_straight(PLM, ["pretrain", *RUN, "--model", model, "--train", str(text_file)], tmp_path)
+@pytest.mark.parametrize(
+    "model, stop",
+    [("gpt2-micro", signal.SIGTERM), ("bert-micro", signal.SIGKILL), ("albert-micro", signal.SIGKILL)],
+)  # CLM, MLM + NSP, MLM + SOP (ELMo: test_elmo)
+def test_a_stopped_run_resumes_bit_exactly(model: str, stop: signal.Signals, text_file: Path, tmp_path: Path) -> None:
+    args = [*RUN, "--model", model, "--train", str(text_file)]
+    stopped_and_resumed_like_straight(PLM, ["pretrain"], args, tmp_path, stop)
 
 
-def test_a_killed_torchrun_run_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
-    # Each process draws its own dropout masks: each must get its own RNG state back, not the first one's.
-    killed_and_resumed_like_straight(TORCHRUN, ["pretrain", *RUN, "--model", "gpt2-micro", "--train", str(text_file)],
-                                     tmp_path)
+def test_a_torchrun_run_preempted_with_sigterm_resumes_bit_exactly(text_file: Path, tmp_path: Path) -> None:
+    # Each process draws its own dropout masks: each must get its own RNG state back, not the first one's;
+    # and both processes stop at the same step, whichever got the signal first.
+    args = [*RUN, "--model", "gpt2-micro", "--train", str(text_file), "--save-every", "1000"]
+    stopped_and_resumed_like_straight(TORCHRUN, ["pretrain"], args, tmp_path, signal.SIGTERM)
 
 
-@pytest.mark.parametrize("model", ["rnn-luong", "transformer-micro"])
-def test_a_killed_seq2seq_run_resumes_bit_exactly(model: str, date_pair_files: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("model, stop", [("rnn-luong", signal.SIGKILL), ("transformer-micro", signal.SIGTERM)])
+def test_a_stopped_seq2seq_run_resumes_bit_exactly(model: str, stop: signal.Signals, date_pair_files: Path,
+                                                   tmp_path: Path) -> None:
     # The held-out translations at steps 12 and 24 are logged too (val_bleu ...): greedy decoding is compared as well.
     files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
-    args = ["seq2seq", "train", "--model", model, *files, "--vocab-size", "300", "--max-tokens", "256",
+    args = ["--model", model, *files, "--vocab-size", "300", "--max-tokens", "256",
             "--steps", str(STEPS), "--save-every", "6", "--eval-every", "12", "--log-every", "1",
             "--metric-examples", "2", "--no-progress", "--device", "cpu"]
-    killed_and_resumed_like_straight(PLM, args, tmp_path)
+    stopped_and_resumed_like_straight(PLM, ["seq2seq", "train"], args, tmp_path, stop)
 
 
-def test_a_killed_finetune_run_resumes_bit_exactly(tmp_path: Path) -> None:
-    # The built-in task: 64 examples in batches of 8, 3 epochs = 24 steps, a checkpoint at each epoch's end.
-    args = ["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "3",
-            "--no-progress", "--device", "cpu"]
-    killed_and_resumed_like_straight(PLM, args, tmp_path, shared_tokenizer=False)
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_finetune_run_resumes_bit_exactly(stop: signal.Signals, tmp_path: Path) -> None:
+    # The built-in task: 64 examples in batches of 8, 3 epochs = 24 steps, a checkpoint every 5 steps.
+    args = ["--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "3",
+            "--save-every", "5", "--no-progress", "--device", "cpu"]
+    stopped_and_resumed_like_straight(PLM, ["finetune"], args, tmp_path, stop, shared_tokenizer=False)
 
 
 # In one process, an interrupt during step 6, after the step-4 checkpoint, stands for the kill.

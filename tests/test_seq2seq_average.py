@@ -118,6 +118,19 @@ def test_average_writes_the_mean_of_the_snapshots_and_translate_reads_it(kept, t
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
+def test_average_last_2_of_3_kept_snapshots_is_the_mean_of_the_newest_two(kept, tmp_path: Path) -> None:
+    """The run kept steps 3, 4 and 5: --last 2 averages steps 4 and 5, not the first two it kept (3 and 4)."""
+    run, _ = kept
+    assert main(["seq2seq", "average", "--model", str(run), "--last", "2", "--out", str(tmp_path / "averaged")]) == 0
+    averaged = load_file(tmp_path / "averaged" / "model.safetensors")
+    step3, step4, step5 = (load_file(run / "checkpoints" / f"step-{step:06d}" / "model.safetensors")
+                           for step in (3, 4, 5))
+    assert averaged.keys() == step5.keys()
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (step4[name] + step5[name]) / 2, msg=name)
+    assert any(not torch.allclose(averaged[name], (step3[name] + step4[name]) / 2) for name in averaged)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

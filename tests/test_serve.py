@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -25,7 +26,7 @@ from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.generation import generate
+from plm.generation import SamplingOptions, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
@@ -198,6 +199,44 @@ def test_concurrent_requests_are_batched_and_give_the_tokens_they_get_one_at_a_t
                                                                           abs=1e-4)
     assert max(sizes) > 1 and max(sizes) <= 8 and sum(sizes) == len(requests)
     assert sizes.count(1) >= 2  # each seeded sampler decodes alone
+
+
+def test_requests_that_fit_the_context_alone_but_not_together_decode_apart(
+    services: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 50-token prompt with 5 new tokens and a 5-token prompt with 50 each fit a context of 64, but left-padded into
+    one batch they would need 50 + 50 positions. Guards against admitting a request by its own prompt and new tokens
+    rather than by the batch's longest prompt and most new tokens: each gets the tokens it gets alone."""
+    gpt = services["gpt"]
+    text = gpt.tokenizer.encode(synthetic_text(5))
+    requests = [(text[:50], 5), (text[:5], 50)]
+    context = gpt.model.context_length()
+    assert all(len(ids) + new <= context for ids, new in requests)  # each fits alone ...
+    assert max(len(ids) for ids, _ in requests) + max(new for _, new in requests) > context  # ... not together
+    sizes = []
+    decode = batching_module.decode_batch
+    monkeypatch.setattr(batching_module, "decode_batch", lambda jobs: (sizes.append(len(jobs)), decode(jobs)))
+
+    async def both_pending_at_once() -> list[dict]:
+        with ThreadPoolExecutor(1) as model_thread:
+            batcher = batching_module.Batcher(model_thread, max_batch=8, window=0)
+            jobs = [batching_module.GenerationJob(gpt.model, gpt.tokenizer, ids, new, SamplingOptions())
+                    for ids, new in requests]
+            for job in jobs:
+                batcher.submit(job)  # both wait before the batcher takes its first batch
+            running = asyncio.create_task(batcher.run())
+            try:
+                return [await job.result() for job in jobs]
+            finally:
+                running.cancel()
+
+    answers = asyncio.run(both_pending_at_once())
+    eos = gpt.tokenizer.eos_id
+    for (ids, new), answer in zip(requests, answers):
+        alone = generate(gpt.model, torch.tensor([ids]), new, eos_token_id=eos)[0, len(ids):].tolist()
+        got = [token["id"] for token in answer["tokens"]]
+        assert got == alone[: len(got)] and (len(got) == new or got[-1] == eos)
+    assert sizes == [1, 1]
 
 
 # --- the other endpoints: what the library gives ---------------------------------------------------

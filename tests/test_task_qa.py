@@ -54,6 +54,33 @@ def test_windows_cover_the_context_with_a_stride_and_locate_the_answer(tokenizer
     assert all(w["start_positions"] == w["end_positions"] == 0 for w in windows if w not in holding)
 
 
+def test_a_window_with_the_answers_start_but_not_its_end_labels_no_span(tokenizer):
+    """The window of context tokens [100, 155) holds "Paris" but not "France", which starts the next window's
+    answer: it is labelled with [CLS] (0, 0), not with a span cut at its end nor one ending past it. The positions
+    expected in each window are worked out here from the context's tokens and the windows' arithmetic."""
+    example = long_example()
+    question, context = tokenizer.encode(example.question), tokenizer.encode(example.context)
+    paris = context.index(tokenizer.encode("Paris")[0])  # "France" is the token after it
+    head, width, stride = len(question) + 2, 64 - len(question) - 3, 20  # [CLS] question [SEP] window [SEP]
+    windows = encode_windows(tokenizer, example, max_length=64, stride=stride)
+    expected, cut = [], []
+    for k in range(len(windows)):
+        first, last = k * stride, min(k * stride + width, len(context))  # the window's context tokens [first, last)
+        if first <= paris and paris + 1 < last:
+            expected.append((head + paris - first, head + paris + 1 - first))
+        else:
+            expected.append((0, 0))
+            if first <= paris < last:
+                cut.append(k)
+    assert cut == [5]  # the case this test is about: window 5 ends between "Paris" and "France"
+    assert [(w["start_positions"], w["end_positions"]) for w in windows] == expected
+    labelled = [w for w in windows if w["start_positions"]]
+    assert len(labelled) == 2
+    for window in labelled:
+        start, end = window["offsets"][window["start_positions"]], window["offsets"][window["end_positions"]]
+        assert example.context[start[0]:end[1]] == "Paris France"
+
+
 def test_unanswerable_questions_point_every_window_at_cls(tokenizer):
     example = QAExample("q", "who", long_example().context, (), impossible=True)
     assert all(w["start_positions"] == w["end_positions"] == 0 for w in encode_windows(tokenizer, example, 64, 20))

@@ -34,6 +34,7 @@ def write(tmp_path, name, text):
 def test_glue_single_sentences_and_pairs_are_found_by_column_name(tmp_path):
     sst = write(tmp_path, "sst.tsv", 'sentence\tlabel\nit "works" .\t1\nno\t0\n')
     assert read_glue(sst) == [TextExample('it "works" .', None, "1"), TextExample("no", None, "0")]
+    assert [e.line for e in read_glue(sst)] == [2, 3]  # each example's line, for messages about it
     mrpc = write(tmp_path, "mrpc.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tA b .\tB a .\n")
     assert read_glue(mrpc) == [TextExample("A b .", "B a .", "1")]
     sts = write(tmp_path, "sts.tsv", "index\tsentence1\tsentence2\tscore\n0\tx\ty\t3.8\n")
@@ -61,6 +62,7 @@ def test_glue_regression_label_must_be_a_number(tmp_path):
 def test_jsonl_reads_text_pair_and_label_and_names_bad_lines(tmp_path):
     good = write(tmp_path, "a.jsonl", '{"text": "a", "label": "pos"}\n\n{"text": "b", "text_pair": "c", "label": 2}\n')
     assert read_jsonl(good) == [TextExample("a", None, "pos"), TextExample("b", "c", "2")]
+    assert [e.line for e in read_jsonl(good)] == [1, 3]
     with pytest.raises(PLMError, match=r"b.jsonl:2: not valid JSON"):
         read_jsonl(write(tmp_path, "b.jsonl", '{"text": "a"}\n{"text": \n'))
     with pytest.raises(PLMError, match=r'c.jsonl:1: "text" \(and "text_pair", if given\) must be strings'):
@@ -70,10 +72,12 @@ def test_jsonl_reads_text_pair_and_label_and_names_bad_lines(tmp_path):
 def test_conll_iob1_comes_back_as_bio(tmp_path):
     text = ("-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP I-MISC\n\n"
             "Peter NNP B-NP I-PER\nBlackburn NNP I-NP I-PER\nMary NNP I-NP B-PER\n")
-    assert read_conll(write(tmp_path, "x.conll", text)) == [
+    sentences = read_conll(write(tmp_path, "x.conll", text))
+    assert sentences == [
         TaggedSentence(("EU", "rejects", "German"), ("B-ORG", "O", "B-MISC")),
         TaggedSentence(("Peter", "Blackburn", "Mary"), ("B-PER", "I-PER", "B-PER")),
     ]
+    assert [s.line for s in sentences] == [3, 7]  # the first word's line; word i is on the line i after it
 
 
 def test_a_conll_layout_without_its_tags_last_asks_for_the_tag_column(tmp_path):

@@ -37,6 +37,20 @@ def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):
     assert ids.dtype == np.uint32 and ids.tolist() == [1, 69_999]
 
 
+def test_ids_above_32767_round_trip_through_uint16_storage(tmp_path):
+    """A vocabulary of exactly 2**16 words is stored as uint16; ids past int16's 32,767 up to 65,535 must read back
+    as written (int16 storage would wrap 40,000 to -25,536 or refuse it), in the array and in training blocks."""
+    words = {f"w{i}": i for i in range(2**16)}
+    backend = tokenizers.Tokenizer(models.WordLevel(words, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    written = [32_767, 32_768, 40_000, 65_535, 7]
+    text = " ".join(f"w{i}" for i in written)
+    ids = encode_documents([Document("d", text)], Tokenizer(backend, {}), tmp_path / "ids.npy", None)
+    assert ids.tolist() == written and np.load(tmp_path / "ids.npy").tolist() == written
+    assert validation_blocks(ids, block_size=4)[0].tolist() == written
+    assert ids.dtype == np.uint16  # two bytes an id: the vocabulary fits
+
+
 def test_cached_ids_are_reused_until_the_text_changes(tmp_path, tokenizer):
     ids = cached_token_ids(DOCUMENTS, tokenizer, tmp_path, "train")
     again = cached_token_ids(DOCUMENTS, tokenizer, tmp_path, "train")

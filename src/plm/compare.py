@@ -32,7 +32,6 @@ its family's recipe, the budget and the data files' contents); otherwise it trai
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import re
@@ -50,7 +49,8 @@ from plm.errors import PLMError
 from plm.files import atomic_open, make_directory, read_json, write_json
 from plm.models import PRESETS, RECIPES, model_class
 from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, model_config, prepare
-from plm.training.trainer import METRICS_FILE, TrainingConfig
+from plm.training.run_directory import METRICS_FILE, changed_fields, file_digest, run_lock
+from plm.training.trainer import TrainingConfig
 
 BUDGETS = ("steps", "tokens", "minutes")
 RESULT_FILE = "result.json"  # written into a run directory once its run has finished
@@ -166,6 +166,9 @@ def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> 
     setup = PretrainSetup(**setup_values, model_overrides=checked_overrides(setup_values.get("model"), overrides, where))
     steps, time_limit = steps_and_time_limit(budget, setup, where)
     training = TrainingConfig(**training_values, steps=steps, time_limit=time_limit)
+    if training.warmup is not None and training.warmup > steps:  # checked before any run trains
+        raise PLMError(f"{where}: warmup {training.warmup} is more than the budget's {steps} steps; the whole run "
+                       "would be warmup (give a smaller one, or none: the recipe's, fitted to the run)")
     return RunSpec(name.strip(), setup, training)
 
 
@@ -217,25 +220,6 @@ def run_definition(run: RunSpec) -> dict[str, Any]:
     }))
 
 
-def file_digest(path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as file:
-            while chunk := file.read(1 << 20):
-                digest.update(chunk)
-    except FileNotFoundError:
-        raise PLMError(f"{path}: no such file") from None
-    return digest.hexdigest()
-
-
-def changed_fields(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
-    """The dotted names of the leaves that differ between two definitions."""
-    if not (isinstance(saved, dict) and isinstance(current, dict)):
-        return [] if saved == current else [prefix.rstrip(".")]
-    return [name for key in sorted(set(saved) | set(current))
-            for name in changed_fields(saved.get(key), current.get(key), f"{prefix}{key}.")]
-
-
 def check_metric(spec: CompareSpec, run: RunSpec, trainer: Any, where: str) -> None:
     """Refuse a metric the run will not log, before its first step: the loss terms come from one batch."""
     objective = trainer.objective
@@ -255,29 +239,30 @@ def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] 
     """
     out = Path(out)
     results = []
-    for index, run in enumerate(spec.runs, 1):
-        directory, label = out / run.slug, f"[{index}/{len(spec.runs)}] {run.name}"
-        definition = run_definition(run)
-        saved = read_json(directory / DEFINITION_FILE) if (directory / DEFINITION_FILE).is_file() else None
-        same = saved == definition
-        if same and (directory / RESULT_FILE).is_file():
-            progress(f"{label}: finished before with the same options, recipe, budget and data; kept")
-        else:
-            resume = same and has_checkpoint(directory)
-            if directory.exists() and not same:
-                changes = changed_fields(saved, definition) if saved is not None else ["no saved definition"]
-                progress(f"{label}: changed since it ran ({', '.join(changes[:4])}); training again")
-            progress(f"{label}: {'resuming' if resume else 'training'} ({spec.budget.describe()}) in {directory}")
-            trainer, _ = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
-            check_metric(spec, run, trainer, where)
-            if not resume:
-                (make_directory(directory) / RESULT_FILE).unlink(missing_ok=True)
-                write_json(directory / DEFINITION_FILE, definition)
-            final = trainer.train(resume=resume, overwrite=not resume)
-            final["parameters"] = trainer.model.num_parameters()
-            write_json(directory / RESULT_FILE, final)
-        results.append(RunResult(run.name, directory, read_json(directory / RESULT_FILE),
-                                 validation_curve(directory, spec.metric)))
+    with run_lock(out):  # one compare per directory; each run's trainer locks the run's own
+        for index, run in enumerate(spec.runs, 1):
+            directory, label = out / run.slug, f"[{index}/{len(spec.runs)}] {run.name}"
+            definition = run_definition(run)
+            saved = read_json(directory / DEFINITION_FILE) if (directory / DEFINITION_FILE).is_file() else None
+            same = saved == definition
+            if same and (directory / RESULT_FILE).is_file():
+                progress(f"{label}: finished before with the same options, recipe, budget and data; kept")
+            else:
+                resume = same and has_checkpoint(directory)
+                if directory.exists() and not same:
+                    changes = changed_fields(saved, definition) if saved is not None else ["no saved definition"]
+                    progress(f"{label}: changed since it ran ({', '.join(changes[:4])}); training again")
+                progress(f"{label}: {'resuming' if resume else 'training'} ({spec.budget.describe()}) in {directory}")
+                trainer, _ = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
+                check_metric(spec, run, trainer, where)
+                if not resume:
+                    (make_directory(directory) / RESULT_FILE).unlink(missing_ok=True)
+                    write_json(directory / DEFINITION_FILE, definition)
+                final = trainer.train(resume=resume, overwrite=not resume)
+                final["parameters"] = trainer.model.num_parameters()
+                write_json(directory / RESULT_FILE, final)
+            results.append(RunResult(run.name, directory, read_json(directory / RESULT_FILE),
+                                     validation_curve(directory, spec.metric)))
     return results
 
 

@@ -10,6 +10,18 @@ class PLMError(Exception):
     """A problem with the user's input: a file, a flag, a checkpoint or a prompt."""
 
 
+class RunStopped(Exception):
+    """A training run that a signal stopped, after it saved its checkpoint.
+
+    The CLI prints the message (where it saved, how to resume) and exits with 128 + the
+    signal's number, as shells expect: 143 for SIGTERM, 130 for SIGINT.
+    """
+
+    def __init__(self, message: str, signal_number: int) -> None:
+        super().__init__(message)
+        self.signal_number = signal_number
+
+
 class PLMWarning(UserWarning):
     """Something a user may want to change, though the run can go on (the CLI prints it as one line)."""
 

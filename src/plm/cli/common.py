@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import shutil
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from plm.loading import load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel
 from plm.tokenizer import Tokenizer
 from plm.training.parallel import STRATEGIES, Parallelism
+from plm.training.run_directory import LOCK_FILE, run_lock
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,7 +35,24 @@ class Parser(argparse.ArgumentParser):
             if extras:
                 self.error(f"unrecognized arguments: {' '.join(extras)}")
             namespace.command_name = self.prog
+            namespace.given_flags = self.given_flags(args)
         return namespace, extras
+
+    def given_flags(self, args: list[str] | None) -> set[str]:
+        """The destinations of the options ``args`` gives, not left to their defaults (``--resume`` tells them apart).
+
+        ``args`` is parsed again with every default suppressed: what is set then was given.
+        """
+        actions = [action for action in self._actions if action.default is not argparse.SUPPRESS]
+        saved = [(action.default, action.required) for action in actions]
+        try:
+            for action in actions:
+                action.default, action.required = argparse.SUPPRESS, False
+            given, _ = super().parse_known_args(args, argparse.Namespace())
+        finally:
+            for action, (default, required) in zip(actions, saved):
+                action.default, action.required = default, required
+        return set(vars(given)) & {action.dest for action in actions}
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -198,14 +217,16 @@ def write_model_directory(source: Path, out: Path, overwrite: bool, write: Calla
         raise PLMError(f"{out}: is the model being read; choose another --out")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise PLMError(f"{out}: the directory is not empty; choose another --out or pass --overwrite to replace it")
-    staging = staging_directory(make_directory(out.parent), f".{out.name}-")
-    try:
-        written = write(staging)
-    except PLMError as error:  # named by the directory the user asked for, not the staging copy
-        shutil.rmtree(staging, ignore_errors=True)
-        raise PLMError(str(error).replace(str(staging), str(out))) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    swap_in(staging, out.parent, out.name)
+    # A run directory is replaced only while no process trains in it (and none starts meanwhile).
+    with run_lock(out) if (out / LOCK_FILE).exists() else contextlib.nullcontext():
+        staging = staging_directory(make_directory(out.parent), f".{out.name}-")
+        try:
+            written = write(staging)
+        except PLMError as error:  # named by the directory the user asked for, not the staging copy
+            shutil.rmtree(staging, ignore_errors=True)
+            raise PLMError(str(error).replace(str(staging), str(out))) from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        swap_in(staging, out.parent, out.name)
     return written

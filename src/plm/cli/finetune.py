@@ -17,11 +17,13 @@ from plm.cli.common import (
     positive_float,
     positive_int,
 )
+from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.tasks.heads import POOLINGS
 from plm.tasks.objectives import TASKS
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 
+RUN = RunFlags("finetune", data=("train", "validation"), required=("task",))
 TASK_HELP = """tasks:
   classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
   pair      a sentence pair -> a class, read as [CLS] A [SEP] B [SEP] (GLUE TSV, JSONL with "text_pair")
@@ -80,7 +82,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     # argparse reads "-4,-3,-2,-1" as an option, not a value; a comma-separated list of negative numbers is a value.
     parser._negative_number_matcher = re.compile(r"^-\d*\.?\d+(,-?\d*\.?\d+)*$")
-    parser.add_argument("--task", required=True, choices=TASKS, help="what to learn (see tasks below)")
+    parser.add_argument("--task", choices=TASKS, help="what to learn (see tasks below); required, but for --resume")
     parser.add_argument("--model", help="pretrained model directory (default: a fresh bert-micro, built-in task only)")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
@@ -136,8 +138,12 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="built-in task: training examples (a quarter as many for validation)")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --out where it stopped (give the same options): finished runs of "
-                        "an --lr sweep or --restarts are kept, the interrupted one resumes from its checkpoint")
+                        help="continue the run in --out where it stopped, with the flags it was started with (saved "
+                        "in OUT/run.json): finished runs of an --lr sweep or --restarts are kept, the interrupted one "
+                        "resumes from its checkpoint")
+    add_allow_data_change(parser)
+    parser.add_argument("--save-every", type=positive_int, default=500,
+                        help="steps between checkpoints within an epoch (each epoch's end saves one too)")
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
@@ -146,6 +152,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_finetune(args: argparse.Namespace) -> None:
+    definition = run_definition(args, RUN)
     setup = FinetuneSetup(
         task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
         restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
@@ -154,11 +161,11 @@ def run_finetune(args: argparse.Namespace) -> None:
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
         max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
-        parallelism=parallelism(args),
+        parallelism=parallelism(args), save_every=args.save_every,
     )
     setup.validate()
     out = check_output_directory(args.out)
-    result = finetune(setup, out, overwrite=args.overwrite, resume=args.resume)
+    result = finetune(setup, out, overwrite=args.overwrite, resume=args.resume, definition=definition)
     if not result.main_process:
         return
     for run in result.runs:

@@ -27,7 +27,8 @@ from plm.cli import (
     translate,
 )
 from plm.cli.common import HelpFormatter, Parser
-from plm.errors import PLMError, PLMWarning
+from plm.errors import PLMError, PLMWarning, RunStopped
+from plm.training.distributed import is_first_process
 
 COMMANDS = (
     demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
@@ -74,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{error.filename}: " if error.filename is not None else ""
         print(f"{args.command_name}: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
+    except RunStopped as stopped:  # a checkpoint of the step reached is saved
+        if is_first_process():
+            how = (f"continue with: {args.command_name} --out {args.out} --resume" if hasattr(args, "resume")
+                   else "run the same command again to continue")
+            print(f"{args.command_name}: {stopped}; {how}", file=sys.stderr)
+        return 128 + stopped.signal_number
     except KeyboardInterrupt:
         print(f"{args.command_name}: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import Any
 
 from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, check_output_file, positive_int
 from plm.files import atomic_open
@@ -46,7 +47,7 @@ def run_predict(args: argparse.Namespace) -> None:
     model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
     examples = read_examples(task.name, args.file, args.tag_column, labelled=False)
     predictions, _ = run(model, task, examples, args.batch_size)
-    lines = "".join(json.dumps({**dataclasses.asdict(e), "prediction": p}, ensure_ascii=False) + "\n"
+    lines = "".join(json.dumps({**example_fields(e), "prediction": p}, ensure_ascii=False) + "\n"
                     for e, p in zip(examples, predictions))
     if args.out is None:
         sys.stdout.write(lines)
@@ -54,3 +55,10 @@ def run_predict(args: argparse.Namespace) -> None:
     with atomic_open(args.out) as file:
         file.write(lines.encode("utf-8"))
     print(f"{len(examples)} predictions written to {args.out}")
+
+
+def example_fields(example: Any) -> dict[str, Any]:
+    """An example's fields as the predictions show them: not the line it was read from (that is for messages)."""
+    fields = dataclasses.asdict(example)
+    fields.pop("line", None)
+    return fields

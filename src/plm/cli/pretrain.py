@@ -17,12 +17,14 @@ from plm.cli.common import (
     positive_int,
     time_limit,
 )
+from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
 from plm.device import PRECISIONS
 from plm.models import PRESETS, RECIPES
 from plm.recipe import OPTIMIZERS, SCHEDULES
 from plm.training.pretrain import HYPERPARAMETER_SETS, OBJECTIVES, PretrainSetup, pretrain
 from plm.training.trainer import TrainingConfig
 
+RUN = RunFlags("pretrain", data=("train", "validation"))
 EXAMPLES = """examples:
   plm pretrain                                   # gpt2-mini on the embedded corpus
   plm pretrain --model bert                      # bert-mini, MLM + NSP, WordPiece trained on the corpus
@@ -79,7 +81,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
     parser.add_argument("--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given")
     parser.add_argument("--out", default="runs/pretrain", help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with "
+                        "the flags it was started with (saved in OUT/run.json); --steps extends it")
+    add_allow_data_change(parser)
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
     add_time_budget(parser)
@@ -112,6 +116,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    definition = run_definition(args, RUN)
     setup = PretrainSetup(
         model=args.model,
         train_files=tuple(args.train),
@@ -150,7 +155,8 @@ def run(args: argparse.Namespace) -> None:
         compile=args.compile,
         parallelism=parallelism(args),
     )
-    _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
+    _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite,
+                             definition=definition)
     if os.environ.get("RANK", "0") != "0":
         return
     # An objective with several language models (ELMo's two directions) reports the perplexity of each.

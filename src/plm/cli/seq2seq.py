@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from plm.attention_map import pair_attention, plot
@@ -21,15 +22,19 @@ from plm.cli.common import (
     positive_int,
     time_limit,
 )
+from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
 from plm.models import PRESETS, RECIPES
 from plm.recipe import SCHEDULES
 from plm.training.averaging import average_run
+from plm.training.distributed import is_first_process
 from plm.training.parallel import unsharded
 from plm.training.pretrain import HYPERPARAMETER_SETS
+from plm.training.run_directory import check_run_directory, claimed
 from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
 
 HEATMAP = "attention.png"
+RUN = RunFlags("seq2seq train", data=("src", "tgt", "tsv", "valid_src", "valid_tgt", "valid_tsv"))
 EXAMPLES = """examples:
   plm seq2seq train --out runs/dates         # transformer-small on the dates task, no files needed
   plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
@@ -92,7 +97,9 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)")
     parser.add_argument("--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best")
     parser.add_argument("--out", default="runs/seq2seq", help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with "
+                        "the flags it was started with (saved in OUT/run.json); --steps extends it")
+    add_allow_data_change(parser)
     parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
     parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
     add_time_budget(parser)
@@ -136,6 +143,7 @@ def register_average(actions: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    definition = run_definition(args, RUN)
     setup = Seq2SeqSetup(
         model=args.model, source=args.src, target=args.tgt, tsv=args.tsv, validation_source=args.valid_src,
         validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
@@ -148,12 +156,19 @@ def run_train(args: argparse.Namespace) -> None:
         clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every,
         seed=args.seed, device=args.device, progress=not args.no_progress, parallelism=parallelism(args),
     )
+    check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
+    with claimed(args.out, check, enabled=is_first_process()):
+        trained(setup, training, args, definition)
+
+
+def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:
+    """Train (in a run directory checked and locked), report the scores and draw the attention of a held-out pair."""
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     dropped, main = trainer.objective.dropped, trainer.distributed.is_main  # under torchrun, the first process reports
     if any(dropped.values()) and main:
         print(f"left out {dropped['train']} training and {dropped['validation']} validation pairs longer than the "
               f"model's context of {trainer.model.context_length()} tokens", file=sys.stderr)
-    metrics = trainer.train(resume=args.resume, overwrite=args.overwrite)
+    metrics = trainer.train(resume=args.resume, overwrite=args.overwrite, definition=definition)
     if "val_bleu" in metrics and main:
         print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2f}%, "
               f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}")

@@ -23,17 +23,19 @@ import json
 import math
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from plm.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model
+from plm.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
 from plm.core.quantize import check_trainable
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
-from plm.files import read_json, write_json
+from plm.files import read_json, staging_directory, write_json
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.tasks import readers
@@ -46,9 +48,19 @@ from plm.tasks.sift import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tokenizer import Tokenizer
-from plm.training.distributed import setup_distributed
+from plm.training.distributed import is_first_process, setup_distributed
 from plm.training.parallel import Parallelism, built_on_first_process
-from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
+from plm.training.run_directory import (
+    RESULT_FILE,
+    SUMMARY_FILE,
+    SWEEP_DIR,
+    check_run_directory,
+    claimed,
+    remove_leftovers,
+    remove_run,
+    write_definition,
+)
+from plm.training.trainer import Trainer, TrainingConfig
 
 # The built-in task's fresh model. BERT's N(0, 0.02) suits 768-wide layers (about 0.55 / sqrt(768)); in a
 # 32-wide model it leaves the sublayers' outputs so small that [CLS] hardly depends on the input (its spread
@@ -58,8 +70,6 @@ SYNTHETIC_PRESET = "bert-micro"
 SYNTHETIC_OVERRIDES = {"dropout": 0.0, "attention_dropout": 0.0}
 SYNTHETIC_LR = 3e-3  # a fresh model needs a larger step than a pretrained one
 FEATURE_TAGGER_LR = 1e-3  # the feature-based tagger trains from scratch over a frozen encoder
-SAVE_EVERY = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
-RUN_RESULT_FILE = "result.json"  # a finished run's lr, seed, steps and dev metrics
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ class FinetuneSetup:
     pooling: str | None = None  # classify, pair, regress, choice: cls, last or mean; None: see trained_pooling
     minutes: float | None = None  # each run stops at the first step past this many minutes of training
     max_steps: int | None = None  # each run stops after this many steps; the schedule is laid out over them
+    save_every: int = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
     mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
     parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
 
@@ -121,7 +132,7 @@ class FinetuneSetup:
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
             raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
-        least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4}
+        least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4, "save_every": 1}
         for name, lowest in least.items():
             value = getattr(self, name)
             if value is not None and value < lowest:
@@ -186,18 +197,38 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
     return read(path, regression=task == "regress")
 
 
-def task_labels(task: str, examples: list[Any]) -> tuple[str, ...]:
-    """The classes of ``examples`` (tags: ``O`` first), in a fixed order: the head's label ids.
+def task_labels(task: str, train: Sequence[Any], validation: Sequence[Any] = (),
+                validation_file: str | Path | None = None) -> tuple[str, ...]:
+    """The classes of the training examples (tags: ``O`` first), in a fixed order: the head's label ids.
 
-    ``finetune`` gives it the training and the dev examples together, so that a class only the
-    dev set holds (a rare tag on a small training slice) is scored as a miss, not refused.
+    A class that only the validation examples (read from ``validation_file``) hold would be one the
+    head never trains on (issue 33: a dev file's one extra label made a 4-class model with 3 trained
+    classes), so it is refused. Without ``validation_file`` (the built-in task) both sets come from one
+    generator, whose classes they share, and the validation examples' classes count too.
+
+    Raises:
+        PLMError: a validation label (or tag) that no training example holds, with its file and line
+            (a tag's: the line of the word it tags).
     """
+    if validation_file is None:
+        train, validation = [*train, *validation], ()
     if task in ("classify", "pair"):
-        return tuple(sorted({str(e.label) for e in examples if e.label is not None}))
-    if task == "tag":
-        tags = {t for e in examples for t in e.tags}
-        return ("O",) * ("O" in tags) + tuple(sorted(tags - {"O"}))
-    return ()
+        labels = tuple(sorted({str(e.label) for e in train if e.label is not None}))
+        held = [(e.line, str(e.label)) for e in validation if e.label is not None]
+    elif task == "tag":
+        tags = {t for e in train for t in e.tags}
+        labels = ("O",) * ("O" in tags) + tuple(sorted(tags - {"O"}))
+        held = [(None if e.line is None else e.line + i, t) for e in validation for i, t in enumerate(e.tags)]
+    else:
+        return ()
+    for line, label in held:
+        if label not in labels:
+            where = validation_file if line is None else f"{validation_file}:{line}"
+            kind = "tag" if task == "tag" else "label"
+            raise PLMError(f"{where}: {kind} {label!r} is in no training example (their {kind}s: "
+                           f"{', '.join(labels) or 'none'}); the model would have a class it never trains on: "
+                           "add training examples of it or remove it from the validation file")
+    return labels
 
 
 @dataclass
@@ -209,26 +240,52 @@ class FinetuneResult:
     main_process: bool = True  # under torchrun, the process that writes and reports
 
 
-def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, resume: bool = False) -> FinetuneResult:
+def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, resume: bool = False,
+             definition: dict[str, Any] | None = None) -> FinetuneResult:
     """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set.
 
     Each run writes ``result.json`` when it has finished. ``resume`` keeps those, continues the run that
     was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and starts the rest.
+    ``out`` is locked throughout; ``definition`` is saved in ``out/run.json`` (see
+    :mod:`plm.training.run_directory`).
     """
     setup.validate()
     out = Path(out)
-    if resume and overwrite:
-        raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
-    if resume:
-        if not (is_training_run(out) or any(is_training_run(run) for run in (out / "runs").glob("*"))):
-            raise PLMError(f"{out}: no fine-tuning run to resume (drop --resume to start one)")
-    else:
-        check_run_directory(out, resume=False, overwrite=overwrite)
+    first = is_first_process()
+    # The data first: a file the user got wrong is refused before anything is written.
     if setup.train is not None:
         train, validation = (read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation))
     else:
         sizes = (setup.synthetic_size, setup.synthetic_size // 4)
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
+    labels = task_labels(setup.task, train, validation, setup.validation)
+    sweep = len(setup.lrs or (None,)) * setup.restarts > 1
+    with claimed(out, partial(check_finetune_directory, out, resume, overwrite), enabled=first):
+        if first:
+            remove_leftovers(out)
+            if overwrite:
+                remove_run(out)
+            if definition is not None and sweep:  # a single run's trainer writes it, in the same directory
+                write_definition(out, definition)
+        return finetune_runs(setup, out, overwrite, resume, (train, validation, labels),
+                             None if sweep else definition)
+
+
+def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    if not resume:
+        check_run_directory(out, resume=False, overwrite=overwrite)
+    elif not (is_training_run(out) or any(is_training_run(run) for run in (out / SWEEP_DIR).glob("*"))):
+        raise PLMError(f"{out}: no fine-tuning run to resume (drop --resume to start one)")
+
+
+def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool,
+                  data: tuple[list[Any], list[Any], tuple[str, ...]], definition: dict[str, Any] | None
+                  ) -> FinetuneResult:
+    """:func:`finetune`'s runs, in a run directory checked and locked, on its (training, validation, labels)
+    ``data``; ``definition`` is a single run's, written by its trainer."""
+    train, validation, labels = data
     world = setup_distributed(resolve_device(setup.device), group_of_one=setup.parallelism.sharded)
     with built_on_first_process(setup.parallelism, world):
         backbone, tokenizer = load_backbone(setup, train)
@@ -237,7 +294,6 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
     if causal and setup.task in GPT_TASKS:
         torch.manual_seed(setup.seed)  # the task tokens' new rows are drawn: the same run, the same rows
         add_task_tokens(backbone, tokenizer)
-    labels = task_labels(setup.task, [*train, *validation])
     recipe = GPT1_RECIPE if causal else BERT_RECIPE
     if setup.features is not None:
         default_lr = FEATURE_TAGGER_LR
@@ -276,28 +332,29 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
                 steps = min(steps, setup.max_steps)
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
-                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=min(per_epoch, SAVE_EVERY),
+                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=min(per_epoch, setup.save_every),
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
             )
-            directory = out / "runs" / f"lr{lr:g}-seed{seed}" if several else out
-            if resume and (directory / RUN_RESULT_FILE).is_file():
-                runs.append(read_json(directory / RUN_RESULT_FILE))
+            directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if several else out
+            if resume and (directory / RESULT_FILE).is_file():
+                runs.append(read_json(directory / RESULT_FILE))
                 continue
             continuing = resume and has_checkpoint(directory)
             trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer, distributed=world)
-            metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing))
+            metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing),
+                                    definition=definition)
             last = {k: v for k, v in metrics.items() if k.startswith("val_")}
             runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
                          task.selection: trainer.best})
             if world.is_main:
-                write_json(directory / RUN_RESULT_FILE, runs[-1])
+                write_json(directory / RESULT_FILE, runs[-1])
     best = max(runs, key=lambda run: run[task.selection])
     if several and world.is_main:  # the others would copy over the same files at once
-        if (out / BEST_DIR).exists():
-            shutil.rmtree(out / BEST_DIR)
-        shutil.copytree(Path(best["directory"]) / BEST_DIR, out / BEST_DIR)
-        write_json(out / "summary.json", {"selection": task.selection, "best": best, "runs": runs})
+        staging = staging_directory(out, f".{BEST_DIR}-")  # swapped in whole: a kill leaves the old best or the new
+        shutil.copytree(Path(best["directory"]) / BEST_DIR, staging, dirs_exist_ok=True)
+        swap_in(staging, out, BEST_DIR)
+        write_json(out / SUMMARY_FILE, {"selection": task.selection, "best": best, "runs": runs})
     world.barrier()  # the best model is in place before any process reads it
     return FinetuneResult(load_model(out), tokenizer, runs, best, world.is_main)
 

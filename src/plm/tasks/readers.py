@@ -2,7 +2,9 @@
 
 Each reader returns plain examples and knows nothing of tokenizers. A row that
 cannot be read is one PLMError naming the file and the line (for SQuAD, the
-place in the JSON), so that a user can open the file there and fix it.
+place in the JSON), so that a user can open the file there and fix it. Text examples
+and tagged sentences keep their line, so that a check made later (a validation label
+that no training example holds) can name it too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import io
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from plm.data.corpus import read_text
@@ -23,19 +25,29 @@ Path = str | os.PathLike[str]
 
 @dataclass(frozen=True)
 class TextExample:
-    """One sentence (or sentence pair) and its label: a class name, a score, or None when unlabelled."""
+    """One sentence (or sentence pair) and its label: a class name, a score, or None when unlabelled.
+
+    ``line`` is the example's line in the file it was read from (None when it was not read from one), for
+    messages about it; it takes no part in comparing examples.
+    """
 
     text: str
     text_pair: str | None = None
     label: str | float | None = None
+    line: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class TaggedSentence:
-    """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word."""
+    """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word.
+
+    ``line`` is the first word's line in the CoNLL file it was read from (word ``i`` is on line
+    ``line + i``), None when it was not read from one; it takes no part in comparing sentences.
+    """
 
     words: tuple[str, ...]
     tags: tuple[str, ...]
+    line: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,7 @@ def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
         if empty is not None:
             raise PLMError(f"{path}:{number}: an empty sentence in column {header[empty]!r}")
         label = None if label_column is None else _label(fields[label_column], regression, path, number)
-        examples.append(TextExample(texts[0], texts[1] if len(texts) > 1 else None, label))
+        examples.append(TextExample(texts[0], texts[1] if len(texts) > 1 else None, label, number))
     return _nonempty(examples, path)
 
 
@@ -125,7 +137,7 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
             raise PLMError(f'{path}:{number}: an empty "text"' if not text.strip() else f'{path}:{number}: an empty "text_pair"')
         if label is not None:
             label = _label(str(label), regression, path, number)
-        examples.append(TextExample(text, pair, label))
+        examples.append(TextExample(text, pair, label, number))
     return _nonempty(examples, path)
 
 
@@ -156,12 +168,12 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
-    columns = column = 0
+    columns = column = first = 0  # first: the line of the sentence's first word
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             if words:
-                sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags))))
+                sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags)), first))
                 words, tags = [], []
             continue
         if len(fields) < 2:
@@ -173,10 +185,12 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
         tag = fields[column - 1]
         if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
             raise PLMError(f"{path}:{number}: tag {tag!r} is neither O nor B-TYPE / I-TYPE")
+        if not words:
+            first = number
         words.append(fields[0])
         tags.append(tag)
     if words:
-        sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags))))
+        sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags)), first))
     return _nonempty(sentences, path), column, columns
 
 

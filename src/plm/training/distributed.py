@@ -31,6 +31,14 @@ class Distributed:
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
         return value
 
+    def max(self, value: int, device: torch.device) -> int:
+        """The largest ``value`` of any process, on every process."""
+        if not self.enabled:
+            return value
+        tensor = torch.tensor([value], device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
     def all_gather_object(self, value: Any) -> list[Any]:
         """``value`` of every process, in rank order."""
         if not self.enabled:
@@ -50,6 +58,11 @@ class Distributed:
         holder = [value]
         dist.broadcast_object_list(holder, src=0)
         return holder[0]
+
+
+def is_first_process() -> bool:
+    """Whether this is torchrun's first process (or the only one), before the process group exists."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def setup_distributed(device: torch.device, group_of_one: bool = False) -> Distributed:

@@ -57,10 +57,15 @@ def learning_rate(schedule: str, step: int, peak: float, warmup: int, total: int
         return peak
     if schedule == "inverse-sqrt":
         return peak * math.sqrt(max(1, warmup) / (step + 1))
-    progress = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    return decayed(schedule, (step - warmup) / max(1, total - 1 - warmup), peak, floor)
+
+
+def decayed(schedule: str, progress: float, start: float, floor: float) -> float:
+    """A ``cosine`` or ``linear`` decay from ``start`` to ``floor``, ``progress`` of the way (0 to 1, clipped)."""
+    progress = min(1.0, progress)
     if schedule == "linear":
-        return floor + (peak - floor) * (1.0 - progress)
-    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
+        return floor + (start - floor) * (1.0 - progress)
+    return floor + 0.5 * (start - floor) * (1.0 + math.cos(math.pi * progress))
 
 
 def build_optimizer(

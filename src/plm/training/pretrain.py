@@ -17,6 +17,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
 from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec
 from plm.recipe import Hyperparameters, Recipe
 from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
-from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
+from plm.training.distributed import Distributed, is_first_process, setup_distributed, teardown_distributed
 from plm.training.parallel import built_on_first_process
-from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
+from plm.training.run_directory import check_run_directory, claimed
+from plm.training.trainer import Trainer, TrainingConfig
 
 # `--model bert` and friends: a family name stands for its recipe's small CPU preset.
 FAMILY_PRESETS = {family: recipe.preset for family, recipe in RECIPES.items()}
@@ -239,14 +241,18 @@ def pretrain(
     out: str | Path = "runs/pretrain",
     resume: bool = False,
     overwrite: bool = False,
+    definition: dict[str, Any] | None = None,
 ) -> tuple[PretrainedModel, Tokenizer, dict[str, float]]:
     """Pre-train with the family's recipe; returns the model, tokenizer and last metrics.
 
-    ``overwrite`` lets a new run replace the run (or other files) in ``out``.
+    ``overwrite`` lets a new run replace the run (or other files) in ``out``. ``definition`` is
+    saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`). The run directory
+    is locked from the start, so that a second process is refused before any work.
     """
-    trainer, tokenizer = prepare(setup, training, out, resume, overwrite)
     try:
-        metrics = trainer.train(resume=resume, overwrite=overwrite)
+        with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
+            trainer, tokenizer = prepare(setup, training, out, resume, overwrite)
+            metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
     finally:
         teardown_distributed()
     return trainer.model, tokenizer, metrics

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,10 +26,11 @@ from plm.errors import PLMError, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.recipe import Hyperparameters
-from plm.training.distributed import setup_distributed
+from plm.training.distributed import is_first_process, setup_distributed
 from plm.training.parallel import built_on_first_process
 from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
-from plm.training.trainer import Trainer, TrainingConfig, check_run_directory
+from plm.training.run_directory import check_run_directory, claimed
+from plm.training.trainer import Trainer, TrainingConfig
 from plm.translation import DecodingOptions
 
 OBJECTIVE = "seq2seq"
@@ -189,8 +192,13 @@ def train_seq2seq(
     out: str | Path = "runs/seq2seq",
     resume: bool = False,
     overwrite: bool = False,
+    definition: dict[str, Any] | None = None,
 ) -> tuple[PretrainedModel, Seq2SeqTokenizers, dict[str, float]]:
-    """Train an encoder-decoder with its family's recipe; returns the model, tokenizers and last metrics."""
-    trainer, tokenizers = prepare_seq2seq(setup, training, out, resume, overwrite)
-    metrics = trainer.train(resume=resume, overwrite=overwrite)
+    """Train an encoder-decoder with its family's recipe; returns the model, tokenizers and last metrics.
+
+    ``definition``: see :meth:`plm.training.trainer.Trainer.train`; the run directory is locked from the start.
+    """
+    with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
+        trainer, tokenizers = prepare_seq2seq(setup, training, out, resume, overwrite)
+        metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
     return trainer.model, tokenizers, metrics

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from plm.checkpoint import (
-    BEST_DIR,
     CHECKPOINT_DIR,
-    PREVIOUS_CHECKPOINT_DIR,
-    SNAPSHOTS_DIR,
     TRAINING_CONFIG_FILE,
     drop_snapshots,
-    has_checkpoint,
     load_checkpoint,
     rng_states,
     save_best,
@@ -41,20 +38,33 @@ from plm.checkpoint import (
 )
 from plm.core.quantize import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
-from plm.errors import PLMError
-from plm.files import make_directory, staging_directory, write_json
+from plm.errors import PLMError, PLMWarning, RunStopped
+from plm.files import make_directory, read_json, staging_directory, write_json
 from plm.models import PretrainedModel
 from plm.objectives import Objective
 from plm.objectives.base import loss_weights, perplexity_terms, selection
 from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.sharded_checkpoint import save_shards
 from plm.training.distributed import Distributed, setup_distributed
-from plm.training.optim import build_optimizer, learning_rate
+from plm.training.optim import build_optimizer, decayed, learning_rate
 from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
+from plm.training.run_directory import (
+    METRICS_FILE,
+    TOKENIZER_DIR,
+    check_run_directory,
+    claimed,
+    remove_leftovers,
+    remove_run,
+    write_definition,
+)
+from plm.training.stopping import StopSignals, signal_name
 
-METRICS_FILE = "metrics.jsonl"
-TOKENIZER_DIR = "tokenizer"  # a tokenizer trained for the run
 HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
+# What may differ when a run resumes: how long it goes on, where and how it runs, how it reports. Anything
+# else defines the run. (The warmup is the run's own: see Trainer.resume. A sharded run resumed on another
+# number of processes takes the micro-batches per process that keep its global batch.)
+CHANGEABLE_ON_RESUME = ("steps", "epochs", "time_limit", "device", "progress", "log_every", "save_every", "keep_last",
+                        "compile", "parallelism", "grad_accum", "warmup")
 
 
 @dataclass(frozen=True)
@@ -91,9 +101,21 @@ class TrainingConfig:
     parallelism: Parallelism = Parallelism()  # DDP or FSDP over torchrun's processes, activation checkpointing
 
     def with_defaults(self, defaults: Hyperparameters) -> TrainingConfig:
-        """This config with every optimizer field left None taken from ``defaults``."""
+        """This config with every optimizer field left None taken from ``defaults``.
+
+        A default warmup that would fill the whole run (the recipe's 100 steps in a run of 100) is
+        cut to a tenth of the steps, with a warning; a warmup that was given is checked by :meth:`validate`.
+        """
         unset = {name: getattr(defaults, name) for name in HYPERPARAMETERS if getattr(self, name) is None}
-        return dataclasses.replace(self, **unset)
+        fit = self.warmup is None and self.epochs is None and defaults.warmup >= self.steps
+        if fit:
+            unset["warmup"] = self.steps // 10
+        config = dataclasses.replace(self, **unset)
+        if fit:
+            config.validate()  # a run refused for another reason says only that
+            warnings.warn(f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
+                          f"warming up over {unset['warmup']} steps instead (--warmup sets it)", PLMWarning, stacklevel=2)
+        return config
 
     def validate(self) -> None:
         """Raise a PLMError naming the flag of the first value that cannot train."""
@@ -119,6 +141,9 @@ class TrainingConfig:
             raise PLMError(f"--min-lr {self.min_lr} is above --lr {self.lr}; the schedule decays from lr to min-lr")
         if self.warmup < 0:
             raise PLMError(f"--warmup must be >= 0, got {self.warmup}")
+        if self.epochs is None and self.warmup > self.steps:
+            raise PLMError(f"--warmup {self.warmup} is more than --steps {self.steps}: the whole run would be warmup, "
+                           "the learning rate never reaching --lr")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, self.betas))}")
         if not (math.isfinite(self.eps) and self.eps > 0):
@@ -164,6 +189,7 @@ class Trainer:
         self.optimizer = build_optimizer(config.optimizer, self.model, config.lr, config.weight_decay, config.betas, config.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = 0
+        self.decay_start: tuple[int, float] | None = None  # (step, lr) from which an extended run decays
 
     def steps_for_epochs(self, epochs: float) -> int:
         """Optimizer steps that read ``epochs`` passes over the training data (at least one step)."""
@@ -173,36 +199,101 @@ class Trainer:
         per_step = self.config.grad_accum * self.distributed.world_size
         return max(1, math.ceil(epochs * per_epoch / per_step))
 
-    def train(self, resume: bool = False, overwrite: bool = False) -> dict[str, float]:
+    def train(self, resume: bool = False, overwrite: bool = False,
+              definition: dict[str, Any] | None = None) -> dict[str, float]:
         """Run until ``config.steps``; return the last metrics (with validation loss).
 
         A new run refuses a run directory that holds another run or other files, unless
-        ``overwrite``; ``resume`` continues the run directory's checkpoint.
+        ``overwrite`` (which deletes that run's files first); ``resume`` continues the run
+        directory's checkpoint. ``definition`` (what defines the run, see
+        :mod:`plm.training.run_directory`) is written to ``run.json`` before the first step.
+
+        The first process holds the run directory's lock throughout. SIGTERM or SIGINT
+        ends the run after the step in flight, with a checkpoint of that step: a
+        :class:`plm.errors.RunStopped` saying how to resume.
         """
-        config = self.config
-        if self.distributed.is_main:
-            check_run_directory(self.out, resume, overwrite)
+        check = partial(check_run_directory, self.out, resume, overwrite)
+        with claimed(self.out, check, enabled=self.distributed.is_main), StopSignals() as signals:
+            self.start(resume, overwrite, definition)
+            return self.run(signals)
+
+    def start(self, resume: bool, overwrite: bool, definition: dict[str, Any] | None) -> None:
+        """Check and prepare the run directory, restore the checkpoint when resuming, write what defines the run."""
+        main = self.distributed.is_main
+        if main:
+            remove_leftovers(self.out)  # never read: a save that did not finish
+            if overwrite and not resume:
+                remove_run(self.out)
+        torch.manual_seed(self.config.seed + self.distributed.rank)  # kept by a process the run did not have
         if resume:
-            torch.manual_seed(config.seed + self.distributed.rank)  # kept by a process the run did not have
-            state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank,
-                                    self.distributed.world_size, sharded=self.parallelism.sharded)
-            self.keep_global_batch(state.get("micro_batches"))
-            self.step = state["step"]
-            self.best = state.get("best")
-            self.elapsed = state.get("elapsed", 0.0)
-            if state.get("scaler"):
-                self.scaler.load_state_dict(state["scaler"])
-            self.truncate_metrics(self.step)
-        else:
-            torch.manual_seed(config.seed + self.distributed.rank)
-        if self.distributed.is_main:
+            self.resume()
+        if main:
             self.out.mkdir(parents=True, exist_ok=True)
             if not resume:
                 (self.out / METRICS_FILE).unlink(missing_ok=True)
             drop_snapshots(self.out, after=self.step)
-            write_json(self.out / TRAINING_CONFIG_FILE, asdict(config))
+            write_json(self.out / TRAINING_CONFIG_FILE, asdict(self.config))
+            if definition is not None:
+                write_definition(self.out, definition)
             if not resume and self.tokenizer is not None:
                 self.tokenizer.save(self.out / TOKENIZER_DIR)
+
+    def resume(self) -> None:
+        """Restore the checkpoint: weights, optimizer, RNG states, step, schedule."""
+        saved_config = self.out / TRAINING_CONFIG_FILE
+        saved = read_json(saved_config) if saved_config.is_file() else None
+        if saved is not None:
+            check_same_run(saved, self.config, self.out)
+            # The warmup was laid out at the run's start (a default one fitted to its steps): it stays.
+            self.config = dataclasses.replace(self.config, warmup=saved["warmup"])
+        state = load_checkpoint(self.out, self.model, self.optimizer, self.distributed.rank,
+                                self.distributed.world_size, sharded=self.parallelism.sharded)
+        self.keep_global_batch(state.get("micro_batches"))
+        self.step = state["step"]
+        self.best = state.get("best")
+        self.elapsed = state.get("elapsed", 0.0)
+        self.decay_start = state.get("decay_start")
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.truncate_metrics(self.step)
+        if state.get("steps", self.config.steps) != self.config.steps:
+            self.extend_schedule(state["steps"])
+
+    def extend_schedule(self, saved_steps: int) -> None:
+        """Lay the rest of a resumed run's decay over its new ``--steps``, from the learning rate it has reached.
+
+        Warmup, inverse-sqrt and constant schedules do not depend on the steps; a cosine or linear
+        decay continues from where it is, without a jump, to ``min_lr`` at the new last step.
+        """
+        config = self.config
+        if self.step >= config.steps:
+            raise PLMError(f"{self.out}: the run is at step {self.step} already; --steps {config.steps} would not "
+                           "train it further")
+        if config.schedule not in ("cosine", "linear") or self.step < config.warmup:
+            return
+        reached = self.learning_rate(self.step, total=saved_steps)
+        if reached <= config.min_lr == 0:
+            raise PLMError(f"{self.out}: the run's learning rate decayed to 0 at its last step ({saved_steps}), so "
+                           f"--steps {config.steps} would train at lr 0; start a new run from its model instead "
+                           f"(--model {self.out}/checkpoint)")
+        self.decay_start = (self.step, reached)
+        if self.distributed.is_main:
+            print(f"extending the run from {saved_steps} to {config.steps} steps: its {config.schedule} decay goes on "
+                  f"from lr {reached:.3g} at step {self.step} to {config.min_lr:.3g} at step {config.steps}",
+                  file=sys.stderr)
+
+    def learning_rate(self, step: int, total: int | None = None) -> float:
+        """The learning rate of optimizer step ``step`` (0-based) of a run of ``total`` steps (default: the config's)."""
+        config = self.config
+        total = config.steps if total is None else total
+        if self.decay_start is not None and step >= self.decay_start[0]:  # a run extended (see extend_schedule)
+            first, start = self.decay_start
+            return decayed(config.schedule, (step - first) / max(1, total - 1 - first), start, config.min_lr)
+        return learning_rate(config.schedule, step, config.lr, config.warmup, total, config.min_lr)
+
+    def run(self, signals: StopSignals) -> dict[str, float]:
+        """The training loop, from ``self.step`` to the config's steps (or its time limit, or a signal)."""
+        config = self.config
         wrapped = self.wrap(self.model)
         if config.compile:  # the same parameters, run through a compiled graph
             wrapped = torch.compile(wrapped)
@@ -217,7 +308,7 @@ class Trainer:
         started, tokens_seen, elapsed_before = time.perf_counter(), 0, self.elapsed
         try:
             while self.step < config.steps:
-                lr = learning_rate(config.schedule, self.step, config.lr, config.warmup, config.steps, config.min_lr)
+                lr = self.learning_rate(self.step)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 losses, tokens = self.optimizer_step(wrapped)
@@ -240,10 +331,18 @@ class Trainer:
                 bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / running:,.0f}",
                                 refresh=False)
                 bar.update(1)
-                if self.step % config.save_every == 0 or last:
+                saved = self.step % config.save_every == 0 or last
+                if saved:
                     self.save()
                 if out_of_time:
                     break
+                # Any process's signal stops them all at this step (torchrun passes a SIGTERM to each).
+                stop = self.distributed.max(signals.received, self.device)
+                if stop and not last:
+                    if not saved:
+                        self.save()
+                    raise RunStopped(f"stopped by {signal_name(stop)} at step {self.step}, saved to "
+                                     f"{self.out}/{CHECKPOINT_DIR}", stop)
         finally:
             bar.close()
         return metrics
@@ -374,6 +473,8 @@ class Trainer:
             "best": self.best,
             "elapsed": self.elapsed,
             "micro_batches": self.config.grad_accum * world.world_size,
+            "steps": self.config.steps,  # the steps the schedule is laid out over
+            "decay_start": self.decay_start,
         }
         shards = None
         if self.parallelism.sharded:  # every process writes its own shards into the staging directory
@@ -401,33 +502,14 @@ class Trainer:
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, SNAPSHOTS_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE, TOKENIZER_DIR)
-
-
-def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse an ``--out`` that cannot take this run, before anything is written.
-
-    It must be a directory or not exist yet, sit under a directory (not a file), and
-    hold nothing, unless ``resume`` (it must then hold a checkpoint) or ``overwrite``.
-    """
-    if out.exists() and not out.is_dir():
-        raise PLMError(f"--out {out}: is a file, not a directory")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise PLMError(f"--out {out}: {parent} is a file, not a directory")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise PLMError(f"--out {out}: {parent} is not writable")
-            break
-    if resume:
-        if not has_checkpoint(out):
-            raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
-        return
-    if overwrite or not out.exists() or not any(out.iterdir()):
-        return
-    if any((out / name).exists() for name in RUN_FILES):
-        raise PLMError(f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again")
-    raise PLMError(f"{out} is not empty and holds no plm run; choose another --out or pass --overwrite")
+def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> None:
+    """Refuse to resume a run with training options other than those it was started with (but for
+    :data:`CHANGEABLE_ON_RESUME`), naming the first that differs."""
+    current = json.loads(json.dumps(asdict(config)))
+    for name, value in current.items():
+        if name not in CHANGEABLE_ON_RESUME and name in saved and saved[name] != value:
+            raise PLMError(f"{out}: the run was started with {name.replace('_', '-')} {saved[name]}, not {value}; a "
+                           "resumed run keeps what defines it (start a new run to change it)")
 
 
 def named_losses(terms: list[str], means: list[float], weights: dict[str, float]) -> dict[str, float]:
