@@ -355,3 +355,28 @@ def test_a_finetune_sweep_stopped_in_its_second_run_resumes_with_only_out(tmp_pa
         assert logged(tmp_path / "stopped" / "runs" / name) == logged(tmp_path / "straight" / "runs" / name)
     summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("straight", "stopped")]
     assert [run["val_accuracy"] for run in summaries[0]["runs"]] == [run["val_accuracy"] for run in summaries[1]["runs"]]
+
+
+def test_resuming_from_python_with_other_training_options_is_refused(tmp_path: Path, text_file: Path) -> None:
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=16,
+                          batch_size=2)
+    options = dict(steps=4, warmup=1, progress=False, device="cpu")
+    trainer, _ = prepare(setup, TrainingConfig(lr=1e-3, **options), tmp_path / "run")
+    trainer.train()
+    trainer, _ = prepare(setup, TrainingConfig(lr=2e-3, **options), tmp_path / "run", resume=True)
+    with pytest.raises(PLMError, match="the run was started with lr 0.001, not 0.002"):
+        trainer.train(resume=True)
+
+
+def test_finetune_saves_every_save_every_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = []
+    save = Trainer.save
+
+    def save_and_note(trainer: Trainer) -> None:
+        saved.append(trainer.step)
+        save(trainer)
+
+    monkeypatch.setattr(Trainer, "save", save_and_note)
+    assert main(["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "1",
+                 "--save-every", "3", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "run")]) == 0
+    assert saved == [3, 6, 8]  # every 3 steps, and the epoch's end
