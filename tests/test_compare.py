@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -139,23 +141,26 @@ def test_the_best_value_is_the_lowest_loss_or_the_highest_score(metric, best):
     assert f"| a run | 6.0000 | {best:.4f} | 3 | 3.0 |" in results_table(spec, [result])
 
 
-def test_an_interrupted_comparison_keeps_finished_runs_and_resumes_the_rest(tmp_path, text_file, monkeypatch):
-    spec = read_spec(write_spec(tmp_path, text_file))
+def test_a_comparison_stopped_by_sigterm_keeps_finished_runs_and_resumes_the_rest(tmp_path, text_file, monkeypatch,
+                                                                                   capsys):
+    spec_file = write_spec(tmp_path, text_file)
+    spec = read_spec(spec_file)
     reference = compare(spec, tmp_path / "reference", progress=lambda line: None)
 
-    original_save = Trainer.save
+    original_log = Trainer.log
 
-    def save_then_stop(trainer):  # the second run dies right after its checkpoint at step 4
-        original_save(trainer)
-        if trainer.out.name == "post-ln" and trainer.step == 4:
-            raise KeyboardInterrupt
+    def log_then_sigterm(trainer, metrics):  # the scheduler's SIGTERM during the second run's step 5 (no save due)
+        original_log(trainer, metrics)
+        if trainer.out.name == "post-ln" and metrics["step"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(Trainer, "save", save_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        compare(spec, tmp_path / "out", progress=lambda line: None)
+    monkeypatch.setattr(Trainer, "log", log_then_sigterm)
+    assert main(["compare", str(spec_file), "--out", str(tmp_path / "out")]) == 143
+    said = capsys.readouterr().err
+    assert "stopped by SIGTERM at step 5" in said and "run the same command again to continue" in said
     assert (tmp_path / "out" / "pre-ln" / RESULT_FILE).is_file()
     assert not (tmp_path / "out" / "post-ln" / RESULT_FILE).is_file()
-    monkeypatch.setattr(Trainer, "save", original_save)
+    monkeypatch.setattr(Trainer, "log", original_log)
 
     said: list[str] = []
     finished = compare(spec, tmp_path / "out", progress=said.append)

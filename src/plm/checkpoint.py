@@ -316,7 +316,8 @@ def load_checkpoint(
     _, config, description = read_description(directory)
     if config != model.config:
         raise PLMError(f"{directory}: checkpoint is {with_article(description['family'])} model of another config "
-                       "than this run's")
+                       "than this run's; resume with the model and options the run was started with (the CLI takes "
+                       "them from the run's run.json when they are left out)")
     state = read_json(directory / STATE_FILE)
     if sharded:
         load_shards(directory, model, optimizer, state)
