@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from bench_common import Report, interleaved_medians
-from plm.core.quantize import Int8Weight
-from plm.generation import generate
+from plm.cpu.int8 import Int8Weight
+from plm.decoding.generation import generate
 from plm.models import GPTConfig, from_preset
 
-routes = importlib.import_module("plm.core.linear")  # plm.core re-exports the function ``linear`` under that name
+routes = importlib.import_module("plm.cpu.linear")  # plm.core re-exports the function ``linear`` under that name
 CPU = torch.device("cpu")
 
 

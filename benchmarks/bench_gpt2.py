@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from bench_common import Report, interleaved_medians, quiet_transformers, training_flops_per_token
-from plm.core.quantize import quantize
-from plm.generation import generate
+from plm.cpu.int8 import quantize
+from plm.decoding.generation import generate
 from plm.hf import load_hf
 from plm.models import GPTConfig
 

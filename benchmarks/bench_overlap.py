@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_common import Report
-from plm.overlap import WordHashes, build_filter, count_ngrams, measure_overlap
+from plm.apps.overlap import WordHashes, build_filter, count_ngrams, measure_overlap
 
 
 def english_like(megabytes: float, seed: int = 0) -> str:

@@ -31,7 +31,7 @@ import torch
 
 import plm
 from plm.models import from_preset
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 PROMPTS = ["The list type", "A function that returns", "Exceptions are raised when", "The with statement",
            "Dictionaries map keys to", "A generator is", "Class definitions", "The import system"]

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 
 import plm
 from conftest import synthetic_text
-from plm.checkpoint import load_model, save_model
 from plm.data.corpus import read_corpus
 from plm.models import from_config, preset_config, with_heads
 from plm.objectives import CausalLMObjective, MaskedLMObjective
 from plm.objectives.masking import IGNORE_INDEX
-from plm.tokenizer import Tokenizer
+from plm.storage.checkpoint import load_model, save_model
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig
 
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0)  # the trainer's forward pass and the oracle's are the same function

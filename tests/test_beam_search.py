@@ -16,7 +16,7 @@ import torch
 from conftest import StubCausalLM
 from plm.core import CausalLMOutput
 from plm.decoding import beam_search
-from plm.generation import generate
+from plm.decoding.generation import generate
 from plm.models import from_preset
 
 

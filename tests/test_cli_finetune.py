@@ -9,11 +9,11 @@ import subprocess
 import pytest
 import torch
 
-from plm.checkpoint import load_model, save_model
 from plm.cli.main import main
 from plm.models import from_preset
+from plm.storage.checkpoint import load_model, save_model
 from plm.tasks.synthetic import synthetic_task
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 from test_resume import TORCHRUN
 
 QUICK = ["--synthetic-size", "64", "--batch-size", "16", "--epochs", "1"]  # 4 steps on the built-in task

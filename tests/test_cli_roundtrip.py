@@ -13,8 +13,8 @@ import torch
 
 import plm
 from conftest import synthetic_text
-from plm.checkpoint import model_directory
 from plm.cli.main import main
+from plm.storage.checkpoint import model_directory
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from plm.apps.zeroshot.cloze import evaluate_cloze, read_cloze
 from plm.errors import PLMError
 from plm.models import from_preset
-from plm.zeroshot.cloze import evaluate_cloze, read_cloze
 from zeroshot_stubs import PreferenceLM, tokenizer
 
 BEFORE = "The book sat on the list because"

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from plm.checkpoint import load_model
-from plm.cli.main import main
-from plm.compare import (
+from plm.apps.compare import (
     RESULT_FILE,
     Budget,
     CompareSpec,
@@ -26,8 +24,10 @@ from plm.compare import (
     results_table,
     run_definition,
 )
+from plm.cli.main import main
 from plm.errors import PLMError
 from plm.models import from_config
+from plm.storage.checkpoint import load_model
 from plm.training.parallel import Parallelism
 from plm.training.pretrain import check_model_name, model_config
 from plm.training.trainer import Trainer

@@ -5,7 +5,7 @@ import pytest
 
 from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
 from plm.errors import PLMError
-from plm.files import atomic_open, cache_dir
+from plm.storage.atomic_files import atomic_open, cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -124,8 +124,8 @@ def test_atomic_open_keeps_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_atomic_files_and_checkpoints_get_the_modes_plain_open_and_mkdir_give(tmp_path):
-    from plm.checkpoint import save_best
     from plm.models import from_preset
+    from plm.storage.checkpoint import save_best
 
     previous = os.umask(0o027)
     try:

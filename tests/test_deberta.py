@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from plm.checkpoint import load_model, save_model
 from plm.core import build_attention_mask
 from plm.errors import PLMError
 from plm.models import DebertaConfig, from_config, from_preset, preset_config, with_heads
 from plm.models.deberta import DisentangledAttention
+from plm.storage.checkpoint import load_model, save_model
 
 TINY = DebertaConfig(vocab_size=101, context_length=16, max_relative_positions=16, dim=32, layers=2, heads=4, ffn_dim=64)
 TERMS = [(), ("c2p",), ("p2c",), ("c2p", "p2c")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import SHARED_DATA
-from plm.zeroshot.detokenize import ptb, wikitext
+from plm.apps.zeroshot.detokenize import ptb, wikitext
 
 WIKITEXT_LINES = [  # (as WikiText distributes it, as it was written)
     (" = Robert Boulter = \n", "= Robert Boulter =\n"),

@@ -19,10 +19,10 @@ from plm.data.corpus import Document
 from plm.errors import PLMError
 from plm.models.scalar_mix import ScalarMix
 from plm.objectives.bilm import BiLMObjective, word_streams
-from plm.tokenizer import train_words
+from plm.tokenization.characters import MAX_CHARACTERS, PADDING, character_ids, split_words
+from plm.tokenization.tokenizer import train_words
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import TrainingConfig
-from plm.words import MAX_CHARACTERS, PADDING, character_ids, split_words
 from test_resume import PLM, RUN, stopped_and_resumed_like_straight
 
 STEPS_TO_LEARN = 80

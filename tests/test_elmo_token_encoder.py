@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import plm
-from plm.words import batch_to_ids
+from plm.tokenization.characters import batch_to_ids
 
 SENTENCES = [["the", "cat", "saw", "the", "dog", "."], ["the", "dog", "ran", "."]]  # "the", "dog", "." repeat
 

@@ -11,8 +11,8 @@ from torch import nn
 import plm
 from plm.core import MultiHeadAttention
 from plm.errors import PLMError
-from plm.heads import mean_pool, sentence_embeddings
 from plm.models import AlbertConfig, BertConfig, Encoder, EncoderConfig, from_config, from_preset, with_heads
+from plm.models.pretraining_heads import mean_pool, sentence_embeddings
 
 # Published sizes of the encoders with their pooler and without pretraining heads.
 PUBLISHED = {

@@ -9,15 +9,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.checkpoint import load_model, save_model
 from plm.cli.main import main
 from plm.models import from_preset
+from plm.storage.checkpoint import load_model, save_model
 from plm.tasks.encoding import collate, first_pieces
 from plm.tasks.feature_tagger import feature_tagger
-from plm.tasks.objectives import TaskObjective, build_task, encode_all, model_inputs
 from plm.tasks.readers import TaggedSentence
 from plm.tasks.synthetic import synthetic_task
-from plm.tokenizer import Tokenizer
+from plm.tasks.task_objective import TaskObjective, build_task, encode_all, model_inputs
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.optim import build_optimizer
 from plm.training.trainer import Trainer, TrainingConfig
 

@@ -23,12 +23,12 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 import plm
-from plm.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, load_model, recover_checkpoint
 from plm.errors import PLMError
 from plm.hf import save_hf
+from plm.models.recipe import Hyperparameters
 from plm.objectives.clm import CausalLMObjective
-from plm.recipe import Hyperparameters
-from plm.sharded_checkpoint import MODEL_SHARDS
+from plm.storage.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, load_model, recover_checkpoint
+from plm.storage.sharded_checkpoint import MODEL_SHARDS
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.training.parallel import Parallelism
 from plm.training.plan import Memory, PlanSetup, plan

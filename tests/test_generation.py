@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import StubCausalLM
+from plm.decoding.generation import StopStrings, filter_top_k_top_p, generate, penalize_repetition
 from plm.errors import PLMError
-from plm.generation import StopStrings, filter_top_k_top_p, generate, penalize_repetition
 from plm.models import from_preset
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -38,7 +38,7 @@ def letters(ids: list[int]) -> str:
 
 
 def wide_gpt():
-    """Feed-forward weights large enough for plm.core.linear's batched one-token route."""
+    """Feed-forward weights large enough for plm.cpu.linear's batched one-token route."""
     torch.manual_seed(0)
     return from_preset("gpt2-micro", dim=256, heads=4, ffn_dim=1024).eval()
 

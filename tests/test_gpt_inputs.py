@@ -11,7 +11,7 @@ from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks import task_model
 from plm.tasks.gpt_inputs import DELIMITER, EXTRACT, START, TaskInputs, add_task_tokens, pad_batch, task_tokens
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "birds sing at dawn"] * 20
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import plm
 from plm.objectives.clm import CausalLMObjective
 from plm.tasks.qa import encode_windows, predict_answer
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import Parallelism
 from plm.training.trainer import Trainer, TrainingConfig
 from test_resume import logged_losses

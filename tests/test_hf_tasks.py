@@ -13,8 +13,8 @@ import torch
 
 import plm
 from plm.errors import PLMError
-from plm.files import read_tensors
 from plm.models import from_preset
+from plm.storage.atomic_files import read_tensors
 from plm.tasks import TaskModel, task_model
 
 transformers = pytest.importorskip("transformers")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from plm.checkpoint import flatten_optimizer, read_tensors, unflatten_optimizer, write_tensors
 from plm.errors import PLMError
+from plm.storage.checkpoint import flatten_optimizer, read_tensors, unflatten_optimizer, write_tensors
 from plm.training.lamb import Lamb, trust_ratio
 
 

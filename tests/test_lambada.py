@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA
+from plm.apps.zeroshot.lambada import evaluate_lambada, read_lambada, stop_word_tokens
 from plm.errors import PLMError
-from plm.zeroshot.lambada import evaluate_lambada, read_lambada, stop_word_tokens
 from zeroshot_stubs import PreferenceLM, tokenizer
 
 PASSAGES = [  # (context, target): the stub is told below what it predicts after each context

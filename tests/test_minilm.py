@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 import plm
-from plm.heads import mean_pool, sentence_embeddings
 from plm.models import Bert
+from plm.models.pretraining_heads import mean_pool, sentence_embeddings
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,10 +7,10 @@ from torch import nn
 from conftest import synthetic_text
 from plm.data.corpus import Document
 from plm.errors import PLMError
-from plm.heads import PretrainingOutput
+from plm.models.pretraining_heads import PretrainingOutput
 from plm.objectives import MaskedLMObjective
 from plm.objectives.masking import IGNORE_INDEX
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 PARAGRAPHS = [p for p in synthetic_text(300).split("\n\n") if p.strip()]
 TRAIN = [Document(f"train{i}", text) for i, text in enumerate(PARAGRAPHS[:260])]

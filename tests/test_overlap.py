@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import plm.overlap
+import plm.apps.overlap
+from plm.apps.overlap import BloomFilter, WordHashes, build_filter, measure_overlap, ngram_keys, normalized_words
 from plm.cli.main import main
-from plm.overlap import BloomFilter, WordHashes, build_filter, measure_overlap, ngram_keys, normalized_words
 
 
 def binomial_bound(n: int, p: float, sigmas: float = 5.0) -> float:
@@ -91,7 +91,7 @@ def test_a_training_file_streams_in_chunks_without_losing_8_grams_at_their_edges
     lines = [" ".join(random_document(rng, rng.randint(1, 12))) for _ in range(400)]
     path = tmp_path / "train.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    monkeypatch.setattr(plm.overlap, "CHUNK_CHARS", 50)  # a chunk every few lines
+    monkeypatch.setattr(plm.apps.overlap, "CHUNK_CHARS", 50)  # a chunk every few lines
     bloom, built = build_filter([path], 1e-6)
     words = normalized_words(path.read_text(encoding="utf-8"))
     assert built.ngrams == len(words) - 7

@@ -18,7 +18,7 @@ from plm.objectives.pairs import (
     single_segments,
     split_segments,
 )
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 MAX_LENGTH = 48
 

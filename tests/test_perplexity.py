@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 import plm
+from plm.apps.perplexity import perplexity, windows
 from plm.core import CausalLMOutput
-from plm.evaluation import perplexity, windows
 from plm.models import CausalLM, from_preset
 
 

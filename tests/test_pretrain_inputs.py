@@ -102,7 +102,7 @@ def test_resume_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
 def test_too_little_text_for_one_batch_warns_in_one_line(tmp_path: Path, capsys) -> None:
     short = tmp_path / "short.txt"
     short.write_text("The cat reads the book. A dog sees a value.\n\nThe list sorts the data.\n\n" * 20)
-    code, err = pretrain(capsys, *QUICK, "--batch-size", "32", "--steps", "1", "--train", str(short),
+    code, err = pretrain(capsys, *QUICK, "--batch-size", "32", "--steps", "1", "--warmup", "0", "--train", str(short),
                          "--validation", str(short), "--out", str(tmp_path / "run"))
     assert code == 0
     warnings = [line for line in err.splitlines() if "warning" in line]

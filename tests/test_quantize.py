@@ -11,10 +11,10 @@ from tests.conftest import synthetic_text
 from torch import nn
 
 import plm
-from plm.checkpoint import WEIGHTS_FILE
+from plm.apps.text_pipelines import file_perplexity
 from plm.cli.main import main
-from plm.core.quantize import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
-from plm.text import file_perplexity
+from plm.cpu.int8 import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
+from plm.storage.checkpoint import WEIGHTS_FILE
 
 QUICK = ["--batch-size", "8", "--warmup", "10", "--dropout", "0", "--no-progress", "--device", "cpu"]
 
@@ -49,8 +49,8 @@ def test_the_int8_product_is_the_dequantized_weights_product(route: str, monkeyp
 def test_a_few_rows_always_take_the_int8_kernel_and_many_rows_the_faster_route_timed_once(monkeypatch) -> None:
     """Decoding's few rows read a quarter of fp32's bytes through the kernel; a shape's route is timed only once."""
     timed = []
-    monkeypatch.setattr("plm.core.quantize.best_seconds", lambda call: timed.append(call) or len(timed))
-    monkeypatch.setattr("plm.core.quantize.BF16_ROUTES", {})
+    monkeypatch.setattr("plm.cpu.int8.best_seconds", lambda call: timed.append(call) or len(timed))
+    monkeypatch.setattr("plm.cpu.int8.BF16_ROUTES", {})
     weight = Int8Weight.of(torch.randn(40, 96))
     assert not weight.bf16_is_faster(torch.randn(MANY_ROWS - 1, 96).bfloat16()) and not timed
     assert weight.bf16_is_faster(torch.randn(MANY_ROWS + 1, 96).bfloat16())  # the stub times bf16 first: it "wins"
@@ -129,7 +129,7 @@ def test_a_quantized_model_saves_in_a_quarter_of_the_bytes_and_loads_as_int8(tra
     out = tmp_path / "int8"
     assert main(["quantize", "--model", str(run), "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["quantization"] == "int8"
-    fp32_bytes = (plm.checkpoint.model_directory(run) / WEIGHTS_FILE).stat().st_size
+    fp32_bytes = (plm.storage.checkpoint.model_directory(run) / WEIGHTS_FILE).stat().st_size
     assert (out / WEIGHTS_FILE).stat().st_size <= 0.5 * fp32_bytes
     loaded = plm.load(out)
     assert is_quantized(loaded)

@@ -14,8 +14,8 @@ from torch import nn
 import plm
 from plm.cli.main import main
 from plm.models import RECIPES
+from plm.models.recipe import Hyperparameters
 from plm.objectives import objective_spec
-from plm.recipe import Hyperparameters
 from plm.training.optim import build_optimizer, learning_rate, parameter_groups
 from plm.training.pretrain import PretrainSetup, prepare
 from plm.training.trainer import TrainingConfig

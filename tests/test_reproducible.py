@@ -17,7 +17,7 @@ import tokenizers
 from tokenizers import models, trainers
 
 from conftest import SHARED_DATA
-from plm.tokenizer import UNIGRAM_SPECIALS, Tokenizer
+from plm.tokenization.tokenizer import UNIGRAM_SPECIALS, Tokenizer
 
 WIKITEXT = SHARED_DATA / "wikitext-2" / "valid.txt"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(not WIKITEXT.is_file(), reason=f"{WIKITEXT} is n
 TRAIN_EVERY_KIND = f"""
 import sys
 from pathlib import Path
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 lines = [line for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines() if line.strip()]
 for kind in {KINDS!r}:
     getattr(Tokenizer, "train_" + kind)(lines, vocab_size={VOCAB_SIZE}).save(Path(sys.argv[2], kind))

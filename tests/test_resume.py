@@ -23,7 +23,9 @@ import pytest
 import torch
 
 import plm
-from plm.checkpoint import (
+from plm.errors import PLMError
+from plm.storage.atomic_files import staging_directory
+from plm.storage.checkpoint import (
     CHECKPOINT_DIR,
     STATE_FILE,
     load_checkpoint,
@@ -31,8 +33,6 @@ from plm.checkpoint import (
     rng_states,
     save_checkpoint,
 )
-from plm.errors import PLMError
-from plm.files import staging_directory
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
 

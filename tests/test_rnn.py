@@ -165,7 +165,7 @@ def test_presets_are_the_three_forms() -> None:
 def test_greedy_and_beam_search_decode_through_the_interface() -> None:
     """Greedy equals the argmax chain computed by hand; beam 1 equals greedy; beam 3 scores at least as well."""
     from plm.decoding import beam_search
-    from plm.generation import generate
+    from plm.decoding.generation import generate
 
     model = tiny("bahdanau-gru")
     ids, mask, _ = padded_batch()

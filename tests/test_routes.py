@@ -1,4 +1,4 @@
-"""plm.core.linear's one-token route: the same numbers as F.linear, chosen by timing it as decoding uses it."""
+"""plm.cpu.linear's one-token route: the same numbers as F.linear, chosen by timing it as decoding uses it."""
 
 import importlib
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.core.timing import STREAM_BYTES, streamed_seconds
+from plm.cpu.timing import STREAM_BYTES, streamed_seconds
 
-routes = importlib.import_module("plm.core.linear")  # plm.core re-exports the function ``linear`` under that name
+routes = importlib.import_module("plm.cpu.linear")  # plm.core re-exports the function ``linear`` under that name
 
 
 @pytest.mark.parametrize("out_features", [768, 1030])  # 1030: two rows left over after 4 blocks, like GPT-2's 50,257

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from plm.apps.compare import read_spec
 from plm.cli.main import main
-from plm.compare import read_spec
-from plm.errors import PLMError, PLMWarning, RunStopped
-from plm.files import staging_directory
-from plm.recipe import Hyperparameters
+from plm.errors import PLMError, RunStopped
+from plm.models.recipe import Hyperparameters
+from plm.storage.atomic_files import staging_directory
 from plm.training.pretrain import PretrainSetup, prepare
 from plm.training.run_directory import remove_leftovers
 from plm.training.trainer import Trainer, TrainingConfig
@@ -269,11 +269,19 @@ def test_a_warmup_as_long_as_the_run_is_refused(capsys: pytest.CaptureFixture, t
     assert code == 2 and "--warmup 500 is more than --steps 50" in err and not (tmp_path / "run").exists()
 
 
-def test_the_recipes_warmup_is_fitted_to_a_short_run_and_said() -> None:
-    with pytest.warns(PLMWarning, match="warmup of 100 steps would fill the whole run of 50; warming up over 5"):
-        config = TrainingConfig(steps=50).with_defaults(Hyperparameters(warmup=100))
-    assert config.warmup == 5
+def test_the_recipes_warmup_is_fitted_to_a_short_run_and_said(tmp_path: Path, text_file: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    code, err = run_main(capsys, "pretrain", *TINY, "--steps", 20, "--train", text_file, "--out", tmp_path / "run")
+    assert code == 0 and "plm: warning: the recipe's warmup of 100 steps would fill the whole run of 20; " \
+        "warming up over 2 steps instead" in err
+    assert json.loads((tmp_path / "run" / "training_config.json").read_text())["warmup"] == 2
+
+    config = TrainingConfig(steps=50)
+    assert "warmup of 100 steps would fill the whole run of 50; warming up over 5" in config.warmup_note(
+        Hyperparameters(warmup=100))
+    assert config.with_defaults(Hyperparameters(warmup=100)).warmup == 5
     assert TrainingConfig(steps=101).with_defaults(Hyperparameters(warmup=100)).warmup == 100  # a run it fits
+    assert TrainingConfig(steps=101).warmup_note(Hyperparameters(warmup=100)) is None
 
 
 def test_a_comparison_shrunk_below_its_warmup_is_refused(tmp_path: Path, text_file: Path) -> None:

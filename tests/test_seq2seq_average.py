@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plm.checkpoint import save_model
 from plm.cli.main import main
 from plm.models import from_config, preset_config
+from plm.storage.checkpoint import save_model
 from plm.training.trainer import Trainer
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import DATE_PAIRS
+from plm.apps.translation import DecodingOptions
 from plm.cli.main import main
 from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
-from plm.translation import DecodingOptions
 
 
 @pytest.fixture(scope="module")
@@ -212,21 +212,21 @@ def test_attention_draws_a_run_with_separate_vocabularies(date_pair_files: Path,
 
 def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) -> None:
     """Beam k decodes k hypotheses per sentence: a batch holds a k-th of --max-tokens source tokens."""
-    import plm.translation
+    import plm.apps.translation
 
     shapes = []
-    search = plm.translation.beam_search
+    search = plm.apps.translation.beam_search
 
     def recording(model, start, **options):
         shapes.append(tuple(options["source_ids"].shape))
         return search(model, start, **options)
 
-    monkeypatch.setattr(plm.translation, "beam_search", recording)
-    model, tokenizers = plm.translation.load_seq2seq(trained / "run")
+    monkeypatch.setattr(plm.apps.translation, "beam_search", recording)
+    model, tokenizers = plm.apps.translation.load_seq2seq(trained / "run")
     sentences = [p.source for p in DATE_PAIRS]
     for beam in (1, 4):
         shapes.clear()
-        plm.translation.translate(model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2))
+        plm.apps.translation.translate(model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2))
         longest = max(map(len, tokenizers.encode_sources(sentences)))
         assert all(rows * width <= max(256 // beam, longest) for rows, width in shapes)
         assert sum(rows for rows, _ in shapes) == len(sentences)
@@ -235,20 +235,20 @@ def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) 
 
 def test_a_search_that_would_not_fit_in_free_memory_is_refused_with_its_estimate(trained: Path, monkeypatch,
                                                                                  capsys) -> None:
-    import plm.translation
+    import plm.apps.translation
 
-    model, tokenizers = plm.translation.load_seq2seq(trained / "run")
+    model, tokenizers = plm.apps.translation.load_seq2seq(trained / "run")
     vocabulary = model.config.vocab_size
     # With 10 kB free, 64 hypotheses cannot even hold their scores over the vocabulary (64 x V x 4 bytes).
     assert 64 * vocabulary * 4 > 10_000
-    monkeypatch.setattr(plm.translation, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(plm.apps.translation, "available_memory", lambda: 10_000)
     code = main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
                  "--device", "cpu"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert re.search(r"--beam 64 over \d+ sentence\(s\) of \d+ tokens needs about [\d.]+ GiB for the search, "
                      r"more than the 0.0 GiB free", err), err
-    monkeypatch.setattr(plm.translation, "available_memory", lambda: 1 << 40)
+    monkeypatch.setattr(plm.apps.translation, "available_memory", lambda: 1 << 40)
     assert main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
                  "--max-len-a", "0", "--max-len-b", "2", "--device", "cpu"]) == 0
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.checkpoint import save_model
+from plm.apps.translation import DecodingOptions
 from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
 from plm.objectives.seq2seq import Seq2SeqObjective, cross_entropies
+from plm.storage.checkpoint import save_model
 from plm.training.averaging import average_checkpoints
 from plm.training.trainer import Trainer, TrainingConfig
-from plm.translation import DecodingOptions
 
 
 def test_the_losses_are_torchs_cross_entropy_with_and_without_label_smoothing_ignoring_pads() -> None:

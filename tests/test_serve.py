@@ -21,22 +21,22 @@ from starlette.testclient import TestClient
 
 import plm
 from conftest import synthetic_text
-from plm.attention_map import self_attention
+from plm.apps.attention_map import self_attention
+from plm.apps.text_pipelines import embed_texts, fill_mask
+from plm.apps.translation import recipe_decoding, translate, translate_ids
 from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.generation import SamplingOptions, generate
+from plm.decoding.generation import SamplingOptions, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
 from plm.tasks import task_model
-from plm.tasks.objectives import run as predict
 from plm.tasks.readers import ChoiceExample, QAExample, TextExample
-from plm.text import embed_texts, fill_mask
-from plm.tokenizer import Tokenizer, train_words
-from plm.translation import recipe_decoding, translate, translate_ids
-from plm.words import split_words
+from plm.tasks.task_objective import run as predict
+from plm.tokenization.characters import split_words
+from plm.tokenization.tokenizer import Tokenizer, train_words
 
 NAMES = ("gpt", "bert", "dates", "rnn", "elmo", "clf", "tagger", "qa", "choice")
 PROMPTS = ["The cat", "a dog likes the", "", "My friend builds every token and the list", "the"]

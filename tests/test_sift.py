@@ -14,7 +14,7 @@ from torch import nn
 from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks import task_model
-from plm.tasks.sift import SiFT, normalised_embeddings, perturbed, symmetric_kl
+from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings, perturbed, symmetric_kl
 
 
 def test_symmetric_kl_equals_the_sum_of_both_divergences_by_hand():

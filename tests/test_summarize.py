@@ -10,9 +10,9 @@ import torch
 from rouge_score import rouge_scorer
 
 from conftest import StubCausalLM
+from plm.apps.zeroshot.summarize import evaluate_summaries, first_sentences
 from plm.core import CausalLMOutput
 from plm.errors import PLMError
-from plm.zeroshot.summarize import evaluate_summaries, first_sentences
 from zeroshot_stubs import tokenizer
 
 SCRIPT = " The cat reads the book. A dog sees the answer! He sat down? The list sorts every token. The"

@@ -6,7 +6,7 @@ import pytest
 
 from plm.tasks.encoding import IGNORE, collate, encode_choice, encode_tagged, encode_text, word_predictions
 from plm.tasks.readers import ChoiceExample, TaggedSentence, TextExample
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 WORDS = "the runner was running and jumping over unbelievable hurdles near Westminster".split()
 

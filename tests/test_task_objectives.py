@@ -14,9 +14,9 @@ from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks import SequenceClassifierOutput, SpanOutput, task_model
 from plm.tasks.gpt_inputs import add_task_tokens
-from plm.tasks.objectives import TaskObjective, auxiliary_lm_loss, build_task, length_grouped_order, run
 from plm.tasks.readers import Answer, QAExample, TaggedSentence, TextExample
-from plm.tokenizer import Tokenizer
+from plm.tasks.task_objective import TaskObjective, auxiliary_lm_loss, build_task, length_grouped_order, run
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig
 
 VOCABULARY = """[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees good bad paris lives in where does

@@ -10,7 +10,7 @@ import torch
 from plm.tasks.metrics import squad_scores
 from plm.tasks.qa import QAPrediction, best_spans, best_threshold, encode_windows, predict_answer
 from plm.tasks.readers import Answer, QAExample
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 WORDS = "the river flows past old mills and green fields toward a quiet harbour where boats rest".split()
 
@@ -160,7 +160,7 @@ def test_qa_windows_default_to_berts_384_tokens_128_apart(tokenizer):
     """BERT's SQuAD fine-tuning: 384-token windows whose starts are 128 tokens apart; other tasks read 128 tokens."""
     from plm.models import from_preset
     from plm.tasks.finetune import FinetuneSetup
-    from plm.tasks.objectives import build_task
+    from plm.tasks.task_objective import build_task
 
     encoder = from_preset("bert-micro", vocab_size=len(tokenizer), context_length=512)
     qa = build_task("qa", tokenizer, encoder)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plm.errors import PLMError
-from plm.tokenizer import Tokenizer, gpt2_vocabulary_files
+from plm.tokenization.tokenizer import Tokenizer, gpt2_vocabulary_files
 
 WIKITEXT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "valid.txt"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import SHARED_DATA, synthetic_text
 from plm.errors import PLMError
-from plm.tokenizer import Encoding, Tokenizer
+from plm.tokenization.tokenizer import Encoding, Tokenizer
 
 BERT_ROLES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 ALBERT_ROLES = {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}

@@ -7,7 +7,7 @@ from tokenizers import models, pre_tokenizers
 from plm.data.corpus import Document
 from plm.data.tokens import BlockSampler, cached_token_ids, encode_documents, validation_blocks
 from plm.errors import PLMError
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 DOCUMENTS = [
     Document("a", "The first document is about tokens."),

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.checkpoint import BEST_DIR, load_model
 from plm.models import from_preset
 from plm.objectives import Selection
+from plm.storage.checkpoint import BEST_DIR, load_model
 from plm.training.trainer import Trainer, TrainingConfig
 
 ONE_STEP = dict(steps=1, clip=0.0, progress=False, device="cpu", precision="fp32")

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import plm
-from plm.checkpoint import CHECKPOINT_DIR, load_model
 from plm.errors import PLMError
+from plm.storage.checkpoint import CHECKPOINT_DIR, load_model
 from plm.training.optim import parameter_groups
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import TrainingConfig

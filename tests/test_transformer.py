@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from plm.checkpoint import load_model, save_model
 from plm.core import MultiHeadAttention
 from plm.decoding import beam_search
-from plm.generation import generate
+from plm.decoding.generation import generate
 from plm.models import RECIPES, Transformer, from_preset
+from plm.storage.checkpoint import load_model, save_model
 from plm.training.optim import learning_rate
 
 BOS = 1

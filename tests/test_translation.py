@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plm.attention_map import pair_attention
+from plm.apps.attention_map import pair_attention
+from plm.apps.translation import score_translations
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
-from plm.translation import score_translations
 
 # sacrebleu's README: BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ...) and chrF2 = 59.73 for this example.
 REFERENCES = [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
@@ -43,9 +43,9 @@ def test_the_attention_map_of_an_rnn_is_its_attention_with_tokens_on_both_axes()
 
 
 def test_the_self_attention_map_of_gpt_is_the_softmax_of_its_scaled_causal_scores() -> None:
-    from plm.attention_map import self_attention
+    from plm.apps.attention_map import self_attention
     from plm.models import from_preset
-    from plm.tokenizer import Tokenizer
+    from plm.tokenization.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.train_bpe(["the animal did not cross the street because it was tired"] * 5, vocab_size=300)
     torch.manual_seed(0)

@@ -19,7 +19,7 @@ from plm.data.corpus import Document
 from plm.objectives import MaskedLMObjective
 from plm.objectives.masking import IGNORE_INDEX
 from plm.objectives.pairs import split_segments
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 VOCAB_SIZE = 400  # small, so that many words have several pieces

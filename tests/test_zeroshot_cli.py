@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import plm
+from plm.apps.zeroshot.cloze import evaluate_cloze
+from plm.apps.zeroshot.lambada import evaluate_lambada
 from plm.cli.main import main
-from plm.zeroshot.cloze import evaluate_cloze
-from plm.zeroshot.lambada import evaluate_lambada
 from zeroshot_stubs import tokenizer
 
 

@@ -66,9 +66,9 @@ from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_group
 from bench_common import quiet_transformers  # noqa: E402
 from plm.hf import save_hf  # noqa: E402
 from plm.objectives import BiLMObjective  # noqa: E402
+from plm.tokenization.characters import UNKNOWN  # noqa: E402
 from plm.training.pretrain import PretrainSetup, prepare  # noqa: E402
 from plm.training.trainer import Trainer, TrainingConfig  # noqa: E402
-from plm.words import UNKNOWN  # noqa: E402
 
 GROUP = "pretrain"
 STEPS = {"gpt2-mini": 300, "bert-mini": 400, "elmo-mini": 800}  # at scale 1

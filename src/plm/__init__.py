@@ -12,19 +12,19 @@
     fast = plm.quantize(plm.load("runs/demo"), "int8")   # int8 weights for CPU inference
 """
 
-from plm.checkpoint import load_model as load
-from plm.checkpoint import save_model as save
-from plm.core.quantize import quantize
+from plm.apps.perplexity import perplexity
+from plm.apps.text_pipelines import embed_texts, file_perplexity, fill_mask, generate_text
+from plm.cpu.int8 import quantize
+from plm.decoding.generation import generate
 from plm.errors import PLMError
-from plm.evaluation import perplexity
-from plm.generation import generate
-from plm.heads import sentence_embeddings
 from plm.hf import load_hf, save_hf
-from plm.loading import load_pretrained
 from plm.models import PRESETS, from_config, from_preset, with_heads
+from plm.models.pretraining_heads import sentence_embeddings
+from plm.storage.checkpoint import load_model as load
+from plm.storage.checkpoint import save_model as save
+from plm.storage.loading import load_pretrained
 from plm.tasks import TaskModel, task_model
-from plm.text import embed_texts, file_perplexity, fill_mask, generate_text
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from plm.attention_map import pair_attention, plot, self_attention
-from plm.checkpoint import model_directory
+from plm.apps.attention_map import pair_attention, plot, self_attention
 from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.device import resolve_device
 from plm.errors import PLMError
-from plm.loading import load_pretrained
 from plm.models.base import Seq2SeqModel
+from plm.storage.checkpoint import model_directory
+from plm.storage.loading import load_pretrained
 
 EXAMPLES = """examples:
   plm attention --model runs/dates "the fifth of May, nineteen ninety-nine" --out may.png

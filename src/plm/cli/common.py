@@ -9,16 +9,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from plm.checkpoint import swap_in
-from plm.core.quantize import QUANTIZATIONS, quantize
-from plm.device import DEVICES, resolve_device
+from plm.cpu.int8 import QUANTIZATIONS, quantize
+from plm.device import DEVICES, PRECISIONS, resolve_device
 from plm.errors import PLMError, with_article
-from plm.files import make_directory, staging_directory
-from plm.loading import load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel
-from plm.tokenizer import Tokenizer
+from plm.models.recipe import OPTIMIZERS, SCHEDULES
+from plm.storage.atomic_files import make_directory, staging_directory
+from plm.storage.checkpoint import swap_in
+from plm.storage.loading import load_pretrained
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import STRATEGIES, Parallelism
+from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.run_directory import LOCK_FILE, run_lock
+from plm.training.trainer import TrainingConfig
 
 
 class Parser(argparse.ArgumentParser):
@@ -133,6 +136,64 @@ def add_time_budget(parser: argparse.ArgumentParser) -> None:
         "decay is cut where the time runs out, not squeezed into it (warmup, inverse-sqrt and constant do not "
         "depend on --steps); for a full decay within the budget give about the steps that fit, else a --steps "
         "the run will not reach",
+    )
+
+
+def add_run_directory(parser: argparse.ArgumentParser, default: str, resume_help: str = "") -> None:
+    """``--out``, ``--resume``, ``--allow-data-change`` and ``--overwrite``: where a training command trains."""
+    group = parser.add_argument_group("run directory (see docs/runs.md)")
+    group.add_argument("--out", default=default, help="run directory")
+    group.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped, with the "
+                       "flags it was started with (saved in OUT/run.json): give nothing else, but --steps to extend "
+                       "it" + resume_help)
+    group.add_argument("--allow-data-change", action="store_true",
+                       help="with --resume: go on although a data file changed since the run started (its SHA-256 "
+                       "is saved in OUT/run.json); without it, such a resume is refused")
+    group.add_argument("--overwrite", action="store_true",
+                       help="start a new run in an --out that holds a run (its files are deleted) or other files")
+
+
+def add_schedule(parser: argparse.ArgumentParser) -> None:
+    """How long and how a training command optimizes: steps, batches, the optimizer, its schedule, what it logs.
+
+    The optimizer's flags left out take the family recipe's values; :func:`training_config` reads them all.
+    """
+    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    add_time_budget(parser)
+    parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
+    group = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
+    group.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS,
+                       help="the recipe's values to start from: plm's CPU-scale ones or the paper's")
+    group.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW, LAMB (ALBERT's) or Adagrad (ELMo's)")
+    group.add_argument("--lr", type=float, help="peak learning rate")
+    group.add_argument("--min-lr", type=float, help="learning rate at the end of a cosine or linear decay")
+    group.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr (at most --steps)")
+    group.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
+    group.add_argument("--betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam/LAMB moment decay rates")
+    group.add_argument("--eps", type=float, help="Adam/LAMB epsilon")
+    group.add_argument("--weight-decay", type=float,
+                       help="decoupled decay of weight matrices (not biases, norms, embeddings)")
+    group.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
+    parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
+    parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
+    add_keep_last(parser)
+    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
+                        help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
+
+
+def training_config(args: argparse.Namespace) -> TrainingConfig:
+    """The :class:`TrainingConfig` of the flags :func:`add_schedule`, :func:`add_parallelism`, ``--seed``,
+    ``--device`` and ``--no-progress`` declare."""
+    return TrainingConfig(
+        steps=args.steps, time_limit=time_limit(args), optimizer=args.optimizer, lr=args.lr, min_lr=args.min_lr,
+        warmup=args.warmup, schedule=args.schedule, betas=tuple(args.betas) if args.betas else None, eps=args.eps,
+        weight_decay=args.weight_decay, grad_accum=args.grad_accum, clip=args.clip, eval_every=args.eval_every,
+        save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every, seed=args.seed,
+        device=args.device, precision=args.precision, progress=not args.no_progress, compile=args.compile,
+        parallelism=parallelism(args),
     )
 
 

@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from plm.apps.compare import CompareSpec, compare, plot_curves, read_spec, results_table
 from plm.cli.common import HelpFormatter, add_device, check_output_directory
-from plm.compare import CompareSpec, compare, plot_curves, read_spec, results_table
-from plm.files import atomic_open, write_json
+from plm.storage.atomic_files import atomic_open, write_json
 
 EXAMPLES = """a spec (TOML): a [budget] every run gets alike, a [base] every run starts from, and [[run]] tables:
 

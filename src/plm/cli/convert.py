@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from plm.checkpoint import load_model, model_directory, save_model
 from plm.cli.common import HelpFormatter, write_model_directory
 from plm.hf import load_hf, save_hf
-from plm.loading import find_tokenizer, is_plm_directory
-from plm.sharded_checkpoint import is_sharded_checkpoint
+from plm.storage.checkpoint import load_model, model_directory, save_model
+from plm.storage.loading import find_tokenizer, is_plm_directory
+from plm.storage.sharded_checkpoint import is_sharded_checkpoint
 
 EXAMPLES = """examples:
   plm convert --model hf-gpt2/ --out gpt2-plm/          # Hugging Face -> plm

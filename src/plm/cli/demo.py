@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.text_pipelines import generate_text
 from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
-from plm.text import generate_text
 from plm.training.pretrain import PretrainSetup, prepare
 from plm.training.trainer import TrainingConfig
 

@@ -10,11 +10,11 @@ from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
-from plm.files import atomic_open
-from plm.loading import load_pretrained
 from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
-from plm.tokenizer import Tokenizer
-from plm.words import WORD_ROLES, split_words
+from plm.storage.atomic_files import atomic_open
+from plm.storage.loading import load_pretrained
+from plm.tokenization.characters import WORD_ROLES, split_words
+from plm.tokenization.tokenizer import Tokenizer
 
 EXAMPLES = """examples:
   plm pretrain --model elmo --out runs/elmo               # a small biLM on the embedded corpus

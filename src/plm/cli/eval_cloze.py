@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.zeroshot.cloze import SCORINGS, evaluate_cloze
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report
-from plm.zeroshot.cloze import SCORINGS, evaluate_cloze
 
 EXAMPLES = """examples:
   plm eval cloze --model runs/pretrain cbt_ne.jsonl

@@ -6,7 +6,7 @@ import argparse
 from typing import Any, Mapping
 
 from plm.cli.common import check_output_file
-from plm.files import write_json
+from plm.storage.atomic_files import write_json
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.zeroshot.lambada import evaluate_lambada
 from plm.cli.common import HelpFormatter, add_device, add_model, load_causal_lm, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report
-from plm.zeroshot.lambada import evaluate_lambada
 
 EXAMPLES = """examples:
   plm eval lambada --model runs/pretrain lambada_test.jsonl

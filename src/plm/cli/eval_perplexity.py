@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.text_pipelines import file_perplexity
+from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -15,8 +17,6 @@ from plm.cli.common import (
     quantized,
 )
 from plm.cli.eval_common import add_json, check_outputs, report
-from plm.text import file_perplexity
-from plm.zeroshot.detokenize import DETOKENIZERS
 
 EXAMPLES = """examples:
   plm eval perplexity --model runs/pretrain test.txt

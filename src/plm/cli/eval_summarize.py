@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.zeroshot.summarize import evaluate_summaries
 from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, load_causal_lm, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report
-from plm.files import write_json
-from plm.zeroshot.summarize import evaluate_summaries
+from plm.storage.atomic_files import write_json
 
 EXAMPLES = """examples:
   plm eval summarize --model runs/pretrain cnn_dm_test.jsonl

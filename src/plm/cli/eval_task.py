@@ -9,7 +9,7 @@ from plm.cli.eval_common import add_json, check_outputs, report
 from plm.errors import PLMError
 from plm.tasks.finetune import load_task_model, read_examples
 from plm.tasks.metrics import confusion_matrix, entity_scores
-from plm.tasks.objectives import run
+from plm.tasks.task_objective import run
 
 EXAMPLES = """examples:
   plm eval task --model runs/sst2 sst-2/dev.tsv       # accuracy, F1, Matthews; a confusion matrix

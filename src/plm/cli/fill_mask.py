@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from plm.apps.text_pipelines import fill_mask
 from plm.cli.common import HelpFormatter, add_device, add_model, load_encoder, positive_int
-from plm.text import fill_mask
 
 EXAMPLES = """examples:
   plm fill-mask --model runs/bert "The capital of France is [MASK]."

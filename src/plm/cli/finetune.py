@@ -10,6 +10,7 @@ from plm.cli.common import (
     add_device,
     add_no_progress,
     add_parallelism,
+    add_run_directory,
     add_seed,
     add_tag_column,
     check_output_directory,
@@ -17,11 +18,11 @@ from plm.cli.common import (
     positive_float,
     positive_int,
 )
-from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
+from plm.cli.run_definition import RunFlags, run_definition
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.tasks.heads import POOLINGS
-from plm.tasks.objectives import TASKS
 from plm.tasks.tagger import COMBINATIONS, MixOptions
+from plm.tasks.task_objective import TASKS
 
 RUN = RunFlags("finetune", data=("train", "validation"), required=("task",))
 TASK_HELP = """tasks:
@@ -86,7 +87,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="pretrained model directory (default: a fresh bert-micro, built-in task only)")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
-    parser.add_argument("--out", default="runs/finetune", help="run directory")
     parser.add_argument("--lr", type=learning_rates,
                         help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 3e-3; "
                         "--features 1e-3: that tagger learns from scratch)")
@@ -136,12 +136,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "loss_mix_l2 (ELMo: 0.001 lets the weights vary, 1 keeps them near the average)")
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --out where it stopped, with the flags it was started with (saved "
-                        "in OUT/run.json): finished runs of an --lr sweep or --restarts are kept, the interrupted one "
-                        "resumes from its checkpoint")
-    add_allow_data_change(parser)
+    add_run_directory(parser, "runs/finetune", resume_help=": the finished runs of an --lr sweep or --restarts "
+                      "are kept, the interrupted one resumes from its checkpoint")
     parser.add_argument("--save-every", type=positive_int, default=500,
                         help="steps between checkpoints within an epoch (each epoch's end saves one too)")
     add_no_progress(parser)

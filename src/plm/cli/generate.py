@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, generate_text, room_for_new_tokens
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -19,8 +20,7 @@ from plm.cli.common import (
 from plm.data.corpus import read_text
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.text import DEFAULT_NEW_TOKENS, generate_text, room_for_new_tokens
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 EXAMPLES = """examples:
   plm generate --model runs/pretrain "The list type"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from plm.apps.overlap import WordHashes, build_filter, measure_overlap
 from plm.cli.common import HelpFormatter, positive_int
 from plm.cli.eval_common import add_json, check_outputs, format_number
-from plm.files import write_json
-from plm.overlap import WordHashes, build_filter, measure_overlap
+from plm.storage.atomic_files import write_json
 
 EXAMPLES = """examples:
   plm overlap --train train.txt --test test.txt

@@ -6,7 +6,7 @@ import argparse
 
 from plm.cli.common import HelpFormatter, check_output_file, positive_int
 from plm.device import DEVICES
-from plm.files import write_json
+from plm.storage.atomic_files import write_json
 from plm.training.plan import OPTIMIZER_STATES, STRATEGIES, Memory, PlanSetup, parse_bytes, plan, report
 
 EXAMPLES = """examples:

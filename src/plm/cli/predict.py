@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, check_output_file, positive_int
-from plm.files import atomic_open
+from plm.storage.atomic_files import atomic_open
 from plm.tasks.finetune import load_task_model, read_examples
-from plm.tasks.objectives import run
+from plm.tasks.task_objective import run
 
 EXAMPLES = """examples:
   plm predict --model runs/sst2 sst-2/test.tsv --out predictions.jsonl

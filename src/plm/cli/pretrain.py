@@ -8,21 +8,17 @@ import os
 from plm.cli.common import (
     HelpFormatter,
     add_device,
-    add_keep_last,
     add_no_progress,
     add_parallelism,
+    add_run_directory,
+    add_schedule,
     add_seed,
-    add_time_budget,
-    parallelism,
     positive_int,
-    time_limit,
+    training_config,
 )
-from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
-from plm.device import PRECISIONS
+from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
-from plm.recipe import OPTIMIZERS, SCHEDULES
-from plm.training.pretrain import HYPERPARAMETER_SETS, OBJECTIVES, PretrainSetup, pretrain
-from plm.training.trainer import TrainingConfig
+from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain
 
 RUN = RunFlags("pretrain", data=("train", "validation"))
 EXAMPLES = """examples:
@@ -80,34 +76,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--validation", nargs="+", default=[], metavar="FILE", help="validation text (default: 5%% of the documents held out)")
     parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
     parser.add_argument("--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given")
-    parser.add_argument("--out", default="runs/pretrain", help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with "
-                        "the flags it was started with (saved in OUT/run.json); --steps extends it")
-    add_allow_data_change(parser)
-    parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
-    add_time_budget(parser)
+    add_run_directory(parser, "runs/pretrain")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
     parser.add_argument("--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)")
-    parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
-    optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe, listed below)")
-    optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from: plm's CPU-scale ones or the paper's")
-    optimizer.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW, LAMB (ALBERT's) or Adagrad (ELMo's)")
-    optimizer.add_argument("--lr", type=float, help="peak learning rate")
-    optimizer.add_argument("--min-lr", type=float, help="learning rate at the end of the decay")
-    optimizer.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr")
-    optimizer.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
-    optimizer.add_argument("--betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam/LAMB moment decay rates")
-    optimizer.add_argument("--eps", type=float, help="Adam/LAMB epsilon")
-    optimizer.add_argument("--weight-decay", type=float, help="decoupled decay of weight matrices (not biases, norms, embeddings)")
     parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads (default: the preset's)")
-    parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
-    parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
-    parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
-    add_keep_last(parser)
-    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
-    parser.add_argument("--precision", default="auto", choices=PRECISIONS, help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
+    add_schedule(parser)
     add_parallelism(parser)
     add_no_progress(parser)
     add_seed(parser)
@@ -131,30 +104,7 @@ def run(args: argparse.Namespace) -> None:
         dropout=args.dropout,
         hyperparameters=args.hyperparameters,
     )
-    training = TrainingConfig(
-        steps=args.steps,
-        time_limit=time_limit(args),
-        optimizer=args.optimizer,
-        lr=args.lr,
-        min_lr=args.min_lr,
-        warmup=args.warmup,
-        schedule=args.schedule,
-        betas=tuple(args.betas) if args.betas else None,
-        eps=args.eps,
-        weight_decay=args.weight_decay,
-        grad_accum=args.grad_accum,
-        clip=args.clip,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        keep_last=args.keep_last,
-        log_every=args.log_every,
-        seed=args.seed,
-        device=args.device,
-        precision=args.precision,
-        progress=not args.no_progress,
-        compile=args.compile,
-        parallelism=parallelism(args),
-    )
+    training = training_config(args)
     _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite,
                              definition=definition)
     if os.environ.get("RANK", "0") != "0":

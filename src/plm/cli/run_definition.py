@@ -39,12 +39,6 @@ class RunFlags:
     required: tuple[str, ...] = ()
 
 
-def add_allow_data_change(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-data-change", action="store_true",
-                        help="with --resume: go on although a data file changed since the run started (its SHA-256 "
-                        "is saved in OUT/run.json); without it, such a resume is refused")
-
-
 def run_definition(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
     """What defines the run ``args`` describe, to save in ``OUT/run.json``.
 

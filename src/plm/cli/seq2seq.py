@@ -8,27 +8,24 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from plm.attention_map import pair_attention, plot
+from plm.apps.attention_map import pair_attention, plot
 from plm.cli.common import (
     HelpFormatter,
     add_device,
-    add_keep_last,
     add_model,
     add_no_progress,
     add_parallelism,
+    add_run_directory,
+    add_schedule,
     add_seed,
-    add_time_budget,
-    parallelism,
     positive_int,
-    time_limit,
+    training_config,
 )
-from plm.cli.run_definition import RunFlags, add_allow_data_change, run_definition
+from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
-from plm.recipe import SCHEDULES
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.parallel import unsharded
-from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.run_directory import check_run_directory, claimed
 from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
@@ -96,26 +93,9 @@ def register_train(actions: argparse._SubParsersAction) -> None:
                         "family's recipe: 0.1 for the Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
     parser.add_argument("--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)")
     parser.add_argument("--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best")
-    parser.add_argument("--out", default="runs/seq2seq", help="run directory")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with "
-                        "the flags it was started with (saved in OUT/run.json); --steps extends it")
-    add_allow_data_change(parser)
-    parser.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds a run or other files")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
-    add_time_budget(parser)
-    parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
-    optimizer = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
-    optimizer.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS, help="the recipe's values to start from")
-    optimizer.add_argument("--lr", type=float, help="peak learning rate")
-    optimizer.add_argument("--min-lr", type=float, help="learning rate at the end of a cosine or linear decay")
-    optimizer.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr")
-    optimizer.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
     parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for the whole model (default: the preset's)")
-    parser.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
-    parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
-    parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
-    add_keep_last(parser)
-    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
+    add_run_directory(parser, "runs/seq2seq")
+    add_schedule(parser)
     add_no_progress(parser)
     add_seed(parser)
     add_device(parser)
@@ -151,11 +131,7 @@ def run_train(args: argparse.Namespace) -> None:
         label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
         dropout=args.dropout, hyperparameters=args.hyperparameters,
     )
-    training = TrainingConfig(
-        steps=args.steps, time_limit=time_limit(args), lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, schedule=args.schedule, grad_accum=args.grad_accum,
-        clip=args.clip, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every,
-        seed=args.seed, device=args.device, progress=not args.no_progress, parallelism=parallelism(args),
-    )
+    training = training_config(args)
     check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
     with claimed(args.out, check, enabled=is_first_process()):
         trained(setup, training, args, definition)

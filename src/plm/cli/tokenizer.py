@@ -6,7 +6,7 @@ import argparse
 
 from plm.cli.common import HelpFormatter, check_output_directory, positive_int
 from plm.data.corpus import default_corpus, read_corpus
-from plm.tokenizer import Tokenizer, train_words
+from plm.tokenization.tokenizer import Tokenizer, train_words
 
 EXAMPLES = """examples:
   plm tokenizer train --out tok                     # on the embedded corpus

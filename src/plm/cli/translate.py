@@ -7,6 +7,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
+from plm.apps.translation import DecodingOptions, load_seq2seq, recipe_decoding, translate
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -21,7 +22,6 @@ from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models import RECIPES
-from plm.translation import DecodingOptions, load_seq2seq, recipe_decoding, translate
 
 EXAMPLES = """examples:
   plm translate --model runs/dates <<< "Friday, the fifteenth of March twenty twenty-four"

@@ -3,10 +3,10 @@
 from plm.core.attention import KVCache, MultiHeadAttention, attention_weights
 from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
-from plm.core.linear import Linear, linear
 from plm.core.masks import Packing, build_attention_mask
 from plm.core.outputs import CausalLMOutput, ModelOutput
 from plm.core.stack import run_blocks
+from plm.cpu.linear import Linear, linear
 
 __all__ = [
     "BlockConfig",

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.core.linear import Linear, linear
 from plm.core.masks import Packing
+from plm.cpu.linear import Linear, linear
 from plm.errors import PLMError
 
 

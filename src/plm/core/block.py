@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.attention import KVCache, MultiHeadAttention
-from plm.core.linear import Linear
 from plm.core.masks import Packing
+from plm.cpu.linear import Linear
 from plm.errors import PLMError
 
 ACTIVATIONS = {

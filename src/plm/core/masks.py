@@ -93,7 +93,7 @@ def scatter_rows(x: torch.Tensor, indices: torch.Tensor, rows: int) -> torch.Ten
     """(len(indices), ...) -> (rows, ...): row i of x at row indices[i], zeros elsewhere.
 
     index_put_, not index_copy_ or index_add_: on the CPU it is the one of the three
-    that copies in parallel (2-3x faster for a batch's hidden states).
+    that copies in parallel.
     """
     return x.new_zeros(rows, *x.shape[1:]).index_put_((indices,), x)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plm.errors import PLMError
-from plm.files import atomic_open, cache_dir
+from plm.storage.atomic_files import atomic_open, cache_dir
 
 # Bump when the way the default corpus is built changes, so old caches are not reused.
 CORPUS_FORMAT = 1

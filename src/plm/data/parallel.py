@@ -22,7 +22,7 @@ import torch
 
 from plm.data.corpus import read_text
 from plm.errors import PLMError
-from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
+from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 
 # Special tokens of seq2seq tokenizers, ids 0 to 2: padding, start of target, end of sentence.
 SEQ2SEQ_SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>"}

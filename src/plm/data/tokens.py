@@ -21,10 +21,10 @@ from tqdm import tqdm
 
 from plm.data.corpus import Document
 from plm.errors import PLMError
-from plm.files import atomic_open
+from plm.storage.atomic_files import atomic_open
 
 if TYPE_CHECKING:
-    from plm.tokenizer import Tokenizer
+    from plm.tokenization.tokenizer import Tokenizer
 
 _BATCH_DOCUMENTS = 512
 _PROGRESS_FROM_CHARACTERS = 10_000_000

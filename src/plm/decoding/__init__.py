@@ -1,6 +1,6 @@
 """Decoding: one model interface (:mod:`plm.decoding.interface`) and batched beam search.
 
-Greedy search and sampling are :func:`plm.generation.generate`.
+Greedy search and sampling are :func:`plm.decoding.generation.generate`.
 """
 
 from plm.decoding.beam import BeamSearchOutput, beam_search, length_penalty

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from plm.decoding.generation import fit_prompt
 from plm.decoding.interface import Decoder
 from plm.errors import PLMError
-from plm.generation import fit_prompt
 
 
 @dataclass

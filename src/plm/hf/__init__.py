@@ -1,7 +1,7 @@
 """Hugging Face checkpoints in and out: ``load_hf(directory)`` and ``save_hf(model, directory)``.
 
 Each family with a Hugging Face counterpart has its converter in a module here,
-registered on import: ``gpt`` reads and writes ``gpt2`` and ``openai-gpt``. ``tasks``
+registered on import: ``gpt`` reads and writes ``gpt2`` and ``openai-gpt``. ``task_models``
 reads and writes the task heads' architectures (``BertForSequenceClassification``, ...)
 on top of the family converters.
 """
@@ -11,7 +11,7 @@ from plm.hf import (  # noqa: F401,E402  (register their converters)
     bert,
     deberta,  # noqa: F401,E402  (registers its converter)
     gpt,  # noqa: F401,E402  (registers its converter)
-    tasks,  # noqa: F401,E402  (registers the task models' converter)
+    task_models,  # noqa: F401,E402  (registers the task models' converter)
 )
 from plm.hf.io import BY_ARCHITECTURE, BY_FAMILY, BY_MODEL_TYPE, Converter, HFWeights, load_hf, register, save_hf
 

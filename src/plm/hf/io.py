@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from plm.checkpoint import load_weights, reads_no_weights
-from plm.core.quantize import check_trainable
+from plm.cpu.int8 import check_trainable
 from plm.errors import PLMError
-from plm.files import make_directory, read_json, read_tensors, write_json, write_tensors
 from plm.models import FAMILIES, PretrainedModel
+from plm.storage.atomic_files import make_directory, read_json, read_tensors, write_json, write_tensors
+from plm.storage.checkpoint import load_weights, reads_no_weights
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -108,7 +108,7 @@ def register(converter_class: type[Converter]) -> type[Converter]:
 def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
     """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it).
 
-    Under ``torch.device("meta")`` only its shapes are made (:func:`plm.checkpoint.reads_no_weights`).
+    Under ``torch.device("meta")`` only its shapes are made (:func:`plm.storage.checkpoint.reads_no_weights`).
     """
     directory = Path(directory)
     if not directory.is_dir():

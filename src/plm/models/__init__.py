@@ -14,9 +14,9 @@ from plm.models.deberta import Deberta, DebertaConfig
 from plm.models.elmo import Elmo, ElmoConfig
 from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
+from plm.models.recipe import PretrainingRecipe
 from plm.models.rnn import RNNConfig, RNNSeq2Seq
 from plm.models.transformer import Transformer, TransformerConfig
-from plm.recipe import Recipe
 
 # Each family: its model class, its named presets and its pre-training recipe.
 _FAMILIES = (
@@ -25,7 +25,7 @@ _FAMILIES = (
 )
 FAMILIES: dict[str, type[PretrainedModel]] = {model.family: model for model, _ in _FAMILIES}
 PRESETS: dict[str, Any] = {name: config for _, module in _FAMILIES for name, config in module.PRESETS.items()}
-RECIPES: dict[str, Recipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
+RECIPES: dict[str, PretrainingRecipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
 
 
 def preset_config(name: str, **overrides: Any) -> Any:

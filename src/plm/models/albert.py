@@ -29,7 +29,7 @@ from torch import nn
 from plm.core import FeedForward, MultiHeadAttention, TransformerBlock
 from plm.errors import PLMError
 from plm.models.encoder import Encoder, EncoderConfig
-from plm.recipe import Hyperparameters, Recipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 SHARING = ("all", "attention", "ffn", "none")
 
@@ -75,7 +75,7 @@ PRESETS = {
 }
 
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="albert-mini",
     tokenizer="unigram",
     objective="mlm+sop",

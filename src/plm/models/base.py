@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from plm.core import KVCache
+from plm.decoding.generation import generate
 from plm.errors import PLMError, with_article
-from plm.generation import generate
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class CausalLM(PretrainedModel):
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None, **options: Any) -> torch.Tensor:
         """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
 
-        See :func:`plm.generation.generate` for the options.
+        See :func:`plm.decoding.generation.generate` for the options.
         """
         return generate(self, input_ids, max_new_tokens=max_new_tokens, attention_mask=attention_mask, **options)
 

@@ -2,7 +2,7 @@
 
 Everything BERT is lives in :mod:`plm.models.encoder` (its defaults are BERT's:
 learned absolute positions, segment embeddings, exact GELU, LayerNorm eps 1e-12,
-dropout 0.1, a tanh pooler over [CLS]) and :mod:`plm.heads` (the MLM head tied to
+dropout 0.1, a tanh pooler over [CLS]) and :mod:`plm.models.pretraining_heads` (the MLM head tied to
 the word embeddings, the NSP classifier). This module names the family and its sizes:
 BERT-base L=12, H=768, A=12 (110M) and BERT-large L=24, H=1024, A=16 (340M).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plm.models.encoder import Encoder, EncoderConfig
-from plm.recipe import Hyperparameters, Recipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ PRESETS = {
     "bert-micro": BertConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
 }
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="bert-mini",
     tokenizer="wordpiece",
     objective="mlm+nsp",

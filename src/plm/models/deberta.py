@@ -40,7 +40,7 @@ from plm.core.embeddings import check_context
 from plm.errors import PLMError
 from plm.models.base import ExtraActivations
 from plm.models.encoder import Encoder, EncoderConfig, EncoderPass
-from plm.recipe import Hyperparameters, Recipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 POSITION_TERMS = ("c2p", "p2c")
 P2C_DISTANCES = ("released", "paper")
@@ -100,7 +100,7 @@ PRESETS = {
 }
 
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="deberta-mini",
     tokenizer="wordpiece",  # the paper reuses RoBERTa's byte-level BPE; plm's MLM needs [MASK]/[CLS]/[SEP]
     objective="mlm",

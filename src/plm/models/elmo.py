@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
-from plm.recipe import Hyperparameters, Recipe
-from plm.words import CHARACTERS, MAX_CHARACTERS, PADDING, batch_to_ids
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.tokenization.characters import CHARACTERS, MAX_CHARACTERS, PADDING, batch_to_ids
 
 # On the CPU, torch runs an LSTM with proj_size through its own fused kernel instead of oneDNN's, and says so.
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
@@ -82,7 +82,7 @@ PRESETS = {
                              highway_layers=1, projection_dim=8, lstm_dim=16),
 }
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="elmo-mini",
     tokenizer="words",
     objective="bilm",
@@ -214,7 +214,7 @@ class Elmo(PretrainedModel):
         next_words: torch.Tensor | None = None,
         previous_words: torch.Tensor | None = None,
     ) -> BiLMOutput:
-        """chars: (batch, words, chars) from :func:`plm.words.batch_to_ids`; mask: (batch, words), 0 at padding.
+        """chars: (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`; mask: (batch, words), 0 at padding.
 
         With targets (word ids, (batch, words)): ``next_words`` are what the forward LM
         predicts at each position, ``previous_words`` the backward LM's; their summed

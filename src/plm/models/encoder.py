@@ -27,8 +27,16 @@ from torch import nn
 from plm.core import BlockConfig, LearnedPositions, Packing, TransformerBlock, build_attention_mask, run_blocks
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
-from plm.heads import MLM, PAIR_HEADS, MaskedLMHead, PairHead, Pooler, PretrainingOutput, check_pretraining_heads
 from plm.models.base import PretrainedModel
+from plm.models.pretraining_heads import (
+    MLM,
+    PAIR_HEADS,
+    MaskedLMHead,
+    PairHead,
+    Pooler,
+    PretrainingOutput,
+    check_pretraining_heads,
+)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from plm.core import (
     run_blocks,
 )
 from plm.core.embeddings import check_context
-from plm.core.linear import linear
+from plm.cpu.linear import linear
 from plm.models.base import CausalLM
-from plm.recipe import Hyperparameters, Recipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ PRESETS = {
     "gpt2-micro": GPTConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
 }
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="gpt2-mini",
     tokenizer="bpe",
     objective="clm",

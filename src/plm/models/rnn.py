@@ -36,8 +36,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 from plm.models.rnn_attention import build_attention
-from plm.recipe import Hyperparameters, Recipe
 
 CELLS = ("gru", "lstm")
 EMBEDDING_INITS = ("normal", "uniform")
@@ -91,7 +91,7 @@ FORMS = {
 SIZES = {"": dict(embedding_dim=64, hidden_dim=128, layers=2), "-base": dict(embedding_dim=256, hidden_dim=512, layers=2)}
 PRESETS = {name + size: RNNConfig(**form, **dims) for name, form in FORMS.items() for size, dims in SIZES.items()}
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="rnn",
     tokenizer="bpe",
     objective="seq2seq",

@@ -41,10 +41,10 @@ from plm.core import (
     run_blocks,
 )
 from plm.core.embeddings import check_context
-from plm.core.linear import linear
+from plm.cpu.linear import linear
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
-from plm.recipe import Decoding, Hyperparameters, Recipe
+from plm.models.recipe import Decoding, Hyperparameters, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ PRESETS = {
     ),
 }
 
-RECIPE = Recipe(
+RECIPE = PretrainingRecipe(
     preset="transformer-small",
     tokenizer="bpe",
     objective="seq2seq",

@@ -23,7 +23,7 @@ from torch import nn
 from plm.data.corpus import Document
 from plm.data.tokens import BlockSampler, validation_blocks
 from plm.errors import PLMError
-from plm.words import SENTENCE_END, SENTENCE_START, UNKNOWN, character_table, split_words
+from plm.tokenization.characters import SENTENCE_END, SENTENCE_START, UNKNOWN, character_table, split_words
 
 TERMS = ("forward", "backward")
 

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 from plm.data.corpus import Corpus
 from plm.data.tokens import cached_token_ids
 from plm.errors import PLMError
-from plm.files import cache_dir
 from plm.objectives.base import Objective
 from plm.objectives.bilm import BiLMObjective, word_streams
 from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
+from plm.storage.atomic_files import cache_dir
 
 if TYPE_CHECKING:
-    from plm.tokenizer import Tokenizer
+    from plm.tokenization.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from torch import nn
 from plm.data.corpus import Document
 from plm.errors import PLMError
 from plm.objectives.masking import IGNORE_INDEX, MLM_PROBABILITY, mask_tokens
-from plm.objectives.pairs import BUILDERS, TASKS, PretrainingExamples
+from plm.objectives.pairs import BUILDERS, PAIR_TASKS, PretrainingExamples
 
 if TYPE_CHECKING:
-    from plm.tokenizer import Tokenizer
+    from plm.tokenization.tokenizer import Tokenizer
 
 _TRAIN, _VALIDATION = 0, 1  # the first number of a batch's seed, so the two streams never meet
 
@@ -52,8 +52,8 @@ class MaskedLMObjective:
         seed: int = 0,
         validation_batches_max: int | None = 16,
     ) -> None:
-        if pair_task not in TASKS:
-            raise PLMError(f"unknown pair task {pair_task!r}; choose one of {', '.join(TASKS)}")
+        if pair_task not in PAIR_TASKS:
+            raise PLMError(f"unknown pair task {pair_task!r}; choose one of {', '.join(PAIR_TASKS)}")
         for role in ("mask", "cls", "sep", "pad"):
             if tokenizer.id_of(role) is None:
                 raise PLMError(f"{tokenizer!r} has no {role} token; an encoder needs a WordPiece or Unigram tokenizer")

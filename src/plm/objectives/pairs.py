@@ -50,9 +50,9 @@ from plm.data.corpus import Document
 from plm.errors import PLMError
 
 if TYPE_CHECKING:
-    from plm.tokenizer import Tokenizer
+    from plm.tokenization.tokenizer import Tokenizer
 
-TASKS = ("none", "nsp", "sop")
+PAIR_TASKS = ("none", "nsp", "sop")
 IS_NEXT, NOT_NEXT = 0, 1  # BertForPreTraining's next_sentence_label
 IN_ORDER, SWAPPED = 0, 1  # AlbertForPreTraining's sentence_order_label
 NO_LABEL = -1
@@ -72,7 +72,7 @@ def split_segments(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Span:
+class SegmentSpan:
     """Tokens ``start`` to ``stop`` (exclusive) of document ``document``'s token ids."""
 
     document: int
@@ -92,8 +92,8 @@ class Example:
     of A and B this example aimed at.
     """
 
-    a: Span
-    b: Span | None
+    a: SegmentSpan
+    b: SegmentSpan | None
     label: int
     target_length: int
 
@@ -144,7 +144,7 @@ class PretrainingExamples(Sequence[Example]):
     def __getitem__(self, index):  # type: ignore[override]
         return self.examples[index]
 
-    def tokens(self, span: Span) -> np.ndarray:
+    def tokens(self, span: SegmentSpan) -> np.ndarray:
         return self.documents.ids[span.document][span.start : span.stop]
 
     def encode(self, example: Example) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -267,17 +267,17 @@ class _Builder:
         if self.task == "none":
             if bounds[stop] - bounds[first] > target and stop - first > 1:
                 stop -= 1
-            a = self._truncate(Span(d, bounds[first], bounds[stop]), None, target)[0]
+            a = self._truncate(SegmentSpan(d, bounds[first], bounds[stop]), None, target)[0]
             return Example(a, None, NO_LABEL, target), stop
         if bounds[stop] - bounds[first] < 2:
             return None, stop
         if self.task == "nsp" and rng.random() < 0.5:
             middle = rng.randint(first + 1, stop - 1) if stop - first > 1 else stop
-            a = Span(d, bounds[first], bounds[middle])
+            a = SegmentSpan(d, bounds[first], bounds[middle])
             b = self._random_continuation(d, target - len(a))
             return Example(*self._truncate(a, b, self.room), NOT_NEXT, target), middle
         split = self._split(d, first, stop)
-        a, b = Span(d, bounds[first], split), Span(d, split, bounds[stop])
+        a, b = SegmentSpan(d, bounds[first], split), SegmentSpan(d, split, bounds[stop])
         label = IS_NEXT if self.task == "nsp" else IN_ORDER
         if self.task == "sop" and rng.random() < 0.5:
             a, b, label = b, a, SWAPPED
@@ -292,7 +292,7 @@ class _Builder:
         word_starts = np.flatnonzero(words[1:] != words[:-1]) + start + 1
         return int(self.rng.choice(word_starts)) if len(word_starts) else self.rng.randint(start + 1, end - 1)
 
-    def _random_continuation(self, d: int, length: int) -> Span:
+    def _random_continuation(self, d: int, length: int) -> SegmentSpan:
         """Segments of another document from a random one on, until ``length`` tokens (at least one segment)."""
         index = self.rng.randrange(len(self.nonempty) - 1)
         if index >= bisect.bisect_left(self.nonempty, d):  # skip d itself: the others, uniformly
@@ -303,9 +303,9 @@ class _Builder:
         stop = first + 1
         while stop < len(bounds) - 1 and bounds[stop] - bounds[first] < length:
             stop += 1
-        return Span(other, bounds[first], bounds[stop])
+        return SegmentSpan(other, bounds[first], bounds[stop])
 
-    def _truncate(self, a: Span, b: Span | None, room: int) -> tuple[Span, Span | None]:
+    def _truncate(self, a: SegmentSpan, b: SegmentSpan | None, room: int) -> tuple[SegmentSpan, SegmentSpan | None]:
         """BERT's truncate_seq_pair: the longer (B on a tie) loses its first or last token until both fit."""
         spans = [[a.start, a.stop], [b.start, b.stop] if b is not None else [0, 0]]
         while sum(stop - start for start, stop in spans) > room:
@@ -314,8 +314,8 @@ class _Builder:
                 longer[0] += 1
             else:
                 longer[1] -= 1
-        a = Span(a.document, *spans[0])
-        return a, None if b is None else Span(b.document, *spans[1])
+        a = SegmentSpan(a.document, *spans[0])
+        return a, None if b is None else SegmentSpan(b.document, *spans[1])
 
 
 def _fit(bounds: np.ndarray, room: int) -> list[int]:

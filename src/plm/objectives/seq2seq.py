@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm.apps.translation import DecodingOptions, score_translations, translate
 from plm.data.parallel import (
     BudgetSampler,
     EncodedPairs,
@@ -34,7 +35,6 @@ from plm.data.parallel import (
 )
 from plm.errors import PLMError
 from plm.objectives.base import Selection
-from plm.translation import DecodingOptions, score_translations, translate
 
 NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained loss
 

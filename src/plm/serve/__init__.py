@@ -11,7 +11,7 @@
 """
 
 from plm.serve.app import create_app
-from plm.serve.models import Service, load_service, service_names
+from plm.serve.served_models import Service, load_service, service_names
 from plm.serve.server import BackgroundServer, serve
 
 __all__ = ["BackgroundServer", "Service", "create_app", "load_service", "serve", "service_names"]

@@ -32,8 +32,8 @@ from starlette.staticfiles import StaticFiles
 
 from plm.errors import PLMError
 from plm.serve.batching import Batcher, GenerationJob
-from plm.serve.models import ENDPOINTS, Service, choose
 from plm.serve.requests import RequestError, model_name, parse_body, read_fields
+from plm.serve.served_models import ENDPOINTS, Service, choose
 
 STATIC = Path(__file__).with_name("static")
 MAX_BODY = 1 << 20  # bytes: a megabyte of text is far more than any model here reads at once
@@ -49,7 +49,7 @@ def create_app(
     max_batch: int = MAX_BATCH,
     batch_window: float = BATCH_WINDOW,
 ) -> Starlette:
-    """The app serving ``services`` (see :func:`plm.serve.models.load_service`); ``max_batch`` 1 turns batching off."""
+    """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`); ``max_batch`` 1 turns batching off."""
     if not services:
         raise PLMError("give at least one model to serve")
     if max_body < 1 or max_batch < 1 or batch_window < 0:

@@ -3,7 +3,7 @@
 A request waits in :class:`Batcher` until the model thread is free; then it and the requests
 that arrived with it (within ``window`` seconds of an idle server's first request, or while
 the last batch ran), up to ``max_batch``, are left-padded into one batch and decoded with the
-KV cache, one forward pass per step for all of them (:func:`plm.generation.decode_steps`).
+KV cache, one forward pass per step for all of them (:func:`plm.decoding.generation.decode_steps`).
 Only requests that decode alone as they would together share a batch: the same model and
 sampling options, a length that fits the context beside the others, and never a sampled
 request with a seed (its draws are its own). Padding changes nothing, so a greedy request
@@ -19,10 +19,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from plm.generation import SamplingOptions, decode_steps
+from plm.apps.text_pipelines import left_pad, prompt_padding
+from plm.decoding.generation import SamplingOptions, decode_steps
 from plm.models import CausalLM
-from plm.text import left_pad, prompt_padding
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 
 @dataclass(eq=False)

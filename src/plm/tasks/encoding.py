@@ -18,8 +18,8 @@ import torch
 
 from plm.errors import PLMError
 from plm.tasks.readers import ChoiceExample, TaggedSentence, TextExample
-from plm.tokenizer import Tokenizer
-from plm.words import pad_character_tables
+from plm.tokenization.characters import pad_character_tables
+from plm.tokenization.tokenizer import Tokenizer
 
 IGNORE = -100  # cross_entropy's ignore_index: a position without a label
 

@@ -5,7 +5,7 @@ each word's first sub-word, combined (``concat``, ``sum`` or ELMo's scalar ``mix
 frozen plm ELMo beside it, ELMo's layers of the same words are scalar-mixed and
 concatenated to them. A :class:`BiLSTMTagger` reads the words; each word's logits go back
 to its first piece, so the batches, the loss and the predictions of the ``tag`` task
-(:class:`plm.tasks.objectives.Tagging`) serve it unchanged. Only the tagger and its
+(:class:`plm.tasks.task_objective.Tagging`) serve it unchanged. Only the tagger and its
 mixes train: the encoder and ELMo have no gradient, stay in eval mode (no dropout) and
 run under ``torch.no_grad``, so their forward pass is all they cost, and only once per
 sentence: :meth:`FeatureTagger.cache_features` keeps each sentence's features (up to a

@@ -31,23 +31,23 @@ from typing import Any
 
 import torch
 
-from plm.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
-from plm.core.quantize import check_trainable
+from plm.cpu.int8 import check_trainable
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
-from plm.files import read_json, staging_directory, write_json
-from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
+from plm.storage.atomic_files import read_json, staging_directory, write_json
+from plm.storage.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
+from plm.storage.loading import load_pretrained
 from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
 from plm.tasks.model import TaskModel, require_task_backbone, task_model
-from plm.tasks.objectives import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
-from plm.tasks.sift import SiFT, normalised_embeddings
+from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.tagger import COMBINATIONS, MixOptions
-from plm.tokenizer import Tokenizer
+from plm.tasks.task_objective import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
+from plm.tokenization.tokenizer import Tokenizer
 from plm.training.distributed import is_first_process, setup_distributed
 from plm.training.parallel import Parallelism, built_on_first_process
 from plm.training.run_directory import (
@@ -415,7 +415,7 @@ def load_task_model(
     path: str | Path, device: str = "cpu", max_length: int | None = None, **options: Any
 ) -> tuple[Any, Task]:
     """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data
-    (``max_length`` None: the task's default, see :func:`plm.tasks.objectives.build_task`)."""
+    (``max_length`` None: the task's default, see :func:`plm.tasks.task_objective.build_task`)."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, (TaskModel, FeatureTagger)):
         raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")

@@ -26,7 +26,7 @@ import torch
 
 from plm.errors import PLMError
 from plm.models import PretrainedModel
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 # The names of the original code (openai/finetune-transformer-lm).
 START, DELIMITER, EXTRACT = "_start_", "_delimiter_", "_classify_"

@@ -26,10 +26,10 @@ from torch import nn
 
 from plm.core.outputs import ModelOutput
 from plm.errors import PLMError
-from plm.heads import POOLER_ACTIVATIONS
+from plm.models.pretraining_heads import POOLER_ACTIVATIONS
 
 CLASSIFY, TAG, SPAN, CHOICE = "classify", "tag", "span", "choice"
-TASKS = (CLASSIFY, TAG, SPAN, CHOICE)
+HEAD_KINDS = (CLASSIFY, TAG, SPAN, CHOICE)
 # How a sequence becomes one vector: the [CLS] vector (through a pooler when there is one),
 # the last real token (GPT-1's extract token), or the mean over real tokens.
 POOLINGS = ("cls", "last", "mean")
@@ -71,8 +71,8 @@ class HeadConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))  # JSON gives a list back
-        if self.task not in TASKS:
-            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        if self.task not in HEAD_KINDS:
+            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(HEAD_KINDS)}")
         if self.labels < 1:
             raise PLMError(f"a {self.task} head needs at least one label, got labels={self.labels}")
         if self.label_names and len(self.label_names) != self.labels:

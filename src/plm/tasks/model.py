@@ -26,8 +26,8 @@ import torch
 
 from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
-from plm.heads import Pooler, mean_pool
 from plm.models import FAMILIES, CausalLM, PretrainedModel
+from plm.models.pretraining_heads import Pooler, mean_pool
 from plm.tasks.heads import CHOICE, HEADS, HeadConfig, TaskOutput, build_head
 
 

@@ -22,7 +22,7 @@ from plm.errors import PLMError
 from plm.tasks.encoding import Feature
 from plm.tasks.metrics import exact_match, normalize_answer, token_f1
 from plm.tasks.readers import QAExample
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 
 def answer_start(example: QAExample) -> int | None:
@@ -77,7 +77,7 @@ def encode_windows(
 
 
 @dataclass(frozen=True)
-class Span:
+class AnswerSpan:
     score: float
     start: int  # token positions in the window, end inclusive
     end: int
@@ -89,7 +89,7 @@ def best_spans(
     allowed: torch.Tensor,
     max_answer_length: int = 30,
     n_best: int = 20,
-) -> list[Span]:
+) -> list[AnswerSpan]:
     """The ``n_best`` spans (i, j) of one window by S.T_i + E.T_j, j >= i, j - i < max_answer_length.
 
     ``allowed`` (time,) marks the positions an answer may cover (the context's tokens).
@@ -101,7 +101,7 @@ def best_spans(
     scores = scores.masked_fill(~valid, float("-inf"))
     count = min(n_best, int(valid.sum()))
     top = scores.flatten().topk(count)
-    return [Span(float(s), int(k) // time, int(k) % time) for s, k in zip(top.values, top.indices)]
+    return [AnswerSpan(float(s), int(k) // time, int(k) % time) for s, k in zip(top.values, top.indices)]
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ GENERATORS = {"classify": classify, "pair": pair, "regress": regress, "tag": tag
 
 
 def synthetic_task(task: str, count: int, seed: int) -> list[Any]:
-    """``count`` examples of the toy ``task`` (one of plm.tasks.objectives.TASKS)."""
+    """``count`` examples of the toy ``task`` (one of plm.tasks.task_objective.TASKS)."""
     rng = random.Random(seed)
     if task == "qa":
         return [qa(rng, i) for i in range(count)]

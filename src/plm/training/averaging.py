@@ -13,12 +13,12 @@ from pathlib import Path
 
 import torch
 
-from plm.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, save_model, snapshots, swap_in
-from plm.core.quantize import check_trainable
+from plm.cpu.int8 import check_trainable
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
-from plm.files import make_directory, staging_directory
 from plm.models import PretrainedModel
+from plm.storage.atomic_files import make_directory, staging_directory
+from plm.storage.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, save_model, snapshots, swap_in
 
 
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ from torch import nn
 
 from plm.core import LearnedPositions
 from plm.errors import PLMError
-from plm.recipe import OPTIMIZERS, SCHEDULES
+from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.training.lamb import Lamb
 
 

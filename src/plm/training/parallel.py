@@ -110,7 +110,7 @@ def built_on_first_process(parallelism: Parallelism, world: Distributed) -> cont
     """A context in which a model is built whole on the first process only, when FSDP shards it.
 
     Every other process builds it on the meta device (shapes without memory, no initialisation,
-    a saved model's weights left unread: see :func:`plm.checkpoint.reads_no_weights`), and
+    a saved model's weights left unread: see :func:`plm.storage.checkpoint.reads_no_weights`), and
     :func:`prepare_model` fills its shards from the first process's weights. Without it every
     process would hold a whole model at start-up, however few of its shards it keeps.
     """

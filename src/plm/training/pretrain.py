@@ -6,7 +6,7 @@ and each can be replaced: the user's files, an existing tokenizer, any preset or
 saved model to continue, another objective.
 
 What a family's paper chose (its tokenizer, objective, masking, optimizer and
-schedule) is its :class:`plm.recipe.Recipe`, declared in the family's module; this
+schedule) is its :class:`plm.models.recipe.PretrainingRecipe`, declared in the family's module; this
 module reads it and holds nothing per family. Every argument is checked before
 anything is written.
 """
@@ -23,18 +23,18 @@ from typing import Any
 
 import torch
 
-from plm.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.config import config_from_dict
-from plm.core.quantize import check_trainable
+from plm.cpu.int8 import check_trainable
 from plm.data.corpus import Corpus, default_corpus, read_corpus
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.files import read_json
 from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
 from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec
-from plm.recipe import Hyperparameters, Recipe
-from plm.tokenizer import TOKENIZER_TRAINERS, Tokenizer
+from plm.storage.atomic_files import read_json
+from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
+from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 from plm.training.distributed import Distributed, is_first_process, setup_distributed, teardown_distributed
 from plm.training.parallel import built_on_first_process
 from plm.training.run_directory import check_run_directory, claimed
@@ -92,7 +92,7 @@ def model_config(name: str, overrides: dict[str, Any] | None = None):
     return config_from_dict(FAMILIES[family].config_class, description.get("config", {}), str(path))
 
 
-def choose_objective(setup: PretrainSetup, family: str, recipe: Recipe) -> tuple[str, ObjectiveSpec]:
+def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecipe) -> tuple[str, ObjectiveSpec]:
     if setup.objective not in OBJECTIVES:
         raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     name = recipe.objective if setup.objective == "auto" else setup.objective
@@ -105,7 +105,7 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: Recipe) -> tuple
     return name, spec
 
 
-def check_setup(setup: PretrainSetup, context: int, recipe: Recipe) -> int:
+def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -> int:
     """Check the data and batch shape; return the block size."""
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
         raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
@@ -130,7 +130,7 @@ def load_corpus(setup: PretrainSetup) -> Corpus:
     return default_corpus()
 
 
-def resolve_tokenizer(setup: PretrainSetup, model: str, recipe: Recipe, corpus: Corpus, out: Path, resume: bool,
+def resolve_tokenizer(setup: PretrainSetup, model: str, recipe: PretrainingRecipe, corpus: Corpus, out: Path, resume: bool,
                       world: Distributed) -> Tokenizer:
     """The run's own tokenizer when resuming, else the one given, the model's, or a new one of the recipe's kind.
 
@@ -209,6 +209,7 @@ def prepare(
         raise PLMError(f"--model {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train")
     block_size = check_setup(setup, config.context_length, recipe)
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    warmup_note = training.warmup_note(defaults)  # said once everything is checked
     training = training.with_defaults(defaults)
     training.validate()
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
@@ -232,7 +233,10 @@ def prepare(
     objective = spec.build(data)
     if world.is_main:
         warn_if_too_little_data(objective, setup, block_size)
-    return Trainer(model, objective, training, out, tokenizer, world), tokenizer
+    trainer = Trainer(model, objective, training, out, tokenizer, world)
+    if warmup_note and world.is_main:
+        warnings.warn(warmup_note, PLMWarning, stacklevel=2)
+    return trainer, tokenizer
 
 
 def pretrain(

@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from plm.checkpoint import (
+from plm.errors import PLMError
+from plm.storage.atomic_files import default_mode, make_directory, read_json, write_json
+from plm.storage.checkpoint import (
     BEST_DIR,
     CHECKPOINT_DIR,
     PREVIOUS_CHECKPOINT_DIR,
@@ -35,8 +37,6 @@ from plm.checkpoint import (
     has_checkpoint,
     recover_checkpoint,
 )
-from plm.errors import PLMError
-from plm.files import default_mode, make_directory, read_json, write_json
 
 LOCK_FILE = ".lock"
 DEFINITION_FILE = "run.json"  # what defines the run: the command, its options, its data's SHA-256
@@ -48,8 +48,8 @@ SWEEP_DIR = "runs"  # a fine-tuning sweep's runs, one directory each
 RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, SNAPSHOTS_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE,
              TOKENIZER_DIR, DEFINITION_FILE, RESULT_FILE, SUMMARY_FILE, SWEEP_DIR)
 # What an interrupted save leaves: the staging directories of checkpoint/, best/ and checkpoints/step-N/
-# (plm.files.staging_directory), the half-deleted directories of plm.checkpoint.remove_directory, and the
-# temporary files of plm.files.atomic_open.
+# (plm.storage.atomic_files.staging_directory), the half-deleted directories of plm.storage.checkpoint.remove_directory, and the
+# temporary files of plm.storage.atomic_files.atomic_open.
 LEFTOVER = re.compile(r"\.(checkpoint|best|step|deleted)-.*|\..*\.tmp")
 
 _held: dict[Path, list[int]] = {}  # this process's locks: resolved directory -> [file descriptor, depth]

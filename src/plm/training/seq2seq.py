@@ -2,7 +2,7 @@
 
 Like :mod:`plm.training.pretrain`, every step has a default that works with no input
 (the dates task of :mod:`plm.data.dates`, BPE trained on it, the family's small preset)
-and reads the family's :class:`plm.recipe.Recipe` for the optimizer and schedule, with
+and reads the family's :class:`plm.models.recipe.PretrainingRecipe` for the optimizer and schedule, with
 no per-family code: any family whose recipe trains the ``seq2seq`` objective works.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -17,21 +18,21 @@ from typing import Any
 
 import torch
 
-from plm.checkpoint import CHECKPOINT_DIR, load_model, model_directory
-from plm.core.quantize import check_trainable
+from plm.apps.translation import DecodingOptions
+from plm.cpu.int8 import check_trainable
 from plm.data.dates import date_pairs
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
-from plm.errors import PLMError, with_article
+from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
+from plm.models.recipe import Hyperparameters
 from plm.objectives.seq2seq import Seq2SeqObjective
-from plm.recipe import Hyperparameters
+from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
 from plm.training.distributed import is_first_process, setup_distributed
 from plm.training.parallel import built_on_first_process
 from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
 from plm.training.run_directory import check_run_directory, claimed
 from plm.training.trainer import Trainer, TrainingConfig
-from plm.translation import DecodingOptions
 
 OBJECTIVE = "seq2seq"
 SELECTABLE = ("bleu", "chrf", "exact_match")
@@ -168,6 +169,7 @@ def prepare_seq2seq(
         raise PLMError(f"--model {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
                        f"{', '.join(seq2seq)} models")
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    warmup_note = training.warmup_note(defaults)  # said once everything is checked
     training = training.with_defaults(defaults)
     training.validate()
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
@@ -183,7 +185,10 @@ def prepare_seq2seq(
         seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
         select_by=setup.select_by, max_positions=model.context_length(),
     )
-    return Trainer(model, objective, training, out, tokenizers, world), tokenizers
+    trainer = Trainer(model, objective, training, out, tokenizers, world)
+    if warmup_note and world.is_main:
+        warnings.warn(warmup_note, PLMWarning, stacklevel=2)
+    return trainer, tokenizers
 
 
 def train_seq2seq(

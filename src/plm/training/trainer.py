@@ -6,7 +6,7 @@ sums losses, the model is any ``PretrainedModel``. One optimizer step consumes
 number of targets of the whole step, so the gradient equals that of one big batch.
 Over torchrun's processes the model is replicated (DDP) or sharded (FSDP, see
 :mod:`plm.training.parallel`); a sharded run checkpoints in shards
-(:mod:`plm.sharded_checkpoint`) and may resume on another number of processes.
+(:mod:`plm.storage.sharded_checkpoint`) and may resume on another number of processes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -26,7 +25,15 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from plm.checkpoint import (
+from plm.cpu.int8 import check_trainable
+from plm.device import autocast, resolve_device, resolve_precision
+from plm.errors import PLMError, RunStopped
+from plm.models import PretrainedModel
+from plm.models.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
+from plm.objectives import Objective
+from plm.objectives.base import loss_weights, perplexity_terms, selection
+from plm.storage.atomic_files import make_directory, read_json, staging_directory, write_json
+from plm.storage.checkpoint import (
     CHECKPOINT_DIR,
     TRAINING_CONFIG_FILE,
     drop_snapshots,
@@ -36,15 +43,7 @@ from plm.checkpoint import (
     save_checkpoint,
     save_snapshot,
 )
-from plm.core.quantize import check_trainable
-from plm.device import autocast, resolve_device, resolve_precision
-from plm.errors import PLMError, PLMWarning, RunStopped
-from plm.files import make_directory, read_json, staging_directory, write_json
-from plm.models import PretrainedModel
-from plm.objectives import Objective
-from plm.objectives.base import loss_weights, perplexity_terms, selection
-from plm.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
-from plm.sharded_checkpoint import save_shards
+from plm.storage.sharded_checkpoint import save_shards
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.optim import build_optimizer, decayed, learning_rate
 from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
@@ -71,7 +70,7 @@ CHANGEABLE_ON_RESUME = ("steps", "epochs", "time_limit", "device", "progress", "
 class TrainingConfig:
     """How long and how to train. The optimizer fields left None take the recipe's values.
 
-    Those fields are :class:`plm.recipe.Hyperparameters`' (optimizer, lr, min_lr,
+    Those fields are :class:`plm.models.recipe.Hyperparameters`' (optimizer, lr, min_lr,
     warmup, schedule, betas, eps, weight_decay); the pre-training recipe fills them
     from the family's recipe, a bare :class:`Trainer` from ``Hyperparameters()``.
     """
@@ -104,18 +103,20 @@ class TrainingConfig:
         """This config with every optimizer field left None taken from ``defaults``.
 
         A default warmup that would fill the whole run (the recipe's 100 steps in a run of 100) is
-        cut to a tenth of the steps, with a warning; a warmup that was given is checked by :meth:`validate`.
+        cut to a tenth of the steps (:meth:`warmup_note` says so); a warmup that was given is checked
+        by :meth:`validate`.
         """
         unset = {name: getattr(defaults, name) for name in HYPERPARAMETERS if getattr(self, name) is None}
-        fit = self.warmup is None and self.epochs is None and defaults.warmup >= self.steps
-        if fit:
+        if self.warmup_note(defaults):
             unset["warmup"] = self.steps // 10
-        config = dataclasses.replace(self, **unset)
-        if fit:
-            config.validate()  # a run refused for another reason says only that
-            warnings.warn(f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
-                          f"warming up over {unset['warmup']} steps instead (--warmup sets it)", PLMWarning, stacklevel=2)
-        return config
+        return dataclasses.replace(self, **unset)
+
+    def warmup_note(self, defaults: Hyperparameters) -> str | None:
+        """What :meth:`with_defaults` does to a default warmup that would fill the whole run; None if nothing."""
+        if self.warmup is not None or self.epochs is not None or defaults.warmup < self.steps:
+            return None
+        return (f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
+                f"warming up over {self.steps // 10} steps instead (--warmup sets it)")
 
     def validate(self) -> None:
         """Raise a PLMError naming the flag of the first value that cannot train."""

@@ -16,10 +16,10 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from plm.apps.text_pipelines import left_pad
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.text import left_pad
-from plm.tokenizer import Tokenizer
+from plm.tokenization.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.scoring import score_continuations
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.tokenizer import Tokenizer
-from plm.zeroshot.jsonl import read_jsonl
-from plm.zeroshot.scoring import score_continuations
+from plm.tokenization.tokenizer import Tokenizer
 
 SCORINGS = ("full", "partial")
 

@@ -19,28 +19,28 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from plm.attention_map import AttentionMap, decoder_attention, pair_attention, self_attention
-from plm.checkpoint import model_directory
+from plm.apps.attention_map import AttentionMap, decoder_attention, pair_attention, self_attention
+from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
+from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention
-from plm.core.quantize import quantize
+from plm.cpu.int8 import quantize
 from plm.data.parallel import Seq2SeqTokenizers
+from plm.decoding.generation import SamplingOptions
 from plm.device import resolve_device
 from plm.errors import PLMError
-from plm.generation import SamplingOptions
-from plm.loading import load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
 from plm.models.elmo import Elmo, embed_sentences
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
+from plm.storage.checkpoint import model_directory
+from plm.storage.loading import load_pretrained
 from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
-from plm.tasks.objectives import Task, encode_all, model_outputs
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
-from plm.text import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
-from plm.tokenizer import Tokenizer
-from plm.translation import recipe_decoding, translate_ids
-from plm.words import split_words
+from plm.tasks.task_objective import Task, encode_all, model_outputs
+from plm.tokenization.characters import split_words
+from plm.tokenization.tokenizer import Tokenizer
 
 # Each endpoint, and what a model needs to serve it (said when a request asks a model that cannot).
 ENDPOINTS = {

@@ -43,11 +43,11 @@ from typing import Any
 
 import tomllib
 
-from plm.checkpoint import has_checkpoint
 from plm.config import checked_value
 from plm.errors import PLMError
-from plm.files import atomic_open, make_directory, read_json, write_json
 from plm.models import PRESETS, RECIPES, model_class
+from plm.storage.atomic_files import atomic_open, make_directory, read_json, write_json
+from plm.storage.checkpoint import has_checkpoint
 from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, model_config, prepare
 from plm.training.run_directory import METRICS_FILE, changed_fields, file_digest, run_lock
 from plm.training.trainer import TrainingConfig

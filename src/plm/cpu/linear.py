@@ -1,25 +1,22 @@
-"""y = x W^T + b, with faster routes on the CPU for the two shapes where MKL's plain product is slow.
+"""y = x W^T + b, with faster routes on the CPU for the two shapes where MKL's plain product can be slow.
 
-Both were found with torch.profiler on the 2-core benchmark machine (AMD EPYC, MKL,
-fp32; see benchmarks/README.md); on a GPU, in other dtypes or for other shapes the
-plain F.linear is as fast or faster, so it is used there.
+On a GPU, in other dtypes or for other shapes the plain F.linear is used. The measured
+gains, and the machines they were measured on, are in the speed page of the docs.
 
 * One token per row (decoding with a KV cache multiplies a handful of rows by every
-  weight matrix). MKL takes a matrix-vector kernel that runs on one thread and reads
-  nn.Linear's (out, in) layout slowly; the same product as a batched matmul over
-  ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which streams the
-  weight at memory speed and spreads the blocks over threads: a decoding step of
-  GPT-2 (124M) spends 1.3x less in its products that way there, one of the 5M-parameter
-  gpt2-mini 1.9x less. On an Intel Xeon with AVX-512 the plain product was 2x faster
-  instead, so each shape takes the route that wins on the machine at hand, timed at
-  its first use with the weight read from memory as decoding reads it
-  (:func:`blocks_are_faster`, :mod:`plm.core.timing`).
+  weight matrix). MKL may take a matrix-vector kernel that runs on one thread and
+  reads nn.Linear's (out, in) layout slowly; the same product as a batched matmul over
+  ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which streams the weight
+  at memory speed and spreads the blocks over threads. Some CPUs' MKL has a fast
+  matrix-vector kernel instead, so each shape takes the route that wins on the machine
+  at hand, timed at its first use with the weight read from memory as decoding reads it
+  (:func:`blocks_are_faster`, :mod:`plm.cpu.timing`).
 * Very many output features (the vocabulary projection of a language model, on
   every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written
-  into its slice of the result, gives the same numbers about 1.3x faster for
-  vocabularies of 30k-50k. Below ``MIN_CHUNKED_FEATURES`` the gain is lost to the
-  page faults of writing a freshly allocated result in column stripes.
+  into its slice of the result, gives the same numbers faster for vocabularies of
+  30k-50k. Below ``MIN_CHUNKED_FEATURES`` the gain is lost to the page faults of
+  writing a freshly allocated result in column stripes.
 """
 
 from __future__ import annotations
@@ -28,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.core.quantize import Int8Weight
-from plm.core.timing import streamed_seconds
+from plm.cpu.int8 import Int8Weight
+from plm.cpu.timing import streamed_seconds
 
 BLOCKS = 4
 MAX_ROWS = 4
@@ -86,9 +83,8 @@ def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int]:
 def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether :func:`blocked_linear` beats F.linear for this shape on this machine, timed at its first use.
 
-    The blocked route was 1.5-3x faster on the AMD EPYC it was found on, and 2x slower on an
-    Intel Xeon whose MKL has a fast matrix-vector kernel; the winner is a property of the
-    machine, so it is measured (with the weight read from memory, some 50 ms once per shape).
+    The winner depends on the machine's MKL (whether its matrix-vector kernel is fast), so it is
+    measured, with the weight read from memory, once per shape (some 50 ms).
     """
     key = route_key(x.numel() // weight.shape[1], weight)
     if key not in ROUTES:

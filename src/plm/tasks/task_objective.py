@@ -45,9 +45,9 @@ from plm.tasks.encoding import (
 from plm.tasks.gpt_inputs import TaskInputs
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
-from plm.tasks.sift import SiFT
-from plm.tokenizer import Tokenizer
-from plm.words import character_table
+from plm.tasks.sift_fine_tuning import SiFT
+from plm.tokenization.characters import character_table
+from plm.tokenization.tokenizer import Tokenizer
 
 TASKS = ("classify", "pair", "regress", "tag", "qa", "choice")
 GPT_TASKS = ("classify", "pair", "regress", "choice")  # those with a GPT-1 input form
@@ -547,7 +547,7 @@ def build_task(
 
 
 @dataclass(frozen=True)
-class Recipe:
+class FinetuningRecipe:
     """The papers' fine-tuning learning rate and warmup (a fraction of training); both use batch 32, 3 epochs
     and Adam's betas (0.9, 0.999), as in pre-training."""
 
@@ -556,5 +556,5 @@ class Recipe:
     betas: tuple[float, float] = (0.9, 0.999)
 
 
-BERT_RECIPE = Recipe(lr=5e-5, warmup_fraction=0.1)  # BERT A.3: lr among 5e-5, 3e-5, 2e-5; warmup 10%
-GPT1_RECIPE = Recipe(lr=6.25e-5, warmup_fraction=0.002)  # GPT-1 4.1: warmup over 0.2% of training
+BERT_RECIPE = FinetuningRecipe(lr=5e-5, warmup_fraction=0.1)  # BERT A.3: lr among 5e-5, 3e-5, 2e-5; warmup 10%
+GPT1_RECIPE = FinetuningRecipe(lr=6.25e-5, warmup_fraction=0.002)  # GPT-1 4.1: warmup over 0.2% of training

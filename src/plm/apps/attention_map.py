@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from plm.apps.translation import DecodingOptions, translate_ids
 from plm.core import MultiHeadAttention, attention_weights
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
-from plm.files import atomic_open
-from plm.tokenizer import Tokenizer
-from plm.translation import DecodingOptions, translate_ids
+from plm.storage.atomic_files import atomic_open
+from plm.tokenization.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ from typing import Sequence
 
 import torch
 
+from plm.apps.perplexity import Perplexity, perplexity
+from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.data.corpus import read_text
+from plm.decoding.generation import StopStrings, generate
 from plm.errors import PLMError
-from plm.evaluation import Perplexity, perplexity
-from plm.generation import StopStrings, generate
-from plm.heads import sentence_embeddings
 from plm.models import CausalLM, Encoder
-from plm.tokenizer import Tokenizer
-from plm.zeroshot.detokenize import DETOKENIZERS
+from plm.models.pretraining_heads import sentence_embeddings
+from plm.tokenization.tokenizer import Tokenizer
 
 DEFAULT_NEW_TOKENS = 64  # a continuation's length when none is asked for (plm generate, plm serve)
 
@@ -40,7 +40,7 @@ def generate_text(
 ) -> list[str]:
     """The continuation of each prompt (without the prompt), cut before any stop string.
 
-    ``options`` are those of :func:`plm.generation.generate` (temperature, top_k,
+    ``options`` are those of :func:`plm.decoding.generation.generate` (temperature, top_k,
     top_p, repetition_penalty, seed, keep_last, compile, ...). An empty prompt starts from
     the tokenizer's beginning-of-text token.
     """
@@ -98,10 +98,10 @@ def file_perplexity(
     progress: bool = False,
     detokenize: str = "none",
 ) -> Perplexity:
-    """Sliding-window perplexity of a UTF-8 text file (see :func:`plm.evaluation.perplexity`).
+    """Sliding-window perplexity of a UTF-8 text file (see :func:`plm.apps.perplexity.perplexity`).
 
     ``detokenize`` ("none", "wikitext", "ptb") undoes a benchmark's tokenisation first
-    (:mod:`plm.zeroshot.detokenize`). The text is preceded by the beginning-of-text
+    (:mod:`plm.apps.zeroshot.detokenize`). The text is preceded by the beginning-of-text
     token when the tokenizer has one, so that its first token is scored too. The
     result counts the file's words (before detokenising) and the bytes the model read.
     """

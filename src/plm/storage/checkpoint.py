@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from plm.config import config_from_dict, config_to_dict
-from plm.core.quantize import QUANTIZATIONS, check_device, quantization_of, quantize
+from plm.cpu.int8 import QUANTIZATIONS, check_device, quantization_of, quantize
 from plm.errors import PLMError, with_article
-from plm.files import (
+from plm.models import FAMILIES, PretrainedModel
+from plm.storage.atomic_files import (
     flatten_optimizer,
     make_directory,
     read_json,
@@ -37,8 +38,7 @@ from plm.files import (
     write_json,
     write_tensors,
 )
-from plm.models import FAMILIES, PretrainedModel
-from plm.sharded_checkpoint import is_sharded_checkpoint, load_shards, read_model_shards
+from plm.storage.sharded_checkpoint import is_sharded_checkpoint, load_shards, read_model_shards
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -183,7 +183,7 @@ def save_checkpoint(
     ``rng`` holds the :func:`rng_states` of every process in rank order (default: this
     process's), since each process of a data-parallel run draws its own dropout masks.
     ``shards`` is the staging directory into which every process of a sharded run wrote
-    its part of the model and optimizer (:func:`plm.sharded_checkpoint.save_shards`,
+    its part of the model and optimizer (:func:`plm.storage.sharded_checkpoint.save_shards`,
     whose result ``state`` holds); it is completed and swapped in.
     """
     run_directory = make_directory(run_directory)

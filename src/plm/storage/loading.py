@@ -7,11 +7,11 @@ from pathlib import Path
 
 import torch
 
-from plm.checkpoint import CONFIG_FILE, is_training_run, load_model, model_directory
 from plm.errors import PLMError
 from plm.hf import load_hf
 from plm.models import PretrainedModel
-from plm.tokenizer import Tokenizer
+from plm.storage.checkpoint import CONFIG_FILE, is_training_run, load_model, model_directory
+from plm.tokenization.tokenizer import Tokenizer
 
 
 def is_plm_directory(path: str | Path) -> bool:

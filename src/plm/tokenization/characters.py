@@ -85,7 +85,7 @@ def check_sentences(sentences: Sequence[Sequence[str]]) -> None:
     for index, sentence in enumerate(sentences):
         if isinstance(sentence, str) or not isinstance(sentence, Sequence):
             raise PLMError(
-                f"sentence {index} is a {type(sentence).__name__}, not a list of words (split it, e.g. with plm.words.split_words)"
+                f"sentence {index} is a {type(sentence).__name__}, not a list of words (split it, e.g. with plm.tokenization.characters.split_words)"
             )
         for word in sentence:
             if not isinstance(word, str) or not word:

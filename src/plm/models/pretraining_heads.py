@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.block import ACTIVATIONS
-from plm.core.linear import linear
 from plm.core.outputs import ModelOutput
+from plm.cpu.linear import linear
 from plm.errors import PLMError
 
 # Pretraining heads a config can ask for: ``mlm`` and one sentence-pair head.

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from plm.apps.text_pipelines import generate_text
+from plm.apps.zeroshot.jsonl import read_jsonl
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.text import generate_text
-from plm.tokenizer import Tokenizer
-from plm.zeroshot.jsonl import read_jsonl
+from plm.tokenization.tokenizer import Tokenizer
 
 PROMPT = "\nTL;DR:"
 ROUGE = ("rouge1", "rouge2", "rougeL")

@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from torch import nn
 
 from plm.errors import PLMError
-from plm.files import flatten_optimizer, unflatten_optimizer
+from plm.storage.atomic_files import flatten_optimizer, unflatten_optimizer
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint import HuggingFaceStorageWriter

@@ -29,9 +29,9 @@ import tokenizers
 import torch
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from plm import words
 from plm.errors import PLMError
-from plm.files import atomic_open
+from plm.storage.atomic_files import atomic_open
+from plm.tokenization import characters
 
 ROLES = ("eos", "bos", "pad", "unk", "mask", "cls", "sep")
 # Roles of the special tokens common tokenizers use, for a tokenizer.json saved without roles.
@@ -556,8 +556,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def train_words(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:
-    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.words`)."""
-    return Tokenizer(*words.train_word_vocabulary(texts, vocab_size))
+    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.tokenization.characters`)."""
+    return Tokenizer(*characters.train_word_vocabulary(texts, vocab_size))
 
 
 # The tokenizer kinds a recipe names, and how each is trained: trainer(texts, vocab_size=...).

@@ -8,14 +8,13 @@ max |w_row| / 127), and multiplies with PyTorch's own int8-weight kernel
 (``aten._weight_int8pack_mm``). Everything between the products (norms, softmax, the
 residual stream, the KV cache, the logits) stays fp32; the product itself takes its
 input in bf16, because that is the kernel's vectorised path on the CPU (its fp32 path
-ran at 1-1.5 GB/s of weights on the benchmark machine, against 11 GB/s for fp32
-weights through plm.core.linear). A quantized model is for inference: it has no
+reads the weights several times slower than plm.cpu.linear's fp32 products). A quantized model is for inference: it has no
 parameters to train, and the trainer refuses it.
 
 The int8 kernel pays off when a product has a few rows (decoding one token a sequence).
-With many rows (a prompt, a batch of beams) it ran 2-3x slower than fp32 on an Intel Xeon
-whose bf16 products are 4x faster than fp32: there the int8 values (exact in bf16) are
-multiplied as a bf16 matrix and the scales applied after. Which of the two is faster is a
+With many rows (a prompt, a batch of beams) it can be slower than fp32 on a CPU with fast
+bf16 products: there the int8 values (exact in bf16) are multiplied as a bf16 matrix and
+the scales applied after. Which of the two is faster is a
 property of the machine, so each shape times both at its first use and keeps the faster.
 """
 
@@ -27,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.core.timing import best_seconds
+from plm.cpu.timing import best_seconds
 from plm.errors import PLMError
 
 QUANTIZATIONS = ("int8",)
@@ -41,7 +40,7 @@ BF16_ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows rounded up to a
 class Int8Weight:
     """An (out, in) weight as int8 ``values`` (out, in) and one ``scales`` (out,) entry per row.
 
-    It stands where an fp32 weight matrix is read: :func:`plm.core.linear.linear` multiplies
+    It stands where an fp32 weight matrix is read: :func:`plm.cpu.linear.linear` multiplies
     by it, a tied output layer reads an embedding's, and slicing rows (a fused projection's
     parts) gives the rows' own int8 weight.
     """

@@ -1,4 +1,4 @@
-"""Timing a call where the faster of two routes depends on the machine (:mod:`plm.core.linear`, :mod:`plm.core.quantize`)."""
+"""Timing a call where the faster of two routes depends on the machine (:mod:`plm.cpu.linear`, :mod:`plm.cpu.int8`)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def streamed_seconds(product: Callable[[torch.Tensor], object], weight: torch.Te
     """Seconds ``product(weight)`` takes when the weight comes from memory, as in a decoding step.
 
     Decoding a token reads every weight matrix of a model once, so none is in the cache
-    when its turn comes. Timed on one matrix called again and again, MKL's matrix-vector
-    product won by 2x for matrices that fit the 1 MB L2 cache of the benchmark machine
-    (AMD EPYC); inside a decoding step it lost by 2x. So a matrix smaller than
+    when its turn comes. Timed on one matrix called again and again, a matrix that fits the
+    cache favours MKL's matrix-vector product, which can lose inside a decoding step, where
+    the weight comes from memory. So a matrix smaller than
     ``STREAM_BYTES`` is timed over that many bytes of copies of itself, one call each,
     and the time per call returned (once per shape: some 50 ms).
     """

@@ -22,14 +22,14 @@ import sacrebleu
 import torch
 from tqdm.auto import tqdm
 
-from plm.checkpoint import load_model, model_directory
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import Decoder, beam_search
 from plm.device import available_memory
 from plm.errors import PLMError, with_article
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
-from plm.recipe import Decoding
+from plm.models.recipe import Decoding
+from plm.storage.checkpoint import load_model, model_directory
 
 
 def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
@@ -42,7 +42,7 @@ def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu
 
 @dataclass(frozen=True)
 class DecodingOptions(Decoding):
-    """A search (beam size, length penalty, longest output: see :class:`plm.recipe.Decoding`) and its batches."""
+    """A search (beam size, length penalty, longest output: see :class:`plm.models.recipe.Decoding`) and its batches."""
 
     max_tokens: int = 4096  # source tokens per batch
 
@@ -58,7 +58,7 @@ class DecodingOptions(Decoding):
 
 
 def recipe_decoding(family: str, **given: Any) -> DecodingOptions:
-    """The search of ``family``'s recipe (:class:`plm.recipe.Decoding`), with the options ``given`` in its place."""
+    """The search of ``family``'s recipe (:class:`plm.models.recipe.Decoding`), with the options ``given`` in its place."""
     return DecodingOptions(**(asdict(RECIPES[family].decoding) | given))
 
 

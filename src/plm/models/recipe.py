@@ -1,7 +1,7 @@
 """Recipes: how each family is pre-trained, declared next to the family.
 
 A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
-:class:`Recipe`: the small preset that ``--model FAMILY`` stands for, the tokenizer
+:class:`PretrainingRecipe`: the small preset that ``--model FAMILY`` stands for, the tokenizer
 its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
 the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
 as data so that a test can hold them to the paper and ``--hyperparameters paper``
@@ -54,7 +54,7 @@ class Decoding:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class PretrainingRecipe:
     """A family's pre-training choices.
 
     ``objectives`` are those its models accept (the first one a plain ``--model

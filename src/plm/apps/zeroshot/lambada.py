@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
+from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.scoring import score_continuations
 from plm.errors import PLMError
 from plm.models import CausalLM
-from plm.tokenizer import Tokenizer
-from plm.zeroshot.jsonl import read_jsonl
-from plm.zeroshot.scoring import score_continuations
+from plm.tokenization.tokenizer import Tokenizer
 
 # NLTK's English stop words, the list the public GPT-2 LAMBADA replications filtered with.
 STOP_WORDS = frozenset(

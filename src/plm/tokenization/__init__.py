@@ -1,0 +1,2 @@
+"""Tokenizers: byte-level BPE, WordPiece and Unigram through Hugging Face ``tokenizers`` with plm's
+special-token roles, the word vocabulary of ELMo's softmax, and the characters its char-CNN reads."""

@@ -1,0 +1,101 @@
+"""The package layout keeps its rules (docs/architecture.md): read from the imports of every module in src/plm.
+
+Only imports at a module's top level count: an import inside a function (loaded where it is used, to keep
+the command's start-up fast) creates no cycle at import time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+FAMILIES = ("gpt", "bert", "albert", "deberta", "elmo", "transformer", "rnn")  # plm.models.<family>
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted((SRC / "plm").rglob("*.py"))}
+
+
+def imports(module: str, top_level_only: bool = True) -> set[str]:
+    """The plm modules (and any others) ``module`` imports: ``from plm.x import y`` is plm.x.y where that is a module."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES}
+    return found
+
+
+def in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_core_imports_no_family_and_no_model_package() -> None:
+    for module in MODULES:
+        if in_package(module, "plm.core") or in_package(module, "plm.cpu"):
+            wrong = {name for name in imports(module, top_level_only=False) if in_package(name, "plm.models")}
+            assert not wrong, f"{module} imports {wrong}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_family_imports_another(family: str) -> None:
+    others = {f"plm.models.{other}" for other in FAMILIES if other != family}
+    assert not imports(f"plm.models.{family}", top_level_only=False) & others
+
+
+def test_objectives_and_heads_import_no_family() -> None:
+    families = {f"plm.models.{family}" for family in FAMILIES}
+    for module in MODULES:
+        if in_package(module, "plm.objectives") or module in ("plm.tasks.heads", "plm.models.pretraining_heads"):
+            assert not imports(module, top_level_only=False) & families, module
+
+
+def test_only_the_cli_imports_the_cli_and_nothing_imports_transformers() -> None:
+    for module in MODULES:
+        names = imports(module, top_level_only=False)
+        if not in_package(module, "plm.cli"):
+            assert not {name for name in names if in_package(name, "plm.cli")}, module
+        assert not {name for name in names if in_package(name, "transformers")}, module
+
+
+def test_no_import_cycles() -> None:
+    graph = {module: {name for name in imports(module) if name in MODULES and name != module} for module in MODULES}
+    # A package's __init__ that imports its own submodules is how a package is built, not a cycle.
+    for module, names in graph.items():
+        graph[module] = {name for name in names if not in_package(module, name)}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+        if module in done:
+            return
+        for name in sorted(graph[module]):
+            visit(name, [*path, module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
+
+
+def test_the_top_level_holds_few_modules_and_no_name_is_used_twice() -> None:
+    top = SRC / "plm"
+    modules = sorted(path.stem for path in top.glob("*.py") if path.stem != "__init__")
+    assert len(modules) <= 6, modules
+    top_names = set(modules) | {path.name for path in top.iterdir() if (path / "__init__.py").is_file()}
+    for package in (path for path in top.iterdir() if (path / "__init__.py").is_file()):
+        if package.name in ("cli", "hf"):  # modules named after their subcommand, converters after their family
+            continue
+        inner = {path.stem for path in package.rglob("*.py")} | {path.name for path in package.rglob("*") if path.is_dir()}
+        assert not inner & top_names, f"plm.{package.name} reuses top-level names {inner & top_names}"
