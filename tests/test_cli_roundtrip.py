@@ -62,7 +62,7 @@ def assert_converts_there_and_back(source: Path, tmp_path: Path, hf_class, text:
     real = mask.bool()  # what a model computes at a padding position is nobody's business
     oracle = hf_class.from_pretrained(hf).eval()
     torch.testing.assert_close(logits_of(oracle, ids, mask)[real], expected[real], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(logits_of(plm.load_hf(hf), ids, mask), expected, rtol=0, atol=0)
+    torch.testing.assert_close(logits_of(plm.load(hf), ids, mask), expected, rtol=0, atol=0)
     torch.testing.assert_close(logits_of(plm.load(back), ids, mask), expected, rtol=0, atol=0)
     assert plm.Tokenizer.load(back).encode(text) == plm.Tokenizer.load(model_directory(source)).encode(text)
 

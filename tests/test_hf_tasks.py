@@ -1,7 +1,7 @@
 """Task checkpoints of Hugging Face transformers (``XFor{Task}``), read and written by plm.hf.
 
 transformers is the oracle: a tiny random model of each class, saved with
-``save_pretrained``, must give the same logits once loaded with ``plm.load_hf``, in the
+``save_pretrained``, must give the same logits once loaded with ``plm.load``, in the
 shapes of the issue's Python contract; a plm task model saved with ``plm.save_hf``
 must load in transformers with no missing or unexpected keys and give the same logits.
 """
@@ -92,7 +92,9 @@ def outputs(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def assert_same(expected: dict, actual: dict) -> None:
     assert expected.keys() == actual.keys()
     for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            actual[name], expected[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 def load_in_transformers(name: str, directory):
@@ -113,7 +115,7 @@ CONTRACT = {  # the issue's Python contract: output shapes for inputs (2, 9), or
 def test_a_hugging_face_task_checkpoint_loads_with_its_head_and_same_logits(name, tmp_path):
     reference = hf_model(name)
     reference.save_pretrained(tmp_path / "hf")
-    model = plm.load_hf(tmp_path / "hf").eval()
+    model = plm.load(tmp_path / "hf").eval()
     assert isinstance(model, TaskModel)
     batch = inputs(name)
     with torch.no_grad():
@@ -130,9 +132,12 @@ PLM_MODELS = {  # a plm task model on a plm backbone -> the HF class it is writt
     "BertForSequenceClassification": lambda: task_model(
         from_preset("bert-micro", vocab_size=VOCAB, segments=3), "classify", 3
     ),
-    "AlbertForTokenClassification": lambda: task_model(from_preset("albert-micro", vocab_size=VOCAB, segments=3), "tag", 3),
+    "AlbertForTokenClassification": lambda: task_model(
+        from_preset("albert-micro", vocab_size=VOCAB, segments=3), "tag", 3
+    ),
     "DebertaForSequenceClassification": lambda: task_model(
-        from_preset("deberta-micro", vocab_size=VOCAB, enhanced_mask_decoder=False), "classify", 3, pooler_activation="gelu"
+        from_preset("deberta-micro", vocab_size=VOCAB, enhanced_mask_decoder=False), "classify", 3,
+        pooler_activation="gelu",
     ),
     "DebertaForQuestionAnswering": lambda: task_model(
         from_preset("deberta-micro", vocab_size=VOCAB, enhanced_mask_decoder=False), "span"
@@ -153,7 +158,7 @@ def test_a_plm_task_model_saved_for_hugging_face_gives_the_same_logits(name, tmp
     reference = load_in_transformers(name, tmp_path)
     assert_same(outputs(model, batch), outputs(reference, batch))
     assert read_tensors(tmp_path / "model.safetensors").keys() == reference.state_dict().keys()  # its own names
-    again = plm.load_hf(tmp_path).eval()
+    again = plm.load(tmp_path).eval()
     assert again.config.head == model.config.head
     assert_same(outputs(model, batch), outputs(again, batch))
 
@@ -165,7 +170,8 @@ def test_a_plm_task_model_saved_for_hugging_face_gives_the_same_logits(name, tmp
         (lambda: task_model(from_preset("deberta-micro"), "choice"), "no deberta class for the choice task"),
         (lambda: task_model(from_preset("deberta-micro"), "classify"), "pooler of its own"),
         (lambda: task_model(from_preset("gpt2-micro"), "classify", bias=False), "dropout before the classifier"),
-        (lambda: task_model(from_preset("gpt2-micro"), "tag", dropout=0.0, bias=False), "no gpt class for the tag task"),
+        (lambda: task_model(from_preset("gpt2-micro"), "tag", dropout=0.0, bias=False),
+         "no gpt class for the tag task"),
         (lambda: task_model(from_preset("gpt2-micro"), "classify", dropout=0.0, bias=False, symmetric=True),
          "pairs read in both orders"),
     ],

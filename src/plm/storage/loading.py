@@ -35,16 +35,50 @@ def find_tokenizer(directory: str | Path) -> Tokenizer | None:
     return None
 
 
-def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tuple[PretrainedModel, Tokenizer]:
-    """A model (plm or Hugging Face format, in eval mode) and the tokenizer saved beside it."""
+def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
+    """Open a model, in eval mode: plm's one loader.
+
+    Args:
+        path: a plm model directory, a training run (its best model, else its latest checkpoint), or a
+            Hugging Face directory (``config.json`` and safetensors weights of an architecture plm has).
+        device: where the weights go.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: no such directory, a run that saved no model yet, or a directory that is neither plm's
+            nor a Hugging Face model plm can read.
+    """
+    return opened(path, device)[1]
+
+
+def opened(path: str | Path, device: str | torch.device) -> tuple[Path, PretrainedModel]:
+    """The model directory ``path`` stands for, and its model (see :func:`load`)."""
     path = Path(path)
     if not path.exists():
         raise PLMError(f"{path}: no such model directory")
     if is_plm_directory(path) or is_training_run(path):  # a run without a model is an error, not a Hugging Face model
         directory = model_directory(path)
-        model = load_model(directory, device)
-    else:
-        directory, model = path, load_hf(path, device).eval()
+        return directory, load_model(directory, device)
+    return path, load_hf(path, device).eval()
+
+
+def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tuple[PretrainedModel, Tokenizer]:
+    """A model (see :func:`load`) and the tokenizer saved beside it, checked to belong together.
+
+    Args:
+        path: as for :func:`load`.
+        device: where the weights go.
+
+    Returns:
+        The model and its tokenizer.
+
+    Raises:
+        PLMError: as :func:`load`, or no tokenizer beside the model, or one with more tokens than the
+            model has embeddings.
+    """
+    directory, model = opened(path, device)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None:
         raise PLMError(f"{directory}: no tokenizer beside the model (tokenizer.json, vocab.txt or vocab.json + merges.txt)")
