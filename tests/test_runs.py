@@ -109,11 +109,14 @@ def test_a_flag_that_contradicts_the_run_is_refused_and_named(flag: str, value: 
 
 
 def test_steps_device_and_reporting_may_change_on_resume(finished_run: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["pretrain", "--out", str(finished_run), "--resume", "--steps", "6", "--device", "cpu",
-                 "--log-every", "2", "--no-progress"]) == 0
-    assert logged(finished_run, "step") == [1, 2, 3, 4, 6]
+    capsys.readouterr()
+    code, err = run_main(capsys, "pretrain", "--out", finished_run, "--resume", "--steps", 60, "--device", "cpu",
+                         "--log-every", 2, "--no-progress")
+    assert code == 0 and "warmup" not in err  # the run keeps the warmup it started with: nothing is fitted again
+    assert json.loads((finished_run / "training_config.json").read_text())["warmup"] == 0
+    assert logged(finished_run, "step")[:6] == [1, 2, 3, 4, 6, 8] and logged(finished_run, "step")[-1] == 60
     saved = json.loads((finished_run / "run.json").read_text())
-    assert saved["flags"]["steps"] == 6 and saved["flags"]["model"] == "gpt2-micro"  # the next resume goes on to 6
+    assert saved["flags"]["steps"] == 60 and saved["flags"]["model"] == "gpt2-micro"  # the next resume goes on to 60
 
 
 def test_a_data_file_that_changed_is_refused_unless_allowed(finished_run: Path, text_file: Path,
@@ -362,7 +365,9 @@ def test_a_finetune_sweep_stopped_in_its_second_run_resumes_with_only_out(tmp_pa
     for name in ("lr0.001-seed0", "lr0.003-seed0"):
         assert logged(tmp_path / "stopped" / "runs" / name) == logged(tmp_path / "straight" / "runs" / name)
     summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("straight", "stopped")]
-    assert [run["val_accuracy"] for run in summaries[0]["runs"]] == [run["val_accuracy"] for run in summaries[1]["runs"]]
+    assert [run["val_accuracy"] for run in summaries[0]["runs"]] == [
+        run["val_accuracy"] for run in summaries[1]["runs"]
+    ]
 
 
 def test_resuming_from_python_with_other_training_options_is_refused(tmp_path: Path, text_file: Path) -> None:

@@ -74,7 +74,9 @@ def check_model_name(name: str) -> str:
     name = FAMILY_PRESETS.get(name, name)
     if name not in PRESETS and not Path(name).exists():
         families = ", ".join(FAMILY_PRESETS)
-        raise PLMError(f"unknown preset {name!r} and no such model directory; the presets are: {families}, {', '.join(PRESETS)}")
+        raise PLMError(
+            f"unknown preset {name!r} and no such model directory; the presets are: {families}, {', '.join(PRESETS)}"
+        )
     return name
 
 
@@ -83,7 +85,9 @@ def model_config(name: str, overrides: dict[str, Any] | None = None):
     if name in PRESETS:
         return preset_config(name, **(overrides or {}))
     if overrides:
-        raise PLMError(f"{name}: model fields ({', '.join(overrides)}) can be changed only for a preset, not a saved model")
+        raise PLMError(
+            f"{name}: model fields ({', '.join(overrides)}) can be changed only for a preset, not a saved model"
+        )
     path = model_directory(name) / CONFIG_FILE
     description = read_json(path)
     family = description.get("family") if isinstance(description, dict) else None
@@ -97,7 +101,8 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecip
         raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     name = recipe.objective if setup.objective == "auto" else setup.objective
     if name not in recipe.objectives:
-        raise PLMError(f"--objective {name} does not fit {with_article(family)} model; it trains with {', '.join(recipe.objectives)}")
+        raise PLMError(f"--objective {name} does not fit {with_article(family)} model; "
+                       f"it trains with {', '.join(recipe.objectives)}")
     spec = objective_spec(name)
     if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None):
         flag = "--whole-word" if setup.whole_word else "--max-ngram"
@@ -130,8 +135,15 @@ def load_corpus(setup: PretrainSetup) -> Corpus:
     return default_corpus()
 
 
-def resolve_tokenizer(setup: PretrainSetup, model: str, recipe: PretrainingRecipe, corpus: Corpus, out: Path, resume: bool,
-                      world: Distributed) -> Tokenizer:
+def resolve_tokenizer(
+    setup: PretrainSetup,
+    model: str,
+    recipe: PretrainingRecipe,
+    corpus: Corpus,
+    out: Path,
+    resume: bool,
+    world: Distributed,
+) -> Tokenizer:
     """The run's own tokenizer when resuming, else the one given, the model's, or a new one of the recipe's kind.
 
     A new one is trained by the first process and handed to the others, so that every
@@ -206,7 +218,9 @@ def prepare(
     recipe = RECIPES[family]
     objective_name, spec = choose_objective(setup, family, recipe)
     if spec.parallel_text:
-        raise PLMError(f"--model {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train")
+        raise PLMError(
+            f"--model {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train"
+        )
     block_size = check_setup(setup, config.context_length, recipe)
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     warmup_note = training.warmup_note(defaults)  # said once everything is checked
@@ -234,7 +248,7 @@ def prepare(
     if world.is_main:
         warn_if_too_little_data(objective, setup, block_size)
     trainer = Trainer(model, objective, training, out, tokenizer, world)
-    if warmup_note and world.is_main:
+    if warmup_note and world.is_main and not resume:  # a resumed run keeps its own warmup
         warnings.warn(warmup_note, PLMWarning, stacklevel=2)
     return trainer, tokenizer
 

@@ -186,7 +186,7 @@ def prepare_seq2seq(
         select_by=setup.select_by, max_positions=model.context_length(),
     )
     trainer = Trainer(model, objective, training, out, tokenizers, world)
-    if warmup_note and world.is_main:
+    if warmup_note and world.is_main and not resume:  # a resumed run keeps its own warmup
         warnings.warn(warmup_note, PLMWarning, stacklevel=2)
     return trainer, tokenizers
 
