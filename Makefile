@@ -45,5 +45,9 @@ bench: setup
 quality: setup
 	$(PY) benchmarks/quality/run.py
 
+.PHONY: docs
+docs: setup  # the site in docs/ into site/, as tests/test_docs.py builds it
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) runs

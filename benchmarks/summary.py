@@ -6,7 +6,7 @@ its peer's (above 1: plm is faster; for a memory row, "lower is better", below 1
 needs less), and the limit column sets the figure against the machine's measured
 matmul peak (MFU) or memory bandwidth (decoding).
 
-    python benchmarks/summary.py                 # a markdown table, as the README shows it
+    python benchmarks/summary.py                 # a markdown table, as docs/speed.md shows it
     python benchmarks/summary.py --results FILE
 """
 
@@ -25,7 +25,10 @@ def machine_line(machine: dict) -> str:
 
 
 def table(results: dict) -> str:
-    lines = ["| benchmark | config | measure | plm | peer | plm / peer | limit |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| benchmark | config | measure | plm | peer | plm / peer | limit |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
     for name, section in results["benchmarks"].items():
         for row in section["rows"]:
             peer = figure(row["peer"]) if row["peer"] is not None else ""

@@ -12,7 +12,7 @@ import pytest
 from plm.tasks.finetune import FinetuneSetup, finetune
 
 # task -> (the dev metric, chance level, the bar a correct implementation clears, extra settings).
-# The bars are well under what a run reaches (see the README's toy-task table) and far above chance.
+# The bars are well under what a run reaches (see docs/finetuning.md, the built-in toy tasks) and far above chance.
 TOY_TASKS = {
     "classify": ("val_accuracy", 0.5, 0.95, {}),
     "pair": ("val_accuracy", 0.5, 0.95, {}),

@@ -5,7 +5,7 @@
     with BackgroundServer(app) as server:       # a free port on 127.0.0.1
         httpx.post(f"{server.url}/generate", json={"prompt": "The list"}).json()
 
-``models`` decides what each model serves from its class, ``requests`` checks request bodies,
+``served_models`` decides what each model serves from its class, ``requests`` checks request bodies,
 ``batching`` decodes concurrent generation requests together, ``app`` is the Starlette app and
 ``server`` runs it; ``static/`` holds the page.
 """
