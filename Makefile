@@ -28,6 +28,8 @@ demo: setup
 	$(VENV)/bin/plm demo
 
 test: setup
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy src/plm
 	$(PY) -m pytest
 
 bench: setup

@@ -61,7 +61,9 @@ def bench(name: str, seed: int, report: Report) -> None:
     def train_step(model, optimizer, forward):
         def step() -> None:
             logits = forward(model)
-            F.cross_entropy(logits.reshape(-1, vocab), labels[masked] if logits.dim() == 2 else labels.reshape(-1)).backward()
+            F.cross_entropy(
+                logits.reshape(-1, vocab), labels[masked] if logits.dim() == 2 else labels.reshape(-1)
+            ).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return step
@@ -96,7 +98,10 @@ def bench(name: str, seed: int, report: Report) -> None:
     encoder = from_config(with_heads(ours.config, pooler=False)).eval()  # the encoder alone, like hf.bert
     encoder.load_state_dict(ours.state_dict(), strict=False)
     seconds = interleaved_medians(
-        {"plm": forward(encoder, lambda m: m(ids, mask)), "hf": forward(hf.bert, lambda m: m(ids, attention_mask=mask))},
+        {
+            "plm": forward(encoder, lambda m: m(ids, mask)),
+            "hf": forward(hf.bert, lambda m: m(ids, attention_mask=mask)),
+        },
         steps_count(name), 1, torch.device("cpu"),
     )
     report.add(name, f"encoder forward tok/s ({batch}x{length})", tokens / seconds["plm"], tokens / seconds["hf"])

@@ -146,7 +146,10 @@ def bench(name: str, seed: int, report: Report) -> None:
         return step
 
     seconds = interleaved_medians(
-        {"plm": forward(lambda: encoder(ids, mask)), "hf": forward(lambda: hf.deberta(input_ids=ids, attention_mask=mask))},
+        {
+            "plm": forward(lambda: encoder(ids, mask)),
+            "hf": forward(lambda: hf.deberta(input_ids=ids, attention_mask=mask)),
+        },
         setting.steps, 1, torch.device("cpu"),
     )
     report.add(name, f"encoder forward tok/s ({shape})", tokens / seconds["plm"], tokens / seconds["hf"])

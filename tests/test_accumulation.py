@@ -28,7 +28,8 @@ from plm.storage.checkpoint import load_model, save_model
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.trainer import Trainer, TrainingConfig
 
-NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0)  # the trainer's forward pass and the oracle's are the same function
+# the trainer's forward pass and the oracle's are the same function
+NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0)
 ONE_STEP = dict(steps=1, clip=0.0, progress=False, device="cpu", precision="fp32")
 PADDING = {"labels": IGNORE_INDEX}  # other keys pad with 0: attention mask 0 hides the new positions
 
@@ -63,7 +64,9 @@ def gradients_of(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 
-def mlm_nsp_big_batch_gradients(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def mlm_nsp_big_batch_gradients(
+    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
     """Mean MLM loss over every masked token of the step + mean NSP loss over every pair, by plain autograd."""
     big = one_big_batch(batches)
     output = model.train()(big["input_ids"], attention_mask=big["attention_mask"], token_type_ids=big["token_type_ids"])
@@ -99,7 +102,9 @@ def mlm_objective(directory: Path) -> MaskedLMObjective:
     corpus = read_corpus([directory / "train.txt"])
     tokenizer = Tokenizer.load(directory / "initial")
     # Seed 1 gives micro-batches (and processes) with different numbers of masked tokens, as the tests check.
-    return MaskedLMObjective(corpus.train, corpus.validation, tokenizer, max_length=32, batch_size=4, pair_task="nsp", seed=1)
+    return MaskedLMObjective(
+        corpus.train, corpus.validation, tokenizer, max_length=32, batch_size=4, pair_task="nsp", seed=1
+    )
 
 
 def mlm_trainer(directory: Path, grad_accum: int) -> Trainer:
@@ -121,7 +126,9 @@ def test_accumulated_mlm_nsp_gradient_equals_one_big_batch_with_unequal_masked_c
     trainer = mlm_trainer(mlm_run, micro_batches)
     batches = [trainer.objective.batch(0, index) for index in range(micro_batches)]
     masked = masked_counts(batches)
-    assert len(set(masked)) > 1, f"the micro-batches must differ in masked tokens to tell the normalisations apart: {masked}"
+    assert len(set(masked)) > 1, (
+        f"the micro-batches must differ in masked tokens to tell the normalisations apart: {masked}"
+    )
 
     actual = captured_gradients(trainer)
 

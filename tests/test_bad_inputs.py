@@ -108,26 +108,34 @@ CASES = {
     "block size": (["pretrain", *TINY_RUN, "--block-size", "100", "--train", "{w}/text.txt", "--out", "{w}/run"],
                    "--block-size 100 exceeds the model's context of 64 tokens"),
     "no model": (["generate", "--model", "{w}/nowhere", "x"], "nowhere: no such model directory"),
-    "truncated": (["generate", "--model", "{w}/truncated", "x"], "model.safetensors: not a readable safetensors file, perhaps truncated"),
+    "truncated": (["generate", "--model", "{w}/truncated", "x"],
+                  "model.safetensors: not a readable safetensors file, perhaps truncated"),
     "mismatched": (["generate", "--model", "{w}/other", "x"], "weights do not fit a GPT of this config"),
     "long prompt": (["generate", "--model", "{w}/gpt", "cat " * 80], "but the model's context is 64"),
     "prompt fills the context": (["generate", "--model", "{w}/gpt", "cat " * 80, "--keep-last", "64"],
                                  "prompt of 64 tokens fills the model's context of 64"),
     # config.json
-    "config wrong type": (["generate", "--model", "{w}/config-type", "x"], "config.json: field 'layers' should be int, got str"),
-    "config null": (["generate", "--model", "{w}/config-null", "x"], "config.json: field 'heads' should be int, got null"),
-    "config missing field": (["generate", "--model", "{w}/config-missing", "x"], "config.json: GPTConfig field(s) dim missing"),
-    "config float as string": (["generate", "--model", "{w}/config-float", "x"], "field 'dropout' should be float, got str"),
-    "config int for bool": (["generate", "--model", "{w}/config-bool", "x"], "field 'norm_first' should be bool, got int"),
+    "config wrong type": (["generate", "--model", "{w}/config-type", "x"],
+                          "config.json: field 'layers' should be int, got str"),
+    "config null": (["generate", "--model", "{w}/config-null", "x"],
+                    "config.json: field 'heads' should be int, got null"),
+    "config missing field": (["generate", "--model", "{w}/config-missing", "x"],
+                             "config.json: GPTConfig field(s) dim missing"),
+    "config float as string": (["generate", "--model", "{w}/config-float", "x"],
+                               "field 'dropout' should be float, got str"),
+    "config int for bool": (["generate", "--model", "{w}/config-bool", "x"],
+                            "field 'norm_first' should be bool, got int"),
     "config zero layers": (["generate", "--model", "{w}/config-zero", "x"], "field 'layers' should be positive, got 0"),
     "config dropout": (["generate", "--model", "{w}/config-dropout", "x"],
                        "field 'attention_dropout' should be a probability between 0 and 1, got 2.0"),
     "config unknown field": (["generate", "--model", "{w}/config-extra", "x"], "unknown GPTConfig field(s) colour"),
     "config unknown family": (["generate", "--model", "{w}/config-family", "x"], "unknown model family 'gpt5'"),
-    "config not an object": (["generate", "--model", "{w}/config-list", "x"], "GPTConfig should be a JSON object, got list"),
+    "config not an object": (["generate", "--model", "{w}/config-list", "x"],
+                             "GPTConfig should be a JSON object, got list"),
     "config tuple": (["fill-mask", "--model", "{w}/config-tuple", "[MASK]"],
                      "field 'pretraining_heads' should be list of str, got str"),
-    "config optional": (["embed", "--model", "{w}/config-optional", "x"], "field 'embedding_dim' should be int or null, got str"),
+    "config optional": (["embed", "--model", "{w}/config-optional", "x"],
+                        "field 'embedding_dim' should be int or null, got str"),
     # A tokenizer with ids past the embedding table.
     "vocab generate": (["generate", "--model", "{w}/gpt-small-vocab", "x"], MESSAGE_TOO_BIG_GPT),
     "vocab perplexity": (["eval", "perplexity", "--model", "{w}/gpt-small-vocab", "{w}/text.txt"], MESSAGE_TOO_BIG_GPT),
@@ -156,11 +164,14 @@ CASES = {
     # Flag values.
     "fill-mask top-k": (["fill-mask", "--model", "{w}/bert", "the [MASK] reads", "--top-k", "100000"],
                         "top_k must be between 1 and the vocabulary's"),
-    "fill-mask no mask": (["fill-mask", "--model", "{w}/bert", "the cat reads"], "the text has no mask token; write [MASK]"),
+    "fill-mask no mask": (["fill-mask", "--model", "{w}/bert", "the cat reads"],
+                          "the text has no mask token; write [MASK]"),
     "fill-mask mask cut off": (["fill-mask", "--model", "{w}/bert", "the cat reads the book. " * 20 + "[MASK]"],
                                "longer than the model's context of 64 tokens and is cut before its mask token"),
-    "temperature zero": (["generate", "--model", "{w}/gpt", "x", "--temperature", "0"], "temperature must be a positive number, got 0.0"),
-    "temperature nan": (["generate", "--model", "{w}/gpt", "x", "--temperature", "nan"], "temperature must be a positive number, got nan"),
+    "temperature zero": (["generate", "--model", "{w}/gpt", "x", "--temperature", "0"],
+                         "temperature must be a positive number, got 0.0"),
+    "temperature nan": (["generate", "--model", "{w}/gpt", "x", "--temperature", "nan"],
+                        "temperature must be a positive number, got nan"),
     "top-p zero": (["generate", "--model", "{w}/gpt", "x", "--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
     "top-p above one": (["generate", "--model", "{w}/gpt", "x", "--top-p", "1.5"], "top_p must be in (0, 1], got 1.5"),
     "top-k negative": (["generate", "--model", "{w}/gpt", "x", "--top-k", "-1"], "top_k must be >= 0, got -1"),
@@ -170,17 +181,22 @@ CASES = {
                                 "plus 64 new tokens exceeds the model's context of 64"),
     "window beyond context": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt", "--window", "65"],
                               "window 65 exceeds the model's context of 64 tokens"),
-    "window of one": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt", "--window", "1"], "window must be at least 2"),
-    "stride equals window": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt", "--window", "32", "--stride", "32"],
+    "window of one": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt", "--window", "1"],
+                      "window must be at least 2"),
+    "stride equals window": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt",
+                              "--window", "32", "--stride", "32"],
                              "stride must be between 1 and window - 1 (31), got 32"),
     # Binary files wherever text is read.
     "binary pretrain": (["pretrain", *TINY_RUN, "--train", "{w}/binary.txt", "--out", "{w}/run"],
                         "binary.txt: looks like a binary file (it has NUL bytes"),
-    "binary tokenizer": (["tokenizer", "train", "{w}/binary.txt", "--out", "{w}/tok"], "binary.txt: looks like a binary file"),
+    "binary tokenizer": (["tokenizer", "train", "{w}/binary.txt", "--out", "{w}/tok"],
+                         "binary.txt: looks like a binary file"),
     "binary prompt file": (["generate", "--model", "{w}/gpt", "--prompt-file", "{w}/binary.txt"],
                            "binary.txt: looks like a binary file"),
-    "binary embed file": (["embed", "--model", "{w}/bert", "--file", "{w}/binary.txt"], "binary.txt: looks like a binary file"),
-    "binary perplexity": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/binary.txt"], "binary.txt: looks like a binary file"),
+    "binary embed file": (["embed", "--model", "{w}/bert", "--file", "{w}/binary.txt"],
+                          "binary.txt: looks like a binary file"),
+    "binary perplexity": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/binary.txt"],
+                          "binary.txt: looks like a binary file"),
     # Inputs that lose the line-by-line correspondence or train on nothing.
     "overlap empty training file": (["overlap", "--train", "{w}/empty.txt", "--test", "{w}/text.txt"],
                                     "empty.txt: the file is empty: no words to compare"),
@@ -188,8 +204,9 @@ CASES = {
                                 "empty.txt: the file is empty: no words to compare"),
     "elmo embed empty line": (["elmo", "embed", "--model", "{w}/gpt", "{w}/gap.txt", "--out", "{w}/gap.npy"],
                               "gap.txt:2: an empty line; the vectors are one row per line"),
-    "empty tsv sentence": (["finetune", "--task", "classify", "--model", "{w}/bert", "--train", "{w}/empty-sentence.tsv",
-                            "--validation", "{w}/empty-sentence.tsv", "--out", "{w}/ft"],
+    "empty tsv sentence": (["finetune", "--task", "classify", "--model", "{w}/bert",
+                            "--train", "{w}/empty-sentence.tsv", "--validation", "{w}/empty-sentence.tsv",
+                            "--out", "{w}/ft"],
                            "empty-sentence.tsv:3: an empty sentence in column 'sentence'"),
     "control characters": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/control.txt"],
                            "control.txt: looks like a binary file (71% control characters)"),
@@ -353,9 +370,12 @@ def all_parsers(parser: argparse.ArgumentParser):
 def test_help_shows_each_default_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "1000")  # each option's help on one line
     parsers = list(all_parsers(build_parser()))
-    assert {parser.prog for parser in parsers} >= {"plm pretrain", "plm generate", "plm tokenizer train", "plm eval perplexity"}
+    expected = {"plm pretrain", "plm generate", "plm tokenizer train", "plm eval perplexity"}
+    assert {parser.prog for parser in parsers} >= expected
     for parser in parsers:
         text = parser.format_help()
-        assert "(default: None)" not in text and "(default: [])" not in text and "(default: False)" not in text, parser.prog
+        assert "(default: None)" not in text and "(default: [])" not in text and "(default: False)" not in text, (
+            parser.prog
+        )
         for line in text.splitlines():
             assert line.count("default") <= 1, (parser.prog, line)

@@ -278,7 +278,9 @@ class ScriptedLM(StubCausalLM):
     def forward(self, input_ids, attention_mask=None, *, cache=None, num_logits=None) -> CausalLMOutput:
         length = input_ids.shape[1]
         if cache:
-            cache[0].append(torch.zeros(input_ids.shape[0], 1, length, 1), torch.zeros(input_ids.shape[0], 1, length, 1))
+            cache[0].append(
+                torch.zeros(input_ids.shape[0], 1, length, 1), torch.zeros(input_ids.shape[0], 1, length, 1)
+            )
             length = cache[0].length
         new = min(length - self.prompt_length, len(self.script) - 1)
         logits = torch.tensor(self.script[new]).log().expand(input_ids.shape[0], 1, -1)

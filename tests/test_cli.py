@@ -7,10 +7,10 @@ import contextlib
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from plm.cli import compare as compare_cli
 from plm.cli.main import build_parser, main
@@ -78,7 +78,8 @@ def test_a_wrong_flag_is_one_line_and_exit_code_2() -> None:
         (["seq2seq", "train", "--stepz", "3"],
          "plm seq2seq train: error: unrecognized arguments: --stepz 3 (see plm seq2seq train --help)"),
         (["eval", "lambada", "--model", "{tmp}/nowhere", "{tmp}/x.jsonl"], "plm eval lambada: error: "),
-        (["finetune", "--task", "qa", "--max-length", "1"], "plm finetune: error: --max-length must be at least 8, got 1"),
+        (["finetune", "--task", "qa", "--max-length", "1"],
+         "plm finetune: error: --max-length must be at least 8, got 1"),
     ],
 )
 def test_an_error_names_the_whole_subcommand_and_the_flag(argv, line, tmp_path: Path, capsys) -> None:
@@ -117,7 +118,9 @@ def test_pretrain_generate_evaluate_convert(trained: Path, text_file: Path, tmp_
 
 
 def test_tokenizer_train_writes_a_loadable_tokenizer(text_file: Path, tmp_path: Path, capsys) -> None:
-    code, out, _ = run_main(capsys, "tokenizer", "train", str(text_file), "--out", str(tmp_path / "tok"), "--vocab-size", "300")
+    code, out, _ = run_main(
+        capsys, "tokenizer", "train", str(text_file), "--out", str(tmp_path / "tok"), "--vocab-size", "300"
+    )
     assert code == 0 and (tmp_path / "tok" / "tokenizer.json").is_file()
 
 

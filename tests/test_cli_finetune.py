@@ -142,7 +142,9 @@ def test_finetune_reads_a_sentence_transformers_model_through_the_mean_of_its_to
     assert load_model(tmp_path / "plain").config.head.pooling == "cls"  # BERT's [CLS] through its pooler
 
     (model / "1_Pooling").mkdir()
-    (model / "modules.json").write_text(json.dumps([{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (model / "modules.json").write_text(
+        json.dumps([{"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+    )
     (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
     assert run_main(capsys, *args, "--out", tmp_path / "st")[0] == 0
     assert load_model(tmp_path / "st").config.head.pooling == "mean"
@@ -270,7 +272,8 @@ def test_a_gpt_regressor_on_unordered_pairs_predicts_the_same_in_either_order(tm
     swapped = tmp_path / "swapped.jsonl"
     swapped.write_text("".join(json.dumps({"text": b, "text_pair": a, "label": y}) + "\n" for a, b, y in pairs))
     code, _, _ = run_main(capsys, "finetune", "--task", "regress", "--symmetric", "--model", tmp_path / "gpt",
-                          "--train", data, "--validation", data, "--epochs", "1", "--no-progress", "--out", tmp_path / "out")
+                          "--train", data, "--validation", data, "--epochs", "1", "--no-progress",
+                          "--out", tmp_path / "out")
     assert code == 0
     predicted = {}
     for name in (data, swapped):
@@ -363,7 +366,9 @@ def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, c
     for question in unanswered["data"][0]["paragraphs"][0]["qas"]:
         del question["answers"], question["is_impossible"]
     (tmp_path / "test.json").write_text(json.dumps(unanswered))
-    code, out, err = run_main(capsys, "predict", "--model", tmp_path / "run", tmp_path / "test.json", "--max-length", "48")
+    code, out, err = run_main(
+        capsys, "predict", "--model", tmp_path / "run", tmp_path / "test.json", "--max-length", "48"
+    )
     assert code == 0, err
     assert [json.loads(line)["prediction"] for line in out.splitlines()] != ["", "", "", ""]  # tau -1e9: always a span
 
@@ -408,7 +413,9 @@ def test_a_run_stopped_before_its_first_save_is_named_as_such(tmp_path, capsys, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Trainer, "optimizer_step", stop)
-    assert run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", tmp_path / "run")[0] == 130
+    assert (
+        run_main(capsys, "finetune", "--task", "classify", *QUICK, "--no-progress", "--out", tmp_path / "run")[0] == 130
+    )
     monkeypatch.undo()
     code, out, err = run_main(capsys, "eval", "task", "--model", tmp_path / "run", tmp_path / "x.jsonl")
     assert code == 2 and "a training run that saved no model yet" in err and "--resume" in err

@@ -59,13 +59,21 @@ def test_scores_equal_a_gpt_run_on_each_candidate_alone(tmp_path: Path, batch_si
         for parameter in model.parameters():
             parameter.normal_(std=0.3)  # far from uniform, so that the context matters
     items = [
-        {"context": "The cat reads the book.", "query": "A XXXXX sees the answer.", "options": ["dog", "cat", "list"], "answer": "dog"},
+        {
+            "context": "The cat reads the book.",
+            "query": "A XXXXX sees the answer.",
+            "options": ["dog", "cat", "list"],
+            "answer": "dog",
+        },
         {"query": "He and XXXXX sat down.", "options": ["she", "the token"], "answer": 1},
     ]
     path = write_jsonl(tmp_path / "cbt.jsonl", items)
     result = evaluate_cloze(model, tok, path, "full", batch_size=batch_size)
     expected = []
-    for before, options in [("The cat reads the book. A", [" dog", " cat", " list"]), ("He and", [" she", " the token"])]:
+    for before, options in [
+        ("The cat reads the book. A", [" dog", " cat", " list"]),
+        ("He and", [" she", " the token"]),
+    ]:
         scores = []
         for option, rest in zip(options, [" sees the answer."] * 3 if len(options) == 3 else [" sat down."] * 2):
             ids, targets = tok.encode(before), tok.encode(option + rest)
@@ -81,11 +89,15 @@ def test_scores_equal_a_gpt_run_on_each_candidate_alone(tmp_path: Path, batch_si
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"query": "a XXXXX b", "options": ["x", "y"], "answer": "z"}, "cloze.jsonl:2: the answer 'z' is not one of the options"),
-        ({"query": "a XXXXX b", "options": ["x", "y"], "answer": 2}, "cloze.jsonl:2: the answer index 2 is not between 0 and 1"),
-        ({"query": "a XXXXX b XXXXX", "options": ["x", "y"], "answer": 0}, "cloze.jsonl:2: the query should hold the blank 'XXXXX' once"),
+        ({"query": "a XXXXX b", "options": ["x", "y"], "answer": "z"},
+         "cloze.jsonl:2: the answer 'z' is not one of the options"),
+        ({"query": "a XXXXX b", "options": ["x", "y"], "answer": 2},
+         "cloze.jsonl:2: the answer index 2 is not between 0 and 1"),
+        ({"query": "a XXXXX b XXXXX", "options": ["x", "y"], "answer": 0},
+         "cloze.jsonl:2: the query should hold the blank 'XXXXX' once"),
         ({"query": "a XXXXX b", "options": "x y", "answer": 0}, "cloze.jsonl:2: field 'options' should be a list"),
-        ({"query": "a XXXXX b", "options": ["x"], "answer": 0}, "cloze.jsonl:2: 'options' should be a list of at least two"),
+        ({"query": "a XXXXX b", "options": ["x"], "answer": 0},
+         "cloze.jsonl:2: 'options' should be a list of at least two"),
         ({"query": "a XXXXX b", "options": ["x", "y"]}, "cloze.jsonl:2: missing field 'answer'"),
     ],
 )
@@ -96,7 +108,9 @@ def test_a_malformed_item_names_the_file_and_line(tmp_path: Path, row: dict, mes
 
 
 def test_partial_scoring_needs_text_after_the_blank(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "cloze.jsonl", [WINOGRAD, {"query": "The end is XXXXX", "options": ["near", "far"], "answer": 0}])
+    path = write_jsonl(
+        tmp_path / "cloze.jsonl", [WINOGRAD, {"query": "The end is XXXXX", "options": ["near", "far"], "answer": 0}]
+    )
     tok = tokenizer()
     with pytest.raises(PLMError, match="cloze.jsonl: item 2: partial scoring scores the text after the blank"):
         evaluate_cloze(PreferenceLM(len(tok), {}), tok, path, "partial")

@@ -103,7 +103,9 @@ def test_padding_mask_matches_reference(attention):
     padding = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     mask, is_causal = build_attention_mask(padding, 5, 5, causal=False)
     allowed = padding.bool()[:, None, :].expand(2, 5, 5)
-    torch.testing.assert_close(attention(x, mask, is_causal=is_causal), reference_attention(attention, x, allowed=allowed))
+    torch.testing.assert_close(
+        attention(x, mask, is_causal=is_causal), reference_attention(attention, x, allowed=allowed)
+    )
 
 
 def test_causal_and_padding_mask_matches_reference(attention):
@@ -111,7 +113,9 @@ def test_causal_and_padding_mask_matches_reference(attention):
     padding = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     mask, is_causal = build_attention_mask(padding, 5, 5, causal=True)
     allowed = causal_allowed(5, 5) & padding.bool()[:, None, :]
-    torch.testing.assert_close(attention(x, mask, is_causal=is_causal), reference_attention(attention, x, allowed=allowed))
+    torch.testing.assert_close(
+        attention(x, mask, is_causal=is_causal), reference_attention(attention, x, allowed=allowed)
+    )
 
 
 def test_cross_attention_reads_memory_of_another_length(attention):

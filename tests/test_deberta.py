@@ -14,7 +14,9 @@ from plm.models import DebertaConfig, from_config, from_preset, preset_config, w
 from plm.models.deberta import DisentangledAttention
 from plm.storage.checkpoint import load_model, save_model
 
-TINY = DebertaConfig(vocab_size=101, context_length=16, max_relative_positions=16, dim=32, layers=2, heads=4, ffn_dim=64)
+TINY = DebertaConfig(
+    vocab_size=101, context_length=16, max_relative_positions=16, dim=32, layers=2, heads=4, ffn_dim=64
+)
 TERMS = [(), ("c2p",), ("p2c",), ("c2p", "p2c")]
 
 

@@ -133,7 +133,8 @@ def test_bilm_batches_read_words_and_target_the_next_and_previous_ones() -> None
     vocab = tokenizer.backend.get_vocab()
     objective = BiLMObjective(word_streams(documents[:3], documents[3:], vocab), block_size=6, batch_size=5)
     batch = objective.batch(step=0, micro=0)
-    assert batch["chars"].shape == (5, 6, MAX_CHARACTERS) and objective.target_counts(batch) == {"forward": 30, "backward": 30}
+    assert batch["chars"].shape == (5, 6, MAX_CHARACTERS)
+    assert objective.target_counts(batch) == {"forward": 30, "backward": 30}
 
     def word_id(chars: torch.Tensor) -> int:  # the oracle: read the word back from its bytes
         inner = [c for c in chars.tolist()[1:] if c < 256]
@@ -259,7 +260,8 @@ def elmo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = train_words([synthetic_text()], vocab_size=60)
     plm.save(micro(vocab_size=len(tokenizer)), root / "elmo", tokenizer)
     (root / "plays.txt").write_text("The cat reads a play .\nA dog likes the play .\n\nThe model sees a value .\n")
-    (root / "lines.txt").write_text("The cat reads a play .\nThe model sees a value .\n")  # no empty line, as embed needs
+    # no empty line, as embed needs
+    (root / "lines.txt").write_text("The cat reads a play .\nThe model sees a value .\n")
     return root
 
 
@@ -291,7 +293,9 @@ def test_elmo_neighbors_lists_sentences_and_words(elmo_dir: Path, capsys: pytest
     model, tokenizer = plm.load_pretrained(elmo_dir / "elmo")
     vocabulary = [w for w in tokenizer.backend.get_vocab() if w not in ("<S>", "</S>", "<UNK>")]
     with torch.no_grad():
-        vectors = F.normalize(model.token_encoder(torch.tensor([[character_ids(w) for w in ["play", *vocabulary]]]))[0], dim=-1)
+        vectors = F.normalize(
+            model.token_encoder(torch.tensor([[character_ids(w) for w in ["play", *vocabulary]]]))[0], dim=-1
+        )
     nearest = [vocabulary[i] for i in (vectors[1:] @ vectors[0]).argsort(descending=True)[:2]]
     listed = [pair.split()[0] for pair in lines[0].split(": ", 1)[1].split(", ")]
     assert lines[0].startswith("nearest words to 'play' by the token layer") and listed == nearest

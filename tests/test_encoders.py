@@ -85,7 +85,9 @@ def test_masked_positions_give_logits_for_those_positions_only():
 
 def test_mlm_decoder_is_tied_to_the_word_embeddings():
     model = from_config(with_heads(plm.models.preset_config("albert-micro"), "mlm")).eval()
-    assert not any(name.startswith("mlm_head") and value.shape == (512, 16) for name, value in model.state_dict().items())
+    assert not any(
+        name.startswith("mlm_head") and value.shape == (512, 16) for name, value in model.state_dict().items()
+    )
     before = model(ids()).logits
     with torch.no_grad():
         model.embeddings.word.weight[100] += 1.0
@@ -110,8 +112,12 @@ def test_segments_change_the_encoding_and_default_to_zero():
     model = from_preset("bert-micro").eval()
     input_ids = ids()
     zeros, ones = torch.zeros_like(input_ids), torch.ones_like(input_ids)
-    torch.testing.assert_close(model(input_ids).last_hidden_state, model(input_ids, token_type_ids=zeros).last_hidden_state)
-    assert not torch.allclose(model(input_ids, token_type_ids=ones).last_hidden_state, model(input_ids).last_hidden_state)
+    torch.testing.assert_close(
+        model(input_ids).last_hidden_state, model(input_ids, token_type_ids=zeros).last_hidden_state
+    )
+    assert not torch.allclose(
+        model(input_ids, token_type_ids=ones).last_hidden_state, model(input_ids).last_hidden_state
+    )
     no_segments = from_config(dataclasses.replace(model.config, segments=0))
     with pytest.raises(PLMError, match="segment"):
         no_segments(input_ids, token_type_ids=zeros)

@@ -142,7 +142,9 @@ def test_cached_features_give_the_same_logits_and_run_the_frozen_models_once_per
     torch.testing.assert_close(again, expected)
     model.cache_features()  # the long sentence first: the batch then computes the short one, fewer words wide
     calls.clear()
-    longest = {k: v[0:1, : int(batch["attention_mask"][0].sum())] if v.dim() == 2 else v[0:1] for k, v in inputs.items()}
+    longest = {
+        k: v[0:1, : int(batch["attention_mask"][0].sum())] if v.dim() == 2 else v[0:1] for k, v in inputs.items()
+    }
     longest["char_ids"] = inputs["char_ids"][0:1, : int(batch["word_starts"][0].sum())]
     model(**longest)
     torch.testing.assert_close(model(**inputs).logits, expected)
@@ -228,13 +230,15 @@ def test_the_mix_options_reach_every_scalar_mix(tmp_path, capsys):
     ("args", "message"),
     [
         (["--task", "tag", "--features", "0", "--mix-l2", "0.1"], "give --features with --combine mix or --elmo"),
-        (["--task", "tag", "--features", "0", "--combine", "mix", "--mix-dropout", "1"], "scalar mix's dropout must be in [0, 1)"),
+        (["--task", "tag", "--features", "0", "--combine", "mix", "--mix-dropout", "1"],
+         "scalar mix's dropout must be in [0, 1)"),
         (["--task", "classify", "--features", "-1"], "--features is for --task tag"),
         (["--task", "tag", "--elmo", "runs/elmo"], "--elmo joins the features of the feature-based tagger"),
         (["--task", "tag", "--features", "-4,-1"], "layer indices from -3 to 2, got -4,-1"),
         (["--task", "tag", "--features", "0", "--elmo", "{missing}"], "no such model directory"),
         (["--task", "tag", "--features", "0", "--sift"], "the feature-based tagger keeps it frozen"),
-        (["--task", "tag", "--features", "0", "--strategy", "fsdp"], "--features with --strategy fsdp is not supported"),
+        (["--task", "tag", "--features", "0", "--strategy", "fsdp"],
+         "--features with --strategy fsdp is not supported"),
     ],
 )
 def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):

@@ -357,7 +357,9 @@ def test_resuming_with_another_strategy_is_refused(tmp_path: Path, group_of_one)
 def test_a_setting_the_device_cannot_train_with_is_refused(parallelism: Parallelism, precision: str,
                                                            message: str) -> None:
     with pytest.raises(PLMError, match=re.escape(message)):
-        TrainingConfig(device="cpu", precision=precision, parallelism=parallelism).with_defaults(Hyperparameters()).validate()
+        TrainingConfig(device="cpu", precision=precision, parallelism=parallelism).with_defaults(
+            Hyperparameters()
+        ).validate()
 
 
 def test_a_wrong_setting_is_one_line_before_anything_is_written(tmp_path: Path) -> None:

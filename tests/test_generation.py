@@ -54,7 +54,9 @@ def test_cached_and_uncached_greedy_decoding_agree(make_model):
     assert torch.equal(generate(model, batch, max_new_tokens=20), generate(model, batch, 20, use_cache=False))
 
 
-@pytest.mark.skipif(not torch._dynamo.is_dynamo_supported(), reason="torch.compile does not support this Python/platform")
+@pytest.mark.skipif(
+    not torch._dynamo.is_dynamo_supported(), reason="torch.compile does not support this Python/platform"
+)
 def test_compiled_decoding_gives_the_tokens_of_eager_decoding(monkeypatch):
     """generate(compile=True) runs the prompt pass and the cached one-token step as captured graphs.
 

@@ -33,7 +33,9 @@ GROUPINGS = [  # (layers, hidden groups, layers per group)
     (3, 3, 1),
 ]
 # Every architecture with groups of several layers, and every grouping for the bare encoder.
-CASES = [(architecture, 4, 2, 2) for architecture in ARCHITECTURES] + [("AlbertModel", *g) for g in GROUPINGS if g != (4, 2, 2)]
+CASES = [(architecture, 4, 2, 2) for architecture in ARCHITECTURES] + [
+    ("AlbertModel", *g) for g in GROUPINGS if g != (4, 2, 2)
+]
 
 
 def hf_config(layers: int = 2, groups: int = 1, inner: int = 1):
@@ -62,7 +64,9 @@ def test_hf_albert_loads_with_equal_outputs(tmp_path, architecture, layers, grou
 @pytest.mark.parametrize("architecture, layers, groups, inner", CASES)
 def test_plm_albert_saves_for_transformers(tmp_path, architecture, layers, groups, inner):
     pooler, heads = ARCHITECTURES[architecture]
-    config = tiny_plm_config(layers=layers, hidden_groups=groups, inner_group_layers=inner, pooler=pooler, pretraining_heads=heads)
+    config = tiny_plm_config(
+        layers=layers, hidden_groups=groups, inner_group_layers=inner, pooler=pooler, pretraining_heads=heads
+    )
     check_save(from_config(config), tmp_path, architecture)
 
 

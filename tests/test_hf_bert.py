@@ -61,7 +61,10 @@ def hf_outputs(model, inputs) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         output = model(**inputs, output_hidden_states=True)
     found = {"hidden": output.hidden_states[-1]}
-    for name, field in (("mlm", "logits"), ("mlm", "prediction_logits"), ("pair", "seq_relationship_logits"), ("pair", "sop_logits")):
+    fields = (
+        ("mlm", "logits"), ("mlm", "prediction_logits"), ("pair", "seq_relationship_logits"), ("pair", "sop_logits")
+    )
+    for name, field in fields:
         if getattr(output, field, None) is not None:
             found[name] = getattr(output, field)
     return found

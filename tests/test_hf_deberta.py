@@ -80,7 +80,9 @@ def assert_same_outputs(model, reference):
     input_ids, mask, token_types = batch()
     with torch.no_grad():
         output = model(input_ids, mask, token_types)
-        expected = reference(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types, output_hidden_states=True)
+        expected = reference(
+            input_ids=input_ids, attention_mask=mask, token_type_ids=token_types, output_hidden_states=True
+        )
     real = mask.bool()
     torch.testing.assert_close(output.last_hidden_state[real], expected.hidden_states[-1][real], atol=1e-5, rtol=0)
     if hasattr(expected, "logits"):
@@ -125,7 +127,7 @@ def test_bare_model_ignores_the_head_of_a_masked_lm_checkpoint(tmp_path):
 
 
 def test_unused_position_table_of_the_original_checkpoints_is_ignored(tmp_path):
-    """microsoft/deberta-base stores embeddings.position_embeddings (its EMD's) although position_biased_input is false."""
+    """microsoft/deberta-base stores embeddings.position_embeddings (its EMD's); position_biased_input is false."""
     reference = hf_model()
     reference.save_pretrained(tmp_path)
     tensors = plm.hf.io.read_tensors(tmp_path / "model.safetensors")

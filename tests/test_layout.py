@@ -24,7 +24,10 @@ MODULES = {module_name(path): path for path in sorted((SRC / "plm").rglob("*.py"
 
 
 def imports(module: str, top_level_only: bool = True) -> set[str]:
-    """The plm modules (and any others) ``module`` imports: ``from plm.x import y`` is plm.x.y where that is a module."""
+    """The plm modules (and any others) ``module`` imports.
+
+    ``from plm.x import y`` is plm.x.y where that is a module.
+    """
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
@@ -97,5 +100,7 @@ def test_the_top_level_holds_few_modules_and_no_name_is_used_twice() -> None:
     for package in (path for path in top.iterdir() if (path / "__init__.py").is_file()):
         if package.name in ("cli", "hf"):  # modules named after their subcommand, converters after their family
             continue
-        inner = {path.stem for path in package.rglob("*.py")} | {path.name for path in package.rglob("*") if path.is_dir()}
+        inner = {path.stem for path in package.rglob("*.py")} | {
+            path.name for path in package.rglob("*") if path.is_dir()
+        }
         assert not inner & top_names, f"plm.{package.name} reuses top-level names {inner & top_names}"

@@ -32,7 +32,9 @@ def random_document(rng: random.Random, words: int) -> list[str]:
 
 
 def test_the_papers_normalisation_keeps_lower_cased_alphanumeric_words() -> None:
-    assert normalized_words("The  cat's\tBOOK--sold 1,000 copies!") == [b"the", b"cat", b"s", b"book", b"sold", b"1", b"000", b"copies"]
+    assert normalized_words("The  cat's\tBOOK--sold 1,000 copies!") == [
+        b"the", b"cat", b"s", b"book", b"sold", b"1", b"000", b"copies"
+    ]
     assert normalized_words("Ünïcode snake_case") == ["ünïcode".encode(), b"snake", b"case"]
 
 
@@ -80,7 +82,8 @@ def test_test_documents_copied_from_training_are_found_and_new_ones_are_not(tmp_
     assert built.ngrams == sum(len(doc) for doc in train_docs) - 7  # one stream of words: 8-grams cross documents
     assert (report.ngrams, report.documents, report.short_documents) == (copied_ngrams + new_ngrams, 100, 1)
     assert copied_ngrams <= report.found <= copied_ngrams + binomial_bound(new_ngrams, fpr)
-    assert report.flagged == 40  # every copy, and no new document (it would need half its 8-grams to be false positives)
+    # every copy, and no new document (it would need half its 8-grams to be false positives)
+    assert report.flagged == 40
     assert built.fpr <= fpr
 
 
@@ -130,7 +133,9 @@ def test_plm_overlap_prints_and_writes_the_shares(tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize(("flag", "message"), [(["--fpr", "1"], "--fpr: must be between 0 and 1"),
                                                (["--threshold", "2"], "--threshold: must be between 0 and 1")])
-def test_an_out_of_range_flag_is_one_line_and_exit_code_2(tmp_path: Path, capsys: pytest.CaptureFixture, flag, message) -> None:
+def test_an_out_of_range_flag_is_one_line_and_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, flag, message
+) -> None:
     (tmp_path / "a.txt").write_text("a b c d e f g h\n", encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
         main(["overlap", "--train", str(tmp_path / "a.txt"), "--test", str(tmp_path / "a.txt"), *flag])

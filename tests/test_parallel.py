@@ -1,4 +1,4 @@
-"""Parallel text: aligned files and TSV with errors that name file and line, tokenizers for both sides, budget batches."""
+"""Parallel text: aligned files and TSV whose errors name file and line, tokenizers for both sides, budget batches."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def test_a_joint_tokenizer_knows_both_sides_and_separate_ones_round_trip(tmp_pat
     pairs = [SentencePair(s, t) for s, t in zip(GERMAN, ENGLISH)] * 20
     joint = Seq2SeqTokenizers.train(pairs, vocab_size=400)
     assert joint.joint
-    assert len(joint.source.encode(" katzen")) == 1 and len(joint.source.encode(" cats")) == 1  # a word of each side is one token
+    # a word of each side is one token
+    assert len(joint.source.encode(" katzen")) == 1 and len(joint.source.encode(" cats")) == 1
     separate = Seq2SeqTokenizers.train(pairs, vocab_size=400, joint=False)
     assert len(separate.source.encode(" katzen")) == 1 and len(separate.target.encode(" katzen")) > 1
     separate.save(tmp_path)
@@ -71,7 +72,8 @@ def test_budget_batches_hold_every_pair_once_and_each_stays_under_the_budget() -
     assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
     for batch in batches:  # the padded size, computed from the definition
         assert len(batch) * (max(lengths[i][0] for i in batch) + max(lengths[i][1] for i in batch)) <= 40
-    assert [sorted(batch) for batch in batches] == [[0, 3, 5, 7], [2, 6], [4], [1], [8]]  # greedy over the length-sorted pairs
+    # greedy over the length-sorted pairs
+    assert [sorted(batch) for batch in batches] == [[0, 3, 5, 7], [2, 6], [4], [1], [8]]
     with pytest.raises(PLMError, match="pair 2 has 10 \\+ 12 tokens, more than the budget of 20"):
         token_budget_batches(data, max_tokens=20)
 

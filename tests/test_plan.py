@@ -35,7 +35,9 @@ def training_model(name: str, heads: tuple[str, ...] = ()):
     return from_config(model_class(config).config_with_heads(config, heads))
 
 
-@pytest.mark.parametrize(("name", "heads"), [("gpt2-mini", ()), ("bert-mini", ("mlm", "nsp")), ("albert-mini", ("mlm", "sop"))])
+@pytest.mark.parametrize(
+    ("name", "heads"), [("gpt2-mini", ()), ("bert-mini", ("mlm", "nsp")), ("albert-mini", ("mlm", "sop"))]
+)
 def test_parameter_bytes_are_4_per_distinct_parameter(name: str, heads: tuple[str, ...]) -> None:
     result = plan(PlanSetup(name), ROOMY)
     expected = sum(p.numel() for p in training_model(name, heads).parameters())  # a shared tensor once

@@ -50,8 +50,12 @@ def test_each_encoder_pretrains_with_its_objective(model, objective, heads, opti
 
 
 def test_albert_sop_with_ngram_masking_and_lamb_visibly_learns(text_file, tmp_path):
-    setup = PretrainSetup(model="albert-micro", train_files=(str(text_file),), vocab_size=400, batch_size=16, block_size=48)
-    training = TrainingConfig(steps=60, lr=5e-2, min_lr=5e-3, warmup=5, eval_every=60, save_every=60, progress=False, device="cpu")
+    setup = PretrainSetup(
+        model="albert-micro", train_files=(str(text_file),), vocab_size=400, batch_size=16, block_size=48
+    )
+    training = TrainingConfig(
+        steps=60, lr=5e-2, min_lr=5e-3, warmup=5, eval_every=60, save_every=60, progress=False, device="cpu"
+    )
     trainer, _ = prepare(setup, training, tmp_path / "run")
     assert isinstance(trainer.optimizer, Lamb)
     before = trainer.evaluate()
@@ -61,7 +65,8 @@ def test_albert_sop_with_ngram_masking_and_lamb_visibly_learns(text_file, tmp_pa
 
 def test_fill_mask_and_embed_commands(text_file, tmp_path, capsys):
     run = tmp_path / "bert"
-    assert main(["pretrain", "--model", "bert-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]) == 0
+    argv = ["pretrain", "--model", "bert-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]
+    assert main(argv) == 0
     capsys.readouterr()
     assert main(["fill-mask", "--model", str(run), "The cat [MASK] the book.", "--top-k", "3"]) == 0
     out = capsys.readouterr().out
@@ -76,13 +81,16 @@ def test_fill_mask_and_embed_commands(text_file, tmp_path, capsys):
 
 def test_encoder_commands_refuse_bad_input_in_one_line(text_file, tmp_path, capsys):
     run = tmp_path / "gpt"
-    assert main(["pretrain", "--model", "gpt2-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]) == 0
+    argv = ["pretrain", "--model", "gpt2-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]
+    assert main(argv) == 0
     capsys.readouterr()
     cases = [
         (["embed", "--model", str(run), "hello"], "is not an encoder"),
         (["fill-mask", "--model", str(run), "a [MASK]"], "is not an encoder"),
-        (["pretrain", "--model", "bert-micro", "--objective", "clm", "--out", str(tmp_path / "x")], "does not fit a bert model"),
-        (["pretrain", "--model", "gpt2-micro", "--objective", "mlm+nsp", "--out", str(tmp_path / "y")], "does not fit a gpt model"),
+        (["pretrain", "--model", "bert-micro", "--objective", "clm", "--out", str(tmp_path / "x")],
+         "does not fit a bert model"),
+        (["pretrain", "--model", "gpt2-micro", "--objective", "mlm+nsp", "--out", str(tmp_path / "y")],
+         "does not fit a gpt model"),
     ]
     for argv, message in cases:
         assert main(argv) == 2
@@ -93,7 +101,8 @@ def test_encoder_commands_refuse_bad_input_in_one_line(text_file, tmp_path, caps
 def test_torchrun_pretrains_albert_sop_like_one_process_with_accumulation(text_file, tmp_path):
     """Every head gets a gradient (no unused NSP head or pooler), so DDP runs; the losses match."""
     # Both runs take one tokenizer, so that only the training is compared.
-    assert main(["tokenizer", "train", str(text_file), "--kind", "unigram", "--vocab-size", "400", "--out", str(tmp_path / "tok")]) == 0
+    assert main(["tokenizer", "train", str(text_file), "--kind", "unigram", "--vocab-size", "400",
+                 "--out", str(tmp_path / "tok")]) == 0
     common = ["--model", "albert-micro", *QUICK, "--steps", "2", "--dropout", "0", "--train", str(text_file),
               "--tokenizer", str(tmp_path / "tok")]
     single = subprocess.run([sys.executable, "-m", "plm.cli.main", "pretrain", *common, "--grad-accum", "2",
@@ -113,6 +122,7 @@ def test_torchrun_pretrains_albert_sop_like_one_process_with_accumulation(text_f
 @pytest.mark.parametrize("family", ["bert", "albert", "deberta"])
 def test_a_family_name_alone_pretrains_on_the_embedded_corpus(family, tmp_path, capsys):
     out = tmp_path / family
-    assert main(["pretrain", "--model", family, "--steps", "1", "--batch-size", "2", "--no-progress", "--out", str(out)]) == 0
+    assert main(["pretrain", "--model", family, "--steps", "1", "--batch-size", "2", "--no-progress",
+                 "--out", str(out)]) == 0
     assert "validation loss" in capsys.readouterr().out
     assert plm.load(out).family == family

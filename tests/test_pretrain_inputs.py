@@ -48,7 +48,8 @@ BAD_FLAGS = {
     "betas": (["--betas", "0.9", "1.0"], "--betas must be two numbers in [0, 1), got 0.9 1.0"),
     "eps": (["--eps", "0"], "--eps must be a finite number above 0, got 0.0"),
     "whole word for gpt": (["--whole-word"], "--whole-word chooses which words a masked-LM objective masks; clm (gpt)"),
-    "max-ngram for gpt": (["--max-ngram", "3"], "--max-ngram chooses which words a masked-LM objective masks; clm (gpt)"),
+    "max-ngram for gpt": (["--max-ngram", "3"],
+                          "--max-ngram chooses which words a masked-LM objective masks; clm (gpt)"),
     "objective for gpt": (["--objective", "mlm"], "--objective mlm does not fit a gpt model; it trains with clm"),
     "block size": (["--block-size", "100"], "--block-size 100 exceeds the model's context of 64 tokens"),
 }

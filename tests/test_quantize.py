@@ -108,7 +108,10 @@ def trained_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_a_trained_model_keeps_its_perplexity_and_most_greedy_tokens_with_int8_weights(trained_gpt) -> None:
-    """Measured: perplexities 0.04% apart; 17 of 20 prompts keep all 24 greedy tokens (some ties break the other way)."""
+    """Measured: perplexities 0.04% apart; 17 of 20 prompts keep all 24 greedy tokens.
+
+    (Some ties break the other way.)
+    """
     run, test = trained_gpt
     fp32, tokenizer = plm.load_pretrained(run)
     int8 = plm.quantize(plm.load(run), "int8")

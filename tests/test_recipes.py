@@ -63,10 +63,13 @@ def test_paper_hyperparameters_and_flags_reach_the_optimizer(text_file: Path, tm
 
     out = tmp_path / "flags"
     argv = ["pretrain", "--model", "albert-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(out),
-            "--betas", "0.8", "0.99", "--eps", "1e-7", "--schedule", "inverse-sqrt", "--warmup", "1", "--lr", "0.01", "--log-every", "1"]
+            "--betas", "0.8", "0.99", "--eps", "1e-7", "--schedule", "inverse-sqrt", "--warmup", "1", "--lr", "0.01",
+            "--log-every", "1"]
     assert main(argv) == 0
     saved = json.loads((out / "training_config.json").read_text())
-    assert (saved["betas"], saved["eps"], saved["schedule"], saved["optimizer"]) == ([0.8, 0.99], 1e-7, "inverse-sqrt", "lamb")
+    assert (saved["betas"], saved["eps"], saved["schedule"], saved["optimizer"]) == (
+        [0.8, 0.99], 1e-7, "inverse-sqrt", "lamb"
+    )
     lrs = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert lrs == pytest.approx([0.01, 0.01 * math.sqrt(1 / 2)])
 

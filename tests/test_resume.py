@@ -245,7 +245,9 @@ def test_the_fp16_loss_scaler_resumes_where_it_stopped(tmp_path: Path, text_file
     assert straight.scaler.is_enabled()
     expected = scaler_states(straight)
     straight.train()
-    assert expected[3] != torch.amp.GradScaler("cpu").state_dict(), "at the checkpoint the scaler must differ from a new one"
+    assert expected[3] != torch.amp.GradScaler("cpu").state_dict(), (
+        "at the checkpoint the scaler must differ from a new one"
+    )
 
     resumed = interrupted_then_resumable(gpt_setup(text_file), config, tmp_path / "halves")
     actual = scaler_states(resumed)

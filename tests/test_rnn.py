@@ -154,8 +154,8 @@ def test_reordering_the_state_decodes_the_chosen_rows() -> None:
 
 
 def test_presets_are_the_three_forms() -> None:
-    assert [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")] == [
-        ("none", False), ("bahdanau", False), ("general", True)]
+    forms = [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")]
+    assert forms == [("none", False), ("bahdanau", False), ("general", True)]
     with torch.device("meta"):
         model = from_preset("rnn-luong", vocab_size=90, source_vocab_size=100)
         assert (model.source_embedding.num_embeddings, model.output.out_features) == (100, 90)

@@ -18,7 +18,8 @@ DIM = 6
 def brute_force_score(attention, score: str, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """The score of one decoder state s (Dq,) against one encoder state h (Dk,), as the papers write it."""
     if score == "bahdanau":  # v^T tanh(W s + U h + b)
-        W, U, b, v = attention.query_proj.weight, attention.key_proj.weight, attention.key_proj.bias, attention.v.weight[0]
+        W, U = attention.query_proj.weight, attention.key_proj.weight
+        b, v = attention.key_proj.bias, attention.v.weight[0]
         return v @ torch.tanh(W @ s + U @ h + b)
     if score == "dot":
         return s @ h

@@ -28,7 +28,9 @@ def train_args(pairs: Path, out: Path, *flags: str) -> list[str]:
 def test_minutes_stop_the_run_at_the_first_step_past_the_limit(date_pair_files: Path, tmp_path: Path, capsys) -> None:
     minutes = 0.05  # 3 s: a few hundred steps on a 2-core CPU, far from 100,000
     steps = ["--steps", "100000"]
-    assert main(train_args(date_pair_files, tmp_path / "run", *steps, "--minutes", str(minutes), "--log-every", "1")) == 0
+    assert (
+        main(train_args(date_pair_files, tmp_path / "run", *steps, "--minutes", str(minutes), "--log-every", "1")) == 0
+    )
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["step"] == len(lines) < 100_000  # one line per step: it stopped early
     assert all(line["elapsed"] < minutes * 60 for line in lines[:-1])
@@ -49,7 +51,9 @@ def test_a_bad_number_of_minutes_is_one_line_and_exit_2(tmp_path: Path, capsys, 
 
 
 @pytest.fixture(scope="module")
-def kept(date_pair_files: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, torch.Tensor]]]:
+def kept(
+    date_pair_files: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[int, dict[str, torch.Tensor]]]:
     """A run of 5 steps saved at every step with --keep-last 3, and the weights the model had after each step,
     copied by hand from the trainer as it trained."""
     run = tmp_path_factory.mktemp("kept") / "run"
@@ -79,7 +83,9 @@ def test_keep_last_leaves_the_last_snapshots_with_the_weights_of_their_steps(kep
     assert (run / "checkpoint" / "trainer_state.json").is_file()
 
 
-def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(kept, date_pair_files: Path, tmp_path: Path) -> None:
+def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(
+    kept, date_pair_files: Path, tmp_path: Path
+) -> None:
     run, by_hand = kept
     resumed = tmp_path / "run"
     assert main(train_args(date_pair_files, resumed, "--steps", "3", "--save-every", "1", "--keep-last", "2")) == 0
@@ -87,7 +93,9 @@ def test_a_resumed_run_keeps_the_snapshots_it_would_have_kept_straight(kept, dat
     (resumed / "checkpoints" / "step-000009").mkdir()
     (resumed / "checkpoints" / ".step-k1ll3d00").mkdir()
     (resumed / "checkpoints" / ".step-k1ll3d00" / "config.json").write_text("{", encoding="utf-8")
-    assert main(train_args(date_pair_files, resumed, "--steps", "5", "--save-every", "1", "--keep-last", "2", "--resume")) == 0
+    assert main(
+        train_args(date_pair_files, resumed, "--steps", "5", "--save-every", "1", "--keep-last", "2", "--resume")
+    ) == 0
     assert sorted(p.name for p in (resumed / "checkpoints").glob("step-*")) == ["step-000004", "step-000005"]
     for step in (4, 5):
         weights = load_file(resumed / "checkpoints" / f"step-{step:06d}" / "model.safetensors")
@@ -106,7 +114,9 @@ def test_average_writes_the_mean_of_the_snapshots_and_translate_reads_it(kept, t
                                                                           which, steps) -> None:
     run, _ = kept
     out = tmp_path / "averaged"
-    which = [a.format(step4=run / "checkpoints" / "step-000004", step5=run / "checkpoints" / "step-000005") for a in which]
+    which = [
+        a.format(step4=run / "checkpoints" / "step-000004", step5=run / "checkpoints" / "step-000005") for a in which
+    ]
     assert main(["seq2seq", "average", "--model", str(run), *which, "--out", str(out)]) == 0
     averaged, expected = load_file(out / "model.safetensors"), snapshot_mean(run, steps)
     assert averaged.keys() == expected.keys()
@@ -150,7 +160,9 @@ def test_bad_averages_are_one_line_and_exit_2(kept, tmp_path: Path, capsys, argv
     (tmp_path / "bare").mkdir()
     names = {"run": run, "step5": run / "checkpoints" / "step-000005", "other": tmp_path / "other",
              "exists": tmp_path / "exists", "nowhere": tmp_path / "nowhere", "bare": tmp_path / "bare"}
-    argv = ["seq2seq", "average", "--model", str(run), "--out", str(tmp_path / "out"), *(a.format(**names) for a in argv)]
+    argv = [
+        "seq2seq", "average", "--model", str(run), "--out", str(tmp_path / "out"), *(a.format(**names) for a in argv)
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and re.search(message, err), err

@@ -1,4 +1,4 @@
-"""The seq2seq commands end to end on tiny data: train, translate, eval bleu, attention; bad inputs are one line, exit 2."""
+"""The seq2seq commands end to end on tiny data: train, translate, eval bleu, attention; bad input: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_train_prints_held_out_scores_and_draws_the_attention(trained: Path, cap
 
 def test_translate_reads_stdin_and_writes_one_line_per_sentence(trained: Path, capsys, monkeypatch) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("3 May 1999\nthe first of June, two thousand\n"))
-    assert main(["translate", "--model", str(trained / "run"), "--beam", "2", "--max-len-a", "0", "--max-len-b", "3", "--device", "cpu"]) == 0
+    assert main(["translate", "--model", str(trained / "run"), "--beam", "2", "--max-len-a", "0", "--max-len-b", "3",
+                 "--device", "cpu"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
@@ -44,7 +45,9 @@ def test_eval_bleu_prints_bleu_chrf_and_exact_match(trained: Path, capsys) -> No
     code = main(["eval", "bleu", "--model", str(trained / "run"), "--src", str(trained / "src.txt"), "--ref",
                  str(trained / "tgt.txt"), "--max-len-a", "0", "--max-len-b", "3", "--device", "cpu"])
     assert code == 0
-    assert "BLEU" in (out := capsys.readouterr().out) and "chrF" in out and "exact match" in out and "24 sentences" in out
+    assert (
+        "BLEU" in (out := capsys.readouterr().out) and "chrF" in out and "exact match" in out and "24 sentences" in out
+    )
 
 
 @pytest.mark.parametrize("command", ["translate", "eval bleu"])
@@ -134,7 +137,8 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["seq2seq", "train", "--src", "{src}", "--tgt", "{short}"], "has 24 lines but .* has 2: the files are not aligned"),
+        (["seq2seq", "train", "--src", "{src}", "--tgt", "{short}"],
+         "has 24 lines but .* has 2: the files are not aligned"),
         (["seq2seq", "train", "--src", "{src}"], "--src and --tgt go together"),
         (["seq2seq", "train", "--model", "gpt2-micro"], "a gpt model is not an encoder-decoder"),
         (["pretrain", "--model", "rnn"], "is an encoder-decoder: train it on sentence pairs with plm seq2seq train"),
@@ -142,7 +146,8 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
         (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
         (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
         (["translate", "--model", "{run}", "x", "--max-len-a", "0", "--max-len-b", "0"], "leave no room for a single"),
-        (["translate", "--model", "{run}", "{src}", "--beam", "100000"], "--beam 100000 is more than the .* target tokens"),
+        (["translate", "--model", "{run}", "{src}", "--beam", "100000"],
+         "--beam 100000 is more than the .* target tokens"),
         (["finetune", "--task", "classify", "--model", "{run}", "--train", "{tsv}", "--validation", "{tsv}",
           "--out", "{nowhere}"], "rnn models take no task head"),
     ],
@@ -185,7 +190,8 @@ def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp
 def test_min_lr_is_where_a_cosine_decay_ends(date_pair_files: Path, tmp_path: Path) -> None:
     """The RNN recipe's floor is its peak (a constant rate), so --schedule cosine needs --min-lr to decay at all."""
     folder = date_pair_files
-    code = main(["seq2seq", "train", "--model", "rnn", "--src", str(folder / "src.txt"), "--tgt", str(folder / "tgt.txt"),
+    code = main(["seq2seq", "train", "--model", "rnn", "--src", str(folder / "src.txt"),
+                 "--tgt", str(folder / "tgt.txt"),
                  "--vocab-size", "300", "--max-tokens", "256", "--steps", "4", "--warmup", "0", "--schedule", "cosine",
                  "--lr", "1e-3", "--min-lr", "1e-4", "--log-every", "1", "--metric-examples", "0",
                  "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"])
@@ -226,7 +232,9 @@ def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) 
     sentences = [p.source for p in DATE_PAIRS]
     for beam in (1, 4):
         shapes.clear()
-        plm.apps.translation.translate(model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2))
+        plm.apps.translation.translate(
+            model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2)
+        )
         longest = max(map(len, tokenizers.encode_sources(sentences)))
         assert all(rows * width <= max(256 // beam, longest) for rows, width in shapes)
         assert sum(rows for rows, _ in shapes) == len(sentences)

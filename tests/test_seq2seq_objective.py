@@ -1,4 +1,7 @@
-"""The seq2seq objective: label smoothing against torch, teacher-forced batches, metrics; checkpoint averaging; the dates task."""
+"""The seq2seq objective: label smoothing against torch, teacher-forced batches, metrics.
+
+Also checkpoint averaging and the dates task.
+"""
 
 from __future__ import annotations
 
@@ -138,7 +141,9 @@ def test_pairs_longer_than_the_models_context_are_left_out_everywhere() -> None:
 
     kept_train, kept_held_out = [p for p in train if fits(p)], [p for p in held_out if fits(p)]
     assert 0 < len(kept_train) < len(train) and 0 < len(kept_held_out) < len(held_out)  # the limit bites
-    assert objective.dropped == {"train": len(train) - len(kept_train), "validation": len(held_out) - len(kept_held_out)}
+    assert objective.dropped == {
+        "train": len(train) - len(kept_train), "validation": len(held_out) - len(kept_held_out)
+    }
     assert len(objective.train_data) == len(kept_train) and len(objective.validation_data) == len(kept_held_out)
     assert objective.metric_pairs == kept_held_out
     batch = objective.batch(step=0, index=0)

@@ -62,7 +62,9 @@ def test_first_sentences_keeps_three_sentences_and_their_punctuation() -> None:
 def test_the_summary_is_three_sentences_after_tldr_scored_with_rouge(tmp_path: Path, batch_size: int) -> None:
     tok = tokenizer()
     model = ScriptLM(tok, context=128)
-    result = evaluate_summaries(model, tok, write_jsonl(tmp_path / "news.jsonl", ARTICLES), max_new_tokens=32, batch_size=batch_size)
+    result = evaluate_summaries(
+        model, tok, write_jsonl(tmp_path / "news.jsonl", ARTICLES), max_new_tokens=32, batch_size=batch_size
+    )
     summary = "The cat reads the book. A dog sees the answer! He sat down?"
     assert result.summaries == [summary, summary]
     assert [tok.decode(prompt) for prompt in model.prompts] == [row["article"] + "\nTL;DR:" for row in ARTICLES]

@@ -111,7 +111,9 @@ def test_token_classifier_gives_every_token_its_labels():
     model = task_model(backbone, "tag", labels=5).eval()
     tokens = ids(2, 8)
     with torch.no_grad():
-        expected = F.linear(backbone(tokens).last_hidden_state, model.head.classifier.weight, model.head.classifier.bias)
+        expected = F.linear(
+            backbone(tokens).last_hidden_state, model.head.classifier.weight, model.head.classifier.bias
+        )
         torch.testing.assert_close(model(tokens).logits, expected)
 
 
@@ -173,7 +175,9 @@ def test_cls_pooling_without_a_backbone_pooler_reads_the_first_position(preset: 
     """With right padding the first position is [CLS] and the last may be a pad: each row's logits in a padded
     batch must equal that sequence's logits alone (a head reading the last position fails on the short row)."""
     torch.manual_seed(0)
-    model = task_model(from_config(preset_config(preset, vocab_size=50, **options)), "classify", 3, pooling="cls").eval()
+    model = task_model(
+        from_config(preset_config(preset, vocab_size=50, **options)), "classify", 3, pooling="cls"
+    ).eval()
     ids = torch.randint(5, 50, (2, 7), generator=torch.Generator().manual_seed(3))
     mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
     batched = model(ids, mask).logits

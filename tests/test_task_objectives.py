@@ -87,6 +87,21 @@ def test_gpt_fine_tuning_adds_lambda_times_the_lm_term(tmp_path):
     assert TaskObjective(task, train, train, lm_weight=0.0).loss_weights == {}  # lambda 0: L2 alone
 
 
+def test_a_tokenizer_without_a_pad_token_pads_a_gpt_batch_with_end_of_text():
+    """GPT-2's own vocabulary (encoder.json and vocab.bpe) names no pad token; the attention mask hides what pads."""
+    trained = Tokenizer.train_bpe(["the cat sees a good dog. a bad cat."] * 20, vocab_size=300)
+    tokenizer = Tokenizer(trained.backend, {"eos": "<|endoftext|>", "bos": "<|endoftext|>"})
+    assert tokenizer.pad_id is None
+    torch.manual_seed(0)
+    backbone = from_preset("gpt2-micro", vocab_size=len(tokenizer))
+    add_task_tokens(backbone, tokenizer)
+    task = build_task("classify", tokenizer, task_model(backbone, "classify", 2), labels=["bad", "good"])
+    examples = [TextExample("the cat", None, "good"), TextExample("a bad cat sees the good dog", None, "bad")]
+    batch = TaskObjective(task, examples, examples, batch_size=2).batch(0, 0)
+    padding = batch["attention_mask"] == 0
+    assert padding.any() and bool((batch["input_ids"][padding] == tokenizer.eos_id).all())
+
+
 def test_only_the_auxiliary_lm_term_is_a_perplexity(tmp_path):
     """A class distribution's exp(cross-entropy) is no perplexity: no val_perplexity; GPT-1's LM term keeps its own."""
     tokenizer = Tokenizer.train_bpe(["the cat sees a good dog. a bad cat."] * 20, vocab_size=300)
@@ -125,7 +140,10 @@ def test_gpt_similarity_reads_both_orders_and_adds_their_final_states():
     batch = objective.batch(0, 0)
     tokens = task.gpt_inputs.tokens
     a, b = task.tokenizer.encode("the cat"), task.tokenizer.encode("a good dog")
-    orders = [[tokens.start, *a, tokens.delimiter, *b, tokens.extract], [tokens.start, *b, tokens.delimiter, *a, tokens.extract]]
+    orders = [
+        [tokens.start, *a, tokens.delimiter, *b, tokens.extract],
+        [tokens.start, *b, tokens.delimiter, *a, tokens.extract],
+    ]
     assert batch["input_ids"].shape == (1, 2, len(orders[0]))
     assert batch["input_ids"][0].tolist() == orders
     with torch.no_grad():

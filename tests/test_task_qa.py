@@ -166,7 +166,8 @@ def test_qa_windows_default_to_berts_384_tokens_128_apart(tokenizer):
     qa = build_task("qa", tokenizer, encoder)
     assert (qa.max_length, qa.stride) == (384, 128)
     assert build_task("classify", tokenizer, encoder, ["a", "b"]).max_length == 128
-    assert build_task("qa", tokenizer, from_preset("bert-micro", vocab_size=len(tokenizer))).max_length == 64  # its context
+    encoder = from_preset("bert-micro", vocab_size=len(tokenizer))
+    assert build_task("qa", tokenizer, encoder).max_length == 64  # its context
     setup = FinetuneSetup(task="qa")
     assert (setup.max_length, setup.stride) == (None, 128)  # None: the task's own length
     windows = qa.encode(long_example())  # 300 words: one window of 384 tokens (128-token windows would take 3)

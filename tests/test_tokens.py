@@ -26,7 +26,9 @@ def test_documents_become_one_memory_mapped_array_joined_by_eos(tmp_path, tokeni
     assert isinstance(ids, np.memmap) and ids.dtype == np.uint16
     assert ids.tolist() == first + [tokenizer.eos_id] + second
     assert np.load(tmp_path / "train.npy").tolist() == ids.tolist()
-    assert tokenizer.decode(ids) == "The first document is about tokens.<|endoftext|>The second one is about blocks of tokens."
+    assert tokenizer.decode(ids) == (
+        "The first document is about tokens.<|endoftext|>The second one is about blocks of tokens."
+    )
 
 
 def test_a_vocabulary_beyond_uint16_is_stored_as_uint32(tmp_path):

@@ -18,11 +18,15 @@ from plm.training.optim import parameter_groups
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
 from plm.training.trainer import TrainingConfig
 
-TINY = dict(steps=8, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=4, save_every=4, log_every=1, progress=False, device="cpu")
+TINY = dict(
+    steps=8, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=4, save_every=4, log_every=1, progress=False, device="cpu"
+)
 
 
 def test_checkpoint_holds_a_loadable_model_and_tokenizer(tmp_path: Path, text_file: Path) -> None:
-    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4)
+    setup = PretrainSetup(
+        model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4
+    )
     model, tokenizer, last = pretrain(setup, TrainingConfig(**TINY), tmp_path / "run")
     assert last["step"] == 8 and last["val_loss"] > 0
     loaded = load_model(tmp_path / "run")
@@ -33,8 +37,12 @@ def test_checkpoint_holds_a_loadable_model_and_tokenizer(tmp_path: Path, text_fi
 
 
 def test_loss_falls_on_learnable_text(tmp_path: Path, text_file: Path) -> None:
-    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=8)
-    trainer, _ = prepare(setup, TrainingConfig(**{**TINY, "steps": 40, "eval_every": 40, "save_every": 40}), tmp_path / "run")
+    setup = PretrainSetup(
+        model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=8
+    )
+    trainer, _ = prepare(
+        setup, TrainingConfig(**{**TINY, "steps": 40, "eval_every": 40, "save_every": 40}), tmp_path / "run"
+    )
     before = trainer.evaluate()["val_loss"]
     after = trainer.train()["val_loss"]
     assert after < before - 1.0
@@ -76,8 +84,8 @@ def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path,
         return torch.compile.__wrapped__(module, backend="aot_eager")
 
     compile_for_the_test.__wrapped__ = torch.compile
-    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4,
-                          dropout=0.0)
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32,
+                          batch_size=4, dropout=0.0)
     config = {**TINY, "steps": 3, "log_every": 1}
     pretrain(setup, TrainingConfig(**config), tmp_path / "eager")
     monkeypatch.setattr(torch, "compile", compile_for_the_test)

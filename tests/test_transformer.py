@@ -60,18 +60,21 @@ def torch_transformer_with_weights_of(model: Transformer) -> nn.Transformer:
     def norm(theirs: nn.LayerNorm, ours: nn.LayerNorm) -> dict:
         return {theirs.weight: ours.weight, theirs.bias: ours.bias}
 
+    def feed_forward(theirs: nn.Module, ours: nn.Module) -> dict:
+        fc_in, fc_out = ours.feed_forward.fc_in, ours.feed_forward.fc_out
+        return {theirs.linear1.weight: fc_in.weight, theirs.linear1.bias: fc_in.bias,
+                theirs.linear2.weight: fc_out.weight, theirs.linear2.bias: fc_out.bias}
+
     pairs = {}
     for theirs, ours in zip(reference.encoder.layers, model.encoder_blocks):
         pairs |= attention(theirs.self_attn, ours.attention) | norm(theirs.norm1, ours.attention_norm)
         pairs |= norm(theirs.norm2, ours.feed_forward_norm)
-        pairs |= {theirs.linear1.weight: ours.feed_forward.fc_in.weight, theirs.linear1.bias: ours.feed_forward.fc_in.bias,
-                  theirs.linear2.weight: ours.feed_forward.fc_out.weight, theirs.linear2.bias: ours.feed_forward.fc_out.bias}
+        pairs |= feed_forward(theirs, ours)
     for theirs, ours in zip(reference.decoder.layers, model.decoder_blocks):
         pairs |= attention(theirs.self_attn, ours.attention) | attention(theirs.multihead_attn, ours.cross_attention)
         pairs |= norm(theirs.norm1, ours.attention_norm) | norm(theirs.norm2, ours.cross_attention_norm)
         pairs |= norm(theirs.norm3, ours.feed_forward_norm)
-        pairs |= {theirs.linear1.weight: ours.feed_forward.fc_in.weight, theirs.linear1.bias: ours.feed_forward.fc_in.bias,
-                  theirs.linear2.weight: ours.feed_forward.fc_out.weight, theirs.linear2.bias: ours.feed_forward.fc_out.bias}
+        pairs |= feed_forward(theirs, ours)
     assert len(pairs) == sum(1 for _ in reference.parameters())  # every parameter of theirs gets ours
     with torch.no_grad():
         for theirs, ours in pairs.items():
@@ -245,4 +248,6 @@ def test_the_recipe_keeps_the_papers_optimizer_and_schedule():
     assert (paper.betas, paper.eps, paper.warmup, paper.schedule) == ((0.9, 0.98), 1e-9, 4000, "inverse-sqrt")
     for step_num in (1, 2000, 4000, 4001, 50_000):  # lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5)
         expected = 512**-0.5 * min(step_num**-0.5, step_num * 4000**-1.5)
-        assert learning_rate(paper.schedule, step_num - 1, paper.lr, paper.warmup, 100_000, 0.0) == pytest.approx(expected)
+        assert learning_rate(paper.schedule, step_num - 1, paper.lr, paper.warmup, 100_000, 0.0) == pytest.approx(
+            expected
+        )

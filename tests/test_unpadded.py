@@ -90,7 +90,8 @@ def test_a_padded_batch_gives_the_gradients_of_each_sentence_alone(name):
         types = {key: value[rows, :length] for key, value in segments(model, input_ids).items()}
         output = model(input_ids[rows, :length], mask[rows, :length], **types)
         real = mask[rows, :length].bool()
-        return F.cross_entropy(output.logits[real], targets[rows, :length][real], reduction="sum") + output.pair_logits.sum()
+        loss = F.cross_entropy(output.logits[real], targets[rows, :length][real], reduction="sum")
+        return loss + output.pair_logits.sum()
 
     batched, alone = encoder(name, "mlm", "sop").train(), encoder(name, "mlm", "sop").train()
     loss(batched, slice(None), max(LENGTHS)).backward()

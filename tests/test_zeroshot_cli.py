@@ -30,7 +30,9 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 def test_lambada_prints_a_table_and_writes_the_library_numbers(model_dir: Path, tmp_path: Path, capsys) -> None:
-    data = write_jsonl(tmp_path / "lambada.jsonl", [{"text": "The cat reads the book"}, {"text": "A dog sees the answer"}])
+    data = write_jsonl(
+        tmp_path / "lambada.jsonl", [{"text": "The cat reads the book"}, {"text": "A dog sees the answer"}]
+    )
     out = tmp_path / "lambada.json"
     assert main(["eval", "lambada", "--model", str(model_dir), str(data), "--json", str(out), "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
@@ -41,9 +43,12 @@ def test_lambada_prints_a_table_and_writes_the_library_numbers(model_dir: Path, 
 
 
 def test_cloze_with_partial_scoring_writes_the_library_numbers(model_dir: Path, tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "wsc.jsonl", [{"query": "The cat _ the book.", "options": ["reads", "sees"], "answer": 0}])
+    data = write_jsonl(
+        tmp_path / "wsc.jsonl", [{"query": "The cat _ the book.", "options": ["reads", "sees"], "answer": 0}]
+    )
     out = tmp_path / "wsc.json"
-    args = ["eval", "cloze", "--model", str(model_dir), str(data), "--scoring", "partial", "--blank", "_", "--json", str(out)]
+    args = ["eval", "cloze", "--model", str(model_dir), str(data), "--scoring", "partial", "--blank", "_",
+            "--json", str(out)]
     assert main(args) == 0
     model, tok = plm.load_pretrained(model_dir)
     assert json.loads(out.read_text()) == pytest.approx(evaluate_cloze(model, tok, data, "partial", "_").as_dict())
@@ -61,7 +66,9 @@ def test_summarize_writes_rouge_and_the_summaries(model_dir: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("task", ["lambada", "cloze", "summarize"])
-def test_a_malformed_row_is_one_line_naming_file_and_line_and_exit_code_2(model_dir: Path, tmp_path: Path, capsys, task) -> None:
+def test_a_malformed_row_is_one_line_naming_file_and_line_and_exit_code_2(
+    model_dir: Path, tmp_path: Path, capsys, task
+) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text("\n\n{oops\n", encoding="utf-8")
     assert main(["eval", task, "--model", str(model_dir), str(data)]) == 2
@@ -77,14 +84,19 @@ def test_every_task_has_help_with_its_input_format(task: str, capsys) -> None:
     assert "examples:" in text and "JSONL" in text
 
 
-def test_perplexity_with_wikitext_detokenising_prints_and_writes_per_word_numbers(model_dir: Path, tmp_path: Path, capsys) -> None:
+def test_perplexity_with_wikitext_detokenising_prints_and_writes_per_word_numbers(
+    model_dir: Path, tmp_path: Path, capsys
+) -> None:
     data = tmp_path / "wiki.txt"
     data.write_text(" = The cat = \n The cat reads the book , a dog sees the answer . \n", encoding="utf-8")
     out = tmp_path / "ppl.json"
-    assert main(["eval", "perplexity", "--model", str(model_dir), str(data), "--detokenize", "wikitext", "--json", str(out)]) == 0
+    assert main(["eval", "perplexity", "--model", str(model_dir), str(data), "--detokenize", "wikitext",
+                 "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     model, tok = plm.load_pretrained(model_dir)
     expected = plm.file_perplexity(model, tok, str(data), detokenize="wikitext").as_dict()
     assert json.loads(out.read_text()) == pytest.approx(expected)
-    assert expected["words"] == 16 and expected["bytes"] == len("= The cat =\nThe cat reads the book, a dog sees the answer.\n")
+    assert expected["words"] == 16 and expected["bytes"] == len(
+        "= The cat =\nThe cat reads the book, a dog sees the answer.\n"
+    )
     assert "word_perplexity" in printed and "per word" in printed

@@ -109,7 +109,9 @@ def plot_row(row: Row, path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(5, 3.2))
     for curve, style in ((row.plm, "-o"), (row.reference, "--s")):
-        axis.plot(curve.steps, curve.val_loss, style, markersize=3, label=f"{curve.name} ({row.metric} {curve.metric:.3g})")
+        axis.plot(
+            curve.steps, curve.val_loss, style, markersize=3, label=f"{curve.name} ({row.metric} {curve.metric:.3g})"
+        )
     axis.set_xlabel("step")
     axis.set_ylabel("validation loss (nats per token)")
     axis.set_title(row.task, fontsize=10)
@@ -121,7 +123,8 @@ def plot_row(row: Row, path: Path) -> None:
 
 def markdown_table(rows: list[Row]) -> str:
     lines = [
-        "| task | metric | plm | reference | plm val loss | reference val loss | plm s/step | reference s/step | speed | verdict |",
+        "| task | metric | plm | reference | plm val loss | reference val loss | plm s/step | reference s/step "
+        "| speed | verdict |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
@@ -140,7 +143,11 @@ def write_results(rows: list[Row], out: Path, settings: dict[str, object]) -> No
     for row in rows:
         plot_row(row, out / f"{slug(row.task)}.png")
     (out / "results.md").write_text(markdown_table(rows))
-    payload = {"settings": settings, "torch": torch.__version__, "rows": [asdict(row) | {"verdict": row.verdict()} for row in rows]}
+    payload = {
+        "settings": settings,
+        "torch": torch.__version__,
+        "rows": [asdict(row) | {"verdict": row.verdict()} for row in rows],
+    }
     (out / "results.json").write_text(json.dumps(payload, indent=1))
 
 

@@ -229,7 +229,8 @@ def run_row(name: str, files: dict[str, Path], tokenizer: Path, settings: Settin
           f"{plm_curve.seconds_per_step:.3f}, reference {reference_curve.seconds_per_step:.3f}", flush=True)
     # BLEU's bootstrap standard error on a few hundred to 1,000 sentences is about half a point
     return Row(task=f"Multi30k de-en {name}", metric="BLEU", plm=plm_curve, reference=reference_curve,
-               metric_noise=0.5, note=f"{steps} steps, greedy BLEU on the first {len(test)} sentences of test_2016_flickr")
+               metric_noise=0.5,
+               note=f"{steps} steps, greedy BLEU on the first {len(test)} sentences of test_2016_flickr")
 
 
 def run(settings: Settings) -> list[Row]:

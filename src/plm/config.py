@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from plm.errors import PLMError
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")  # a config class: a dataclass
 
 # Fields that every family names and uses alike, checked before a model is built from them
 # (a zero or negative size fails deep in the constructor, or builds a model of nothing).

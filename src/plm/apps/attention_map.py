@@ -20,6 +20,7 @@ from plm.apps.translation import DecodingOptions, translate_ids
 from plm.core import MultiHeadAttention, attention_weights
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
+from plm.models.base import Seq2SeqModel
 from plm.storage.atomic_files import atomic_open
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -44,7 +45,7 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     labels = []
     for token in ids:
         text = tokenizer.decode([token])
-        labels.append(text.strip() or ("␣" if text else tokenizer.backend.id_to_token(token)))
+        labels.append(text.strip() or ("␣" if text else tokenizer.backend.id_to_token(token) or ""))
     return labels
 
 
@@ -55,7 +56,9 @@ def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: s
     if not names:
         raise PLMError(f"the model has no {what} to show")
     if not -len(names) <= layer < len(names):
-        raise PLMError(f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})")
+        raise PLMError(
+            f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})"
+        )
     recorded = weights[names[layer]]
     heads = recorded.shape[1]
     if head is not None and not 0 <= head < heads:
@@ -70,7 +73,7 @@ def describe(what: str, layer: int, head: int | None, layers: int) -> str:
 
 
 def pair_attention(
-    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target: str | None = None,
+    model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers, source: str, target: str | None = None,
     layer: int = 0, head: int | None = 0,
 ) -> AttentionMap:
     """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation).
@@ -86,7 +89,7 @@ def pair_attention(
 
 @torch.inference_mode()
 def decoder_attention(
-    model: torch.nn.Module, tokenizers: Seq2SeqTokenizers, source: str, target_ids: Sequence[int], layer: int = 0,
+    model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers, source: str, target_ids: Sequence[int], layer: int = 0,
     head: int | None = 0,
 ) -> AttentionMap:
     """:func:`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them."""
@@ -110,7 +113,10 @@ def decoder_attention(
 def self_attention(
     model: torch.nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0, head: int | None = 0
 ) -> AttentionMap:
-    """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text`` (see :func:`pick`)."""
+    """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``.
+
+    The layer and head are chosen as in :func:`pick`.
+    """
     if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
         raise PLMError(f"{model.family} models have no attention layers to draw")
     ids = tokenizer.encode(text)

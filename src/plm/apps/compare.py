@@ -35,13 +35,12 @@ import dataclasses
 import json
 import math
 import re
+import tomllib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from plm.config import checked_value
 from plm.errors import PLMError
@@ -56,7 +55,9 @@ BUDGETS = ("steps", "tokens", "minutes")
 RESULT_FILE = "result.json"  # written into a run directory once its run has finished
 DEFINITION_FILE = "definition.json"  # what defined the run (run_definition), written before its first step
 SETUP_FIELDS = {f.name: f for f in dataclasses.fields(PretrainSetup) if f.name != "model_overrides"}
-TRAINING_FIELDS = {f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "time_limit")}
+TRAINING_FIELDS = {
+    f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "time_limit")
+}
 SETUP_HINTS = typing.get_type_hints(PretrainSetup)
 TRAINING_HINTS = typing.get_type_hints(TrainingConfig)
 # A run's defaults where pre-training's would not suit a comparison: curves need points, and runs are quiet.
@@ -156,14 +157,17 @@ def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> 
     overrides = values.pop("config", {})
     if not isinstance(overrides, dict):
         raise PLMError(f"{where}: config should be a table of model fields")
-    setup_values, training_values = {}, {**COMPARE_DEFAULTS}
+    setup_values: dict[str, Any] = {}
+    training_values: dict[str, Any] = {**COMPARE_DEFAULTS}
     for key, value in values.items():
         hints = SETUP_HINTS if key in SETUP_FIELDS else TRAINING_HINTS if key in TRAINING_FIELDS else None
         if hints is None:
             raise PLMError(f"{where}: unknown option {key!r}; see `plm compare --help` for the options a run takes")
         target = setup_values if key in SETUP_FIELDS else training_values
         target[key] = checked_value(value, hints[key], f"{where}: {key}")
-    setup = PretrainSetup(**setup_values, model_overrides=checked_overrides(setup_values.get("model"), overrides, where))
+    setup = PretrainSetup(
+        **setup_values, model_overrides=checked_overrides(setup_values.get("model"), overrides, where)
+    )
     steps, time_limit = steps_and_time_limit(budget, setup, where)
     training = TrainingConfig(**training_values, steps=steps, time_limit=time_limit)
     if training.warmup is not None and training.warmup > steps:  # checked before any run trains

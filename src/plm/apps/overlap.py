@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -122,8 +122,10 @@ class BloomFilter:
     def contains(self, keys: np.ndarray) -> np.ndarray:
         """(len(keys),) bool: True for every key added, and for others with the false-positive rate."""
         positions = self._positions(keys)  # (hashes, keys)
-        bits = (self.array[(positions >> np.uint64(3)).astype(np.intp)] >> (positions & np.uint64(7)).astype(np.uint8)) & 1
-        return bits.all(axis=0)
+        bits = (
+            self.array[(positions >> np.uint64(3)).astype(np.intp)] >> (positions & np.uint64(7)).astype(np.uint8)
+        ) & 1
+        return cast(np.ndarray, bits.all(axis=0))  # an array (numpy's stubs allow a scalar: no axis is known)
 
     def fill(self) -> float:
         """The share of bits set."""
@@ -241,7 +243,11 @@ class OverlapReport:
 
 
 def measure_overlap(
-    bloom: BloomFilter, path: str | Path, threshold: float = 0.5, split: str = "blank-lines", hashes: WordHashes | None = None
+    bloom: BloomFilter,
+    path: str | Path,
+    threshold: float = 0.5,
+    split: str = "blank-lines",
+    hashes: WordHashes | None = None,
 ) -> OverlapReport:
     """How much of a test file's 8-grams the training filter has seen, overall and per document."""
     if not 0 <= threshold <= 1:

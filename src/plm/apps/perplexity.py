@@ -71,7 +71,9 @@ class Perplexity:
         if self.words:
             text += f"; per word {self.word_perplexity:.3f} over {self.words:,} words"
         if self.bytes:
-            text += f"; per byte {self.byte_perplexity:.4f} ({self.bits_per_byte:.4f} bits/byte) over {self.bytes:,} bytes"
+            text += (
+                f"; per byte {self.byte_perplexity:.4f} ({self.bits_per_byte:.4f} bits/byte) over {self.bytes:,} bytes"
+            )
         return text
 
 

@@ -79,10 +79,12 @@ def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[in
 
 def prompt_padding(tokenizer: Tokenizer) -> int:
     """The id that left-pads prompts (the attention mask hides it): the pad token, else end-of-text, else 0."""
-    return tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_id or 0)
+    return tokenizer.padding_id
 
 
-def room_for_new_tokens(model: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], keep_last: int | None = None) -> int:
+def room_for_new_tokens(
+    model: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], keep_last: int | None = None
+) -> int:
     """How many tokens fit in the model's context after the longest prompt (cut to ``keep_last``)."""
     longest = max(max(len(tokenizer.encode(prompt)), 1) for prompt in prompts)  # an empty prompt gets a start token
     return model.context_length() - min(longest, keep_last or longest)
@@ -118,27 +120,36 @@ def file_perplexity(
 
 
 @torch.inference_mode()
-def fill_mask(model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order."""
+def fill_mask(
+    model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5
+) -> list[list[tuple[str | None, float]]]:
+    """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order.
+
+    A guess beyond the tokenizer's vocabulary (a model with more embedding rows) has no token: None.
+    """
     if "mlm" not in model.config.pretraining_heads:
         raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
     if not 0 < top_k <= model.config.vocab_size:
         raise PLMError(f"top_k must be between 1 and the vocabulary's {model.config.vocab_size:,} tokens, got {top_k}")
     mask_token = tokenizer.special_tokens.get("mask")
-    masks = tokenizer.encode(text).count(tokenizer.mask_id) if mask_token is not None else 0
+    masks = tokenizer.encode(text).count(tokenizer.required_id("mask")) if mask_token is not None else 0
     if not masks:
         raise PLMError(f"the text has no mask token; write {mask_token or '[MASK]'} where a word is missing")
     context = model.config.context_length
     batch = tokenizer.encode_batch_pairs([text], max_length=context)
-    positions = batch["input_ids"][0] == tokenizer.mask_id
+    positions = batch["input_ids"][0] == tokenizer.required_id("mask")
     kept = int(positions.sum())
     if kept < masks:
         lost = "its mask token" if masks == 1 else f"{masks - kept} of its {masks} mask tokens"
-        raise PLMError(f"the text is longer than the model's context of {context} tokens and is cut before {lost}; shorten it")
+        raise PLMError(
+            f"the text is longer than the model's context of {context} tokens and is cut before {lost}; shorten it"
+        )
     device = next(model.parameters()).device
     model.eval()
     logits = model(
-        batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), **segments(model, batch, device)
+        batch["input_ids"].to(device),
+        attention_mask=batch["attention_mask"].to(device),
+        **segments(model, batch, device),
     ).logits[0, positions.to(device)]  # (masks, vocab)
     best = logits.float().softmax(-1).topk(top_k)
     return [
@@ -156,9 +167,13 @@ def embed_texts(
     model.eval()
     chunks = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer.encode_batch_pairs(list(texts[start : start + batch_size]), max_length=model.config.context_length)
+        batch = tokenizer.encode_batch_pairs(
+            list(texts[start : start + batch_size]), max_length=model.config.context_length
+        )
         ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-        chunks.append(sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu())
+        chunks.append(
+            sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu()
+        )
     return torch.cat(chunks)
 
 

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
-from plm.decoding import Decoder, beam_search
+from plm.decoding import beam_search
 from plm.device import available_memory
 from plm.errors import PLMError, with_article
 from plm.models import RECIPES
@@ -32,11 +32,16 @@ from plm.models.recipe import Decoding
 from plm.storage.checkpoint import load_model, model_directory
 
 
-def load_seq2seq(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
+def load_seq2seq(
+    path: str | os.PathLike[str], device: str | torch.device = "cpu"
+) -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
     """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers."""
     model = load_model(path, device)
     if not isinstance(model, Seq2SeqModel):
-        raise PLMError(f"{path}: {with_article(model.family)} model does not translate; give an encoder-decoder (plm seq2seq train)")
+        raise PLMError(
+            f"{path}: {with_article(model.family)} model does not translate; "
+            "give an encoder-decoder (plm seq2seq train)"
+        )
     return model, Seq2SeqTokenizers.load(model_directory(path))
 
 
@@ -58,12 +63,15 @@ class DecodingOptions(Decoding):
 
 
 def recipe_decoding(family: str, **given: Any) -> DecodingOptions:
-    """The search of ``family``'s recipe (:class:`plm.models.recipe.Decoding`), with the options ``given`` in its place."""
+    """The search of ``family``'s recipe, with the options ``given`` in its place.
+
+    The recipe's search is a :class:`plm.models.recipe.Decoding`.
+    """
     return DecodingOptions(**(asdict(RECIPES[family].decoding) | given))
 
 
 def translate(
-    model: Decoder,
+    model: Seq2SeqModel,
     tokenizers: Seq2SeqTokenizers,
     sentences: Sequence[str],
     options: DecodingOptions = DecodingOptions(),
@@ -76,7 +84,7 @@ def translate(
 
 @torch.inference_mode()
 def translate_ids(
-    model: Decoder,
+    model: Seq2SeqModel,
     tokenizers: Seq2SeqTokenizers,
     sentences: Sequence[str],
     options: DecodingOptions = DecodingOptions(),
@@ -102,13 +110,13 @@ def translate_ids(
     budget = max(options.max_tokens // options.beam, max(map(len, sources)))
     batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), budget)
     check_search_memory(model, options, [[sources[i] for i in batch] for batch in batches])
-    bos, eos, pad = tokenizers.target.bos_id, tokenizers.target.eos_id, tokenizers.target.pad_id
+    bos, eos, pad = (tokenizers.target.required_id(role) for role in ("bos", "eos", "pad"))  # checked on loading
     alpha = options.length_penalty if options.beam > 1 else 0.0
     translations: list[list[int]] = [[] for _ in sentences]
     with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
               dynamic_ncols=True) as bar:
         for batch in batches:
-            source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.pad_id)
+            source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.required_id("pad"))
             start = torch.full((len(batch), 1), bos, dtype=torch.long, device=device)
             output = beam_search(
                 model, start, beam_size=options.beam, alpha=alpha, max_len_a=options.max_len_a,
@@ -121,7 +129,7 @@ def translate_ids(
     return translations
 
 
-def check_search_memory(model: Decoder, options: DecodingOptions, batches: list[list[list[int]]]) -> None:
+def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: list[list[list[int]]]) -> None:
     """Refuse a search whose largest batch would not fit in the memory free now, with the estimate: each of
     its beam x sentences hypotheses holds a decoding state and a row of scores over the vocabulary."""
     free = available_memory()

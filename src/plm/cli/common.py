@@ -8,6 +8,7 @@ import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from plm.cpu.int8 import QUANTIZATIONS, quantize
 from plm.device import DEVICES, PRECISIONS, resolve_device
@@ -32,7 +33,7 @@ class Parser(argparse.ArgumentParser):
     --help"); the deepest one also records its name as ``command_name`` for the errors of the run.
     """
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if self._subparsers is None:
             if extras:
@@ -80,8 +81,9 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def add_quantize(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, help="int8: the linear layers and token embeddings with "
-                        "int8 weights, on the CPU (a quarter of the bytes read per token; see the README's int8 section)")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS,
+                        help="int8: the linear layers and token embeddings with int8 weights, on the CPU (a quarter "
+                        "of the bytes read per token; see docs/huggingface.md, int8 weights)")
 
 
 def inference_device(args: argparse.Namespace) -> str:
@@ -89,7 +91,10 @@ def inference_device(args: argparse.Namespace) -> str:
     return "cpu" if getattr(args, "quantize", None) and args.device == "auto" else args.device
 
 
-def quantized(model: PretrainedModel, args: argparse.Namespace) -> PretrainedModel:
+ModelT = TypeVar("ModelT", bound=PretrainedModel)
+
+
+def quantized(model: ModelT, args: argparse.Namespace) -> ModelT:
     """``model`` with int8 weights when --quantize asks for them (a model saved quantized already is)."""
     return quantize(model, args.quantize) if getattr(args, "quantize", None) else model
 
@@ -168,7 +173,9 @@ def add_schedule(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lr", type=float, help="peak learning rate")
     group.add_argument("--min-lr", type=float, help="learning rate at the end of a cosine or linear decay")
     group.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr (at most --steps)")
-    group.add_argument("--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's")
+    group.add_argument(
+        "--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's"
+    )
     group.add_argument("--betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam/LAMB moment decay rates")
     group.add_argument("--eps", type=float, help="Adam/LAMB epsilon")
     group.add_argument("--weight-decay", type=float,

@@ -26,14 +26,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Convert a checkpoint between plm and Hugging Face transformers. The direction follows from "
         "--model: a plm model directory (or run) is written in the Hugging Face layout (config.json + "
         "model.safetensors), a Hugging Face directory in plm's, and a run whose checkpoint is sharded (--strategy "
-        "fsdp) is consolidated into one plm model directory, which loads on one process. The tokenizer is carried along when there is one. "
+        "fsdp) is consolidated into one plm model directory, which loads on one process. "
+        "The tokenizer is carried along when there is one. "
         "Weights are read with safetensors (or torch.load(weights_only=True)), never unpickled.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", required=True, help="the directory to convert")
     parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
-    parser.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty: the converted model takes its place whole, so no file of the old one stays")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a directory that is not empty: the converted model takes its place whole, "
+                        "so no file of the old one stays")
     parser.set_defaults(run=run)
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from plm.apps.text_pipelines import generate_text
 from plm.cli.common import HelpFormatter, add_device, add_seed, positive_int
+from plm.models import CausalLM
 from plm.training.pretrain import PretrainSetup, prepare
 from plm.training.trainer import TrainingConfig
 
@@ -22,7 +23,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", default="gpt2-mini", help="preset to train")
-    parser.add_argument("--steps", type=positive_int, default=500, help="optimizer steps (about 4 minutes on 2 CPU cores)")
+    parser.add_argument(
+        "--steps", type=positive_int, default=500, help="optimizer steps (about 4 minutes on 2 CPU cores)"
+    )
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per step")
     parser.add_argument("--block-size", type=positive_int, default=128, help="tokens per sequence")
     parser.add_argument("--vocab-size", type=positive_int, default=4096, help="tokenizer vocabulary")
@@ -35,7 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     print("1/4 building the corpus and training the tokenizer ...", flush=True)
     setup = PretrainSetup(
-        model=args.model, vocab_size=args.vocab_size, block_size=args.block_size, batch_size=args.batch_size, dropout=0.0
+        model=args.model, vocab_size=args.vocab_size, block_size=args.block_size, batch_size=args.batch_size,
+        dropout=0.0,
     )
     training = TrainingConfig(
         steps=args.steps,
@@ -49,12 +53,14 @@ def run(args: argparse.Namespace) -> None:
     )
     trainer, tokenizer = prepare(setup, training, args.out, overwrite=True)  # the demo's own run, made anew
     model = trainer.model
+    assert isinstance(model, CausalLM)  # a GPT preset
     print(f"    {len(tokenizer):,}-token BPE; {args.model}: {model.num_parameters():,} parameters")
     before = trainer.evaluate()
     print(f"2/4 validation perplexity before training: {before['val_perplexity']:,.1f}", flush=True)
     print(f"3/4 pre-training for {args.steps} steps of {args.batch_size} x {args.block_size} tokens ...", flush=True)
     after = trainer.train(overwrite=True)
-    print(f"    validation perplexity after training: {after['val_perplexity']:,.1f} (was {before['val_perplexity']:,.1f})")
+    print(f"    validation perplexity after training: {after['val_perplexity']:,.1f} "
+          f"(was {before['val_perplexity']:,.1f})")
     print("4/4 samples (greedy, then top-p 0.9 at temperature 0.8):")
     greedy = generate_text(model, tokenizer, PROMPTS, 40, repetition_penalty=1.2)
     sampled = generate_text(model, tokenizer, PROMPTS, 40, temperature=0.8, top_p=0.9, seed=args.seed)

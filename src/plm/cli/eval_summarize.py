@@ -45,7 +45,8 @@ def run_summarize(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.summaries)
     model, tokenizer = load_causal_lm(args.model, args.device)
     result = evaluate_summaries(
-        model, tokenizer, args.file, args.max_new_tokens, args.top_k, args.sentences, args.seed, args.batch_size, progress=True
+        model, tokenizer, args.file, args.max_new_tokens, args.top_k, args.sentences, args.seed, args.batch_size,
+        progress=True,
     )
     report(f"summaries (ROUGE F1 x 100): {args.file}", result.as_dict(), args.json)
     if args.summaries:

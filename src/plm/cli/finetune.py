@@ -42,7 +42,8 @@ EXAMPLES = """examples:
   plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
   # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
-  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features -4,-3,-2,-1 --combine concat
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa \
+--features -4,-3,-2,-1 --combine concat
   # the same tagger over the static (context-free) token embeddings alone: "no ELMo"
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0
   # [x_k; ELMo_k]: the static embeddings and a frozen plm ELMo's scalar mix of its layers
@@ -156,7 +157,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         tag_column=args.tag_column, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
-        max_steps=args.max_steps, pooling=args.pooling, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
+        max_steps=args.max_steps, pooling=args.pooling,
+        mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
         parallelism=parallelism(args), save_every=args.save_every,
     )
     setup.validate()

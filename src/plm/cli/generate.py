@@ -41,15 +41,27 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run")
     parser.add_argument("prompts", nargs="*", help="prompts (an empty string starts from nothing)")
     parser.add_argument("--prompt-file", help="a UTF-8 file with one prompt per line")
-    parser.add_argument("--max-new-tokens", type=positive_int, help=f"tokens to add to each prompt (default: {DEFAULT_NEW_TOKENS}, fewer when the context has less room left)")
+    parser.add_argument("--max-new-tokens", type=positive_int,
+                        help=f"tokens to add to each prompt (default: {DEFAULT_NEW_TOKENS}, fewer when the context "
+                        "has less room left)")
     parser.add_argument("--temperature", type=float, default=1.0, help="divide the logits by this before sampling")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="sample among the fewest tokens whose probability reaches p")
-    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="divide logits of tokens already present (CTRL)")
+    parser.add_argument(
+        "--top-p", type=float, default=1.0, help="sample among the fewest tokens whose probability reaches p"
+    )
+    parser.add_argument(
+        "--repetition-penalty", type=float, default=1.0, help="divide logits of tokens already present (CTRL)"
+    )
     parser.add_argument("--sample", action="store_true", help="sample even with the default temperature/top-k/top-p")
-    parser.add_argument("--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)")
-    parser.add_argument("--keep-last", type=positive_int, help="cut prompts longer than the context to their last N tokens")
-    parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence each step (slow; for checking)")
+    parser.add_argument(
+        "--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)"
+    )
+    parser.add_argument(
+        "--keep-last", type=positive_int, help="cut prompts longer than the context to their last N tokens"
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="recompute the whole sequence each step (slow; for checking)"
+    )
     parser.add_argument(
         "--compile", action="store_true",
         help="run the model through torch.compile: tens of seconds to compile (a C++ compiler on the CPU), "

@@ -50,9 +50,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--train", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
     parser.add_argument("--test", nargs="+", required=True, metavar="FILE", help="test text files (UTF-8)")
     parser.add_argument("--fpr", type=probability, default=1e-4, help="the Bloom filter's false-positive rate")
-    parser.add_argument("--expected-ngrams", type=positive_int, help="size the filter for this many 8-grams instead of counting")
+    parser.add_argument(
+        "--expected-ngrams", type=positive_int, help="size the filter for this many 8-grams instead of counting"
+    )
     parser.add_argument("--threshold", type=share, default=0.5, help="flag a document with at least this share found")
-    parser.add_argument("--split", choices=("blank-lines", "lines"), default="blank-lines", help="what a test document is")
+    parser.add_argument(
+        "--split", choices=("blank-lines", "lines"), default="blank-lines", help="what a test document is"
+    )
     add_json(parser)
     parser.set_defaults(run=run_overlap)
 

@@ -31,16 +31,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, help="a preset (gpt2-xl, bert-large, albert-base, ...)")
     parser.add_argument("--processes", type=positive_int, default=1, help="training processes (one GPU each)")
     parser.add_argument("--batch", type=positive_int, default=8, help="sequences per process per step")
-    parser.add_argument("--block", type=positive_int, help="tokens per sequence (default: the recipe's, at most the context)")
+    parser.add_argument(
+        "--block", type=positive_int, help="tokens per sequence (default: the recipe's, at most the context)"
+    )
     parser.add_argument("--strategy", choices=STRATEGIES, default="ddp",
                         help="ddp: every process holds everything; fsdp: parameters, gradients and optimizer state "
                         "sharded over the processes")
-    parser.add_argument("--offload", action="store_true", help="fsdp: keep the parameter and optimizer shards in CPU memory")
+    parser.add_argument(
+        "--offload", action="store_true", help="fsdp: keep the parameter and optimizer shards in CPU memory"
+    )
     parser.add_argument("--checkpoint-activations", action="store_true",
                         help="keep only each block's input and recompute its activations in backward")
     parser.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATES), default="adamw", help="its state per parameter")
     parser.add_argument("--device", default="auto", choices=DEVICES,
-                        help="what it trains on: auto is CUDA when this machine has it (the CPU keeps attention scores)")
+                        help="what it trains on: auto is CUDA when this machine has it "
+                        "(the CPU keeps attention scores)")
     parser.add_argument("--memory", default="auto", help="bytes per process, like 16GB or 80GiB; auto: this GPU's "
                         "free memory, or the available RAM shared by the processes")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")

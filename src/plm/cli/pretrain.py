@@ -55,7 +55,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="pre-train a language model on text",
         description="Pre-train a model with its paper's recipe: GPT next-token prediction (clm); BERT masked LM "
         "+ next-sentence prediction; ALBERT masked LM with n-gram masking + sentence-order prediction, LAMB; "
-        "DeBERTa masked LM; ELMo's biLM, forward and backward LM over words read as characters. Without --train it uses the embedded corpus; without --tokenizer it trains the "
+        "DeBERTa masked LM; ELMo's biLM, forward and backward LM over words read as characters. "
+        "Without --train it uses the embedded corpus; without --tokenizer it trains the "
         "paper's kind (byte-level BPE, WordPiece, Unigram, a word vocabulary) on the training text. "
         "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), "
         "tokenizer/, metrics.jsonl and training_config.json. Every argument is checked before anything is "
@@ -69,17 +70,30 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"a family ({', '.join(RECIPES)}: its small preset), a preset ({', '.join(PRESETS)}) "
         "or a plm model directory to continue",
     )
-    parser.add_argument("--objective", default="auto", choices=OBJECTIVES, help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm, elmo bilm)")
-    parser.add_argument("--whole-word", action="store_true", help="mask whole words, not sub-word tokens (masked-LM objectives)")
-    parser.add_argument("--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)")
-    parser.add_argument("--train", nargs="+", default=[], metavar="FILE", help="UTF-8 training text; documents are separated by blank lines")
-    parser.add_argument("--validation", nargs="+", default=[], metavar="FILE", help="validation text (default: 5%% of the documents held out)")
+    parser.add_argument("--objective", default="auto", choices=OBJECTIVES,
+                        help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm, elmo bilm)")
+    parser.add_argument(
+        "--whole-word", action="store_true", help="mask whole words, not sub-word tokens (masked-LM objectives)"
+    )
+    parser.add_argument(
+        "--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)"
+    )
+    parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
+                        help="UTF-8 training text; documents are separated by blank lines")
+    parser.add_argument("--validation", nargs="+", default=[], metavar="FILE",
+                        help="validation text (default: 5%% of the documents held out)")
     parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
-    parser.add_argument("--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given")
+    parser.add_argument(
+        "--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given"
+    )
     add_run_directory(parser, "runs/pretrain")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
-    parser.add_argument("--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)")
-    parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads (default: the preset's)")
+    parser.add_argument(
+        "--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)"
+    )
+    parser.add_argument("--dropout", type=float,
+                        help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads "
+                        "(default: the preset's)")
     add_schedule(parser)
     add_parallelism(parser)
     add_no_progress(parser)
@@ -116,5 +130,6 @@ def run(args: argparse.Namespace) -> None:
         print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f} (the terms' sum), perplexity "
               + ", ".join(f"{name} {value:.2f}" for name, value in each.items()))
     elif "val_perplexity" in metrics:
-        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, perplexity {metrics['val_perplexity']:.2f}")
+        print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, "
+              f"perplexity {metrics['val_perplexity']:.2f}")
     print(f"saved to {args.out}/checkpoint")

@@ -22,7 +22,8 @@ from plm.cli.common import (
     training_config,
 )
 from plm.cli.run_definition import RunFlags, run_definition
-from plm.models import PRESETS, RECIPES
+from plm.models import PRESETS, RECIPES, Seq2SeqModel
+from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.parallel import unsharded
@@ -86,14 +87,26 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument("--valid-tgt", help="validation targets")
     parser.add_argument("--valid-tsv", help="validation pairs as source<TAB>target")
     parser.add_argument("--tokenizer", help="directory with the tokenizer(s) to use instead of training new ones")
-    parser.add_argument("--vocab-size", type=positive_int, help="BPE vocabulary to train (default: 8000; 400 for the dates task)")
-    parser.add_argument("--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one")
-    parser.add_argument("--max-tokens", type=positive_int, default=2048, help="token budget of a batch (source + target, padding included)")
-    parser.add_argument("--label-smoothing", type=float, help="epsilon of label-smoothed cross entropy (default: the "
-                        "family's recipe: 0.1 for the Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
-    parser.add_argument("--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)")
-    parser.add_argument("--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best")
-    parser.add_argument("--dropout", type=float, help="one dropout rate in [0, 1) for the whole model (default: the preset's)")
+    parser.add_argument(
+        "--vocab-size", type=positive_int, help="BPE vocabulary to train (default: 8000; 400 for the dates task)"
+    )
+    parser.add_argument(
+        "--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one"
+    )
+    parser.add_argument("--max-tokens", type=positive_int, default=2048,
+                        help="token budget of a batch (source + target, padding included)")
+    parser.add_argument("--label-smoothing", type=float,
+                        help="epsilon of label-smoothed cross entropy (default: the family's recipe: 0.1 for the "
+                        "Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
+    parser.add_argument(
+        "--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)"
+    )
+    parser.add_argument(
+        "--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best"
+    )
+    parser.add_argument(
+        "--dropout", type=float, help="one dropout rate in [0, 1) for the whole model (default: the preset's)"
+    )
     add_run_directory(parser, "runs/seq2seq")
     add_schedule(parser)
     add_no_progress(parser)
@@ -116,7 +129,9 @@ def register_average(actions: argparse._SubParsersAction) -> None:
     add_model(parser, "the training run; its tokenizer(s) go with the average")
     parser.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
                         help="model directories to average instead of the run's snapshots")
-    parser.add_argument("--last", type=positive_int, metavar="N", help="the run's last N snapshots (default: all it kept)")
+    parser.add_argument(
+        "--last", type=positive_int, metavar="N", help="the run's last N snapshots (default: all it kept)"
+    )
     parser.add_argument("--out", required=True, help="model directory to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parser.set_defaults(run=run_average)
@@ -140,15 +155,17 @@ def run_train(args: argparse.Namespace) -> None:
 def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:
     """Train (in a run directory checked and locked), report the scores and draw the attention of a held-out pair."""
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
-    dropped, main = trainer.objective.dropped, trainer.distributed.is_main  # under torchrun, the first process reports
+    objective, model = trainer.objective, trainer.model
+    assert isinstance(objective, Seq2SeqObjective) and isinstance(model, Seq2SeqModel)  # what prepare_seq2seq builds
+    dropped, main = objective.dropped, trainer.distributed.is_main  # under torchrun, the first process reports
     if any(dropped.values()) and main:
         print(f"left out {dropped['train']} training and {dropped['validation']} validation pairs longer than the "
-              f"model's context of {trainer.model.context_length()} tokens", file=sys.stderr)
+              f"model's context of {model.context_length()} tokens", file=sys.stderr)
     metrics = trainer.train(resume=args.resume, overwrite=args.overwrite, definition=definition)
     if "val_bleu" in metrics and main:
         print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2f}%, "
               f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}")
-    model, held_out = trainer.model.eval(), trainer.objective.metric_pairs
+    model, held_out = model.eval(), objective.metric_pairs
     if held_out and getattr(model.config, "attention", None) != "none":
         heatmap = Path(args.out) / HEATMAP
         with unsharded(model):  # an FSDP run's processes gather the whole model together

@@ -27,7 +27,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="train a tokenizer: byte-level BPE (GPT-2), WordPiece (BERT) or Unigram (ALBERT)",
         description="Train a tokenizer with the tokenizers library. bpe: GPT-2's byte-level BPE (every byte is in "
         "the alphabet, so any text round-trips; merges never cross letters, digits, punctuation and spaces). "
-        "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. words: ELMo's vocabulary of the most frequent words, <UNK> for the rest. "
+        "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. "
+        "words: ELMo's vocabulary of the most frequent words, <UNK> for the rest. "
         "Writes tokenizer.json and tokenizer_config.json (special-token roles) into --out.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
@@ -48,7 +49,9 @@ def run_train(args: argparse.Namespace) -> None:
     if args.kind == "bpe":
         tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
     elif args.kind == "wordpiece":
-        tokenizer = Tokenizer.train_wordpiece(texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True)
+        tokenizer = Tokenizer.train_wordpiece(
+            texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True
+        )
     elif args.kind == "words":
         tokenizer = train_words(texts, args.vocab_size)
     else:

@@ -46,7 +46,9 @@ def add_decoding(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--max-len-a", type=float, help="a translation has at most a * source tokens + b tokens")
     search.add_argument("--max-len-b", type=int, help="see --max-len-a")
     search.add_argument("--length-penalty", type=float, help="GNMT's alpha for beam search (0: none)")
-    parser.add_argument("--max-tokens", type=positive_int, default=4096, help="source tokens per batch with a beam of 1; a beam of k takes a k-th of them, so memory does not grow with --beam")
+    parser.add_argument("--max-tokens", type=positive_int, default=4096,
+                        help="source tokens per batch with a beam of 1; a beam of k takes a k-th of them, "
+                        "so memory does not grow with --beam")
 
 
 def decoding_options(args: argparse.Namespace, family: str) -> DecodingOptions:

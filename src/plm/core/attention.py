@@ -117,7 +117,8 @@ class MultiHeadAttention(nn.Module):
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """memory W_K + b_K and memory W_V + b_V, in one product: the last two thirds."""
         bias = self.in_proj.bias[self.dim :] if self.in_proj.bias is not None else None
-        return linear(memory, self.in_proj.weight[self.dim :], bias).chunk(2, dim=-1)
+        keys, values = linear(memory, self.in_proj.weight[self.dim :], bias).chunk(2, dim=-1)
+        return keys, values
 
     def memory_cache(self, memory: torch.Tensor) -> KVCache:
         """The keys and values of ``memory`` (B, S, dim), full: pass it as ``memory`` at every decoding step."""
@@ -180,9 +181,11 @@ class MultiHeadAttention(nn.Module):
         values: torch.Tensor,
         mask: torch.Tensor | None,
         is_causal: bool,
-        **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, hd) tensors."""
+        """softmax(Q K^T / sqrt(d_k) + mask) V over (B, H, T, hd) tensors.
+
+        A family that changes the scores overrides this and takes its own keyword inputs.
+        """
         return self.scaled_dot_product(queries, keys, values, mask, is_causal, 1.0 / math.sqrt(self.head_dim))
 
     def scaled_dot_product(

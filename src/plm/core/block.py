@@ -72,12 +72,14 @@ class TransformerBlock(nn.Module):
     def __init__(
         self,
         config: BlockConfig,
-        attention: nn.Module | None = None,
-        feed_forward: nn.Module | None = None,
+        attention: MultiHeadAttention | None = None,
+        feed_forward: FeedForward | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = config.norm_first
-        self.attention = attention or MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
+        self.attention = attention or MultiHeadAttention(
+            config.dim, config.heads, config.attention_dropout, config.bias
+        )
         self.attention_norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
         self.cross_attention = (
             MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
@@ -111,8 +113,10 @@ class TransformerBlock(nn.Module):
             lambda h: self.attention(h, mask, is_causal=is_causal, cache=cache, packing=packing, **attention_inputs),
             self.attention_norm,
         )
-        if self.cross_attention is not None:
-            x = self.sublayer(x, lambda h: self.cross_attention(h, memory_mask, memory=memory), self.cross_attention_norm)
+        if self.cross_attention is not None and self.cross_attention_norm is not None:  # both or neither
+            x = self.sublayer(
+                x, lambda h: self.cross_attention(h, memory_mask, memory=memory), self.cross_attention_norm
+            )
         return self.sublayer(x, self.feed_forward, self.feed_forward_norm)
 
     def sublayer(self, x: torch.Tensor, layer, norm: nn.LayerNorm) -> torch.Tensor:

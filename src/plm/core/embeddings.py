@@ -53,6 +53,8 @@ class LearnedPositions(nn.Module):
 class SinusoidalPositions(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer)."""
 
+    table: torch.Tensor  # (max_positions, dim), a buffer
+
     def __init__(self, max_positions: int, dim: int) -> None:
         super().__init__()
         self.max_positions = max_positions

@@ -8,7 +8,7 @@ output as memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -18,7 +18,7 @@ from plm.core.masks import Packing
 
 
 def run_blocks(
-    blocks: Sequence[nn.Module],
+    blocks: Iterable[nn.Module],
     hidden: torch.Tensor,
     mask: torch.Tensor | None = None,
     *,
@@ -28,7 +28,7 @@ def run_blocks(
     memory_mask: torch.Tensor | None = None,
     hidden_states: list[torch.Tensor] | None = None,
     packing: Packing | None = None,
-    **attention_inputs: torch.Tensor,
+    attention_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """hidden (B, T, dim) through ``blocks`` in order; returns the last block's output.
 
@@ -40,17 +40,16 @@ def run_blocks(
     encoder's padded batch) hidden is the (tokens, dim) rows of the real tokens, and so
     is the result; the states appended are unpacked to (B, T, dim), zeros at padding.
     """
-    per_block_memory = isinstance(memory, (list, tuple))
     for index, block in enumerate(blocks):
         hidden = block(
             hidden,
             mask,
             is_causal=is_causal,
             cache=caches[index] if caches else None,
-            memory=memory[index] if per_block_memory else memory,
+            memory=memory[index] if isinstance(memory, (list, tuple)) else memory,
             memory_mask=memory_mask,
             packing=packing,
-            **attention_inputs,
+            **(attention_inputs or {}),
         )
         if hidden_states is not None:
             hidden_states.append(packing.unpack(hidden) if packing is not None else hidden)

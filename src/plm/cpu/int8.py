@@ -8,8 +8,8 @@ max |w_row| / 127), and multiplies with PyTorch's own int8-weight kernel
 (``aten._weight_int8pack_mm``). Everything between the products (norms, softmax, the
 residual stream, the KV cache, the logits) stays fp32; the product itself takes its
 input in bf16, because that is the kernel's vectorised path on the CPU (its fp32 path
-reads the weights several times slower than plm.cpu.linear's fp32 products). A quantized model is for inference: it has no
-parameters to train, and the trainer refuses it.
+reads the weights several times slower than plm.cpu.linear's fp32 products). A quantized
+model is for inference: it has no parameters to train, and the trainer refuses it.
 
 The int8 kernel pays off when a product has a few rows (decoding one token a sequence).
 With many rows (a prompt, a batch of beams) it can be slower than fp32 on a CPU with fast
@@ -21,6 +21,7 @@ property of the machine, so each shape times both at its first use and keeps the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -120,6 +121,9 @@ def aligned(values: torch.Tensor) -> torch.Tensor:
 class Int8Module(nn.Module):
     """A layer whose weight is an :class:`Int8Weight`: buffers ``weight_values`` and ``weight_scales``."""
 
+    weight_values: torch.Tensor
+    weight_scales: torch.Tensor
+
     def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
         int8 = Int8Weight.of(weight)
@@ -140,6 +144,8 @@ def align_loaded(module: Int8Module, incompatible_keys: object) -> None:
 class Int8Linear(Int8Module):
     """nn.Linear's product with an int8 weight; the bias stays fp32."""
 
+    bias: torch.Tensor | None  # a buffer
+
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__(linear.weight)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
@@ -159,7 +165,10 @@ class Int8Embedding(Int8Module):
         return self.weight.rows_of(ids)
 
 
-def quantize(model: nn.Module, kind: str = "int8") -> nn.Module:
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
+
+def quantize(model: ModelT, kind: str = "int8") -> ModelT:
     """Replace ``model``'s linear layers and its token embeddings by int8 ones, in place; returns the model.
 
     The embeddings are those the model names as its vocabulary tables

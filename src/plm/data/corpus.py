@@ -118,7 +118,7 @@ def _docstrings(path: Path) -> str:
     return "\n\n".join(doc.strip() for doc in docs if doc and doc.strip())
 
 
-def _definitions(node: ast.AST) -> Iterator[ast.AST]:
+def _definitions(node: ast.AST) -> Iterator[ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef]:
     """Classes and functions under ``node``; expressions are skipped, as none holds one."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

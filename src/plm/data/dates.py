@@ -93,7 +93,7 @@ def date_pairs(count: int, seed: int, held_out: bool = False) -> list[SentencePa
     """``count`` (date in a random style, ISO date) pairs; ``held_out`` draws only from the held-out days."""
     rng = random.Random(seed)
     first, last = FIRST_DAY.toordinal(), LAST_DAY.toordinal()
-    pairs = []
+    pairs: list[SentencePair] = []
     while len(pairs) < count:
         date = datetime.date.fromordinal(rng.randint(first, last))
         if is_held_out(date) == held_out:

@@ -111,11 +111,11 @@ class Seq2SeqTokenizers:
         return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None)
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        eos = self.source.eos_id
+        eos = self.source.required_id("eos")
         return [ids + [eos] for ids in self.source.encode_batch(texts)]
 
     def encode_targets(self, texts: Sequence[str]) -> list[list[int]]:
-        bos, eos = self.target.bos_id, self.target.eos_id
+        bos, eos = self.target.required_id("bos"), self.target.required_id("eos")
         return [[bos, *ids, eos] for ids in self.target.encode_batch(texts)]
 
     def decode_targets(self, rows: Sequence[Sequence[int]]) -> list[str]:
@@ -136,7 +136,9 @@ class EncodedPairs:
 
     @classmethod
     def of(cls, pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers) -> EncodedPairs:
-        return cls(tokenizers.encode_sources([p.source for p in pairs]), tokenizers.encode_targets([p.target for p in pairs]))
+        return cls(
+            tokenizers.encode_sources([p.source for p in pairs]), tokenizers.encode_targets([p.target for p in pairs])
+        )
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -169,11 +171,12 @@ def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_
 
 
 def token_budget_batches(data: EncodedPairs, max_tokens: int) -> list[list[int]]:
-    """Indices of pairs grouped by length, each group's padded size (rows x (longest source + longest target)) <= max_tokens.
+    """Indices of pairs grouped by length, each group's padded size at most ``max_tokens``.
 
-    Pairs are sorted by (source, target) length, so a batch holds sentences of similar
-    lengths and little padding (fairseq's ``--max-tokens``). A pair alone over the
-    budget is an error: it could never be trained on.
+    A group's padded size is rows x (longest source + longest target). Pairs are sorted
+    by (source, target) length, so a batch holds sentences of similar lengths and little
+    padding (fairseq's ``--max-tokens``). A pair alone over the budget is an error: it
+    could never be trained on.
     """
     order = sorted(range(len(data)), key=lambda i: (len(data.sources[i]), len(data.targets[i])))
     batches: list[list[int]] = []

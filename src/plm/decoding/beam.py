@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,14 @@ class BeamSearchOutput:
     sequences: torch.Tensor  # (batch, prompt_length + longest hypothesis): prompt, hypothesis, then padding
     scores: torch.Tensor  # (batch,) log P(hypothesis) / lp(hypothesis)
     lengths: torch.Tensor  # (batch,) new tokens in the hypothesis, EOS included
+
+
+@overload
+def length_penalty(length: int, alpha: float) -> float: ...
+
+
+@overload
+def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor: ...
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:

@@ -12,7 +12,7 @@ at a time (what streaming needs); :func:`generate` collects its tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -172,7 +172,7 @@ def decode_steps(
     compile: bool = False,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
-) -> Iterator[Step]:
+) -> Generator[Step, None, None]:
     """The steps of :func:`generate` one at a time, for a caller that streams tokens or wants their probabilities.
 
     The options and the prompt are checked here, before the first step; iterating runs the
@@ -205,7 +205,7 @@ def _steps(
     eos_token_id: int | None,
     pad: int,
     stop: StopStrings | None,
-) -> Iterator[Step]:
+) -> Generator[Step, None, None]:
     """The decoding loop over checked inputs (see :func:`decode_steps`); ``start()`` starts the model's decoding."""
     was_training = model.training
     model.eval()

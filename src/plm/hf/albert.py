@@ -20,7 +20,7 @@ from plm.models.albert import AlbertConfig
 
 
 @register
-class AlbertConverter(EncoderConverter):
+class AlbertConverter(EncoderConverter[AlbertConfig]):
     family = "albert"
     model_types = ("albert",)
     config_class = AlbertConfig
@@ -77,7 +77,9 @@ class AlbertConverter(EncoderConverter):
         if config.sharing not in ("all", "none"):
             raise PLMError(f"an ALBERT that shares only {config.sharing!r} layers has no Hugging Face equivalent")
         if config.embedding_dim is None:
-            raise PLMError("an ALBERT without factorized embeddings (embedding_dim=None) has no Hugging Face equivalent")
+            raise PLMError(
+                "an ALBERT without factorized embeddings (embedding_dim=None) has no Hugging Face equivalent"
+            )
         groups, inner = self.groups(config)
         return {
             "embedding_size": config.embedding_dim,

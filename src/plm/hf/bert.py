@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 import torch
 
@@ -24,7 +24,7 @@ from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
 from plm.hf.io import Converter, HFWeights, register
 from plm.models.bert import BertConfig
-from plm.models.encoder import EncoderConfig
+from plm.models.encoder import ConfigT, EncoderConfig
 
 # HF activation -> plm activation; saving writes the first HF name of a plm activation.
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -55,7 +55,7 @@ def linear(hf: str, plm: str) -> list[tuple[str, str]]:
     return [(f"{hf}.weight", f"{plm}.weight"), (f"{hf}.bias", f"{plm}.bias")]
 
 
-class EncoderConverter(Converter):
+class EncoderConverter(Converter, Generic[ConfigT]):
     """The mapping of a BERT-style encoder; a subclass names its tensors and architectures.
 
     Every HF name below is the one in a model with heads (``bert.`` / ``albert.``
@@ -84,19 +84,25 @@ class EncoderConverter(Converter):
                 raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
         for key, value in VARIANTS.items():
             if hf.get(key, value) != value:
-                raise PLMError(f"{source}: {key}={hf[key]!r} is {with_article(self.family)} variant that plm does not implement")
+                raise PLMError(
+                    f"{source}: {key}={hf[key]!r} is {with_article(self.family)} variant that plm does not implement"
+                )
         if hf["hidden_act"] not in ACTIVATIONS:
-            raise PLMError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}")
+            raise PLMError(
+                f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}"
+            )
         architecture = (hf.get("architectures") or [next(iter(self.architectures))])[0]
         if architecture not in self.architectures:
-            raise PLMError(f"{source}: architecture {architecture} is not supported; plm reads {', '.join(self.architectures)}")
+            raise PLMError(
+                f"{source}: architecture {architecture} is not supported; plm reads {', '.join(self.architectures)}"
+            )
         pooler, heads = self.architectures[architecture]
         values = {plm: hf[key] for key, plm in CONFIG_FIELDS.items()}
         values.update(activation=ACTIVATIONS[hf["hidden_act"]], pooler=pooler, pretraining_heads=heads)
         values.update(self.family_config_from_hf(hf, source))
         return config_from_dict(self.config_class, values, source)
 
-    def config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+    def config_to_hf(self, config: ConfigT) -> dict[str, Any]:
         if config.norm_first or not config.absolute_positions or not config.segments:
             raise PLMError(
                 f"{with_article(self.family)} encoder with norm_first={config.norm_first}, absolute_positions="
@@ -111,29 +117,29 @@ class EncoderConverter(Converter):
             **self.family_config_to_hf(config),
         }
 
-    def architecture(self, config: EncoderConfig) -> str:
+    def architecture(self, config: ConfigT) -> str:
         """The architecture with exactly the heads of ``config``; the bare one needs the pooler."""
         for name, (pooler, heads) in self.architectures.items():
             if set(heads) == set(config.pretraining_heads) and (heads or config.pooler):
                 return name
         raise PLMError(
-            f"{with_article(self.family)} encoder with pooler={config.pooler} and heads {config.pretraining_heads} has no "
-            f"Hugging Face architecture ({', '.join(self.architectures)})"
+            f"{with_article(self.family)} encoder with pooler={config.pooler} and heads {config.pretraining_heads} "
+            f"has no Hugging Face architecture ({', '.join(self.architectures)})"
         )
 
     def family_config_from_hf(self, hf: dict[str, Any], source: str) -> dict[str, Any]:
         return {}
 
-    def family_config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+    def family_config_to_hf(self, config: ConfigT) -> dict[str, Any]:
         return {}
 
     # Weights --------------------------------------------------------------------------
 
-    def block_indices(self, config: EncoderConfig) -> list[tuple[int, ...]]:
+    def block_indices(self, config: ConfigT) -> list[tuple[int, ...]]:
         """What ``layer_prefix`` is formatted with for plm's blocks 0, 1, ..."""
         return [(index,) for index in range(config.layers)]
 
-    def embedding_pairs(self, config: EncoderConfig) -> list[tuple[str, str]]:
+    def embedding_pairs(self, config: ConfigT) -> list[tuple[str, str]]:
         prefix = f"{self.base_prefix}embeddings."
         return [
             (f"{prefix}word_embeddings.weight", "embeddings.word.weight"),
@@ -142,7 +148,7 @@ class EncoderConverter(Converter):
             *linear(f"{prefix}LayerNorm", "embeddings.norm"),
         ]
 
-    def name_pairs(self, config: EncoderConfig) -> list[tuple[list[str], str]]:
+    def name_pairs(self, config: ConfigT) -> list[tuple[list[str], str]]:
         """([HF names], plm name) of every tensor; Q, K and V are three HF names for one plm one."""
         pairs = [([hf], plm) for hf, plm in self.embedding_pairs(config)]
         for index, hf_index in enumerate(self.block_indices(config)):
@@ -156,7 +162,7 @@ class EncoderConverter(Converter):
             pairs = [([name.removeprefix(self.base_prefix) for name in hf], plm) for hf, plm in pairs]
         return pairs
 
-    def head_pairs(self, config: EncoderConfig) -> list[tuple[str, str]]:
+    def head_pairs(self, config: ConfigT) -> list[tuple[str, str]]:
         pairs = linear(f"{self.base_prefix}{self.pooler}", "pooler.dense") if config.pooler else []
         if "mlm" in config.pretraining_heads:
             for hf, plm in self.mlm_names.items():
@@ -166,7 +172,7 @@ class EncoderConverter(Converter):
             pairs += linear(self.pair_head, "pair_head.classifier")
         return pairs
 
-    def weights_from_hf(self, weights: HFWeights, config: EncoderConfig) -> dict[str, torch.Tensor]:
+    def weights_from_hf(self, weights: HFWeights, config: ConfigT) -> dict[str, torch.Tensor]:
         if not config.pretraining_heads:  # from_pretrained reads the bare encoder out of a model with heads too
             weights.strip_prefix(self.base_prefix)
         weights.discard(r"(.*\.)?embeddings\.position_ids")  # a buffer that older transformers saved
@@ -178,16 +184,16 @@ class EncoderConverter(Converter):
             self.check_tied(weights, f"{self.mlm_decoder}.bias", state["mlm_head.bias"])
         return state
 
-    def weights_to_hf(self, state: dict[str, torch.Tensor], config: EncoderConfig) -> dict[str, torch.Tensor]:
+    def weights_to_hf(self, state: dict[str, torch.Tensor], config: ConfigT) -> dict[str, torch.Tensor]:
         # A bare encoder is written as it is (a task checkpoint's backbone may have no pooler).
         pooler = config.pooler if not config.pretraining_heads else self.architectures[self.architecture(config)][0]
-        tensors = {}
+        tensors: dict[str, torch.Tensor] = {}
         for hf, plm in self.name_pairs(dataclasses.replace(config, pooler=pooler)):
             parts = [part.clone() for part in state[plm].chunk(len(hf))] if len(hf) > 1 else [state[plm]]
             tensors.update(zip(hf, parts))
         return tensors
 
-    def discard_other_heads(self, weights: HFWeights, config: EncoderConfig) -> None:
+    def discard_other_heads(self, weights: HFWeights, config: ConfigT) -> None:
         """Drop the pooler and heads that this architecture lacks but others of the family have."""
         prefix = self.base_prefix if config.pretraining_heads else ""  # a bare encoder's names lost it already
         unused = [] if config.pooler else [f"{prefix}{self.pooler}"]
@@ -205,7 +211,7 @@ class EncoderConverter(Converter):
 
 
 @register
-class BertConverter(EncoderConverter):
+class BertConverter(EncoderConverter[BertConfig]):
     family = "bert"
     model_types = ("bert",)
     config_class = BertConfig
@@ -243,7 +249,7 @@ class BertConverter(EncoderConverter):
     mlm_decoder = "cls.predictions.decoder"
     pair_head = "cls.seq_relationship"
 
-    def family_config_to_hf(self, config: EncoderConfig) -> dict[str, Any]:
+    def family_config_to_hf(self, config: BertConfig) -> dict[str, Any]:
         if config.embedding_dim is not None:
             raise PLMError("a BERT with factorized embeddings (embedding_dim) has no Hugging Face equivalent")
         if config.pair_head_dropout:

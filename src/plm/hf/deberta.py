@@ -90,7 +90,9 @@ class DebertaConverter(Converter):
         if hf.get("talking_head", False):
             raise PLMError(f"{source}: talking_head is a DeBERTa variant that plm does not implement")
         if hf["hidden_act"] not in ACTIVATIONS:
-            raise PLMError(f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}")
+            raise PLMError(
+                f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}"
+            )
         terms = hf["pos_att_type"] or []
         if isinstance(terms, str):  # the old "c2p|p2c" form
             terms = [term.strip() for term in terms.lower().split("|")]
@@ -105,7 +107,9 @@ class DebertaConverter(Converter):
             )
         architectures = hf.get("architectures") or ["DebertaModel"]
         if architectures[0] not in ("DebertaModel", "DebertaForMaskedLM"):
-            raise PLMError(f"{source}: {architectures[0]} is not supported; plm reads DebertaModel and DebertaForMaskedLM")
+            raise PLMError(
+                f"{source}: {architectures[0]} is not supported; plm reads DebertaModel and DebertaForMaskedLM"
+            )
         relative = hf["max_relative_positions"]
         values = dict(
             vocab_size=hf["vocab_size"],
@@ -230,7 +234,10 @@ def take_mlm_head(weights: HFWeights, word_embeddings: torch.Tensor) -> dict[str
     legacy = "cls.predictions.bias" in weights
     head = {f"mlm_head.{plm}": weights.take(names[0 if legacy else 1]) for plm, names in MLM_HEAD_NAMES.items()}
     if legacy:
-        tied = {"cls.predictions.decoder.weight": word_embeddings, "cls.predictions.decoder.bias": head["mlm_head.bias"]}
+        tied = {
+            "cls.predictions.decoder.weight": word_embeddings,
+            "cls.predictions.decoder.bias": head["mlm_head.bias"],
+        }
         for name, tensor in tied.items():
             if name in weights and not torch.equal(weights.take(name), tensor):
                 raise PLMError(f"{weights.source}: {name} differs from the tensor it is tied to in plm")

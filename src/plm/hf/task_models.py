@@ -67,8 +67,12 @@ def classes(name: str, tasks: tuple[str, ...]) -> dict[str, str]:
 ALL_TASKS = (CLASSIFY, TAG, SPAN, CHOICE)
 LAYOUTS = {  # by model_type
     "bert": Layout("bert.", "BertModel", classes("Bert", ALL_TASKS), "classifier_dropout", "cls", "backbone"),
-    "albert": Layout("albert.", "AlbertModel", classes("Albert", ALL_TASKS), "classifier_dropout_prob", "cls", "backbone"),
-    "deberta": Layout("deberta.", "DebertaModel", classes("Deberta", (CLASSIFY, TAG, SPAN)), "cls_dropout", "cls", "own"),
+    "albert": Layout(
+        "albert.", "AlbertModel", classes("Albert", ALL_TASKS), "classifier_dropout_prob", "cls", "backbone"
+    ),
+    "deberta": Layout(
+        "deberta.", "DebertaModel", classes("Deberta", (CLASSIFY, TAG, SPAN)), "cls_dropout", "cls", "own"
+    ),
     "gpt2": Layout("transformer.", "GPT2Model", classes("GPT2", (CLASSIFY,)), None, "last", None, score=True),
     "openai-gpt": Layout(
         "transformer.", "OpenAIGPTModel", classes("OpenAIGPT", (CLASSIFY,)), None, "last", None, score=True
@@ -105,8 +109,8 @@ class TaskConverter(Converter):
             names = ()
         dropout = 0.0
         if layout.dropout_field is not None:
-            dropout = hf.get(layout.dropout_field)
-            dropout = hf.get("hidden_dropout_prob", 0.1) if dropout is None else dropout
+            given = hf.get(layout.dropout_field)
+            dropout = hf.get("hidden_dropout_prob", 0.1) if given is None else given
         own_pooler = self.context_pooler(hf, backbone.dim, source) if layout.own_pooler(task) else None
         head = HeadConfig(
             task,
@@ -124,9 +128,13 @@ class TaskConverter(Converter):
     def context_pooler(hf: dict[str, Any], dim: int, source: str) -> str:
         """The activation of DeBERTa's ContextPooler; what plm's pooler cannot be is an error."""
         if hf.get("pooler_hidden_size", dim) != dim:
-            raise PLMError(f"{source}: pooler_hidden_size {hf['pooler_hidden_size']} != hidden_size is not supported by plm")
+            raise PLMError(
+                f"{source}: pooler_hidden_size {hf['pooler_hidden_size']} != hidden_size is not supported by plm"
+            )
         if hf.get("pooler_dropout", 0):
-            raise PLMError(f"{source}: pooler_dropout {hf['pooler_dropout']} is not supported by plm (its pooler has none)")
+            raise PLMError(
+                f"{source}: pooler_dropout {hf['pooler_dropout']} is not supported by plm (its pooler has none)"
+            )
         activation = hf.get("pooler_hidden_act", "gelu")
         if activation not in ("gelu", "tanh", "relu"):
             raise PLMError(f"{source}: pooler_hidden_act {activation!r} is not supported; plm reads gelu, tanh, relu")
@@ -149,7 +157,9 @@ class TaskConverter(Converter):
         if layout.dropout_field is not None:
             hf[layout.dropout_field] = head.dropout
         if head.pooler_activation is not None:
-            hf.update(pooler_hidden_act=head.pooler_activation, pooler_hidden_size=config.backbone.dim, pooler_dropout=0.0)
+            hf.update(
+                pooler_hidden_act=head.pooler_activation, pooler_hidden_size=config.backbone.dim, pooler_dropout=0.0
+            )
         return hf
 
     @staticmethod
@@ -163,11 +173,15 @@ class TaskConverter(Converter):
         head = config.head
         if head.task not in layout.classes:
             known = ", ".join(layout.classes.values())
-            raise PLMError(f"Hugging Face has no {config.backbone_family} class for the {head.task} task (only {known})")
+            raise PLMError(
+                f"Hugging Face has no {config.backbone_family} class for the {head.task} task (only {known})"
+            )
         reads_pooler = head.task in (CLASSIFY, CHOICE)
         has_pooler = getattr(config.backbone, "pooler", False)
         differences = {
-            f"pooling {head.pooling!r} (Hugging Face's is {layout.pooling!r})": reads_pooler and head.pooling != layout.pooling,
+            f"pooling {head.pooling!r} (Hugging Face's is {layout.pooling!r})": (
+                reads_pooler and head.pooling != layout.pooling
+            ),
             "an output layer without bias" if head.bias else "an output layer with a bias": head.bias == layout.score,
             "a backbone pooler where Hugging Face's class has none, or none where it has one": (
                 has_pooler != (layout.pooler == "backbone" and reads_pooler)
@@ -175,7 +189,9 @@ class TaskConverter(Converter):
             "a pooler of its own where Hugging Face's class has none, or none where it has one": (
                 (head.pooler_activation is not None) != layout.own_pooler(head.task)
             ),
-            "dropout before the classifier (Hugging Face's has none)": layout.dropout_field is None and head.dropout > 0,
+            "dropout before the classifier (Hugging Face's has none)": (
+                layout.dropout_field is None and head.dropout > 0
+            ),
             "pairs read in both orders (GPT-1's similarity form)": head.symmetric,
         }
         for difference, present in differences.items():
@@ -208,7 +224,9 @@ class TaskConverter(Converter):
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: TaskConfig) -> dict[str, torch.Tensor]:
         layout = self.layout(config)
-        backbone_state = {name.removeprefix("backbone."): t for name, t in state.items() if name.startswith("backbone.")}
+        backbone_state = {
+            name.removeprefix("backbone."): t for name, t in state.items() if name.startswith("backbone.")
+        }
         backbone = BY_FAMILY[config.backbone_family].weights_to_hf(backbone_state, config.backbone)
         tensors = {layout.prefix + name.removeprefix(layout.prefix): tensor for name, tensor in backbone.items()}
         tensors.update({hf: state[plm] for hf, plm in self.head_pairs(config, layout)})

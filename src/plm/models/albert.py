@@ -96,7 +96,7 @@ RECIPE = PretrainingRecipe(
 )
 
 
-class Albert(Encoder):
+class Albert(Encoder[AlbertConfig]):
     family = "albert"
     config_class = AlbertConfig
 
@@ -136,7 +136,7 @@ class Albert(Encoder):
             for _ in range(config.layers)
         )
 
-    def layers(self) -> Sequence[nn.Module]:
+    def layers(self) -> nn.ModuleList | Sequence[nn.Module]:
         config = self.config
         if config.sharing != "all":
             return self.blocks

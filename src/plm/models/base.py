@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, cast
 
 import torch
 from torch import nn
 
-from plm.core import KVCache
+from plm.core import KVCache, TransformerBlock
 from plm.decoding.generation import generate
 from plm.errors import PLMError, with_article
 
@@ -35,7 +36,7 @@ class PretrainedModel(nn.Module):
     """Base of every family's model. Subclasses set ``family`` and ``config_class``."""
 
     family: ClassVar[str]
-    config_class: ClassVar[type]
+    config_class: ClassVar[type[Any]]
     # How a task model (plm.tasks) pools this backbone's states into one vector per sequence by
     # default: "cls", the [CLS] vector (through the pooler when there is one), or "last", the last real token;
     # None: no task head goes on this model (an encoder-decoder, ELMo).
@@ -52,7 +53,9 @@ class PretrainedModel(nn.Module):
         A model with its head built in (a causal LM's tied output layer) takes none.
         """
         if heads:
-            raise PLMError(f"{with_article(cls.family)} model has no pre-training heads; {'+'.join(heads)} needs an encoder")
+            raise PLMError(
+                f"{with_article(cls.family)} model has no pre-training heads; {'+'.join(heads)} needs an encoder"
+            )
         return config
 
     @classmethod
@@ -87,7 +90,7 @@ class PretrainedModel(nn.Module):
         variance of the residual stream does not grow with depth.
         """
         scaled = std / math.sqrt(2 * len(blocks))
-        for block in blocks:
+        for block in cast(Iterable[TransformerBlock], blocks):  # a ModuleList does not type its modules
             nn.init.normal_(block.attention.out_proj.weight, std=scaled)
             nn.init.normal_(block.feed_forward.fc_out.weight, std=scaled)
 
@@ -182,7 +185,13 @@ class CausalLM(PretrainedModel):
         )
 
     @torch.inference_mode()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None, **options: Any) -> torch.Tensor:
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int = 32,
+        attention_mask: torch.Tensor | None = None,
+        **options: Any,
+    ) -> torch.Tensor:
         """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
 
         See :func:`plm.decoding.generation.generate` for the options.
@@ -222,8 +231,8 @@ class Seq2SeqModel(PretrainedModel):
         if source_ids.shape[0] != prompt.shape[0]:
             raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
         if prompt_mask is not None and not bool(prompt_mask.all()):
-            raise PLMError(f"{with_article(self.family)} decoder reads its target prefix from the first token: give every row "
-                           "the same prefix length, unpadded")
+            raise PLMError(f"{with_article(self.family)} decoder reads its target prefix from the first token: "
+                           "give every row the same prefix length, unpadded")
         return self.start_from_source(source_ids, source_mask, max_length, use_cache=use_cache, compile=compile)
 
     def start_from_source(

@@ -205,7 +205,8 @@ class DisentangledAttention(MultiHeadAttention):
         # Only distances in (-span, span) occur, so only those 2 * span rows of P are projected.
         k = self.max_relative_positions
         span = min(max(query_length, key_length), k)
-        table = self.position_dropout(relative_embeddings[k - span : k + span])  # (2span, dim); row r: distance r - span
+        # table: (2span, dim); row r: distance r - span
+        table = self.position_dropout(relative_embeddings[k - span : k + span])
         if query_length == key_length == span:
             return self.unclipped_position_scores(queries, keys, table)
         shape = (batch, heads, query_length, key_length)
@@ -226,6 +227,7 @@ class DisentangledAttention(MultiHeadAttention):
                 distance = query_to_key  # delta(i, j), as the released code computes it
             p2c = p2c.gather(-2, distance.expand(shape))
             scores = p2c if scores is None else scores + p2c
+        assert scores is not None  # attend asks for them only when there are position terms
         return scores
 
     def unclipped_position_scores(self, queries: torch.Tensor, keys: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -254,6 +256,7 @@ class DisentangledAttention(MultiHeadAttention):
             p2c = diagonals(keys @ position_queries.transpose(-1, -2), span if released else span - 1)  # (B, H, S, T)
             p2c = p2c.transpose(-1, -2)
             scores = p2c if scores is None else scores + p2c
+        assert scores is not None  # attend asks for them only when there are position terms
         return scores
 
 
@@ -352,14 +355,14 @@ class EnhancedMaskDecoder(nn.Module):
         return queries
 
 
-class Deberta(Encoder):
+class Deberta(Encoder[DebertaConfig]):
     family = "deberta"
     config_class = DebertaConfig
 
     def __init__(self, config: DebertaConfig) -> None:
         super().__init__(config)
         if config.position_terms:  # P: one table for all layers
-            self.relative_embeddings = nn.Embedding(2 * config.max_relative_positions, config.dim)
+            self.relative_embeddings: nn.Embedding | None = nn.Embedding(2 * config.max_relative_positions, config.dim)
             nn.init.normal_(self.relative_embeddings.weight, std=0.02)
         else:
             self.relative_embeddings = None
@@ -382,7 +385,7 @@ class Deberta(Encoder):
             score_bias=bool(config.position_terms),
         )
 
-    def build_attention(self, config: DebertaConfig) -> nn.Module:
+    def build_attention(self, config: DebertaConfig) -> DisentangledAttention:
         return DisentangledAttention(
             config.dim,
             config.heads,

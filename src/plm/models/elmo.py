@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +65,16 @@ class ElmoConfig:
         if self.highway_layers < 0:
             raise PLMError(f"ElmoConfig.highway_layers should be >= 0, got {self.highway_layers}")
         if not self.filters or any(not (1 <= width <= MAX_CHARACTERS and count >= 1) for width, count in self.filters):
-            raise PLMError(f"ElmoConfig.filters should be (width 1..{MAX_CHARACTERS}, count >= 1) pairs, got {self.filters}")
+            raise PLMError(
+                f"ElmoConfig.filters should be (width 1..{MAX_CHARACTERS}, count >= 1) pairs, got {self.filters}"
+            )
         if self.lstm_dim <= self.projection_dim:
             raise PLMError(f"ElmoConfig.lstm_dim ({self.lstm_dim}) must exceed projection_dim ({self.projection_dim})")
         cutoffs = self.adaptive_cutoffs
         if cutoffs and (list(cutoffs) != sorted(set(cutoffs)) or cutoffs[0] < 1 or cutoffs[-1] >= self.vocab_size):
-            raise PLMError(f"ElmoConfig.adaptive_cutoffs should increase within 1..{self.vocab_size - 1}, got {cutoffs}")
+            raise PLMError(
+                f"ElmoConfig.adaptive_cutoffs should increase within 1..{self.vocab_size - 1}, got {cutoffs}"
+            )
 
 
 PRESETS = {
@@ -104,9 +109,10 @@ class Highway(nn.Module):
 
     def __init__(self, dim: int, layers: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(dim, 2 * dim) for _ in range(layers))
-        for layer in self.layers:
-            nn.init.constant_(layer.bias[dim:], 1.0)  # the gate starts open toward carrying x through
+        linears = [nn.Linear(dim, 2 * dim) for _ in range(layers)]
+        for linear in linears:
+            nn.init.constant_(linear.bias[dim:], 1.0)  # the gate starts open toward carrying x through
+        self.layers = nn.ModuleList(linears)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
@@ -144,7 +150,8 @@ class CharacterCNN(nn.Module):
         # spellings: (U, chars), the distinct rows; occurrence: (B * W,), each word's row in spellings
         spellings, occurrence = torch.unique(chars.reshape(batch * words, chars.shape[-1]), dim=0, return_inverse=True)
         x = self.embedding(spellings)  # (U, chars, char_dim)
-        pooled = torch.cat([F.relu(convolve(x, conv).amax(dim=1)) for conv in self.convolutions], dim=-1)
+        convolutions = cast(Iterable[nn.Conv1d], self.convolutions)  # a ModuleList does not type its modules
+        pooled = torch.cat([F.relu(convolve(x, conv).amax(dim=1)) for conv in convolutions], dim=-1)
         return self.projection(self.highway(pooled))[occurrence].view(batch, words, -1)  # pooled: (U, filters)
 
 
@@ -156,7 +163,9 @@ def convolve(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     relu (the same as relu first: it is monotone).
     """
     count, dim, width = conv.weight.shape
-    windows = x.unfold(1, width, 1).flatten(2)  # (N, chars - width + 1, dim * width), in the weight's (dim, width) order
+    assert conv.bias is not None  # CharacterCNN's convolutions have one
+    # windows: (N, chars - width + 1, dim * width), in the weight's (dim, width) order
+    windows = x.unfold(1, width, 1).flatten(2)
     return torch.addmm(conv.bias, windows.flatten(0, 1), conv.weight.view(count, dim * width).t()).view(
         *windows.shape[:2], count
     )
@@ -194,8 +203,9 @@ class Elmo(PretrainedModel):
         self.backward_lstms = self._lstm_stack(config)
         self.dropout = nn.Dropout(config.dropout)
         if config.adaptive_cutoffs:
-            self.softmax = nn.AdaptiveLogSoftmaxWithLoss(config.projection_dim, config.vocab_size,
-                                                         list(config.adaptive_cutoffs), div_value=4.0)
+            self.softmax: nn.AdaptiveLogSoftmaxWithLoss | nn.Linear = nn.AdaptiveLogSoftmaxWithLoss(
+                config.projection_dim, config.vocab_size, list(config.adaptive_cutoffs), div_value=4.0
+            )
         else:
             self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
 
@@ -214,12 +224,13 @@ class Elmo(PretrainedModel):
         next_words: torch.Tensor | None = None,
         previous_words: torch.Tensor | None = None,
     ) -> BiLMOutput:
-        """chars: (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`; mask: (batch, words), 0 at padding.
+        """The biLM over ``chars``, (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`.
 
-        With targets (word ids, (batch, words)): ``next_words`` are what the forward LM
-        predicts at each position, ``previous_words`` the backward LM's; their summed
-        negative log-likelihoods come back as ``forward_loss`` and ``backward_loss``. States
-        at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them.
+        ``mask`` is (batch, words), 0 at padding. With targets (word ids, (batch, words)):
+        ``next_words`` are what the forward LM predicts at each position, ``previous_words``
+        the backward LM's; their summed negative log-likelihoods come back as ``forward_loss``
+        and ``backward_loss``. States at padding positions are left as computed (not zeroed):
+        :meth:`embed` zeroes them.
         """
         token = self.token_encoder(chars)
         lengths = None if mask is None else mask.sum(dim=1)
@@ -336,7 +347,9 @@ def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: 
     Returns (sentence index, similarity) pairs, nearest first; a sentence equal to the
     query is left out. The vector of a sentence is that of the word's first occurrence.
     """
-    candidates = [index for index, sentence in enumerate(sentences) if word in sentence and list(sentence) != list(query)]
+    candidates = [
+        index for index, sentence in enumerate(sentences) if word in sentence and list(sentence) != list(query)
+    ]
     if word not in query:
         raise PLMError(f"the query sentence does not contain {word!r}")
     vectors = _occurrence_vectors(model, [query, *(sentences[index] for index in candidates)], word)

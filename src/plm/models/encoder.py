@@ -19,12 +19,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
 
-from plm.core import BlockConfig, LearnedPositions, Packing, TransformerBlock, build_attention_mask, run_blocks
+from plm.core import (
+    BlockConfig,
+    LearnedPositions,
+    MultiHeadAttention,
+    Packing,
+    TransformerBlock,
+    build_attention_mask,
+    run_blocks,
+)
 from plm.core.embeddings import check_context
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
@@ -90,6 +98,8 @@ class EncoderConfig:
         return next((head for head in self.pretraining_heads if head in PAIR_HEADS), None)
 
 
+ConfigT = TypeVar("ConfigT", bound=EncoderConfig)  # a family's encoder config
+
 def with_heads(config: EncoderConfig, *heads: str, pooler: bool | None = None) -> EncoderConfig:
     """``config`` with exactly the pretraining ``heads`` (e.g. "mlm", "nsp"); none for a bare encoder.
 
@@ -141,12 +151,15 @@ class EncoderPass:
     extras: dict[str, Any] = field(default_factory=dict)  # family-specific values (e.g. DeBERTa's)
 
 
-class Encoder(PretrainedModel):
-    """A BERT-style encoder with optional pooler, MLM head and sentence-pair head."""
+class Encoder(PretrainedModel, Generic[ConfigT]):
+    """A BERT-style encoder with optional pooler, MLM head and sentence-pair head.
+
+    A family that subclasses it names its config class: ``Albert(Encoder[AlbertConfig])``.
+    """
 
     task_pooling = "cls"
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: ConfigT) -> None:
         super().__init__(config)
         self.embeddings = EncoderEmbeddings(config)
         self.blocks = self.build_blocks(config)
@@ -175,22 +188,22 @@ class Encoder(PretrainedModel):
 
     # Steps a family may override ----------------------------------------------------
 
-    def build_attention(self, config: EncoderConfig) -> nn.Module | None:
+    def build_attention(self, config: ConfigT) -> MultiHeadAttention | None:
         """The attention module of one block; None for the core's MultiHeadAttention."""
         return None
 
-    def build_blocks(self, config: EncoderConfig) -> nn.ModuleList:
+    def build_blocks(self, config: ConfigT) -> nn.ModuleList:
         return nn.ModuleList(
             TransformerBlock(config.block, attention=self.build_attention(config)) for _ in range(config.layers)
         )
 
-    def layers(self) -> Sequence[nn.Module]:
+    def layers(self) -> nn.ModuleList | Sequence[nn.Module]:
         """The blocks in the order they run; a shared block may appear more than once."""
         return self.blocks
 
     def embed(self, step: EncoderPass, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         """(B, T, dim) embeddings, or (tokens, dim) of the real tokens alone when ``step.packing``."""
-        ids = (step.input_ids, token_type_ids, step.position_ids)
+        ids: tuple[torch.Tensor | None, ...] = (step.input_ids, token_type_ids, step.position_ids)
         if step.packing is not None:
             ids = tuple(step.packing.pack(t) if t is not None else None for t in ids)  # (tokens,) each
         return self.embeddings(*ids)
@@ -207,7 +220,7 @@ class Encoder(PretrainedModel):
             step.mask,
             hidden_states=step.hidden_states,
             packing=step.packing,
-            **self.attention_inputs(step),
+            attention_inputs=self.attention_inputs(step),
         )
 
     def predict_masked(
@@ -216,6 +229,7 @@ class Encoder(PretrainedModel):
         """MLM logits (B, T, V), or (n_masked, V) for the True positions of ``masked_positions``."""
         if masked_positions is not None:
             hidden = hidden[masked_positions]  # (n_masked, dim), row-major
+        assert self.mlm_head is not None  # forward asks for MLM logits only when the model has the head
         return self.mlm_head(hidden, self.embeddings.word.weight)
 
     # ---------------------------------------------------------------------------------
@@ -247,7 +261,9 @@ class Encoder(PretrainedModel):
         if token_type_ids is not None and self.embeddings.segment is None:
             raise PLMError("token_type_ids were given to a model without segment embeddings")
         if masked_positions is not None and masked_positions.shape != input_ids.shape:
-            raise PLMError(f"masked_positions has shape {tuple(masked_positions.shape)}, input_ids {tuple(input_ids.shape)}")
+            raise PLMError(
+                f"masked_positions has shape {tuple(masked_positions.shape)}, input_ids {tuple(input_ids.shape)}"
+            )
         if position_ids is None:
             position_ids = torch.arange(time, device=input_ids.device).expand(batch, time)
         mask, _ = build_attention_mask(attention_mask, time, time, causal=False)

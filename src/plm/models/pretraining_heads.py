@@ -33,7 +33,9 @@ def check_pretraining_heads(heads: tuple[str, ...], pooler: bool) -> None:
     """Raise a PLMError for an unknown head, a repeated one, NSP with SOP, or a pair head without pooler."""
     unknown = [head for head in heads if head not in PRETRAINING_HEADS]
     if unknown:
-        raise PLMError(f"unknown pretraining head(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PRETRAINING_HEADS)}")
+        raise PLMError(
+            f"unknown pretraining head(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PRETRAINING_HEADS)}"
+        )
     if len(set(heads)) != len(heads):
         raise PLMError(f"pretraining heads {heads} name a head twice")
     pair = [head for head in heads if head in PAIR_HEADS]
@@ -85,7 +87,9 @@ class MaskedLMHead(nn.Module):
     passed in by the model, plus a bias of its own.
     """
 
-    def __init__(self, dim: int, embedding_dim: int, vocab_size: int, activation: str = "gelu", norm_eps: float = 1e-12) -> None:
+    def __init__(
+        self, dim: int, embedding_dim: int, vocab_size: int, activation: str = "gelu", norm_eps: float = 1e-12
+    ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise PLMError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")

@@ -28,7 +28,7 @@ model implements :class:`plm.decoding.Decoder`, so greedy, sampling and beam sea
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -68,7 +68,9 @@ class RNNConfig:
         if self.cell not in CELLS:
             raise PLMError(f"unknown RNN cell {self.cell!r}; choose one of {', '.join(CELLS)}")
         if self.embedding_init not in EMBEDDING_INITS:
-            raise PLMError(f"unknown embedding_init {self.embedding_init!r}; choose one of {', '.join(EMBEDDING_INITS)}")
+            raise PLMError(
+                f"unknown embedding_init {self.embedding_init!r}; choose one of {', '.join(EMBEDDING_INITS)}"
+            )
         if self.attention not in ATTENTIONS:
             raise PLMError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         if self.input_feeding and self.attention not in LUONG_SCORES:
@@ -80,7 +82,7 @@ class RNNConfig:
                 raise PLMError(f"{name} should be positive, got {getattr(self, name)}")
 
 
-FORMS = {
+FORMS: dict[str, dict[str, Any]] = {
     "rnn": dict(attention="none", input_feeding=False),
     "rnn-bahdanau": dict(attention="bahdanau", input_feeding=False),
     "rnn-luong": dict(attention="general", input_feeding=True),
@@ -88,7 +90,10 @@ FORMS = {
 # CPU presets, one per form and size: 2 LSTM layers of 128 (64 each way in the encoder) and embeddings of 64
 # for quick runs; -base, 2 layers of 512 and embeddings of 256, for a data set such as Multi30k (the papers'
 # own are 1,000 wide). The vocabularies follow the tokenizer they are trained with.
-SIZES = {"": dict(embedding_dim=64, hidden_dim=128, layers=2), "-base": dict(embedding_dim=256, hidden_dim=512, layers=2)}
+SIZES: dict[str, dict[str, Any]] = {
+    "": dict(embedding_dim=64, hidden_dim=128, layers=2),
+    "-base": dict(embedding_dim=256, hidden_dim=512, layers=2),
+}
 PRESETS = {name + size: RNNConfig(**form, **dims) for name, form in FORMS.items() for size, dims in SIZES.items()}
 
 RECIPE = PretrainingRecipe(
@@ -145,7 +150,10 @@ class RNNState:
 
 @dataclass
 class Seq2SeqOutput:
-    """``logits`` (B, T, target vocab); ``attentions`` (B, T, S), None without attention; ``state`` after the last token."""
+    """``logits`` (B, T, target vocab); ``attentions`` (B, T, S), None without attention.
+
+    ``state`` is the decoder's state after the last token.
+    """
 
     logits: torch.Tensor
     attentions: torch.Tensor | None
@@ -229,7 +237,9 @@ class RNNSeq2Seq(Seq2SeqModel):
         for layer in range(decoder.num_layers):
             if layer:
                 inputs = nn.functional.dropout(inputs, decoder.dropout, self.training)
-            weights = [getattr(decoder, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            weights = [
+                getattr(decoder, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            ]
             if lstm:
                 h, c = torch.lstm_cell(inputs, (hidden[0][layer], hidden[1][layer]), *weights)
                 new_c.append(c)
@@ -258,26 +268,27 @@ class RNNSeq2Seq(Seq2SeqModel):
         embedded = self.dropout(self.target_embedding(tokens))  # (B, T, E)
         time = tokens.shape[1]
         weights = None
-        if config.attention == "none":
+        attention = self.attention  # None when config.attention is "none"
+        if attention is None:
             contexts = state.summary[:, None].expand(-1, time, -1)  # (B, T, H), the same c at every step
             outputs, hidden = self.run_decoder(torch.cat([embedded, contexts], -1), state.hidden)
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         elif not (config.attention == "bahdanau" or config.input_feeding):
             outputs, hidden = self.run_decoder(embedded, state.hidden)
-            contexts, weights = self.attention(outputs, memory, mask, keys)
+            contexts, weights = attention(outputs, memory, mask, keys)
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         else:
             hidden, feed, steps, step_weights = state.hidden, state.feed, [], []
             for t in range(time):
                 token = embedded[:, t : t + 1]  # (B, 1, E)
                 if config.attention == "bahdanau":  # s_{t-1} chooses what to read
-                    context, weight = self.attention(hidden[0][-1][:, None], memory, mask, keys)
+                    context, weight = attention(hidden[0][-1][:, None], memory, mask, keys)
                     output, hidden = self.step_decoder(torch.cat([token, context], -1)[:, 0], hidden)
                     output = output[:, None]  # (B, 1, H)
                 else:  # Luong: read h~_{t-1}, then s_t chooses
                     output, hidden = self.step_decoder(torch.cat([token[:, 0], feed], -1), hidden)
                     output = output[:, None]
-                    context, weight = self.attention(output, memory, mask, keys)
+                    context, weight = attention(output, memory, mask, keys)
                 step = self.readout(context, output, token)  # (B, 1, H)
                 feed = step[:, 0]
                 steps.append(step)

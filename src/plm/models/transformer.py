@@ -26,7 +26,9 @@ of its output once, and the masked self-attention keeps a KV cache.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -142,12 +144,16 @@ class Transformer(Seq2SeqModel):
         super().__init__(config)
         self.target_embedding = nn.Embedding(config.vocab_size, config.dim)
         self.source_embedding = (
-            None if config.joint_vocabulary else nn.Embedding(config.source_vocab_size, config.dim)
+            None if config.source_vocab_size is None else nn.Embedding(config.source_vocab_size, config.dim)
         )
         self.positions = SinusoidalPositions(config.context_length, config.dim)
         self.embedding_dropout = nn.Dropout(config.dropout)
-        self.encoder_blocks = nn.ModuleList(TransformerBlock(config.encoder_block) for _ in range(config.encoder_layers))
-        self.decoder_blocks = nn.ModuleList(TransformerBlock(config.decoder_block) for _ in range(config.decoder_layers))
+        self.encoder_blocks = nn.ModuleList(
+            TransformerBlock(config.encoder_block) for _ in range(config.encoder_layers)
+        )
+        self.decoder_blocks = nn.ModuleList(
+            TransformerBlock(config.decoder_block) for _ in range(config.decoder_layers)
+        )
         # Pre-LN stacks end in a LayerNorm; the paper's post-LN blocks already end in one.
         self.encoder_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.norm_first else nn.Identity()
@@ -256,7 +262,10 @@ class Transformer(Seq2SeqModel):
             KVCache.empty(source_ids.shape[0], self.config.heads, max_length, head_dim, weight.dtype, weight.device)
             for _ in self.decoder_blocks
         ]
-        memory_caches = [block.cross_attention.memory_cache(memory) for block in self.decoder_blocks]
+        memory_caches = []
+        for block in cast(Iterable[TransformerBlock], self.decoder_blocks):  # a ModuleList does not type its modules
+            assert block.cross_attention is not None  # a decoder block attends to the encoder's output
+            memory_caches.append(block.cross_attention.memory_cache(memory))
         return TransformerState(memory_mask, memory_caches, caches, sources)
 
     def decode_step(self, history: torch.Tensor, state: TransformerState) -> tuple[torch.Tensor, TransformerState]:

@@ -53,7 +53,9 @@ def causal_lm(data: ObjectiveData) -> CausalLMObjective:
     ids_cache = cache_dir() / "token-ids"
     train_ids = cached_token_ids(data.corpus.train, data.tokenizer, ids_cache, "train")
     validation_ids = cached_token_ids(data.corpus.validation, data.tokenizer, ids_cache, "validation")
-    return CausalLMObjective(train_ids, validation_ids, data.block_size, data.batch_size, data.seed, data.validation_blocks)
+    return CausalLMObjective(
+        train_ids, validation_ids, data.block_size, data.batch_size, data.seed, data.validation_blocks
+    )
 
 
 def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:

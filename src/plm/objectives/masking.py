@@ -96,7 +96,8 @@ def select_spans(
     rng = random.Random(int(torch.randint(2**62, (1,), generator=generator)))
     lengths, weights = list(range(1, max_ngram + 1)), [1 / n for n in range(1, max_ngram + 1)]
     rows = []
-    for allowed, words in zip(maskable.tolist(), (word_ids if by_word else maskable).tolist()):
+    units = word_ids if by_word and word_ids is not None else maskable
+    for allowed, words in zip(maskable.tolist(), units.tolist()):
         tiles = [
             sum(stretch[start : start + n], [])
             for stretch in _stretches(allowed, words if by_word else None)

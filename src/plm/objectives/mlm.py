@@ -10,7 +10,7 @@ static copies instead), so no two epochs see the same corruption.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ class MaskedLMObjective:
         self.validation = _examples("validation", pair_task, validation_documents, *options)
         self.pair_task, self.batch_size, self.seed = pair_task, batch_size, seed
         self.train_tokens = sum(len(ids) for ids in self.train.documents.ids)
-        self.masking = {
+        self.masking: dict[str, Any] = {  # mask_tokens' options
             "mask_id": tokenizer.mask_id,
             "vocab_size": tokenizer.vocab_size,
             "special_ids": tokenizer.special_ids,

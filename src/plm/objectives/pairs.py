@@ -136,12 +136,14 @@ class PretrainingExamples(Sequence[Example]):
 
     def __init__(self, documents: TokenizedDocuments, examples: list[Example], task: str, tokenizer: Tokenizer) -> None:
         self.documents, self.examples, self.task = documents, examples, task
-        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        self.cls_id, self.sep_id, self.pad_id = (
+            tokenizer.required_id(role) for role in ("cls", "sep", "pad")  # _build checked that it has them
+        )
 
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self.examples[index]
 
     def tokens(self, span: SegmentSpan) -> np.ndarray:
@@ -150,7 +152,9 @@ class PretrainingExamples(Sequence[Example]):
     def encode(self, example: Example) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(ids, type_ids, word_ids)`` of ``[CLS] A [SEP] B [SEP]``; word id -1 for the specials."""
         parts = [(example.a, 0)] + ([(example.b, 1)] if example.b is not None else [])
-        ids, types, words = [[self.cls_id]], [[0]], [[-1]]
+        ids: list[np.ndarray | list[int]] = [[self.cls_id]]
+        types: list[list[int]] = [[0]]
+        words: list[np.ndarray | list[int]] = [[-1]]
         for span, type_id in parts:
             ids += [self.tokens(span), [self.sep_id]]
             types += [[type_id] * (len(span) + 1)]

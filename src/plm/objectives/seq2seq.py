@@ -34,6 +34,7 @@ from plm.data.parallel import (
     token_budget_batches,
 )
 from plm.errors import PLMError
+from plm.models.base import Seq2SeqModel
 from plm.objectives.base import Selection
 
 NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained loss
@@ -76,7 +77,7 @@ class Seq2SeqObjective:
         decoder input (``<s> y``) is longer are left out, and counted in ``dropped``.
         """
         self.tokenizers = tokenizers
-        self.source_pad, self.target_pad = tokenizers.source.pad_id, tokenizers.target.pad_id
+        self.source_pad, self.target_pad = tokenizers.source.required_id("pad"), tokenizers.target.required_id("pad")
         train_data, validation_data = EncodedPairs.of(train, tokenizers), EncodedPairs.of(validation, tokenizers)
         train_kept, validation_kept = fitting(train_data, max_positions), fitting(validation_data, max_positions)
         self.dropped = {"train": len(train) - len(train_kept), "validation": len(validation) - len(validation_kept)}
@@ -120,6 +121,7 @@ class Seq2SeqObjective:
     def validation_metrics(self, model: nn.Module) -> dict[str, float]:
         if not self.metric_pairs:
             return {}
+        assert isinstance(model, Seq2SeqModel)  # what this objective trains
         hypotheses = translate(model, self.tokenizers, [p.source for p in self.metric_pairs], self.decoding)
         return score_translations(hypotheses, [[p.target for p in self.metric_pairs]]).as_dict()
 

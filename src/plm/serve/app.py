@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from plm.errors import PLMError
 from plm.serve.batching import Batcher, GenerationJob
 from plm.serve.requests import RequestError, model_name, parse_body, read_fields
-from plm.serve.served_models import ENDPOINTS, Service, choose
+from plm.serve.served_models import ENDPOINTS, CausalLMService, Service, choose
 
 STATIC = Path(__file__).with_name("static")
 MAX_BODY = 1 << 20  # bytes: a megabyte of text is far more than any model here reads at once
@@ -49,7 +49,10 @@ def create_app(
     max_batch: int = MAX_BATCH,
     batch_window: float = BATCH_WINDOW,
 ) -> Starlette:
-    """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`); ``max_batch`` 1 turns batching off."""
+    """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`).
+
+    ``max_batch`` 1 turns batching off.
+    """
     if not services:
         raise PLMError("give at least one model to serve")
     if max_body < 1 or max_batch < 1 or batch_window < 0:
@@ -91,6 +94,7 @@ def create_app(
     async def generate(request: Request) -> Response:
         body = await read_json(request)
         service = choose(services, model_name(body), "generate")
+        assert isinstance(service, CausalLMService)  # the one kind that serves /generate
         fields = read_fields(body, "generate")
         stream = fields.pop("stream")
         job = await run_in_threadpool(partial(service.generation, **fields))  # tokenizing a long prompt takes a while
@@ -159,7 +163,7 @@ async def http_error(request: Request, error: Exception) -> Response:
     return error_response(error.detail, error.status_code, error.headers)
 
 
-def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+def error_response(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 

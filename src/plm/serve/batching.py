@@ -73,6 +73,7 @@ class GenerationJob:
         self.emit("error", error)
 
     def emit(self, kind: str, value: Any) -> None:
+        assert self.loop is not None  # set when the job was submitted
         self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
 
     async def stream(self) -> AsyncIterator[tuple[str, Any]]:

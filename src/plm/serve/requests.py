@@ -133,7 +133,8 @@ def json_type(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (int, float)):
         return f"the number {value}"
-    return {str: "a string", list: "a list", dict: "an object"}[type(value)]
+    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+    return kinds[type(value)]
 
 
 def model_name(body: dict[str, Any]) -> str | None:

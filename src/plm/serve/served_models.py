@@ -38,7 +38,7 @@ from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
-from plm.tasks.task_objective import Task, encode_all, model_outputs
+from plm.tasks.task_objective import QuestionAnswering, Task, encode_all, model_outputs
 from plm.tokenization.characters import split_words
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -97,6 +97,7 @@ class Service:
 
 
 class CausalLMService(Service):
+    model: CausalLM  # SERVICES gives each kind of model its service
     kind = "causal LM"
     endpoints = ("generate", "attention")
 
@@ -122,6 +123,7 @@ class CausalLMService(Service):
 
 
 class EncoderService(Service):
+    model: Encoder
     kind = "encoder"
     endpoints = ("fill-mask", "embed", "attention")
 
@@ -144,6 +146,7 @@ class EncoderService(Service):
 
 
 class ElmoService(Service):
+    model: Elmo
     kind = "ELMo"
     endpoints = ("embed",)
 
@@ -159,6 +162,7 @@ class ElmoService(Service):
 
 
 class Seq2SeqService(Service):
+    model: Seq2SeqModel
     kind = "encoder-decoder"
     endpoints = ("translate", "attention")
 
@@ -168,6 +172,7 @@ class Seq2SeqService(Service):
 
     @classmethod
     def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
+        assert isinstance(model, Seq2SeqModel)  # SERVICES opens this service for an encoder-decoder only
         return cls(name, model, Seq2SeqTokenizers.load(directory))
 
     def has_attention(self) -> bool:
@@ -263,6 +268,7 @@ def tagged_sentence(fields: dict[str, Any]) -> TaggedSentence:
 
 
 def qa_answer(p: Prediction) -> dict[str, Any]:
+    assert isinstance(p.task, QuestionAnswering)  # this form is the qa task's
     [span] = p.task.spans(p.outputs, p.features, [p.example])
     return {"answer": p.value, "candidates": [{"text": text, "score": score} for text, score in span.n_best[:5]]}
 

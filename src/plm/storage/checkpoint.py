@@ -52,7 +52,7 @@ OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
 
 
-def model_directory(path: str | Path) -> Path:
+def model_directory(path: str | os.PathLike[str]) -> Path:
     """The model directory of ``path``: itself, or a training run's best model, else its latest checkpoint."""
     path = Path(path)
     if (path / CONFIG_FILE).is_file():
@@ -71,7 +71,7 @@ def model_directory(path: str | Path) -> Path:
     raise PLMError(f"{path}: not a plm model directory (no {CONFIG_FILE})")
 
 
-def is_training_run(path: str | Path) -> bool:
+def is_training_run(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a training run's directory (with or without a model saved yet)."""
     return (Path(path) / TRAINING_CONFIG_FILE).is_file()
 
@@ -92,7 +92,7 @@ def save_model(
 
 def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = None) -> None:
     """``config.json`` (and the tokenizer): a model directory but for its weights."""
-    description = {"family": model.family, "config": config_to_dict(model.config)}
+    description: dict[str, Any] = {"family": model.family, "config": config_to_dict(model.config)}
     if quantization_of(model) is not None:
         description["quantization"] = quantization_of(model)
     write_json(directory / CONFIG_FILE, description)
@@ -100,7 +100,7 @@ def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = N
         tokenizer.save(directory)
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
+def load_model(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> PretrainedModel:
     """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode.
 
     A sharded checkpoint (an FSDP run's) is read whole from the shards of all its processes.
@@ -146,7 +146,9 @@ def read_description(directory: Path) -> tuple[type[PretrainedModel], Any, dict[
     model_cls = FAMILIES[family]
     if "config" not in description:
         raise PLMError(f"{directory / CONFIG_FILE}: no \"config\" (the {family} model's fields)")
-    config = config_from_dict(model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True)
+    config = config_from_dict(
+        model_cls.config_class, description["config"], str(directory / CONFIG_FILE), complete=True
+    )
     return model_cls, config, description
 
 
@@ -197,7 +199,9 @@ def save_checkpoint(
         staging = shards
         save_description(model, staging, tokenizer)
     rng = rng or [rng_states()]
-    write_tensors(staging / RNG_FILE, {f"{rank}.{key}": t for rank, states in enumerate(rng) for key, t in states.items()})
+    write_tensors(
+        staging / RNG_FILE, {f"{rank}.{key}": t for rank, states in enumerate(rng) for key, t in states.items()}
+    )
     write_json(staging / STATE_FILE, state)
     return swap_in(staging, run_directory, CHECKPOINT_DIR)
 
@@ -331,7 +335,9 @@ def load_checkpoint(
     if states:
         restore_rng_states(states)
     elif not sharded:
-        raise PLMError(f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it")
+        raise PLMError(
+            f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it"
+        )
     return state
 
 
@@ -368,7 +374,9 @@ def tensor_json(tensor: torch.Tensor) -> Any:
 
 
 def np_state_to_json() -> list[Any]:
-    name, keys, position, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state()
+    assert isinstance(state, tuple)  # the legacy form, which numpy's global MT19937 generator gives
+    name, keys, position, has_gauss, cached = state
     return [name, keys.tolist(), position, has_gauss, cached]
 
 

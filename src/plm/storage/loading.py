@@ -81,7 +81,9 @@ def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tup
     directory, model = opened(path, device)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None:
-        raise PLMError(f"{directory}: no tokenizer beside the model (tokenizer.json, vocab.txt or vocab.json + merges.txt)")
+        raise PLMError(
+            f"{directory}: no tokenizer beside the model (tokenizer.json, vocab.txt or vocab.json + merges.txt)"
+        )
     # The tokenizer beside the model reads its input: an encoder-decoder's source side, whose own
     # vocabulary (source_vocab_size) is the target's when it is None (one joint vocabulary).
     embeddings = getattr(model.config, "source_vocab_size", None) or model.config.vocab_size

@@ -93,7 +93,7 @@ def writer(path: Path) -> HuggingFaceStorageWriter:
     return HuggingFaceStorageWriter(str(path), save_distributed=True)
 
 
-def read(tensors: dict[str, torch.Tensor], path: Path, no_dist: bool = False) -> None:
+def read(tensors: dict[str, Any], path: Path, no_dist: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
     from torch.distributed.checkpoint.api import CheckpointException
@@ -108,7 +108,9 @@ def read(tensors: dict[str, torch.Tensor], path: Path, no_dist: bool = False) ->
 
 
 def shard_files(directory: Path) -> list[Path]:
-    return sorted(path for part in (MODEL_SHARDS, OPTIMIZER_SHARDS) for path in (directory / part).glob("*.safetensors"))
+    return sorted(
+        path for part in (MODEL_SHARDS, OPTIMIZER_SHARDS) for path in (directory / part).glob("*.safetensors")
+    )
 
 
 def shard_digests(directory: Path) -> dict[str, str]:

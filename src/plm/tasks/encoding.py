@@ -55,7 +55,7 @@ def first_pieces(word_ids: Sequence[int | None]) -> list[bool]:
 def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[str, int], max_length: int) -> Feature:
     ids, word_ids = encode_words(tokenizer, sentence.words, max_length)
     labels = [
-        tag_ids[sentence.tags[word]] if first and sentence.tags else IGNORE
+        tag_ids[sentence.tags[word]] if first and word is not None and sentence.tags else IGNORE
         for word, first in zip(word_ids, first_pieces(word_ids))
     ]
     return {"input_ids": ids, "labels": labels, "word_ids": word_ids}
@@ -64,7 +64,9 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
 def kept_words(sentence: TaggedSentence, word_ids: Sequence[int | None]) -> list[str]:
     """The words that kept a first piece (truncation cuts the last ones), in order: what a word-level
     model beside the encoder (ELMo) must read so that its word k is the encoder's word k."""
-    return [sentence.words[word] for word, first in zip(word_ids, first_pieces(word_ids)) if first]
+    return [
+        sentence.words[word] for word, first in zip(word_ids, first_pieces(word_ids)) if first and word is not None
+    ]
 
 
 def word_predictions(
@@ -73,7 +75,7 @@ def word_predictions(
     """One prediction per word, read at its first piece; ``default`` for a word cut off by truncation."""
     predictions = [default] * words
     for prediction, word, first in zip(token_predictions, word_ids, first_pieces(word_ids)):
-        if first:
+        if first and word is not None:  # a first piece has a word
             predictions[word] = int(prediction)
     return predictions
 

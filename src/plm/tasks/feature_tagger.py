@@ -101,7 +101,9 @@ class FeatureTaggerConfig:
         family = values["encoder_family"]
         if family not in FAMILIES or family in NOT_ENCODERS:
             raise PLMError(f"{source}: unknown encoder family {family!r}")
-        encoder = config_from_dict(FAMILIES[family].config_class, values["encoder"], f"{source}: encoder", complete)
+        encoder: Any = config_from_dict(  # the encoder family's config
+            FAMILIES[family].config_class, values["encoder"], f"{source}: encoder", complete
+        )
         tagger_values = values["tagger"]
         if isinstance(tagger_values, dict):  # written before the mix options: plain mixes
             tagger_values = {"mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, **tagger_values}
@@ -189,18 +191,22 @@ class FeatureTagger(PretrainedModel):
     ) -> list[torch.Tensor]:
         """:meth:`features`' sources, computed only for the rows not in the cache; each row's are kept trimmed
         to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the features' padding is)."""
-        lengths, words = inputs["attention_mask"].sum(1).tolist(), word_mask.sum(1).tolist()
+        cache, attention_mask = self.cache, inputs["attention_mask"]
+        assert cache is not None and attention_mask is not None  # cache_features turned the cache on
+        lengths, words = attention_mask.sum(1).tolist(), word_mask.sum(1).tolist()
 
         def key(b: int) -> bytes:  # row b's real tokens (characters: real words) of every input
             return b"".join(value[b, : words[b] if name == "char_ids" else lengths[b]].cpu().numpy().tobytes()
                             for name, value in inputs.items() if value is not None)
 
         keys = [key(b) for b in range(len(lengths))]
-        missing = [b for b, key in enumerate(keys) if key not in self.cache]
+        missing = [b for b, key in enumerate(keys) if key not in cache]
         computed: dict[int, list[torch.Tensor]] = {}
         if missing:
-            rows = torch.tensor(missing, device=word_mask.device)
-            part = {name: None if value is None else value[rows] for name, value in inputs.items()}
+            missing_rows = torch.tensor(missing, device=word_mask.device)
+            part: dict[str, Any] = {
+                name: None if value is None else value[missing_rows] for name, value in inputs.items()
+            }
             if part["char_ids"] is not None:  # as wide as the sub-batch's most words, as features() checks
                 part["char_ids"] = part["char_ids"][:, : max(words[b] for b in missing)]
             sources = self.features(**part)[0]
@@ -208,8 +214,8 @@ class FeatureTagger(PretrainedModel):
                 computed[b] = [source[i, :, : words[b]].clone() for source in sources]
                 size = sum(t.numel() * t.element_size() for t in computed[b])
                 if size <= self.cache_budget:
-                    self.cache[keys[b]], self.cache_budget = computed[b], self.cache_budget - size
-        rows = [computed.get(b) or self.cache[keys[b]] for b in range(len(keys))]
+                    cache[keys[b]], self.cache_budget = computed[b], self.cache_budget - size
+        rows = [computed.get(b) or cache[keys[b]] for b in range(len(keys))]
         width = word_mask.shape[1]
         return [torch.stack([torch.nn.functional.pad(row[k], (0, 0, 0, width - row[k].shape[1])) for row in rows])
                 for k in range(len(rows[0]))]
@@ -249,7 +255,9 @@ def feature_tagger(
     """A new tagger (N(0, 0.02) linear weights, PyTorch's LSTM init) on copies of the pretrained ``encoder``
     (without its pre-training heads and pooler, which nothing reads) and ``elmo``."""
     if elmo is not None and elmo.family != ELMO_FAMILY:
-        raise PLMError(f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model")
+        raise PLMError(
+            f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model"
+        )
     if encoder.family in NOT_ENCODERS or isinstance(encoder, CausalLM):
         raise PLMError(f"the feature-based tagger reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "
                        f"{encoder.family} model")
@@ -263,6 +271,7 @@ def feature_tagger(
     wanted = model.encoder.state_dict()
     model.encoder.load_state_dict({name: value for name, value in encoder.state_dict().items() if name in wanted})
     if elmo is not None:
+        assert model.elmo is not None  # built from elmo's config
         model.elmo.load_state_dict(elmo.state_dict())
     return model.to(encoder.device).train()
 

@@ -65,7 +65,7 @@ from plm.training.trainer import Trainer, TrainingConfig
 # The built-in task's fresh model. BERT's N(0, 0.02) suits 768-wide layers (about 0.55 / sqrt(768)); in a
 # 32-wide model it leaves the sublayers' outputs so small that [CLS] hardly depends on the input (its spread
 # across inputs is 0.002 of the hidden state's), a saddle that qa and choice took hundreds of steps to leave.
-# N(0, 1 / dim) and no dropout learn every toy task within the default 96 steps (measured; see the README).
+# N(0, 1 / dim) and no dropout learn every toy task within the default 96 steps (measured; see docs/finetuning.md).
 SYNTHETIC_PRESET = "bert-micro"
 SYNTHETIC_OVERRIDES = {"dropout": 0.0, "attention_dropout": 0.0}
 SYNTHETIC_LR = 3e-3  # a fresh model needs a larger step than a pretrained one
@@ -165,7 +165,7 @@ def trained_pooling(model: str | Path | None) -> str | None:
     reading [CLS] through that pooler (as transformers' BertForSequenceClassification does) gets tiny
     gradients and sits on the 0.69 loss plateau for the first ~30 of the 96 steps that 1,000 SST-2
     sentences give; whether it leaves it in time is float noise (issue 20: dev accuracy 0.50 on one
-    thread, 0.79 on two). Mean pooling leaves the plateau within 15 steps (see the README).
+    thread, 0.79 on two). Mean pooling leaves the plateau within 15 steps (see docs/finetuning.md).
     """
     if model is None or not (Path(model) / "modules.json").is_file():
         return None
@@ -253,8 +253,10 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
     out = Path(out)
     first = is_first_process()
     # The data first: a file the user got wrong is refused before anything is written.
-    if setup.train is not None:
-        train, validation = (read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation))
+    if setup.train is not None and setup.validation is not None:  # both or neither: see validate
+        train, validation = (
+            read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation)
+        )
     else:
         sizes = (setup.synthetic_size, setup.synthetic_size // 4)
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
@@ -319,7 +321,7 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
             torch.manual_seed(seed)
             with built_on_first_process(setup.parallelism, world):
                 model = run_model(setup, backbone, elmo, task, labels, pooling)
-            mix_penalty = model.penalty if setup.mix.l2 > 0 else None
+            mix_penalty = model.penalty if isinstance(model, FeatureTagger) and setup.mix.l2 > 0 else None
             # Under torchrun each process takes one batch a step (batch m * processes + rank of the
             # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
             objective = TaskObjective(
@@ -332,7 +334,8 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                 steps = min(steps, setup.max_steps)
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
-                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch, save_every=min(per_epoch, setup.save_every),
+                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch,
+                save_every=min(per_epoch, setup.save_every),
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
             )
@@ -377,14 +380,17 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
     if setup.model is not None:
         model, tokenizer = load_pretrained(setup.model)
         check_trainable(model, setup.model)
-        if getattr(model, "family", None) == "task":
+        if isinstance(model, TaskModel):
             model = model.backbone
         require_task_backbone(model, setup.model)
         return model, tokenizer
     tokenizer = Tokenizer.train_wordpiece(synthetic_texts(train), vocab_size=200, min_frequency=1)
     torch.manual_seed(setup.seed)
     model = from_preset(
-        SYNTHETIC_PRESET, vocab_size=len(tokenizer), context_length=max(128, setup.max_length or 0), **SYNTHETIC_OVERRIDES
+        SYNTHETIC_PRESET,
+        vocab_size=len(tokenizer),
+        context_length=max(128, setup.max_length or 0),
+        **SYNTHETIC_OVERRIDES,
     )
     model.init_weights(std=model.config.dim ** -0.5)
     return model, tokenizer
@@ -418,7 +424,9 @@ def load_task_model(
     (``max_length`` None: the task's default, see :func:`plm.tasks.task_objective.build_task`)."""
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, (TaskModel, FeatureTagger)):
-        raise PLMError(f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)")
+        raise PLMError(
+            f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)"
+        )
     return model, model_task(model, tokenizer, max_length, **options)
 
 

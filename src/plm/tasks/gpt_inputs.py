@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -55,10 +56,10 @@ def add_task_tokens(model: PretrainedModel, tokenizer: Tokenizer, std: float = 0
 
 def task_tokens(tokenizer: Tokenizer) -> TaskTokens:
     """The task tokens of a tokenizer that has them (one saved after :func:`add_task_tokens`)."""
-    ids = [tokenizer.token_to_id(token) for token in (START, DELIMITER, EXTRACT)]
-    if None in ids:
+    start, delimiter, extract = (tokenizer.token_to_id(token) for token in (START, DELIMITER, EXTRACT))
+    if start is None or delimiter is None or extract is None:
         raise PLMError(f"{tokenizer!r} has no GPT-1 task tokens; add them with add_task_tokens(model, tokenizer)")
-    return TaskTokens(*ids)
+    return TaskTokens(start, delimiter, extract)
 
 
 class TaskInputs:
@@ -114,7 +115,8 @@ def pad_batch(examples: Sequence[list[int]] | Sequence[list[list[int]]], pad_id:
     answers of a multiple-choice example, as many for every example) give (batch, K, time).
     """
     several = bool(examples) and isinstance(examples[0][0], list)
-    rows = [sequence for example in examples for sequence in example] if several else list(examples)
+    # Which of the two shapes the examples have is read from the first one, here at run time.
+    rows = cast(list[list[int]], [seq for example in examples for seq in example] if several else list(examples))
     width = max(map(len, rows), default=0)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -86,10 +86,13 @@ class HeadConfig:
         if self.pooler_activation is not None:
             if self.pooler_activation not in POOLER_ACTIVATIONS:
                 raise PLMError(
-                    f"unknown pooler activation {self.pooler_activation!r}; choose one of {', '.join(POOLER_ACTIVATIONS)}"
+                    f"unknown pooler activation {self.pooler_activation!r}; "
+                    f"choose one of {', '.join(POOLER_ACTIVATIONS)}"
                 )
             if self.pooling != "cls" or self.task not in (CLASSIFY, CHOICE):
-                raise PLMError("a task model's own pooler reads the [CLS] vector: pooling 'cls', task classify or choice")
+                raise PLMError(
+                    "a task model's own pooler reads the [CLS] vector: pooling 'cls', task classify or choice"
+                )
 
 
 # Outputs ---------------------------------------------------------------------------
@@ -187,7 +190,7 @@ class MultipleChoiceScorer(nn.Module):
         return MultipleChoiceOutput(logits=self.classifier(self.dropout(pooled)).squeeze(-1))
 
 
-HEADS: dict[str, type[nn.Module]] = {
+HEADS: dict[str, type[SequenceClassifier | TokenClassifier | SpanHead | MultipleChoiceScorer]] = {
     CLASSIFY: SequenceClassifier,
     TAG: TokenClassifier,
     SPAN: SpanHead,

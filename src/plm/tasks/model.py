@@ -53,11 +53,15 @@ class TaskConfig:
         expected = {"backbone_family", "backbone", "head"}
         if set(values) != expected:
             fields = ", ".join(sorted(values))
-            raise PLMError(f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {fields}")
+            raise PLMError(
+                f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {fields}"
+            )
         family = values["backbone_family"]
         if family not in FAMILIES or family == TaskModel.family:
             raise PLMError(f"{source}: unknown backbone family {family!r}")
-        backbone = config_from_dict(FAMILIES[family].config_class, values["backbone"], f"{source}: backbone", complete)
+        backbone: Any = config_from_dict(  # the backbone family's config
+            FAMILIES[family].config_class, values["backbone"], f"{source}: backbone", complete
+        )
         head = config_from_dict(HeadConfig, values["head"], f"{source}: head", complete)
         return cls(family, backbone, head)
 
@@ -113,7 +117,9 @@ class TaskModel(PretrainedModel):
             raise PLMError("a multiple-choice model reads input_ids (batch, choices, time)")
         if token_type_ids is not None:
             if isinstance(self.backbone, CausalLM):
-                raise PLMError(f"{with_article(self.config.backbone_family)} backbone has no segments; give no token_type_ids")
+                raise PLMError(
+                    f"{with_article(self.config.backbone_family)} backbone has no segments; give no token_type_ids"
+                )
             backbone_options["token_type_ids"] = flatten(token_type_ids)
         mask = flatten(attention_mask)
         output = self.backbone(flatten(input_ids), mask, **backbone_options)
@@ -132,7 +138,9 @@ class TaskModel(PretrainedModel):
         if pooling == "mean":
             return mean_pool(hidden, attention_mask)
         if pooling == "last":
-            return hidden[torch.arange(hidden.shape[0], device=hidden.device), last_token(attention_mask, hidden.shape[1])]
+            return hidden[
+                torch.arange(hidden.shape[0], device=hidden.device), last_token(attention_mask, hidden.shape[1])
+            ]
         backbone_pooled = getattr(output, "pooler_output", None)
         if backbone_pooled is not None:
             return backbone_pooled
@@ -170,6 +178,7 @@ def task_model(
     if isinstance(backbone, TaskModel):
         raise PLMError("the backbone already has a task head; give its .backbone for another task")
     require_task_backbone(backbone)
+    assert backbone.task_pooling is not None  # require_task_backbone refuses a backbone without
     head = HeadConfig(task, labels, pooling or backbone.task_pooling, **head_options)
     config = type(backbone).config_with_heads(backbone.config, ())
     reads_pooler = HEADS[task].pools and head.pooling == "cls"

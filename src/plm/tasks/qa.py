@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -62,7 +63,7 @@ def encode_windows(
         ids = [tokenizer.cls_id, *question, tokenizer.sep_id, *context.ids[first:last], tokenizer.sep_id]
         offsets = [None] * head + [tuple(o) for o in context.offsets[first:last]] + [None]
         start = end = 0
-        if start_char is not None:
+        if start_char is not None and end_char is not None:
             chars = context.offsets  # (start, end) of each context token
             inside = [i for i in range(first, last) if chars[i][0] < end_char and chars[i][1] > start_char]
             if inside and chars[inside[0]][0] <= start_char and chars[inside[-1]][1] >= end_char:
@@ -146,8 +147,11 @@ def predict_answer(
     return QAPrediction(texts[0][0], texts[0][1], null_score, texts)
 
 
+Key = TypeVar("Key")  # what names a question: its id, or its index
+
+
 def best_threshold(
-    predictions: Mapping[str, QAPrediction], gold: Mapping[str, Sequence[str]], metric: str = "f1"
+    predictions: Mapping[Key, QAPrediction], gold: Mapping[Key, Sequence[str]], metric: str = "f1"
 ) -> float:
     """tau that maximises the dev set's total EM or F1 when spans must beat null by more than tau.
 
@@ -157,14 +161,14 @@ def best_threshold(
     """
     score = exact_match if metric == "exact_match" else token_f1
 
-    def best(question: str, answer: str) -> float:
+    def best(question: Key, answer: str) -> float:
         answers = [a for a in gold[question] if normalize_answer(a)] or [""]
         return max(score(answer, a) for a in answers)
 
     questions = [q for q in gold if q in predictions]
     margins = {q: predictions[q].score - predictions[q].null_score for q in questions}
     order = sorted(questions, key=lambda q: margins[q])
-    total = sum(best(q, predictions[q].text) for q in questions)  # tau below every margin: all spans
+    total = sum((best(q, predictions[q].text) for q in questions), 0.0)  # tau below every margin: all spans
     best_total, best_tau = total, margins[order[0]] - 1 if order else 0.0
     for k, q in enumerate(order):  # tau = margins[q]: q and every question below it answer ""
         total += best(q, "") - best(q, predictions[q].text)

@@ -134,7 +134,9 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
         if not isinstance(text, str) or not (pair is None or isinstance(pair, str)):
             raise PLMError(f'{path}:{number}: "text" (and "text_pair", if given) must be strings')
         if not text.strip() or (pair is not None and not pair.strip()):
-            raise PLMError(f'{path}:{number}: an empty "text"' if not text.strip() else f'{path}:{number}: an empty "text_pair"')
+            raise PLMError(
+                f'{path}:{number}: an empty "text"' if not text.strip() else f'{path}:{number}: an empty "text_pair"'
+            )
         if label is not None:
             label = _label(str(label), regression, path, number)
         examples.append(TextExample(text, pair, label, number))
@@ -198,7 +200,8 @@ def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None)
     if tag_column is None:
         if columns not in TAG_LAST_LAYOUTS:
             raise PLMError(f"{path}:{number}: lines of {columns} columns; say which holds the tags with --tag-column "
-                           "(1 is the word; CoNLL-2003's 4 columns end with the entity tag, CoNLL-2000's 3 with the chunk tag)")
+                           "(1 is the word; CoNLL-2003's 4 columns end with the entity tag, CoNLL-2000's 3 with the "
+                           "chunk tag)")
         return columns
     if not 2 <= tag_column <= columns:
         raise PLMError(f"--tag-column {tag_column}: {path} has {columns} columns, the word in column 1")

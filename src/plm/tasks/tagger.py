@@ -13,8 +13,9 @@ are concatenated.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -58,6 +59,7 @@ class LayerCombination(nn.Module):
             return layered.permute(0, 2, 1, 3).flatten(2)  # (B, L, W, D) -> (B, W, L * D)
         if self.how == "sum":
             return layered.sum(1)
+        assert self.mix is not None  # how is "mix"
         return self.mix(layered)
 
 
@@ -77,10 +79,9 @@ class BiLSTMTagger(nn.Module):
         ways = [combine] * len(sources) if isinstance(combine, str) else list(combine)
         if len(ways) != len(sources):
             raise PLMError(f"{len(sources)} feature sources need as many layer combinations, got {len(ways)}")
-        self.combinations = nn.ModuleList(
-            LayerCombination(layers, dim, how, mix) for (layers, dim), how in zip(sources, ways)
-        )
-        width = sum(c.width for c in self.combinations)
+        combinations = [LayerCombination(layers, dim, how, mix) for (layers, dim), how in zip(sources, ways)]
+        self.combinations = nn.ModuleList(combinations)
+        width = sum(c.width for c in combinations)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(width, hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True,
                             dropout=dropout if lstm_layers > 1 else 0.0)
@@ -88,7 +89,8 @@ class BiLSTMTagger(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         """The scalar mixes' L2 terms lambda * ||s||^2 added up (0 without a mix): what training adds to the loss."""
-        mixes = [c.mix for c in self.combinations if c.mix is not None]
+        combinations = cast(Iterable[LayerCombination], self.combinations)  # a ModuleList does not type its modules
+        mixes = [c.mix for c in combinations if c.mix is not None]
         return sum((mix.penalty() for mix in mixes), torch.zeros(()))
 
     def forward(self, sources: Sequence[torch.Tensor], word_mask: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from plm.tasks.encoding import (
     word_predictions,
 )
 from plm.tasks.gpt_inputs import TaskInputs
+from plm.tasks.model import TaskModel
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.sift_fine_tuning import SiFT
@@ -118,6 +119,7 @@ class Classification(Task):
         if self.symmetric and example.text_pair is None:
             raise PLMError(f"--symmetric reads sentence pairs; {example.text!r} has no second sentence")
         if self.gpt_inputs is not None:
+            ids: list[int] | list[list[int]]
             if example.text_pair is None:
                 ids = self.gpt_inputs.classification(example.text)
             elif self.symmetric:
@@ -273,7 +275,8 @@ class QuestionAnswering(Task):
 
     def calibrate(self, model: torch.nn.Module) -> None:
         """Keep the tau chosen on the dev set in the model's head config, so its saves predict with it."""
-        model = getattr(model, "module", model)
+        model = getattr(model, "module", model)  # the model inside a DDP wrapper
+        assert isinstance(model, TaskModel)  # a span head's
         if self.fit_threshold and self.threshold is not None:
             head = dataclasses.replace(model.config.head, null_threshold=float(self.threshold))
             model.config = dataclasses.replace(model.config, head=head)
@@ -323,7 +326,7 @@ def encode_all(task: Task, examples: Sequence[Any]) -> list[Feature]:
 
 def batches(task: Task, features: Sequence[Feature], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
     for first in range(0, len(features), batch_size):
-        yield collate([model_inputs(f) for f in features[first:first + batch_size]], task.tokenizer.pad_id)
+        yield collate([model_inputs(f) for f in features[first:first + batch_size]], task.tokenizer.padding_id)
 
 
 def model_inputs(feature: Feature) -> Feature:
@@ -432,7 +435,7 @@ class TaskObjective:
             generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
             self._order = (epoch, length_grouped_order(self.lengths, self.batch_size, generator))
         rows = self._order[1][position * self.batch_size:(position + 1) * self.batch_size].tolist()
-        return collate([model_inputs(self.features[r]) for r in rows], self.task.tokenizer.pad_id)
+        return collate([model_inputs(self.features[r]) for r in rows], self.task.tokenizer.padding_id)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum())
@@ -459,7 +462,7 @@ class TaskObjective:
         losses = {"task": self.task.loss(output, batch)}
         if self.lm:
             losses["lm"] = auxiliary_lm_loss(output.backbone.logits, batch["input_ids"], batch["attention_mask"])
-        if self.adversarial():
+        if self.sift is not None and self.adversarial():
             def perturbed_logits() -> torch.Tensor:
                 return self.task.logits(forward(model, batch))
 

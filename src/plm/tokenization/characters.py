@@ -85,7 +85,8 @@ def check_sentences(sentences: Sequence[Sequence[str]]) -> None:
     for index, sentence in enumerate(sentences):
         if isinstance(sentence, str) or not isinstance(sentence, Sequence):
             raise PLMError(
-                f"sentence {index} is a {type(sentence).__name__}, not a list of words (split it, e.g. with plm.tokenization.characters.split_words)"
+                f"sentence {index} is a {type(sentence).__name__}, not a list of words "
+                "(split it, e.g. with plm.tokenization.characters.split_words)"
             )
         for word in sentence:
             if not isinstance(word, str) or not word:
@@ -99,7 +100,9 @@ def train_word_vocabulary(texts: Iterable[str], vocab_size: int) -> tuple[tokeni
     ids run from the most frequent word down, the order an adaptive softmax needs.
     """
     if vocab_size <= len(WORD_ROLES):
-        raise PLMError(f"a word vocabulary needs more than {len(WORD_ROLES)} entries (its special words); got {vocab_size}")
+        raise PLMError(
+            f"a word vocabulary needs more than {len(WORD_ROLES)} entries (its special words); got {vocab_size}"
+        )
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(split_words(text))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -331,7 +331,7 @@ class Tokenizer:
         if self.pad_id is None:
             raise PLMError(f"{self!r} has no pad token to fill a batch with")
         firsts = self.backend.encode_batch(list(texts), add_special_tokens=False)
-        seconds = [None] * len(firsts)
+        seconds: Sequence[tokenizers.Encoding | None] = [None] * len(firsts)
         if pairs is not None:
             seconds = self.backend.encode_batch(list(pairs), add_special_tokens=False)
         encodings = [self._assemble(a, b, max_length, truncation) for a, b in zip(firsts, seconds)]
@@ -362,7 +362,8 @@ class Tokenizer:
                     raise PLMError(f"the text has {total} tokens, more than max_length {max_length}")
                 if budget < len(lengths):
                     raise PLMError(f"max_length {max_length} leaves no room for the text beside the special tokens")
-                for encoding, keep in zip((first, second), _longest_first(lengths, budget)):
+                encodings = [first] if second is None else [first, second]
+                for encoding, keep in zip(encodings, _longest_first(lengths, budget)):
                     encoding.truncate(keep)
         joined = self.backend.post_process(first, second, add_special_tokens=True)
         # tokenizers counts B's words from 0 again; number them after A's so that they stay apart.
@@ -403,7 +404,12 @@ class Tokenizer:
         :func:`plm.tasks.gpt_inputs.add_task_tokens`). Saving keeps them.
         """
         self.backend.add_special_tokens(list(tokens))
-        return [self.backend.token_to_id(token) for token in tokens]
+        ids = []
+        for token in tokens:
+            index = self.backend.token_to_id(token)
+            assert index is not None  # added just above
+            ids.append(index)
+        return ids
 
     @property
     def vocab_size(self) -> int:
@@ -415,6 +421,18 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
+
+    def required_id(self, role: str) -> int:
+        """:meth:`id_of` for a role the caller needs (often checked before): a PLMError when there is none."""
+        index = self.id_of(role)
+        if index is None:
+            raise PLMError(f"{self!r} has no {role} token")
+        return index
+
+    @property
+    def padding_id(self) -> int:
+        """The id that fills a batch's padding (the attention mask hides it): the pad token, else end-of-text, or 0."""
+        return self.pad_id if self.pad_id is not None else (self.eos_id or 0)
 
     def id_of(self, role: str) -> int | None:
         """The id of the special token with ``role``, None when this tokenizer has none."""
@@ -543,7 +561,7 @@ def _longest_first(lengths: list[int], budget: int) -> list[int]:
 
 
 def _guess_roles(backend: tokenizers.Tokenizer) -> dict[str, str]:
-    roles = {}
+    roles: dict[str, str] = {}
     for added in backend.get_added_tokens_decoder().values():
         if added.special:
             for role in _USUAL_ROLES.get(added.content, ()):
@@ -561,5 +579,9 @@ def train_words(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:
 
 
 # The tokenizer kinds a recipe names, and how each is trained: trainer(texts, vocab_size=...).
-TOKENIZER_TRAINERS = {"bpe": Tokenizer.train_bpe, "wordpiece": Tokenizer.train_wordpiece, "unigram": Tokenizer.train_unigram,
-                      "words": train_words}
+TOKENIZER_TRAINERS: dict[str, Callable[..., Tokenizer]] = {
+    "bpe": Tokenizer.train_bpe,
+    "wordpiece": Tokenizer.train_wordpiece,
+    "unigram": Tokenizer.train_unigram,
+    "words": train_words,
+}

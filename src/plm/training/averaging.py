@@ -28,14 +28,16 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, 
     keys = list(states[0])
     for index, state in enumerate(states[1:], 2):
         if list(state) != keys or any(state[k].shape != states[0][k].shape for k in keys):
-            raise PLMError(f"checkpoint {index} does not have the weights of checkpoint 1; only one model's can be averaged")
+            raise PLMError(
+                f"checkpoint {index} does not have the weights of checkpoint 1; only one model's can be averaged"
+            )
     averaged = {}
     for key in keys:
         first = states[0][key]
         if not first.is_floating_point():  # counters and the like: take the last checkpoint's
             averaged[key] = states[-1][key].clone()
             continue
-        total = sum(state[key].to(torch.float64) for state in states)
+        total = sum((state[key].to(torch.float64) for state in states[1:]), states[0][key].to(torch.float64))
         averaged[key] = (total / len(states)).to(first.dtype)
     return averaged
 

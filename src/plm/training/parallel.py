@@ -25,7 +25,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,7 @@ from plm.training.distributed import Distributed
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
+    from typing_extensions import TypeIs
 
 # torch's FSDP and its state-dict helpers are imported where a model is sharded: together they take
 # over a second to import, which every plm command paid at start-up (see FSDP_MODULE below).
@@ -117,7 +118,10 @@ def built_on_first_process(parallelism: Parallelism, world: Distributed) -> cont
     return torch.device("meta") if parallelism.sharded and not world.is_main else contextlib.nullcontext()
 
 
-def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.device, dtype: torch.dtype) -> nn.Module:
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
+
+def prepare_model(model: ModelT, parallelism: Parallelism, device: torch.device, dtype: torch.dtype) -> ModelT:
     """``model`` on ``device`` with activation checkpointing and FSDP applied in place (the same parameter names).
 
     FSDP replaces the parameters by sharded ones: the optimizer is built after this. Their
@@ -138,7 +142,7 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
     # fully_shard moves each unit to the device as it shards it, so that no GPU holds the whole model.
     whole = model.state_dict() if spread and dist.get_rank() == 0 else {}
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    options = {"mesh": mesh}
+    options: dict[str, Any] = {"mesh": mesh}
     if parallelism.offload:
         options["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     if device.type == "cuda" and dtype == torch.bfloat16:
@@ -153,7 +157,7 @@ def prepare_model(model: nn.Module, parallelism: Parallelism, device: torch.devi
     return model
 
 
-def copy_first_process(model: nn.Module, whole: dict[str, torch.Tensor]) -> None:
+def copy_first_process(model: nn.Module, whole: dict[str, Any]) -> None:
     """Fill every process's shards and buffers of the sharded ``model`` with the first process's values.
 
     ``whole`` is the first process's state dict before sharding (empty on the others): torch
@@ -167,7 +171,7 @@ def copy_first_process(model: nn.Module, whole: dict[str, torch.Tensor]) -> None
         dist.broadcast(buffer, src=0)
 
 
-def is_sharded(model: nn.Module) -> bool:
+def is_sharded(model: object) -> TypeIs[FSDPModule]:
     fsdp = sys.modules.get(FSDP_MODULE)  # never imported: nothing was sharded in this process
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
@@ -182,7 +186,8 @@ def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextMan
         return contextlib.nullcontext()
     if is_sharded(model):
         return _fsdp_no_sync(model)
-    return model.no_sync()  # DistributedDataParallel
+    assert isinstance(model, nn.parallel.DistributedDataParallel)  # several processes, not sharded: DDP
+    return model.no_sync()
 
 
 @contextlib.contextmanager

@@ -50,6 +50,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -150,14 +151,14 @@ def auto_memory(device: str, processes: int) -> Memory:
             raise PLMError("no CUDA GPU here to read free memory from; give --memory (e.g. 80GB) to plan for one")
         free, _ = torch.cuda.mem_get_info()
         return Memory(free, f"free on {torch.cuda.get_device_name()}")
-    free = available_memory()
-    if free is None:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = available_memory()
+    if available is None:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     shared = f" / {processes} processes" if processes > 1 else ""
-    return Memory(free // processes, f"available RAM{shared}")
+    return Memory(available // processes, f"available RAM{shared}")
 
 
-def activation_bytes(config: object, predicted: float, batch: int, block: int, checkpoint: bool,
+def activation_bytes(config: Any, predicted: float, batch: int, block: int, checkpoint: bool,
                      device: str = "cpu") -> int:
     """One training step's activations on ``device`` (see the module docstring for what is counted and why).
 
@@ -209,7 +210,7 @@ def gradient_values(shape: BlockConfig) -> float:
     return 2 * shape.dim + shape.ffn_dim
 
 
-def word_table_values(config: object, shape: BlockConfig) -> int:
+def word_table_values(config: Any, shape: BlockConfig) -> int:
     """V x E, E = ``embedding_dim`` or dim: the word embeddings, which every family plm plan takes ties to its output.
 
     Their gradient from the output layer, made as backward starts, waits in autograd
@@ -261,7 +262,9 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         device |= {"parameters": weights, "gradients": weights, "optimizer state": state, "gradient buckets": weights}
     else:  # each process keeps 1/N of everything, and gathers one whole block's parameters and gradients at a time
         shard = math.ceil(count / setup.processes) * FP32
-        largest = max(sum(p.numel() for p in b.parameters()) for b in model.modules() if isinstance(b, TransformerBlock))
+        largest = max(
+            sum(p.numel() for p in b.parameters()) for b in model.modules() if isinstance(b, TransformerBlock)
+        )
         (cpu if setup.offload else device)["parameters"] = shard
         device["gradients"] = shard
         (cpu if setup.offload else device)["optimizer state"] = OPTIMIZER_STATES[setup.optimizer] * shard
@@ -296,6 +299,6 @@ def report(result: Plan) -> str:
     other = "with" if not setup.checkpoint_activations else "without"
     lines.append(f"(activations {other} checkpointing: {human_bytes(result.activations[other])})")
     verdict = "fits" if result.fits else "does NOT fit"
-    lines.append(f"{verdict}: {human_bytes(result.device_total)} per process against {human_bytes(result.memory.bytes)} "
-                 f"({result.memory.source})")
+    lines.append(f"{verdict}: {human_bytes(result.device_total)} per process against "
+                 f"{human_bytes(result.memory.bytes)} ({result.memory.source})")
     return "\n".join(lines)

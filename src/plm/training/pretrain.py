@@ -159,7 +159,9 @@ def resolve_tokenizer(
     if world.is_main:
         texts = (document.text for document in corpus.train)
         trained = TOKENIZER_TRAINERS[recipe.tokenizer](texts, vocab_size=setup.vocab_size)
-    return world.broadcast(trained)
+    trained = world.broadcast(trained)
+    assert trained is not None  # the first process's, on every process
+    return trained
 
 
 def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokenizer: Tokenizer) -> PretrainedModel:

@@ -48,8 +48,8 @@ SWEEP_DIR = "runs"  # a fine-tuning sweep's runs, one directory each
 RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, SNAPSHOTS_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE,
              TOKENIZER_DIR, DEFINITION_FILE, RESULT_FILE, SUMMARY_FILE, SWEEP_DIR)
 # What an interrupted save leaves: the staging directories of checkpoint/, best/ and checkpoints/step-N/
-# (plm.storage.atomic_files.staging_directory), the half-deleted directories of plm.storage.checkpoint.remove_directory, and the
-# temporary files of plm.storage.atomic_files.atomic_open.
+# (plm.storage.atomic_files.staging_directory), the half-deleted directories of
+# plm.storage.checkpoint.remove_directory, and the temporary files of plm.storage.atomic_files.atomic_open.
 LEFTOVER = re.compile(r"\.(checkpoint|best|step|deleted)-.*|\..*\.tmp")
 
 _held: dict[Path, list[int]] = {}  # this process's locks: resolved directory -> [file descriptor, depth]
@@ -202,7 +202,9 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
     if overwrite or not out.exists() or not any(path.name != LOCK_FILE for path in out.iterdir()):
         return
     if any((out / name).exists() for name in RUN_FILES):
-        raise PLMError(f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again")
+        raise PLMError(
+            f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again"
+        )
     raise PLMError(f"{out} is not empty and holds no plm run; choose another --out or pass --overwrite")
 
 

@@ -24,7 +24,7 @@ from plm.data.dates import date_pairs
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.models import PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
+from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_config, model_class, preset_config
 from plm.models.recipe import Hyperparameters
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
@@ -39,7 +39,7 @@ SELECTABLE = ("bleu", "chrf", "exact_match")
 DEFAULT_TASK_PAIRS = (20_000, 500)  # generated training and held-out pairs of the dates task
 DEFAULT_TASK_VOCABULARY = 400  # the dates task needs few tokens beyond BPE's 256 bytes
 # The model a run with no --model trains: one that learns the dates task within the default run's 1,000
-# steps. Held-out exact match (the README's equal-time table): transformer-small 98% at step 500,
+# steps. Held-out exact match (docs/seq2seq.md, the four models at equal CPU time): transformer-small 98% at step 500,
 # rnn-bahdanau 100% at step 500, rnn 98.5% at step 1,000; rnn-luong needs 2,000 (93.5%). The Transformer
 # is the default as the model most users of the lineage come for.
 DEFAULT_MODEL = "transformer-small"
@@ -87,8 +87,10 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
         validation = read_parallel(setup.validation_source, setup.validation_target)
     else:
         validation = None
-    if setup.tsv or setup.source:
-        train = read_tsv(setup.tsv) if setup.tsv else read_parallel(setup.source, setup.target)
+    if setup.tsv:
+        train = read_tsv(setup.tsv)
+    elif setup.source and setup.target:  # checked above: both or neither
+        train = read_parallel(setup.source, setup.target)
     elif validation is not None:
         raise PLMError("validation files need training files (--src/--tgt or --tsv) as well")
     else:
@@ -179,6 +181,7 @@ def prepare_seq2seq(
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
         model = build_model(setup, model_name, tokenizers)
+    assert isinstance(model, Seq2SeqModel)  # check_model_name lets only an encoder-decoder through
     objective = Seq2SeqObjective(
         train, validation, tokenizers, max_tokens=setup.max_tokens,
         label_smoothing=recipe.label_smoothing if setup.label_smoothing is None else setup.label_smoothing,

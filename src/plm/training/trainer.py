@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -118,8 +118,17 @@ class TrainingConfig:
         return (f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
                 f"warming up over {self.steps // 10} steps instead (--warmup sets it)")
 
+    @property
+    def hyperparameters(self) -> Hyperparameters:
+        """The optimizer fields, once :meth:`with_defaults` has filled every one."""
+        values = {name: getattr(self, name) for name in HYPERPARAMETERS}
+        unset = [name for name, value in values.items() if value is None]
+        if unset:
+            raise PLMError(f"TrainingConfig fields {', '.join(unset)} are unset: see with_defaults")
+        return Hyperparameters(**values)
+
     def validate(self) -> None:
-        """Raise a PLMError naming the flag of the first value that cannot train."""
+        """Raise a PLMError naming the flag of the first value that cannot train; see :meth:`with_defaults`."""
         if self.steps < 1 or self.grad_accum < 1:
             raise PLMError("--steps and --grad-accum must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -128,27 +137,28 @@ class TrainingConfig:
             raise PLMError(f"--keep-last must be >= 0, got {self.keep_last}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise PLMError(f"the time limit must be above 0 seconds, got {self.time_limit}")
-        if self.optimizer not in OPTIMIZERS:
-            raise PLMError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.schedule not in SCHEDULES:
-            raise PLMError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        for flag, value in (("--lr", self.lr), ("--min-lr", self.min_lr), ("--weight-decay", self.weight_decay),
+        h = self.hyperparameters
+        if h.optimizer not in OPTIMIZERS:
+            raise PLMError(f"unknown optimizer {h.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if h.schedule not in SCHEDULES:
+            raise PLMError(f"unknown schedule {h.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        for flag, value in (("--lr", h.lr), ("--min-lr", h.min_lr), ("--weight-decay", h.weight_decay),
                             ("--clip", self.clip)):
             if not math.isfinite(value) or value < 0:
                 raise PLMError(f"{flag} must be a finite number >= 0, got {value}")
-        if self.lr == 0:
+        if h.lr == 0:
             raise PLMError("--lr must be above 0")
-        if self.min_lr > self.lr:
-            raise PLMError(f"--min-lr {self.min_lr} is above --lr {self.lr}; the schedule decays from lr to min-lr")
-        if self.warmup < 0:
-            raise PLMError(f"--warmup must be >= 0, got {self.warmup}")
-        if self.epochs is None and self.warmup > self.steps:
-            raise PLMError(f"--warmup {self.warmup} is more than --steps {self.steps}: the whole run would be warmup, "
+        if h.min_lr > h.lr:
+            raise PLMError(f"--min-lr {h.min_lr} is above --lr {h.lr}; the schedule decays from lr to min-lr")
+        if h.warmup < 0:
+            raise PLMError(f"--warmup must be >= 0, got {h.warmup}")
+        if self.epochs is None and h.warmup > self.steps:
+            raise PLMError(f"--warmup {h.warmup} is more than --steps {self.steps}: the whole run would be warmup, "
                            "the learning rate never reaching --lr")
-        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
-            raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, self.betas))}")
-        if not (math.isfinite(self.eps) and self.eps > 0):
-            raise PLMError(f"--eps must be a finite number above 0, got {self.eps}")
+        if len(h.betas) != 2 or not all(0 <= beta < 1 for beta in h.betas):
+            raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, h.betas))}")
+        if not (math.isfinite(h.eps) and h.eps > 0):
+            raise PLMError(f"--eps must be a finite number above 0, got {h.eps}")
         device = resolve_device(self.device)
         self.parallelism.validate(device, resolve_precision(self.precision, device))
 
@@ -187,7 +197,8 @@ class Trainer:
         if config.epochs is not None:
             self.config = config = dataclasses.replace(config, steps=self.steps_for_epochs(config.epochs))
         self.tokenizer = tokenizer
-        self.optimizer = build_optimizer(config.optimizer, self.model, config.lr, config.weight_decay, config.betas, config.eps)
+        h = config.hyperparameters
+        self.optimizer = build_optimizer(h.optimizer, self.model, h.lr, h.weight_decay, h.betas, h.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.step = 0
         self.decay_start: tuple[int, float] | None = None  # (step, lr) from which an extended run decays
@@ -266,14 +277,14 @@ class Trainer:
         Warmup, inverse-sqrt and constant schedules do not depend on the steps; a cosine or linear
         decay continues from where it is, without a jump, to ``min_lr`` at the new last step.
         """
-        config = self.config
+        config, h = self.config, self.config.hyperparameters
         if self.step >= config.steps:
             raise PLMError(f"{self.out}: the run is at step {self.step} already; --steps {config.steps} would not "
                            "train it further")
-        if config.schedule not in ("cosine", "linear") or self.step < config.warmup:
+        if h.schedule not in ("cosine", "linear") or self.step < h.warmup:
             return
         reached = self.learning_rate(self.step, total=saved_steps)
-        if reached <= config.min_lr == 0:
+        if reached <= h.min_lr == 0:
             raise PLMError(f"{self.out}: the run's learning rate decayed to 0 at its last step ({saved_steps}), so "
                            f"--steps {config.steps} would train at lr 0; start a new run from its model instead "
                            f"(--model {self.out}/checkpoint)")
@@ -284,20 +295,23 @@ class Trainer:
                   file=sys.stderr)
 
     def learning_rate(self, step: int, total: int | None = None) -> float:
-        """The learning rate of optimizer step ``step`` (0-based) of a run of ``total`` steps (default: the config's)."""
-        config = self.config
-        total = config.steps if total is None else total
+        """The learning rate of optimizer step ``step`` (0-based).
+
+        ``total`` is the run's number of steps (default: the config's).
+        """
+        h = self.config.hyperparameters
+        total = self.config.steps if total is None else total
         if self.decay_start is not None and step >= self.decay_start[0]:  # a run extended (see extend_schedule)
             first, start = self.decay_start
-            return decayed(config.schedule, (step - first) / max(1, total - 1 - first), start, config.min_lr)
-        return learning_rate(config.schedule, step, config.lr, config.warmup, total, config.min_lr)
+            return decayed(h.schedule, (step - first) / max(1, total - 1 - first), start, h.min_lr)
+        return learning_rate(h.schedule, step, h.lr, h.warmup, total, h.min_lr)
 
     def run(self, signals: StopSignals) -> dict[str, float]:
         """The training loop, from ``self.step`` to the config's steps (or its time limit, or a signal)."""
         config = self.config
         wrapped = self.wrap(self.model)
-        if config.compile:  # the same parameters, run through a compiled graph
-            wrapped = torch.compile(wrapped)
+        if config.compile:  # the same parameters, run through a compiled graph (a module: torch's stubs say callable)
+            wrapped = cast(torch.nn.Module, torch.compile(wrapped))
         bar = tqdm(
             total=config.steps,
             initial=self.step,
@@ -359,8 +373,8 @@ class Trainer:
                            "processes cannot share evenly; resume it on a number of processes that divides it")
         self.config = dataclasses.replace(self.config, grad_accum=micro_batches // world)
         if self.distributed.is_main:
-            print(f"resumed on {world} process(es): {self.config.grad_accum} micro-batch(es) each keep the run's global "
-                  f"batch of {micro_batches}", file=sys.stderr)
+            print(f"resumed on {world} process(es): {self.config.grad_accum} micro-batch(es) each keep the run's "
+                  f"global batch of {micro_batches}", file=sys.stderr)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module a training step runs: DDP around the model, or the model itself (one process, FSDP)."""
@@ -380,10 +394,10 @@ class Trainer:
             for index in range(world.rank, config.grad_accum * world.world_size, world.world_size)
         ]
         terms = list(self.objective.target_counts(batches[0]))
-        counts = torch.tensor(
+        local_counts = torch.tensor(
             [[self.objective.target_counts(b)[t] for t in terms] for b in batches], dtype=torch.float64
         ).sum(0)
-        counts = world.all_reduce_sum(counts.to(self.device)).clamp(min=1).tolist()
+        counts = world.all_reduce_sum(local_counts.to(self.device)).clamp(min=1).tolist()
         sums = torch.zeros(len(terms), device=self.device)
         for index, batch in enumerate(batches):
             with gradient_sync(wrapped, sync=index == len(batches) - 1):
@@ -434,7 +448,9 @@ class Trainer:
                 metrics["val_perplexity"] = math.exp(min(means[0], 50.0))
             if len(terms) > 1:  # e.g. ELMo's forward and backward LMs
                 metrics |= {
-                    f"val_perplexity_{t}": math.exp(min(mean, 50.0)) for t, mean in zip(terms, means) if t in likelihoods
+                    f"val_perplexity_{t}": math.exp(min(mean, 50.0))
+                    for t, mean in zip(terms, means)
+                    if t in likelihoods
                 }
         reshard(self.model)
         task_metrics = getattr(self.objective, "validation_metrics", None)
@@ -449,7 +465,9 @@ class Trainer:
         if self.selection is None:
             return
         if self.selection.metric not in metrics:
-            raise PLMError(f"the task selects its best model by {self.selection.metric}, which its validation did not report")
+            raise PLMError(
+                f"the task selects its best model by {self.selection.metric}, which its validation did not report"
+            )
         value = metrics[self.selection.metric]
         if self.selection.better(value, self.best):
             self.best = value
@@ -463,7 +481,8 @@ class Trainer:
             return None
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # see parallel.py
 
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        whole = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return cast(dict[str, torch.Tensor], whole)  # a full state dict holds whole tensors
 
     def save(self) -> None:
         world = self.distributed
@@ -479,8 +498,8 @@ class Trainer:
         }
         shards = None
         if self.parallelism.sharded:  # every process writes its own shards into the staging directory
-            shards = Path(world.broadcast(str(staging_directory(make_directory(self.out), ".checkpoint-"))
-                                          if world.is_main else None))
+            staging = str(staging_directory(make_directory(self.out), ".checkpoint-")) if world.is_main else ""
+            shards = Path(world.broadcast(staging))
             state |= save_shards(shards, self.model, self.optimizer)
         snapshot = self.whole_weights() if self.config.keep_last else None
         if world.is_main:

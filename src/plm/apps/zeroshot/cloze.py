@@ -52,7 +52,7 @@ class ClozeResult:
 def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
     """The items of a cloze JSONL file (format in the module docstring)."""
     items = []
-    schema = {"query": str, "options": list, "answer": (str, int)}
+    schema: dict[str, type | tuple[type, ...]] = {"query": str, "options": list, "answer": (str, int)}
     for number, row in read_jsonl(path, schema, optional={"context": str}):
         where = f"{path}:{number}"
         options = row["options"]
@@ -67,7 +67,9 @@ def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
             raise PLMError(f"{where}: the answer index {answer} is not between 0 and {len(options) - 1}")
         text = f"{row['context']} {row['query']}" if row.get("context") else row["query"]
         if text.count(blank) != 1:
-            raise PLMError(f"{where}: the query should hold the blank {blank!r} once, it holds it {text.count(blank)} times")
+            raise PLMError(
+                f"{where}: the query should hold the blank {blank!r} once, it holds it {text.count(blank)} times"
+            )
         before, after = text.split(blank)
         items.append(ClozeItem(before, after, options, answer))
     return items

@@ -18,13 +18,16 @@ from typing import Callable
 
 _CONTRACTIONS = [(re.compile(r" (n't|'t|'s|'re|'ve|'ll|'d|'m)\b", re.IGNORECASE), r"\1")]
 
-_WIKITEXT = [
+_WIKITEXT: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r" @([-,.])@ "), r"\1"),  # 1 @,@ 000 -> 1,000; well @-@ known -> well-known
     (re.compile(r" ([.,;:!?%)\]}])"), r"\1"),  # no space before closing punctuation
     (re.compile(r"([(\[{$]) "), r"\1"),  # nor after opening punctuation
     (re.compile(r"(?<=s) '(?= )"), "'"),  # the players ' cup -> the players' cup
     *_CONTRACTIONS,
-    (re.compile(r"(?m)^(=(?: =)*) (.*?) (=(?: =)*)$"), lambda m: f"{m[1].replace(' ', '')} {m[2]} {m[3].replace(' ', '')}"),
+    (
+        re.compile(r"(?m)^(=(?: =)*) (.*?) (=(?: =)*)$"),  # = = Heading = = -> == Heading ==
+        lambda m: f"{m[1].replace(' ', '')} {m[2]} {m[3].replace(' ', '')}",
+    ),
 ]
 _QUOTED = re.compile(r'" ([^"\n]*?) "')  # a quotation opens and closes on one line
 _LINE_EDGES = re.compile(r"(?m)^ +| +$")

@@ -15,7 +15,9 @@ from plm.errors import PLMError
 
 
 def read_jsonl(
-    path: str | Path, required: dict[str, type | tuple[type, ...]], optional: dict[str, type | tuple[type, ...]] | None = None
+    path: str | Path,
+    required: dict[str, type | tuple[type, ...]],
+    optional: dict[str, type | tuple[type, ...]] | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """(line number, row) for each non-blank line of ``path``; each row has the ``required`` fields."""
     try:
@@ -41,7 +43,9 @@ def read_jsonl(
                 if name in required:
                     raise PLMError(f"{path}:{number}: missing field {name!r}")
             elif not isinstance(row[name], kind) or isinstance(row[name], bool):
-                raise PLMError(f"{path}:{number}: field {name!r} should be {type_name(kind)}, got {json.dumps(row[name])[:40]}")
+                raise PLMError(
+                    f"{path}:{number}: field {name!r} should be {type_name(kind)}, got {json.dumps(row[name])[:40]}"
+                )
         rows.append((number, row))
     if not rows:
         raise PLMError(f"{path}: the file has no rows")

@@ -74,7 +74,7 @@ def score_continuations(
     room = model.context_length()
     encoded = [encode_pair(tokenizer, context, continuation, room) for context, continuation in pairs]
     device = next(model.parameters()).device
-    pad = tokenizer.pad_id if tokenizer.pad_id is not None else (tokenizer.eos_id or 0)
+    pad = tokenizer.padding_id
     model.eval()
     results = []
     for start in tqdm(range(0, len(encoded), batch_size), disable=not progress, desc=desc):

@@ -69,7 +69,9 @@ def evaluate_summaries(
     rows = read_articles(path)
     room = model.context_length() - max_new_tokens
     if room < 1:
-        raise PLMError(f"{max_new_tokens} new tokens leave no room for the article in a context of {model.context_length()}")
+        raise PLMError(
+            f"{max_new_tokens} new tokens leave no room for the article in a context of {model.context_length()}"
+        )
     summaries = []
     for start in tqdm(range(0, len(rows), batch_size), disable=not progress, desc="summarize"):
         prompts = [article.rstrip() + PROMPT for article, _ in rows[start : start + batch_size]]
