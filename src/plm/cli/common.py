@@ -191,6 +191,14 @@ def add_schedule(parser: argparse.ArgumentParser) -> None:
                         help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
 
 
+def add_process(parser: argparse.ArgumentParser) -> None:
+    """What every training command takes about its processes: --strategy and memory, progress, --seed, --device."""
+    add_parallelism(parser)
+    add_no_progress(parser)
+    add_seed(parser)
+    add_device(parser)
+
+
 def training_config(args: argparse.Namespace) -> TrainingConfig:
     """The :class:`TrainingConfig` of the flags :func:`add_schedule`, :func:`add_parallelism`, ``--seed``,
     ``--device`` and ``--no-progress`` declare."""

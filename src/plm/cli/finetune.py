@@ -7,11 +7,8 @@ import re
 
 from plm.cli.common import (
     HelpFormatter,
-    add_device,
-    add_no_progress,
-    add_parallelism,
+    add_process,
     add_run_directory,
-    add_seed,
     add_tag_column,
     check_output_directory,
     parallelism,
@@ -141,10 +138,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                       "are kept, the interrupted one resumes from its checkpoint")
     parser.add_argument("--save-every", type=positive_int, default=500,
                         help="steps between checkpoints within an epoch (each epoch's end saves one too)")
-    add_no_progress(parser)
-    add_seed(parser)
-    add_device(parser)
-    add_parallelism(parser)
+    add_process(parser)
     parser.set_defaults(run=run_finetune)
 
 

@@ -7,12 +7,9 @@ import os
 
 from plm.cli.common import (
     HelpFormatter,
-    add_device,
-    add_no_progress,
-    add_parallelism,
+    add_process,
     add_run_directory,
     add_schedule,
-    add_seed,
     positive_int,
     training_config,
 )
@@ -95,10 +92,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads "
                         "(default: the preset's)")
     add_schedule(parser)
-    add_parallelism(parser)
-    add_no_progress(parser)
-    add_seed(parser)
-    add_device(parser)
+    add_process(parser)
     parser.set_defaults(run=run)
 
 

@@ -11,13 +11,10 @@ from pathlib import Path
 from plm.apps.attention_map import pair_attention, plot
 from plm.cli.common import (
     HelpFormatter,
-    add_device,
     add_model,
-    add_no_progress,
-    add_parallelism,
+    add_process,
     add_run_directory,
     add_schedule,
-    add_seed,
     positive_int,
     training_config,
 )
@@ -109,10 +106,7 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     )
     add_run_directory(parser, "runs/seq2seq")
     add_schedule(parser)
-    add_no_progress(parser)
-    add_seed(parser)
-    add_device(parser)
-    add_parallelism(parser)
+    add_process(parser)
     parser.set_defaults(run=run_train)
 
 
