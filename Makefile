@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Modules whose docstrings the pydocstyle check (Google convention, pyproject.toml) holds to.
+PUBLIC_API := src/plm/__init__.py src/plm/storage/loading.py src/plm/storage/checkpoint.py \
+	src/plm/training/trainer.py src/plm/training/pretrain.py src/plm/training/run_directory.py \
+	src/plm/training/stopping.py src/plm/errors.py src/plm/apps/text_pipelines.py src/plm/apps/perplexity.py \
+	src/plm/decoding/generation.py
 
 .PHONY: setup demo test bench quality clean
 
@@ -29,6 +34,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check --select D --ignore D105,D107 $(PUBLIC_API)
 	$(VENV)/bin/mypy src/plm
 	$(PY) -m pytest
 

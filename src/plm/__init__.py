@@ -1,15 +1,17 @@
 """plm: the pretrained-language-model lineage, from scratch on PyTorch.
 
-    import plm
-    model = plm.from_preset("gpt2-mini")            # a fresh model from a named preset
-    model = plm.load("runs/demo")                   # a saved model, a training run or a Hugging Face directory
-    model, tokenizer = plm.load_pretrained("runs/demo")   # the same, with the tokenizer beside it
-    out = model(input_ids, attention_mask)          # out.logits: (batch, time, vocab)
-    ids = model.generate(input_ids, max_new_tokens=20)
-    bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
-    out = bert(input_ids, attention_mask, token_type_ids)   # .last_hidden_state, .logits, .pair_logits
-    classifier = plm.task_model(bert, "classify", labels=3)  # out.logits: (batch, 3)
-    fast = plm.quantize(plm.load("runs/demo"), "int8")   # int8 weights for CPU inference
+```python
+import plm
+model = plm.from_preset("gpt2-mini")            # a fresh model from a named preset
+model = plm.load("runs/demo")                   # a saved model, a training run or a Hugging Face directory
+model, tokenizer = plm.load_pretrained("runs/demo")   # the same, with the tokenizer beside it
+out = model(input_ids, attention_mask)          # out.logits: (batch, time, vocab)
+ids = model.generate(input_ids, max_new_tokens=20)
+bert = plm.from_preset("bert-base", pretraining_heads=("mlm", "nsp"))
+out = bert(input_ids, attention_mask, token_type_ids)   # .last_hidden_state, .logits, .pair_logits
+classifier = plm.task_model(bert, "classify", labels=3)  # out.logits: (batch, 3)
+fast = plm.quantize(plm.load("runs/demo"), "int8")   # int8 weights for CPU inference
+```
 """
 
 from plm.apps.perplexity import perplexity

@@ -15,6 +15,10 @@ class RunStopped(Exception):
 
     The CLI prints the message (where it saved, how to resume) and exits with 128 + the
     signal's number, as shells expect: 143 for SIGTERM, 130 for SIGINT.
+
+    Args:
+        message: where the run saved and how to resume it.
+        signal_number: the number of the signal that stopped the run.
     """
 
     def __init__(self, message: str, signal_number: int) -> None:
@@ -27,8 +31,17 @@ class PLMWarning(UserWarning):
 
 
 def with_article(word: str) -> str:
-    """``word`` after "a" or "an" as it is spoken, for messages naming a family: "an elmo", "an albert", and
-    for a word without vowels, spelled out letter by letter, by its first letter's name: "a gpt", "an rnn"."""
+    """``word`` after "a" or "an" as it is spoken, for messages naming a family.
+
+    "an elmo", "an albert", and for a word without vowels, spelled out letter by letter, by its first
+    letter's name: "a gpt", "an rnn".
+
+    Args:
+        word: the word to put an article before.
+
+    Returns:
+        The article, a space and ``word``.
+    """
     spelled = not any(vowel in word.lower() for vowel in "aeiouy")
     sounds = "aefhilmnorsx" if spelled else "aeiou"
     return f"{'an' if word[:1].lower() in sounds else 'a'} {word}"

@@ -45,17 +45,25 @@ class Perplexity:
 
     @property
     def word_perplexity(self) -> float | None:
+        """Perplexity per word of the text; None when the words were not counted."""
         return math.exp(self.nll / self.words) if self.words else None
 
     @property
     def byte_perplexity(self) -> float | None:
+        """Perplexity per UTF-8 byte of the text; None when the bytes were not counted."""
         return math.exp(self.nll / self.bytes) if self.bytes else None
 
     @property
     def bits_per_byte(self) -> float | None:
+        """Bits per UTF-8 byte of the text; None when the bytes were not counted."""
         return self.nll / self.bytes / math.log(2) if self.bytes else None
 
     def as_dict(self) -> dict[str, float | int | None]:
+        """The fields and the per-word and per-byte measures, by name, for JSON.
+
+        Returns:
+            The values by name.
+        """
         names = ("perplexity", "loss", "tokens", "window", "stride", "words", "bytes")
         return {name: getattr(self, name) for name in names} | {
             "word_perplexity": self.word_perplexity,
@@ -82,6 +90,14 @@ def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]
 
     The first window scores tokens 1..window-1; each later one scores the next
     ``stride`` tokens, reading the ``window - stride`` tokens before them as context.
+
+    Args:
+        length: the number of tokens.
+        window: the tokens a window reads.
+        stride: the tokens each later window scores.
+
+    Returns:
+        (begin, end, first_target) of each window.
     """
     spans = [(0, min(window, length), 1)]
     while spans[-1][1] < length:
@@ -100,7 +116,23 @@ def perplexity(
     batch_size: int = 8,
     progress: bool = False,
 ) -> Perplexity:
-    """Perplexity of the token sequence ``ids``; the first token is context only."""
+    """Perplexity of the token sequence ``ids``; the first token is context only.
+
+    Args:
+        model: the causal language model.
+        ids: the token ids of the text.
+        window: the tokens a window reads (default: the model's context).
+        stride: the tokens each window after the first scores (default: half the window).
+        batch_size: windows per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        The perplexity, its loss and the tokens scored.
+
+    Raises:
+        PLMError: a window below 2 or beyond the model's context, a stride not in [1, window - 1], or
+            fewer than 2 tokens.
+    """
     window = window or model.context_length()
     stride = stride or max(1, window // 2)
     if window < 2:

@@ -20,7 +20,15 @@ DEFAULT_NEW_TOKENS = 64  # a continuation's length when none is asked for (plm g
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts of different lengths as one (batch, time) tensor, padded on the left, and its mask."""
+    """Prompts of different lengths as one (batch, time) tensor, padded on the left, and its mask.
+
+    Args:
+        rows: each prompt's token ids.
+        pad_id: the id that fills the padding.
+
+    Returns:
+        The (batch, time) ids and the mask, 0 at padding.
+    """
     width = max(len(row) for row in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -43,6 +51,21 @@ def generate_text(
     ``options`` are those of :func:`plm.decoding.generation.generate` (temperature, top_k,
     top_p, repetition_penalty, seed, keep_last, compile, ...). An empty prompt starts from
     the tokenizer's beginning-of-text token.
+
+    Args:
+        model: the causal language model.
+        tokenizer: its tokenizer.
+        prompts: the prompts, decoded as one batch.
+        max_new_tokens: the most new tokens per prompt.
+        stop: strings that end a continuation.
+        **options (Any): as for :func:`plm.decoding.generation.generate`.
+
+    Returns:
+        Each prompt's continuation.
+
+    Raises:
+        PLMError: an empty prompt and no beginning-of-text token, an option out of range, or a prompt
+            that does not fit the context with the new tokens.
     """
     rows = encode_prompts(tokenizer, prompts)
     pad = prompt_padding(tokenizer)
@@ -65,8 +88,20 @@ def generate_text(
 
 
 def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Each prompt's token ids; an empty prompt is the tokenizer's beginning-of-text token, for there is
-    nothing else to continue from."""
+    """Each prompt's token ids.
+
+    An empty prompt is the tokenizer's beginning-of-text token, for there is nothing else to continue from.
+
+    Args:
+        tokenizer: the tokenizer.
+        prompts: the prompts.
+
+    Returns:
+        Each prompt's token ids.
+
+    Raises:
+        PLMError: an empty prompt and a tokenizer without a beginning-of-text (or end-of-text) token.
+    """
     rows = [tokenizer.encode(prompt) for prompt in prompts]
     start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
     for index, row in enumerate(rows):
@@ -78,14 +113,31 @@ def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[in
 
 
 def prompt_padding(tokenizer: Tokenizer) -> int:
-    """The id that left-pads prompts (the attention mask hides it): the pad token, else end-of-text, else 0."""
+    """The id that left-pads prompts (the attention mask hides it): the pad token, else end-of-text, else 0.
+
+    Args:
+        tokenizer: the tokenizer.
+
+    Returns:
+        The padding id.
+    """
     return tokenizer.padding_id
 
 
 def room_for_new_tokens(
     model: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], keep_last: int | None = None
 ) -> int:
-    """How many tokens fit in the model's context after the longest prompt (cut to ``keep_last``)."""
+    """How many tokens fit in the model's context after the longest prompt (cut to ``keep_last``).
+
+    Args:
+        model: the causal language model.
+        tokenizer: its tokenizer.
+        prompts: the prompts.
+        keep_last: the prompt tokens kept (None: all).
+
+    Returns:
+        The number of new tokens that fit.
+    """
     longest = max(max(len(tokenizer.encode(prompt)), 1) for prompt in prompts)  # an empty prompt gets a start token
     return model.context_length() - min(longest, keep_last or longest)
 
@@ -106,6 +158,23 @@ def file_perplexity(
     (:mod:`plm.apps.zeroshot.detokenize`). The text is preceded by the beginning-of-text
     token when the tokenizer has one, so that its first token is scored too. The
     result counts the file's words (before detokenising) and the bytes the model read.
+
+    Args:
+        model: the causal language model.
+        tokenizer: its tokenizer.
+        path: the text file.
+        window: as for :func:`plm.apps.perplexity.perplexity`.
+        stride: as for :func:`plm.apps.perplexity.perplexity`.
+        batch_size: as for :func:`plm.apps.perplexity.perplexity`.
+        progress: show a progress bar.
+        detokenize: "none", "wikitext" or "ptb".
+
+    Returns:
+        The perplexity, with the file's words and bytes.
+
+    Raises:
+        PLMError: an unknown detokenizer, an unreadable file, or a window, stride or text that
+            :func:`plm.apps.perplexity.perplexity` refuses.
     """
     if detokenize not in DETOKENIZERS:
         raise PLMError(f"unknown detokenizer {detokenize!r}; choose one of {', '.join(DETOKENIZERS)}")
@@ -126,6 +195,19 @@ def fill_mask(
     """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order.
 
     A guess beyond the tokenizer's vocabulary (a model with more embedding rows) has no token: None.
+
+    Args:
+        model: an encoder with a masked-LM head.
+        tokenizer: its tokenizer.
+        text: the text, with mask tokens where words are missing.
+        top_k: guesses per mask token.
+
+    Returns:
+        For each mask token, its ``top_k`` (token, probability) guesses, most likely first.
+
+    Raises:
+        PLMError: a model without a masked-LM head, a ``top_k`` out of range, a text without a mask
+            token, or one cut before a mask token by the model's context.
     """
     if "mlm" not in model.config.pretraining_heads:
         raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
@@ -162,7 +244,18 @@ def fill_mask(
 def embed_texts(
     model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 32, normalize: bool = True
 ) -> torch.Tensor:
-    """Sentence embeddings (len(texts), hidden): mean over real tokens, L2-normalised (Sentence-BERT)."""
+    """Sentence embeddings (len(texts), hidden): mean over real tokens, L2-normalised (Sentence-BERT).
+
+    Args:
+        model: the encoder.
+        tokenizer: its tokenizer.
+        texts: the texts.
+        batch_size: texts per forward pass.
+        normalize: L2-normalise each embedding.
+
+    Returns:
+        The (len(texts), hidden) embeddings, on the CPU.
+    """
     device = next(model.parameters()).device
     model.eval()
     chunks = []
@@ -178,5 +271,14 @@ def embed_texts(
 
 
 def segments(model: Encoder, batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """token_type_ids for models with segment embeddings (DeBERTa has none)."""
+    """token_type_ids for models with segment embeddings (DeBERTa has none).
+
+    Args:
+        model: the encoder.
+        batch: the tokenizer's batch.
+        device: where the ids go.
+
+    Returns:
+        ``token_type_ids`` as a keyword argument, or nothing.
+    """
     return {"token_type_ids": batch["token_type_ids"].to(device)} if model.config.segments else {}

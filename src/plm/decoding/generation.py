@@ -37,11 +37,18 @@ class SamplingOptions:
 
     @property
     def sampling(self) -> bool:
+        """Whether the next token is sampled: ``do_sample`` when given, else whether any option departs from greedy."""
         if self.do_sample is not None:
             return self.do_sample
         return self.temperature != 1.0 or self.top_k > 0 or self.top_p < 1.0
 
     def validate(self) -> None:
+        """Check that every option is in its range.
+
+        Raises:
+            PLMError: a temperature or repetition penalty that is not a positive number, a top_p outside
+                (0, 1], or a negative top_k.
+        """
         # Written so that NaN fails every check: it compares false with everything.
         if not 0 < self.temperature < math.inf:
             raise PLMError(f"temperature must be a positive number, got {self.temperature}")
@@ -58,8 +65,16 @@ def penalize_repetition(
 ) -> torch.Tensor:
     """CTRL's penalty: logits of tokens already present are divided by it (multiplied if negative).
 
-    logits (batch, vocab); tokens (batch, time); ``mask`` (batch, time) is 0 at padding,
-    which does not count as present. A token counts once however often it occurs.
+    A token counts once however often it occurs.
+
+    Args:
+        logits: (batch, vocab) logits of the next token.
+        tokens: (batch, time) the tokens so far.
+        penalty: the divisor of a present token's positive logit (the factor of a negative one).
+        mask: (batch, time), 0 at padding, which does not count as present.
+
+    Returns:
+        The (batch, vocab) penalised logits.
     """
     weights = mask.to(logits.dtype) if mask is not None else torch.ones_like(tokens, dtype=logits.dtype)
     present = torch.zeros_like(logits).scatter_add_(1, tokens, weights) > 0
@@ -67,7 +82,16 @@ def penalize_repetition(
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Keep the k most likely tokens and the smallest set whose probability reaches p."""
+    """Keep the k most likely tokens and the smallest set whose probability reaches p.
+
+    Args:
+        logits: (batch, vocab) logits of the next token.
+        top_k: how many of the most likely tokens to keep (0: all).
+        top_p: the probability mass the kept tokens must reach (1.0: all).
+
+    Returns:
+        The (batch, vocab) logits, -inf at the tokens filtered out.
+    """
     if top_k > 0:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -88,7 +112,15 @@ def next_tokens(
 ) -> torch.Tensor:
     """(batch, vocab) logits of the last position -> (batch,) chosen token ids.
 
-    ``history`` (batch, time) are the tokens so far; ``history_mask`` is 0 at their padding.
+    Args:
+        logits: (batch, vocab) logits of the last position.
+        history: (batch, time) the tokens so far.
+        options: how the token is chosen (greedy or sampled).
+        generator: the random generator sampling draws from (None: torch's global one).
+        history_mask: (batch, time), 0 at the padding of ``history``.
+
+    Returns:
+        The (batch,) chosen token ids.
     """
     if options.repetition_penalty != 1.0:
         logits = penalize_repetition(logits, history, options.repetition_penalty, history_mask)
@@ -105,7 +137,22 @@ def fit_prompt(
     context: int,
     keep_last: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Check that prompt + new tokens fit the context; cut to the last ``keep_last`` if asked."""
+    """Check that prompt + new tokens fit the context; cut to the last ``keep_last`` if asked.
+
+    Args:
+        input_ids: (batch, time) the prompt.
+        attention_mask: (batch, time), 0 at padding, or None.
+        max_new_tokens: how many tokens will be generated.
+        context: the model's context length.
+        keep_last: keep only the prompt's last ``keep_last`` tokens (None: all).
+
+    Returns:
+        The prompt and its mask, cut to ``keep_last``.
+
+    Raises:
+        PLMError: a negative ``max_new_tokens``, a ``keep_last`` below 1, or a prompt that, with the new
+            tokens, does not fit the context.
+    """
     if max_new_tokens < 0:
         raise PLMError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if keep_last is not None:
@@ -178,6 +225,33 @@ def decode_steps(
     The options and the prompt are checked here, before the first step; iterating runs the
     model, one :class:`Step` per new token column, and ends after ``max_new_tokens`` steps or
     once every row is finished. Closing the iterator early stops decoding.
+
+    Args:
+        model: the decoder.
+        input_ids: (batch, time) the prompt.
+        max_new_tokens: the most steps.
+        attention_mask: (batch, time), 0 at (left) padding, or None.
+        temperature: as for :func:`generate`.
+        top_k: as for :func:`generate`.
+        top_p: as for :func:`generate`.
+        repetition_penalty: as for :func:`generate`.
+        do_sample: as for :func:`generate`.
+        eos_token_id: as for :func:`generate`.
+        pad_token_id: as for :func:`generate`.
+        seed: as for :func:`generate`.
+        use_cache: as for :func:`generate`.
+        keep_last: as for :func:`generate`.
+        stop: as for :func:`generate`.
+        compile: as for :func:`generate`.
+        source_ids: as for :func:`generate`.
+        source_mask: as for :func:`generate`.
+
+    Returns:
+        An iterator of :class:`Step`, one per new token column.
+
+    Raises:
+        PLMError: an option out of range, or a prompt that is not (batch, time) with at least one token
+            or does not fit the context with the new tokens.
     """
     options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
     options.validate()
@@ -260,7 +334,7 @@ def generate(
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``; returns (batch, time + N).
+    """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``.
 
     Greedy unless a sampling option is given. A row that emits ``eos_token_id`` (or
     hits a stop string) is finished: its later positions hold ``pad_token_id``
@@ -276,6 +350,34 @@ def generate(
 
     An encoder-decoder translates ``source_ids`` (batch, source_length), 0 in
     ``source_mask`` at padding, starting from ``input_ids`` (its start token per row).
+
+    Args:
+        model: the decoder.
+        input_ids: (batch, time) the prompt.
+        max_new_tokens: the most new tokens per row.
+        attention_mask: (batch, time), 0 at (left) padding, or None.
+        temperature: divides the logits before sampling.
+        top_k: sample from the k most likely tokens only (0: all).
+        top_p: sample from the smallest set of tokens whose probability reaches p (1.0: all).
+        repetition_penalty: CTRL's penalty on tokens already present (1.0: none).
+        do_sample: sample (True) or take the most likely token (False); None: sample when a sampling
+            option is given.
+        eos_token_id: the token that finishes a row (None: rows finish only at a stop string).
+        pad_token_id: what fills a finished row.
+        seed: seeds the sampling, for repeatable output.
+        use_cache: keep keys and values between steps (the KV cache).
+        keep_last: keep only the prompt's last ``keep_last`` tokens.
+        stop: stop strings that finish a row.
+        compile: run the model through ``torch.compile``.
+        source_ids: an encoder-decoder's (batch, source_length) source.
+        source_mask: 0 at the padding of ``source_ids``.
+
+    Returns:
+        (batch, time + N) the prompt (cut to ``keep_last``) followed by the N new tokens.
+
+    Raises:
+        PLMError: an option out of range, or a prompt that is not (batch, time) with at least one token
+            or does not fit the context with the new tokens.
     """
     steps = decode_steps(
         model, input_ids, max_new_tokens, attention_mask, temperature=temperature, top_k=top_k, top_p=top_p,
@@ -289,17 +391,37 @@ def generate(
 
 
 class StopStrings:
-    """Finishes a row once its decoded continuation contains one of ``strings``."""
+    """Finishes a row once its decoded continuation contains one of ``strings``.
+
+    Args:
+        strings: the stop strings (empty ones are dropped).
+        decode (Callable[[list[int]], str]): turns a list of token ids into text.
+    """
 
     def __init__(self, strings: Sequence[str], decode) -> None:
         self.strings = [s for s in strings if s]
         self.decode = decode
 
     def reached(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Which rows' decoded new tokens contain a stop string.
+
+        Args:
+            new_tokens: (batch, time) the tokens generated so far.
+
+        Returns:
+            A (batch,) bool tensor.
+        """
         texts = [self.decode(row.tolist()) for row in new_tokens]
         return torch.tensor([any(s in text for s in self.strings) for text in texts], device=new_tokens.device)
 
     def cut(self, text: str) -> str:
-        """``text`` up to (not including) the first stop string."""
+        """``text`` up to (not including) the first stop string.
+
+        Args:
+            text: a decoded continuation.
+
+        Returns:
+            The text before the first stop string in it (all of it when there is none).
+        """
         positions = [text.find(s) for s in self.strings if s in text]
         return text[: min(positions)] if positions else text

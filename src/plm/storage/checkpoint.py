@@ -53,7 +53,18 @@ RNG_FILE = "rng.safetensors"
 
 
 def model_directory(path: str | os.PathLike[str]) -> Path:
-    """The model directory of ``path``: itself, or a training run's best model, else its latest checkpoint."""
+    """The model directory of ``path``: itself, or a training run's best model, else its latest checkpoint.
+
+    Args:
+        path: a model directory or a training run's directory.
+
+    Returns:
+        The directory that holds the model's ``config.json``.
+
+    Raises:
+        PLMError: no such directory, a training run that saved no model yet, or a directory without a
+            ``config.json``.
+    """
     path = Path(path)
     if (path / CONFIG_FILE).is_file():
         return path
@@ -72,7 +83,14 @@ def model_directory(path: str | os.PathLike[str]) -> Path:
 
 
 def is_training_run(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a training run's directory (with or without a model saved yet)."""
+    """Whether ``path`` is a training run's directory (with or without a model saved yet).
+
+    Args:
+        path: a directory.
+
+    Returns:
+        True when it holds a training run's ``training_config.json``.
+    """
     return (Path(path) / TRAINING_CONFIG_FILE).is_file()
 
 
@@ -81,7 +99,14 @@ def save_model(
 ) -> Path:
     """Write config, weights (and tokenizer) of ``model`` into ``directory``.
 
-    ``weights`` replaces ``model.state_dict()``: the whole tensors of a sharded model.
+    Args:
+        model: the model to save.
+        directory: where to write it (created if needed).
+        tokenizer: saved beside the model when given.
+        weights: replaces ``model.state_dict()``: the whole tensors of a sharded model.
+
+    Returns:
+        The model directory.
     """
     directory = make_directory(directory)
     weights = model.state_dict() if weights is None else weights
@@ -91,7 +116,13 @@ def save_model(
 
 
 def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = None) -> None:
-    """``config.json`` (and the tokenizer): a model directory but for its weights."""
+    """Write ``config.json`` (and the tokenizer): a model directory but for its weights.
+
+    Args:
+        model: the model whose family, config and quantization are written.
+        directory: the directory to write into.
+        tokenizer: saved beside the description when given.
+    """
     description: dict[str, Any] = {"family": model.family, "config": config_to_dict(model.config)}
     if quantization_of(model) is not None:
         description["quantization"] = quantization_of(model)
@@ -105,6 +136,17 @@ def load_model(path: str | os.PathLike[str], device: str | torch.device = "cpu")
 
     A sharded checkpoint (an FSDP run's) is read whole from the shards of all its processes.
     Under ``torch.device("meta")`` only its shapes are made (:func:`reads_no_weights`).
+
+    Args:
+        path: a model directory or a training run (see :func:`model_directory`).
+        device: where the weights go.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: no model at ``path``, an unknown family or quantization, or weights that do not fit
+            the config.
     """
     directory = model_directory(path)
     model_cls, config, description = read_description(directory)
@@ -133,12 +175,25 @@ def reads_no_weights() -> bool:
 
     FSDP's processes after the first build their model so (:func:`plm.training.parallel.built_on_first_process`):
     the first reads the weights and sends each process its shards, so the others need not hold them whole.
+
+    Returns:
+        True when the default device is the meta device.
     """
     return torch.get_default_device().type == "meta"
 
 
 def read_description(directory: Path) -> tuple[type[PretrainedModel], Any, dict[str, Any]]:
-    """The model class, its config and the whole description of ``directory/config.json``, checked."""
+    """The model class, its config and the whole description of ``directory/config.json``, checked.
+
+    Args:
+        directory: a model directory.
+
+    Returns:
+        The model class, its config and the description as read.
+
+    Raises:
+        PLMError: an unknown family, no ``"config"``, or a config that is not the family's.
+    """
     description = read_json(directory / CONFIG_FILE)
     family = description.get("family") if isinstance(description, dict) else None
     if family not in FAMILIES:
@@ -153,7 +208,16 @@ def read_description(directory: Path) -> tuple[type[PretrainedModel], Any, dict[
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
-    """Load ``weights`` into ``model`` (possibly on the meta device); any mismatch is a PLMError."""
+    """Load ``weights`` into ``model`` (possibly on the meta device); any mismatch is a PLMError.
+
+    Args:
+        model: the model to fill.
+        weights: the tensors by name.
+        source: where they came from, for the message.
+
+    Raises:
+        PLMError: missing, unexpected or wrongly shaped weights.
+    """
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
@@ -187,6 +251,18 @@ def save_checkpoint(
     ``shards`` is the staging directory into which every process of a sharded run wrote
     its part of the model and optimizer (:func:`plm.storage.sharded_checkpoint.save_shards`,
     whose result ``state`` holds); it is completed and swapped in.
+
+    Args:
+        run_directory: the training run's directory.
+        model: the model being trained.
+        optimizer: its optimizer.
+        state: the trainer's state (step, ...), saved as JSON.
+        tokenizer: saved with the model when given.
+        rng: the RNG states of every process, in rank order.
+        shards: the staging directory of a sharded run's parts.
+
+    Returns:
+        The new checkpoint directory.
     """
     run_directory = make_directory(run_directory)
     if shards is None:
@@ -210,8 +286,17 @@ def save_best(
     run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None,
     weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory; ``weights``: see
-    :func:`save_model`)."""
+    """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory).
+
+    Args:
+        run_directory: the training run's directory.
+        model: the model to save.
+        tokenizer: saved with the model when given.
+        weights: see :func:`save_model`.
+
+    Returns:
+        The ``best`` directory.
+    """
     run_directory = make_directory(run_directory)
     staging = staging_directory(run_directory, f".{BEST_DIR}-")
     save_model(model, staging, tokenizer, weights)
@@ -223,6 +308,14 @@ def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
 
     Two renames: a kill between them leaves ``.name-previous``, which
     :func:`recover_checkpoint` moves back, so a complete directory always survives.
+
+    Args:
+        staging: the finished directory.
+        run_directory: the directory to move it into.
+        name: its name there.
+
+    Returns:
+        ``run_directory/name``.
     """
     final, previous = run_directory / name, run_directory / f".{name}-previous"
     if final.exists():
@@ -241,6 +334,17 @@ def save_snapshot(
 
     The snapshot is staged under a dot name, so a run killed while writing it leaves
     nothing that :func:`snapshots` lists.
+
+    Args:
+        run_directory: the training run's directory.
+        model: the model to save.
+        step: the optimizer step, which names the snapshot.
+        keep: how many snapshots to keep.
+        tokenizer: saved with the model when given.
+        weights: see :func:`save_model`.
+
+    Returns:
+        The snapshot's directory.
     """
     directory = make_directory(Path(run_directory) / SNAPSHOTS_DIR)
     staging = staging_directory(directory, ".step-")
@@ -252,7 +356,14 @@ def save_snapshot(
 
 
 def snapshots(run_directory: str | Path) -> list[Path]:
-    """The run's kept snapshots (:func:`save_snapshot`), oldest first."""
+    """The run's kept snapshots (:func:`save_snapshot`), oldest first.
+
+    Args:
+        run_directory: the training run's directory.
+
+    Returns:
+        The snapshot directories.
+    """
     directory = Path(run_directory) / SNAPSHOTS_DIR
     if not directory.is_dir():
         return []
@@ -261,30 +372,60 @@ def snapshots(run_directory: str | Path) -> list[Path]:
 
 
 def snapshot_step(path: Path) -> int:
+    """The step of a snapshot directory.
+
+    Args:
+        path: a ``step-NNNNNN`` directory.
+
+    Returns:
+        NNNNNN as a number.
+    """
     return int(path.name.removeprefix("step-"))
 
 
 def drop_snapshots(run_directory: str | Path, after: int) -> None:
-    """Delete the snapshots of steps after ``after``: a resumed run writes them again, a new run (0) has none."""
+    """Delete the snapshots of steps after ``after``: a resumed run writes them again, a new run (0) has none.
+
+    Args:
+        run_directory: the training run's directory.
+        after: the last step whose snapshot stays.
+    """
     for path in snapshots(run_directory):
         if snapshot_step(path) > after:
             remove_directory(path)
 
 
 def remove_directory(path: Path) -> None:
-    """Rename ``path`` to a dot name, then delete it: a kill halfway leaves no half directory under its name."""
+    """Rename ``path`` to a dot name, then delete it: a kill halfway leaves no half directory under its name.
+
+    Args:
+        path: the directory to delete.
+    """
     trash = staging_directory(path.parent, ".deleted-")
     os.replace(path, trash / path.name)
     shutil.rmtree(trash)
 
 
 def has_checkpoint(run_directory: str | Path) -> bool:
+    """Whether a run has a checkpoint to resume from (or the previous one of an interrupted swap).
+
+    Args:
+        run_directory: the training run's directory.
+
+    Returns:
+        True when ``checkpoint/`` or ``.checkpoint-previous/`` is there.
+    """
     run_directory = Path(run_directory)
     return (run_directory / CHECKPOINT_DIR).is_dir() or (run_directory / PREVIOUS_CHECKPOINT_DIR).is_dir()
 
 
 def recover_checkpoint(run_directory: Path, name: str = CHECKPOINT_DIR) -> None:
-    """Finish a swap (:func:`swap_in`) that a kill interrupted between its two renames."""
+    """Finish a swap (:func:`swap_in`) that a kill interrupted between its two renames.
+
+    Args:
+        run_directory: the directory the swap was in.
+        name: the swapped directory's name.
+    """
     final, previous = run_directory / name, run_directory / f".{name}-previous"
     if not final.exists() and previous.is_dir():
         os.replace(previous, final)
@@ -301,6 +442,21 @@ def load_checkpoint(
     depend on it. A ``sharded`` run (FSDP) may resume on another number: each process reads the
     shards it now holds, takes its own RNG state if the run had that process (else keeps its
     seed), and the trainer keeps the global batch (see ``micro_batches`` in the state).
+
+    Args:
+        run_directory: the training run's directory.
+        model: the model to restore, of the checkpoint's config.
+        optimizer: its optimizer.
+        rank: this process's rank.
+        processes: the number of processes of the resumed run.
+        sharded: whether the run is sharded (FSDP).
+
+    Returns:
+        The saved trainer state.
+
+    Raises:
+        PLMError: no checkpoint, another strategy or (unsharded) another number of processes than the
+            run's, a model of another config, or no RNG state for this process.
     """
     run_directory = Path(run_directory)
     recover_checkpoint(run_directory)
@@ -342,7 +498,11 @@ def load_checkpoint(
 
 
 def rng_states() -> dict[str, torch.Tensor]:
-    """This process's RNG states as tensors: torch's (CPU and each GPU), NumPy's and Python's."""
+    """This process's RNG states as tensors: torch's (CPU and each GPU), NumPy's and Python's.
+
+    Returns:
+        The states by name: ``cpu``, ``numpy``, ``python``, ``cuda0`` ...
+    """
     states = {
         "cpu": torch.get_rng_state(),
         "numpy": json_tensor(np_state_to_json()),
@@ -355,6 +515,11 @@ def rng_states() -> dict[str, torch.Tensor]:
 
 
 def restore_rng_states(states: dict[str, torch.Tensor]) -> None:
+    """Set this process's RNG states to those :func:`rng_states` returned.
+
+    Args:
+        states: the states by name.
+    """
     torch.set_rng_state(states["cpu"])
     restore_np_state(tensor_json(states["numpy"]))
     restore_python_rng(tensor_json(states["python"]))
@@ -365,15 +530,35 @@ def restore_rng_states(states: dict[str, torch.Tensor]) -> None:
 
 
 def json_tensor(value: Any) -> torch.Tensor:
-    """``value`` as the UTF-8 bytes of its JSON, so that safetensors can hold it."""
+    """``value`` as the UTF-8 bytes of its JSON, so that safetensors can hold it.
+
+    Args:
+        value: anything JSON can write.
+
+    Returns:
+        A uint8 tensor.
+    """
     return torch.frombuffer(bytearray(json.dumps(value).encode()), dtype=torch.uint8)
 
 
 def tensor_json(tensor: torch.Tensor) -> Any:
+    """The value a :func:`json_tensor` holds.
+
+    Args:
+        tensor: the uint8 tensor.
+
+    Returns:
+        The value read back from its JSON.
+    """
     return json.loads(tensor.numpy().tobytes().decode())
 
 
 def np_state_to_json() -> list[Any]:
+    """NumPy's global RNG state as JSON-ready values.
+
+    Returns:
+        The state's parts, the key array as a list.
+    """
     state = np.random.get_state()
     assert isinstance(state, tuple)  # the legacy form, which numpy's global MT19937 generator gives
     name, keys, position, has_gauss, cached = state
@@ -381,15 +566,30 @@ def np_state_to_json() -> list[Any]:
 
 
 def restore_np_state(state: list[Any]) -> None:
+    """Set NumPy's global RNG state.
+
+    Args:
+        state: as :func:`np_state_to_json` returned it.
+    """
     name, keys, position, has_gauss, cached = state
     np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
 
 
 def python_rng_state() -> list[Any]:
+    """Python's ``random`` state as JSON-ready values.
+
+    Returns:
+        The version, the internal state as a list and the cached gauss value.
+    """
     version, internal, gauss = random.getstate()
     return [version, list(internal), gauss]
 
 
 def restore_python_rng(state: list[Any]) -> None:
+    """Set Python's ``random`` state.
+
+    Args:
+        state: as :func:`python_rng_state` returned it.
+    """
     version, internal, gauss = state
     random.setstate((version, tuple(internal), gauss))

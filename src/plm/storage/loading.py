@@ -15,7 +15,14 @@ from plm.tokenization.tokenizer import Tokenizer
 
 
 def is_plm_directory(path: str | Path) -> bool:
-    """True for a plm model directory or training run (its config.json names a family)."""
+    """True for a plm model directory or training run (its config.json names a family).
+
+    Args:
+        path: a directory.
+
+    Returns:
+        Whether ``path`` (or the model directory it stands for) is plm's.
+    """
     try:
         directory = model_directory(path)
         return "family" in json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
@@ -24,7 +31,14 @@ def is_plm_directory(path: str | Path) -> bool:
 
 
 def find_tokenizer(directory: str | Path) -> Tokenizer | None:
-    """tokenizer.json, a BERT vocab.txt, or GPT-2's vocab.json + merges.txt; None when there is none."""
+    """tokenizer.json, a BERT vocab.txt, or GPT-2's vocab.json + merges.txt; None when there is none.
+
+    Args:
+        directory: the directory to look in.
+
+    Returns:
+        The tokenizer of the first of those files found, or None.
+    """
     directory = Path(directory)
     if (directory / "tokenizer.json").is_file():
         return Tokenizer.load(directory)
@@ -54,7 +68,18 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedMode
 
 
 def opened(path: str | Path, device: str | torch.device) -> tuple[Path, PretrainedModel]:
-    """The model directory ``path`` stands for, and its model (see :func:`load`)."""
+    """The model directory ``path`` stands for, and its model (see :func:`load`).
+
+    Args:
+        path: as for :func:`load`.
+        device: where the weights go.
+
+    Returns:
+        The model directory and the model.
+
+    Raises:
+        PLMError: as :func:`load`.
+    """
     path = Path(path)
     if not path.exists():
         raise PLMError(f"{path}: no such model directory")

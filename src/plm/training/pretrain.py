@@ -97,6 +97,20 @@ def model_config(name: str, overrides: dict[str, Any] | None = None):
 
 
 def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecipe) -> tuple[str, ObjectiveSpec]:
+    """The objective a run of ``setup`` trains with: the one asked for, else the recipe's.
+
+    Args:
+        setup: the run's setup.
+        family: the model's family.
+        recipe: the family's recipe.
+
+    Returns:
+        The objective's name and spec.
+
+    Raises:
+        PLMError: an unknown objective, one that does not fit the family, or word masking options for an
+            objective that masks no words.
+    """
     if setup.objective not in OBJECTIVES:
         raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     name = recipe.objective if setup.objective == "auto" else setup.objective
@@ -130,6 +144,14 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
 
 
 def load_corpus(setup: PretrainSetup) -> Corpus:
+    """The run's corpus: the user's files, else the embedded one.
+
+    Args:
+        setup: the run's setup.
+
+    Returns:
+        The corpus.
+    """
     if setup.train_files:
         return read_corpus(list(setup.train_files), list(setup.validation_files) or None)
     return default_corpus()
@@ -192,6 +214,13 @@ def block_size_of(setup: PretrainSetup) -> int:
 
 
 def warn_if_too_little_data(objective: Objective, setup: PretrainSetup, block_size: int) -> None:
+    """Warn (PLMWarning) when one batch holds more tokens than the training data.
+
+    Args:
+        objective: the run's objective.
+        setup: the run's setup.
+        block_size: the tokens per block.
+    """
     wanted = setup.batch_size * block_size
     if wanted > objective.train_tokens:
         warnings.warn(
@@ -263,11 +292,24 @@ def pretrain(
     overwrite: bool = False,
     definition: dict[str, Any] | None = None,
 ) -> tuple[PretrainedModel, Tokenizer, dict[str, float]]:
-    """Pre-train with the family's recipe; returns the model, tokenizer and last metrics.
+    """Pre-train with the family's recipe.
 
-    ``overwrite`` lets a new run replace the run (or other files) in ``out``. ``definition`` is
-    saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`). The run directory
-    is locked from the start, so that a second process is refused before any work.
+    The run directory is locked from the start, so that a second process is refused before any work.
+
+    Args:
+        setup: what the run trains: the model, its data, objective and batch shape.
+        training: how long and how to train.
+        out: the run directory.
+        resume: continue the run in ``out``.
+        overwrite: let a new run replace the run (or other files) in ``out``.
+        definition: saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`).
+
+    Returns:
+        The model, tokenizer and last metrics.
+
+    Raises:
+        PLMError: an argument that cannot train, or a run directory that cannot take this run.
+        RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
     try:
         with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):

@@ -209,6 +209,12 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
 
 
 def write_definition(directory: str | Path, definition: dict[str, Any]) -> None:
+    """Write what defines the run to its ``run.json``.
+
+    Args:
+        directory: the run directory.
+        definition: the command, its options and its data's SHA-256.
+    """
     write_json(Path(directory) / DEFINITION_FILE, definition)
 
 

@@ -1,5 +1,6 @@
-"""Stopping a training run on a signal: a scheduler's SIGTERM before it kills (SLURM, Kubernetes, a spot
-instance), or Ctrl-C.
+"""Stopping a training run on a signal.
+
+A scheduler's SIGTERM before it kills (SLURM, Kubernetes, a spot instance), or Ctrl-C.
 
 While a :class:`StopSignals` block runs, those signals are only recorded. The trainer asks after each
 optimizer step, saves a checkpoint at the step it reached, and stops; a second signal during that save
@@ -34,6 +35,12 @@ class StopSignals:
         return self
 
     def record(self, number: int, frame: FrameType | None) -> None:
+        """The signal handler: keep the first signal's number.
+
+        Args:
+            number: the signal's number.
+            frame: the interrupted stack frame (unused).
+        """
         self.received = self.received or number
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -43,4 +50,12 @@ class StopSignals:
 
 
 def signal_name(number: int) -> str:
+    """The name of a signal.
+
+    Args:
+        number: the signal's number.
+
+    Returns:
+        Its name, such as "SIGTERM".
+    """
     return signal.Signals(number).name

@@ -105,6 +105,12 @@ class TrainingConfig:
         A default warmup that would fill the whole run (the recipe's 100 steps in a run of 100) is
         cut to a tenth of the steps (:meth:`warmup_note` says so); a warmup that was given is checked
         by :meth:`validate`.
+
+        Args:
+            defaults: the recipe's optimizer values.
+
+        Returns:
+            The filled-in config.
         """
         unset = {name: getattr(defaults, name) for name in HYPERPARAMETERS if getattr(self, name) is None}
         if self.warmup_note(defaults):
@@ -112,7 +118,14 @@ class TrainingConfig:
         return dataclasses.replace(self, **unset)
 
     def warmup_note(self, defaults: Hyperparameters) -> str | None:
-        """What :meth:`with_defaults` does to a default warmup that would fill the whole run; None if nothing."""
+        """What :meth:`with_defaults` does to a default warmup that would fill the whole run; None if nothing.
+
+        Args:
+            defaults: the recipe's optimizer values.
+
+        Returns:
+            A sentence for the user, or None.
+        """
         if self.warmup is not None or self.epochs is not None or defaults.warmup < self.steps:
             return None
         return (f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
@@ -128,7 +141,11 @@ class TrainingConfig:
         return Hyperparameters(**values)
 
     def validate(self) -> None:
-        """Raise a PLMError naming the flag of the first value that cannot train; see :meth:`with_defaults`."""
+        """Raise a PLMError naming the flag of the first value that cannot train; see :meth:`with_defaults`.
+
+        Raises:
+            PLMError: the first value that cannot train, by its flag.
+        """
         if self.steps < 1 or self.grad_accum < 1:
             raise PLMError("--steps and --grad-accum must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -164,7 +181,19 @@ class TrainingConfig:
 
 
 class Trainer:
-    """Trains ``model`` on ``objective`` and keeps its run directory ``out`` up to date."""
+    """Trains ``model`` on ``objective`` and keeps its run directory ``out`` up to date.
+
+    Args:
+        model: the model to train.
+        objective: what it is trained on: its batches and its loss.
+        config: how long and how to train (optimizer fields left None take ``Hyperparameters()``'s).
+        out: the run directory.
+        tokenizer: saved with every checkpoint when given.
+        distributed: the processes of the run (default: set up from torchrun's environment, or one).
+
+    Raises:
+        PLMError: a config value that cannot train, or a model that cannot be trained (an int8 one).
+    """
 
     def __init__(
         self,
@@ -204,7 +233,17 @@ class Trainer:
         self.decay_start: tuple[int, float] | None = None  # (step, lr) from which an extended run decays
 
     def steps_for_epochs(self, epochs: float) -> int:
-        """Optimizer steps that read ``epochs`` passes over the training data (at least one step)."""
+        """Optimizer steps that read ``epochs`` passes over the training data (at least one step).
+
+        Args:
+            epochs: passes over the training data.
+
+        Returns:
+            The number of optimizer steps.
+
+        Raises:
+            PLMError: an objective without a fixed training set.
+        """
         per_epoch = getattr(self.objective, "batches_per_epoch", None)
         if per_epoch is None:
             raise PLMError("--epochs needs a task with a fixed training set; give --steps instead")
@@ -213,7 +252,7 @@ class Trainer:
 
     def train(self, resume: bool = False, overwrite: bool = False,
               definition: dict[str, Any] | None = None) -> dict[str, float]:
-        """Run until ``config.steps``; return the last metrics (with validation loss).
+        """Run until ``config.steps``.
 
         A new run refuses a run directory that holds another run or other files, unless
         ``overwrite`` (which deletes that run's files first); ``resume`` continues the run
@@ -223,6 +262,18 @@ class Trainer:
         The first process holds the run directory's lock throughout. SIGTERM or SIGINT
         ends the run after the step in flight, with a checkpoint of that step: a
         :class:`plm.errors.RunStopped` saying how to resume.
+
+        Args:
+            resume: continue the run directory's checkpoint.
+            overwrite: replace a run (or other files) in the run directory.
+            definition: what defines the run, written to ``run.json``.
+
+        Returns:
+            The last metrics (with validation loss).
+
+        Raises:
+            PLMError: a run directory that cannot take this run, or a checkpoint that does not fit it.
+            RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
         """
         check = partial(check_run_directory, self.out, resume, overwrite)
         with claimed(self.out, check, enabled=self.distributed.is_main), StopSignals() as signals:
@@ -230,7 +281,13 @@ class Trainer:
             return self.run(signals)
 
     def start(self, resume: bool, overwrite: bool, definition: dict[str, Any] | None) -> None:
-        """Check and prepare the run directory, restore the checkpoint when resuming, write what defines the run."""
+        """Check and prepare the run directory, restore the checkpoint when resuming, write what defines the run.
+
+        Args:
+            resume: as for :meth:`train`.
+            overwrite: as for :meth:`train`.
+            definition: as for :meth:`train`.
+        """
         main = self.distributed.is_main
         if main:
             remove_leftovers(self.out)  # never read: a save that did not finish
@@ -276,6 +333,12 @@ class Trainer:
 
         Warmup, inverse-sqrt and constant schedules do not depend on the steps; a cosine or linear
         decay continues from where it is, without a jump, to ``min_lr`` at the new last step.
+
+        Args:
+            saved_steps: the steps the run's schedule was laid out over.
+
+        Raises:
+            PLMError: the run has reached the new ``--steps`` already, or its learning rate decayed to 0.
         """
         config, h = self.config, self.config.hyperparameters
         if self.step >= config.steps:
@@ -297,7 +360,12 @@ class Trainer:
     def learning_rate(self, step: int, total: int | None = None) -> float:
         """The learning rate of optimizer step ``step`` (0-based).
 
-        ``total`` is the run's number of steps (default: the config's).
+        Args:
+            step: the optimizer step.
+            total: the run's number of steps (default: the config's).
+
+        Returns:
+            The learning rate.
         """
         h = self.config.hyperparameters
         total = self.config.steps if total is None else total
@@ -307,7 +375,17 @@ class Trainer:
         return learning_rate(h.schedule, step, h.lr, h.warmup, total, h.min_lr)
 
     def run(self, signals: StopSignals) -> dict[str, float]:
-        """The training loop, from ``self.step`` to the config's steps (or its time limit, or a signal)."""
+        """The training loop, from ``self.step`` to the config's steps (or its time limit, or a signal).
+
+        Args:
+            signals: the stop signals received so far.
+
+        Returns:
+            The last metrics.
+
+        Raises:
+            RunStopped: a signal stopped the run after saving its checkpoint.
+        """
         config = self.config
         wrapped = self.wrap(self.model)
         if config.compile:  # the same parameters, run through a compiled graph (a module: torch's stubs say callable)
@@ -363,8 +441,17 @@ class Trainer:
         return metrics
 
     def keep_global_batch(self, micro_batches: int | None) -> None:
-        """On resuming a sharded run on another number of processes, take as many micro-batches per process
-        as keeps the run's global batch (its ``micro_batches`` over all processes)."""
+        """On resuming a sharded run on another number of processes, keep the run's global batch.
+
+        Each process takes as many micro-batches as keeps the run's global batch (its ``micro_batches``
+        over all processes).
+
+        Args:
+            micro_batches: the run's global batch in micro-batches (None: not saved).
+
+        Raises:
+            PLMError: a global batch the processes cannot share evenly.
+        """
         world = self.distributed.world_size
         if micro_batches is None or micro_batches == self.config.grad_accum * world:
             return
@@ -377,14 +464,28 @@ class Trainer:
                   f"global batch of {micro_batches}", file=sys.stderr)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module a training step runs: DDP around the model, or the model itself (one process, FSDP)."""
+        """The module a training step runs: DDP around the model, or the model itself (one process, FSDP).
+
+        Args:
+            model: the model being trained.
+
+        Returns:
+            The module to run.
+        """
         if not self.distributed.enabled or self.parallelism.sharded:
             return model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 
     def optimizer_step(self, wrapped: torch.nn.Module) -> tuple[dict[str, float], int]:
-        """Accumulate ``grad_accum`` micro-batches, clip, step; return (mean losses, tokens read)."""
+        """Accumulate ``grad_accum`` micro-batches, clip, step.
+
+        Args:
+            wrapped: the module a training step runs (see :meth:`wrap`).
+
+        Returns:
+            The mean losses and the tokens read.
+        """
         config, world = self.config, self.distributed
         self.model.train()
         # Micro-batch m of process r is the objective's batch m * world + r, so 2 processes
@@ -423,10 +524,14 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean losses over the objective's fixed validation batches; perplexity of the first term (and of each)
-        where it is a log-likelihood (see :mod:`plm.objectives.base`).
+        """Mean losses over the objective's fixed validation batches, and perplexities.
 
-        An objective with ``validation_metrics`` adds its task metrics, as ``val_<name>``.
+        The perplexity of the first term (and of each) where it is a log-likelihood (see
+        :mod:`plm.objectives.base`). An objective with ``validation_metrics`` adds its task metrics,
+        as ``val_<name>``.
+
+        Returns:
+            The metrics by name, each prefixed ``val_``.
         """
         self.model.eval()
         sums: dict[str, float] = {}
@@ -461,7 +566,14 @@ class Trainer:
         return metrics
 
     def keep_if_best(self, metrics: dict[str, float]) -> None:
-        """Save the model to ``best/`` when the objective's selection metric improved."""
+        """Save the model to ``best/`` when the objective's selection metric improved.
+
+        Args:
+            metrics: the validation metrics.
+
+        Raises:
+            PLMError: the validation did not report the selection metric.
+        """
         if self.selection is None:
             return
         if self.selection.metric not in metrics:
@@ -485,6 +597,7 @@ class Trainer:
         return cast(dict[str, torch.Tensor], whole)  # a full state dict holds whole tensors
 
     def save(self) -> None:
+        """Save the checkpoint (and a snapshot, with ``keep_last``) of the current step; every process takes part."""
         world = self.distributed
         rng = world.all_gather_object(rng_states())  # each process resumes its own dropout masks
         state = {
@@ -509,12 +622,21 @@ class Trainer:
         world.barrier()
 
     def log(self, metrics: dict[str, float]) -> None:
+        """Append ``metrics`` to the run's metrics.jsonl (on the first process).
+
+        Args:
+            metrics: one line's metrics.
+        """
         if self.distributed.is_main:
             with open(self.out / METRICS_FILE, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(metrics) + "\n")
 
     def truncate_metrics(self, step: int) -> None:
-        """Drop log lines written after the checkpoint a resumed run starts from."""
+        """Drop log lines written after the checkpoint a resumed run starts from.
+
+        Args:
+            step: the checkpoint's step.
+        """
         path = self.out / METRICS_FILE
         if not self.distributed.is_main or not path.exists():
             return
@@ -523,8 +645,18 @@ class Trainer:
 
 
 def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> None:
-    """Refuse to resume a run with training options other than those it was started with (but for
-    :data:`CHANGEABLE_ON_RESUME`), naming the first that differs."""
+    """Refuse to resume a run with training options other than those it was started with.
+
+    Those in :data:`CHANGEABLE_ON_RESUME` may change.
+
+    Args:
+        saved: the run's saved training config.
+        config: the resumed run's.
+        out: the run directory, for the message.
+
+    Raises:
+        PLMError: naming the first option that differs.
+    """
     current = json.loads(json.dumps(asdict(config)))
     for name, value in current.items():
         if name not in CHANGEABLE_ON_RESUME and name in saved and saved[name] != value:
@@ -533,14 +665,32 @@ def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> 
 
 
 def named_losses(terms: list[str], means: list[float], weights: dict[str, float]) -> dict[str, float]:
-    """``loss`` is the weighted sum of the terms; each term is logged too (unweighted), so that runs
-    with different terms (MLM alone, MLM + NSP) can be compared on the one they share."""
+    """``loss`` is the weighted sum of the terms; each term is logged too (unweighted).
+
+    So runs with different terms (MLM alone, MLM + NSP) can be compared on the one they share.
+
+    Args:
+        terms: the loss terms' names.
+        means: their mean values, in the same order.
+        weights: a weight per term (default 1).
+
+    Returns:
+        ``loss`` and ``loss_<term>`` for each term.
+    """
     named = {"loss": sum(weights.get(term, 1.0) * mean for term, mean in zip(terms, means))}
     return named | {f"loss_{term}": mean for term, mean in zip(terms, means)}
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """``batch`` on ``device``; to a GPU through pinned memory, so that the copy runs beside the work."""
+    """``batch`` on ``device``; to a GPU through pinned memory, so that the copy runs beside the work.
+
+    Args:
+        batch: tensors by name.
+        device: where they go.
+
+    Returns:
+        The batch on ``device``.
+    """
     if device.type != "cuda":
         return {k: v.to(device) for k, v in batch.items()}
     return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
