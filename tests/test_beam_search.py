@@ -15,7 +15,7 @@ import torch
 
 from conftest import StubCausalLM
 from plm.core import CausalLMOutput
-from plm.decoding import beam_search
+from plm.decoding import DecodingRequest, beam_search
 from plm.decoding.generation import generate
 from plm.models import from_preset
 
@@ -325,11 +325,11 @@ def test_the_transformer_moves_its_memory_only_for_rows_that_change_sentence():
     model = from_preset("transformer-micro").eval()
     source, source_mask = right_padded([[5, 6, 7], [8, 9]])
     start = torch.full((4, 1), 1)
-    state = model.start_decoding(start[:2], None, 4, source_ids=source, source_mask=source_mask)
+    state = model.start_decoding(DecodingRequest(start[:2], 4, None, source, source_mask))
     beams = model.reorder_state(state, torch.tensor([0, 0, 1, 1]))
     within = model.reorder_state(beams, torch.tensor([1, 0, 3, 2]))
     assert within.memory is beams.memory and within.memory_mask is beams.memory_mask
     swapped = model.reorder_state(within, torch.tensor([2, 3, 0, 1]))  # rows 0 and 1 now decode sentence 1
     rows = torch.tensor([1, 1, 0, 0])
-    fresh = model.start_decoding(start, None, 4, source_ids=source[rows], source_mask=source_mask[rows])
+    fresh = model.start_decoding(DecodingRequest(start, 4, None, source[rows], source_mask[rows]))
     torch.testing.assert_close(model.decode_step(start, swapped)[0], model.decode_step(start, fresh)[0])

@@ -7,7 +7,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import StubCausalLM
-from plm.decoding.generation import StopStrings, filter_top_k_top_p, generate, penalize_repetition
+from plm.decoding.generation import (
+    GenerationConfig,
+    StopStrings,
+    decode_steps,
+    filter_top_k_top_p,
+    generate,
+    penalize_repetition,
+)
 from plm.errors import PLMError
 from plm.models import from_preset
 
@@ -276,3 +283,18 @@ def test_invalid_options_raise(options, message):
 def test_empty_prompt_raises():
     with pytest.raises(PLMError, match="at least one token"):
         generate(CountingLM(), torch.zeros(1, 0, dtype=torch.long), max_new_tokens=1)
+
+
+def test_one_generation_config_drives_generate_and_its_steps() -> None:
+    """generate(config=...) is generate(**options) is the tokens of decode_steps: one set of options, written once."""
+    torch.manual_seed(0)
+    model = from_preset("gpt2-micro", vocab_size=50).eval()
+    ids = torch.randint(0, 50, (2, 5))
+    config = GenerationConfig(max_new_tokens=6, temperature=0.7, top_k=5, seed=3)
+    by_config = generate(model, ids, config=config)
+    by_options = generate(model, ids, 6, temperature=0.7, top_k=5, seed=3)
+    steps = torch.stack([step.tokens for step in decode_steps(model, ids, config)], 1)
+    assert torch.equal(by_config, by_options) and torch.equal(by_config[:, 5:], steps)
+    assert not torch.equal(by_config, generate(model, ids, config=config, seed=4))  # an option replaces the config's
+    with pytest.raises(PLMError, match="unknown generation option.*top_q"):
+        generate(model, ids, 2, top_q=0.9)

@@ -28,7 +28,7 @@ from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.decoding.generation import SamplingOptions, generate
+from plm.decoding.generation import GenerationConfig, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
@@ -220,7 +220,7 @@ def test_requests_that_fit_the_context_alone_but_not_together_decode_apart(
     async def both_pending_at_once() -> list[dict]:
         with ThreadPoolExecutor(1) as model_thread:
             batcher = batching_module.Batcher(model_thread, max_batch=8, window=0)
-            jobs = [batching_module.GenerationJob(gpt.model, gpt.tokenizer, ids, new, SamplingOptions())
+            jobs = [batching_module.GenerationJob(gpt.model, gpt.tokenizer, ids, new, GenerationConfig())
                     for ids, new in requests]
             for job in jobs:
                 batcher.submit(job)  # both wait before the batcher takes its first batch

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from plm.core import MultiHeadAttention
-from plm.decoding import beam_search
+from plm.decoding import DecodingRequest, beam_search
 from plm.decoding.generation import generate
 from plm.models import RECIPES, Transformer, from_preset
 from plm.storage.checkpoint import load_model, save_model
@@ -129,7 +129,7 @@ def test_cached_step_by_step_decoding_equals_the_full_forward():
     source, source_mask = padded_sources()
     target = torch.randint(3, 512, (3, 6), generator=torch.Generator().manual_seed(5))
     full = model(source, target, source_mask).logits
-    state = model.start_decoding(target[:, :1], None, 6, source_ids=source, source_mask=source_mask)
+    state = model.start_decoding(DecodingRequest(target[:, :1], 6, None, source, source_mask))
     steps = []
     for length in range(1, 7):
         logits, state = model.decode_step(target[:, :length], state)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from plm.decoding.generation import fit_prompt
-from plm.decoding.interface import Decoder
+from plm.decoding.interface import Decoder, DecodingRequest
 from plm.errors import PLMError
 
 
@@ -151,10 +151,10 @@ def beam_search(
     model.eval()
     try:
         if len(sentences):
-            state = model.start_decoding(
-                input_ids[sentences], rows(attention_mask, sentences), prompt_length + steps, use_cache=use_cache,
-                source_ids=rows(source_ids, sentences), source_mask=rows(source_mask, sentences),
-            )
+            state = model.start_decoding(DecodingRequest(
+                input_ids[sentences], prompt_length + steps, rows(attention_mask, sentences),
+                rows(source_ids, sentences), rows(source_mask, sentences), use_cache,
+            ))
             search = Search(beam_size, alpha, early_stopping, eos_token_id, pad, steps)
             search.run(model, state, input_ids[sentences], limits[sentences], sentences, best)
     finally:

@@ -11,29 +11,54 @@ at a time (what streaming needs); :func:`generate` collects its tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from plm.decoding.interface import Decoder, DecodingRequest
 from plm.errors import PLMError
-
-if TYPE_CHECKING:  # plm.decoding's beam search imports this module
-    from plm.decoding.interface import Decoder
 
 
 @dataclass(frozen=True)
-class SamplingOptions:
-    """How the next token is chosen from the logits. All defaults mean greedy."""
+class GenerationConfig:
+    """How a prompt is continued: how many tokens, how each is chosen, where a row stops, how the model runs.
 
+    :func:`generate`, :func:`decode_steps` and ``plm serve`` take one; all defaults mean 32 greedy tokens.
+
+    Attributes:
+        max_new_tokens: the most new tokens per row.
+        temperature: divides the logits before sampling.
+        top_k: sample from the k most likely tokens only (0: all).
+        top_p: sample from the smallest set of tokens whose probability reaches p (1.0: all).
+        repetition_penalty: CTRL's penalty on tokens already present (1.0: none).
+        do_sample: sample (True) or take the most likely token (False); None: sample when a sampling
+            option is given.
+        eos_token_id: the token that finishes a row (None: rows finish only at a stop string).
+        pad_token_id: what fills a finished row (None: the eos id, else 0).
+        seed: seeds the sampling, for repeatable output.
+        use_cache: keep keys and values between steps (the KV cache).
+        keep_last: keep only the prompt's last ``keep_last`` tokens.
+        stop: stop strings that finish a row.
+        compile: run the model through ``torch.compile`` (see :func:`generate`).
+    """
+
+    max_new_tokens: int = 32
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     do_sample: bool | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    seed: int | None = None
+    use_cache: bool = True
+    keep_last: int | None = None
+    stop: StopStrings | None = None
+    compile: bool = False
 
     @property
     def sampling(self) -> bool:
@@ -106,7 +131,7 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
 def next_tokens(
     logits: torch.Tensor,
     history: torch.Tensor,
-    options: SamplingOptions,
+    options: GenerationConfig,
     generator: torch.Generator | None,
     history_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -202,49 +227,25 @@ class Step:
 def decode_steps(
     model: Decoder,
     input_ids: torch.Tensor,
-    max_new_tokens: int = 32,
+    config: GenerationConfig = GenerationConfig(),
     attention_mask: torch.Tensor | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
-    do_sample: bool | None = None,
-    eos_token_id: int | None = None,
-    pad_token_id: int | None = None,
-    seed: int | None = None,
-    use_cache: bool = True,
-    keep_last: int | None = None,
-    stop: StopStrings | None = None,
-    compile: bool = False,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
 ) -> Generator[Step, None, None]:
     """The steps of :func:`generate` one at a time, for a caller that streams tokens or wants their probabilities.
 
     The options and the prompt are checked here, before the first step; iterating runs the
-    model, one :class:`Step` per new token column, and ends after ``max_new_tokens`` steps or
-    once every row is finished. Closing the iterator early stops decoding.
+    model, one :class:`Step` per new token column, and ends after ``config.max_new_tokens``
+    steps or once every row is finished. Closing the iterator early stops decoding.
 
     Args:
         model: the decoder.
         input_ids: (batch, time) the prompt.
-        max_new_tokens: the most steps.
+        config: how to continue it.
         attention_mask: (batch, time), 0 at (left) padding, or None.
-        temperature: as for :func:`generate`.
-        top_k: as for :func:`generate`.
-        top_p: as for :func:`generate`.
-        repetition_penalty: as for :func:`generate`.
-        do_sample: as for :func:`generate`.
-        eos_token_id: as for :func:`generate`.
-        pad_token_id: as for :func:`generate`.
-        seed: as for :func:`generate`.
-        use_cache: as for :func:`generate`.
-        keep_last: as for :func:`generate`.
-        stop: as for :func:`generate`.
-        compile: as for :func:`generate`.
-        source_ids: as for :func:`generate`.
-        source_mask: as for :func:`generate`.
+        source_ids: an encoder-decoder's (batch, source_length) source.
+        source_mask: 0 at the padding of ``source_ids``.
 
     Returns:
         An iterator of :class:`Step`, one per new token column.
@@ -253,52 +254,44 @@ def decode_steps(
         PLMError: an option out of range, or a prompt that is not (batch, time) with at least one token
             or does not fit the context with the new tokens.
     """
-    options = SamplingOptions(temperature, top_k, top_p, repetition_penalty, do_sample)
-    options.validate()
+    config.validate()
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
-    input_ids, attention_mask = fit_prompt(input_ids, attention_mask, max_new_tokens, model.context_length(), keep_last)
+    input_ids, attention_mask = fit_prompt(
+        input_ids, attention_mask, config.max_new_tokens, model.context_length(), config.keep_last
+    )
     if attention_mask is not None and bool(attention_mask.all()):
         attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
-    generator = torch.Generator(input_ids.device).manual_seed(seed) if seed is not None else None
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
-    start = partial(model.start_decoding, input_ids, attention_mask, input_ids.shape[1] + max_new_tokens,
-                    use_cache=use_cache, compile=compile, source_ids=source_ids, source_mask=source_mask)
-    return _steps(model, start, input_ids, attention_mask, max_new_tokens, options, generator, eos_token_id, pad, stop)
+    request = DecodingRequest(input_ids, input_ids.shape[1] + config.max_new_tokens, attention_mask,
+                              source_ids, source_mask, config.use_cache, config.compile)
+    return _steps(model, request, config)
 
 
 @torch.inference_mode()
-def _steps(
-    model: Decoder,
-    start: Callable[[], Any],
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    max_new_tokens: int,
-    options: SamplingOptions,
-    generator: torch.Generator | None,
-    eos_token_id: int | None,
-    pad: int,
-    stop: StopStrings | None,
-) -> Generator[Step, None, None]:
-    """The decoding loop over checked inputs (see :func:`decode_steps`); ``start()`` starts the model's decoding."""
+def _steps(model: Decoder, request: DecodingRequest, config: GenerationConfig) -> Generator[Step, None, None]:
+    """The decoding loop over checked inputs (see :func:`decode_steps`)."""
     was_training = model.training
     model.eval()
+    input_ids, attention_mask, max_new_tokens = request.prompt, request.prompt_mask, config.max_new_tokens
+    generator = torch.Generator(input_ids.device).manual_seed(config.seed) if config.seed is not None else None
+    eos_token_id, stop = config.eos_token_id, config.stop
+    pad = config.pad_token_id if config.pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
     batch, prompt_length = input_ids.shape
     tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
     tokens[:, :prompt_length] = input_ids
     history_mask = None  # what the repetition penalty counts as present: not the prompt's padding
-    if attention_mask is not None and options.repetition_penalty != 1.0:
+    if attention_mask is not None and config.repetition_penalty != 1.0:
         history_mask = torch.ones(batch, tokens.shape[1], dtype=attention_mask.dtype, device=input_ids.device)
         history_mask[:, :prompt_length] = attention_mask
     finished = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     can_finish = eos_token_id is not None or stop is not None
     length = prompt_length
     try:
-        state = start()
+        state = model.start_decoding(request)
         for _ in range(max_new_tokens):
             logits, state = model.decode_step(tokens[:, :length], state)
             step_mask = history_mask[:, :length] if history_mask is not None else None
-            chosen = next_tokens(logits, tokens[:, :length], options, generator, step_mask)
+            chosen = next_tokens(logits, tokens[:, :length], config, generator, step_mask)
             tokens[:, length] = torch.where(finished, pad, chosen) if can_finish else chosen
             length += 1
             if eos_token_id is not None:
@@ -316,23 +309,13 @@ def _steps(
 def generate(
     model: Decoder,
     input_ids: torch.Tensor,
-    max_new_tokens: int = 32,
+    max_new_tokens: int | None = None,
     attention_mask: torch.Tensor | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
-    do_sample: bool | None = None,
-    eos_token_id: int | None = None,
-    pad_token_id: int | None = None,
-    seed: int | None = None,
-    use_cache: bool = True,
-    keep_last: int | None = None,
-    stop: StopStrings | None = None,
-    compile: bool = False,
+    config: GenerationConfig | None = None,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
+    **options: Any,
 ) -> torch.Tensor:
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``.
 
@@ -354,40 +337,39 @@ def generate(
     Args:
         model: the decoder.
         input_ids: (batch, time) the prompt.
-        max_new_tokens: the most new tokens per row.
+        max_new_tokens: the most new tokens per row (None: the config's).
         attention_mask: (batch, time), 0 at (left) padding, or None.
-        temperature: divides the logits before sampling.
-        top_k: sample from the k most likely tokens only (0: all).
-        top_p: sample from the smallest set of tokens whose probability reaches p (1.0: all).
-        repetition_penalty: CTRL's penalty on tokens already present (1.0: none).
-        do_sample: sample (True) or take the most likely token (False); None: sample when a sampling
-            option is given.
-        eos_token_id: the token that finishes a row (None: rows finish only at a stop string).
-        pad_token_id: what fills a finished row.
-        seed: seeds the sampling, for repeatable output.
-        use_cache: keep keys and values between steps (the KV cache).
-        keep_last: keep only the prompt's last ``keep_last`` tokens.
-        stop: stop strings that finish a row.
-        compile: run the model through ``torch.compile``.
+        config: how to continue the prompt (None: the defaults of :class:`GenerationConfig`).
         source_ids: an encoder-decoder's (batch, source_length) source.
         source_mask: 0 at the padding of ``source_ids``.
+        **options (Any): fields of :class:`GenerationConfig` that replace the config's, as in
+            ``generate(model, ids, 20, temperature=0.8, top_p=0.9, seed=1)``.
 
     Returns:
         (batch, time + N) the prompt (cut to ``keep_last``) followed by the N new tokens.
 
     Raises:
-        PLMError: an option out of range, or a prompt that is not (batch, time) with at least one token
-            or does not fit the context with the new tokens.
+        PLMError: an unknown option, an option out of range, or a prompt that is not (batch, time) with at
+            least one token or does not fit the context with the new tokens.
     """
-    steps = decode_steps(
-        model, input_ids, max_new_tokens, attention_mask, temperature=temperature, top_k=top_k, top_p=top_p,
-        repetition_penalty=repetition_penalty, do_sample=do_sample, eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id, seed=seed, use_cache=use_cache, keep_last=keep_last, stop=stop, compile=compile,
-        source_ids=source_ids, source_mask=source_mask,
-    )
-    prompt = input_ids[:, -keep_last:] if keep_last is not None else input_ids  # decode_steps checked keep_last
+    config = configured(config, max_new_tokens, options)
+    steps = decode_steps(model, input_ids, config, attention_mask, source_ids=source_ids, source_mask=source_mask)
+    prompt = input_ids[:, -config.keep_last:] if config.keep_last is not None else input_ids  # decode_steps checked it
     new = [step.tokens for step in steps]
     return torch.cat([prompt, torch.stack(new, 1)], 1) if new else prompt
+
+
+def configured(
+    config: GenerationConfig | None, max_new_tokens: int | None, options: dict[str, Any]
+) -> GenerationConfig:
+    """``config`` (or the defaults) with ``max_new_tokens`` and the named ``options`` in place of its own."""
+    unknown = sorted(set(options) - {field.name for field in dataclasses.fields(GenerationConfig)})
+    if unknown:
+        raise PLMError(f"unknown generation option(s) {', '.join(unknown)}; GenerationConfig has "
+                       f"{', '.join(field.name for field in dataclasses.fields(GenerationConfig))}")
+    if max_new_tokens is not None:
+        options = {**options, "max_new_tokens": max_new_tokens}
+    return dataclasses.replace(config or GenerationConfig(), **options)
 
 
 class StopStrings:

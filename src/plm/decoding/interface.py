@@ -11,9 +11,34 @@ Transformer) or an LSTM's (h, c) is the model's business, not the loop's (fairse
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+
+@dataclass(frozen=True)
+class DecodingRequest:
+    """What a decoding starts from, as a decoding loop hands it to :meth:`Decoder.start_decoding`.
+
+    Attributes:
+        prompt: (batch, prompt_length) the rows to continue (an encoder-decoder's: its start tokens).
+        max_length: the longest history the steps will pass (prompt + new tokens).
+        prompt_mask: (batch, prompt_length), 0 at left padding, or None.
+        source_ids: an encoder-decoder's (batch, source_length) source, encoded once when decoding starts;
+            a decoder-only model takes none.
+        source_mask: 0 at the padding of ``source_ids``.
+        use_cache: False recomputes the whole history at every step.
+        compile: run the model through torch.compile.
+    """
+
+    prompt: torch.Tensor
+    max_length: int
+    prompt_mask: torch.Tensor | None = None
+    source_ids: torch.Tensor | None = None
+    source_mask: torch.Tensor | None = None
+    use_cache: bool = True
+    compile: bool = False
 
 
 class Decoder(Protocol):
@@ -24,25 +49,8 @@ class Decoder(Protocol):
     def context_length(self) -> int:
         """The most target positions the decoder can take (prompt and new tokens together)."""
 
-    def start_decoding(
-        self,
-        prompt: torch.Tensor,
-        prompt_mask: torch.Tensor | None,
-        max_length: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
-        source_ids: torch.Tensor | None = None,
-        source_mask: torch.Tensor | None = None,
-    ) -> Any:
-        """The state before the first step, for a batch of ``prompt`` rows (batch, prompt_length).
-
-        ``prompt_mask`` (batch, prompt_length) is 0 at left padding; ``max_length`` is the
-        longest history the steps will pass (prompt + new tokens). An encoder-decoder
-        encodes ``source_ids`` (batch, source_length) with ``source_mask`` (0 = padding)
-        here, once; a decoder-only model takes no source. ``use_cache`` False recomputes
-        the whole history at every step; ``compile`` runs the model through torch.compile.
-        """
+    def start_decoding(self, request: DecodingRequest) -> Any:
+        """The state before the first step, for the batch of prompt rows ``request`` describes."""
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """``history`` (batch, length): every token so far -> (batch, vocab) next-token logits, new state.

@@ -13,6 +13,7 @@ from torch import nn
 
 from plm.core import KVCache, TransformerBlock
 from plm.decoding.generation import generate
+from plm.decoding.interface import DecodingRequest
 from plm.errors import PLMError, with_article
 
 
@@ -149,27 +150,19 @@ class CausalLM(PretrainedModel):
     def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
         raise NotImplementedError
 
-    def start_decoding(
-        self,
-        prompt: torch.Tensor,
-        prompt_mask: torch.Tensor | None,
-        max_length: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
-        source_ids: torch.Tensor | None = None,
-        source_mask: torch.Tensor | None = None,
-    ) -> CausalState:
-        if source_ids is not None or source_mask is not None:
+    def start_decoding(self, request: DecodingRequest) -> CausalState:
+        """The state before the first step: a KV cache for ``request.max_length`` positions, the padding mask."""
+        if request.source_ids is not None or request.source_mask is not None:
             raise PLMError(f"{with_article(self.family)} model continues a prompt; it takes no source sentence")
+        prompt, prompt_mask, max_length = request.prompt, request.prompt_mask, request.max_length
         batch, prompt_length = prompt.shape
         mask = None
         if prompt_mask is not None and not bool(prompt_mask.all()):
             mask = prompt_mask.new_ones(batch, max_length)
             mask[:, :prompt_length] = prompt_mask
-        cache = self.new_cache(batch, max_length) if use_cache else None
+        cache = self.new_cache(batch, max_length) if request.use_cache else None
         # compiled code is cached with the model's forward, so later calls reuse it
-        return CausalState(torch.compile(self) if compile else self, cache, mask)
+        return CausalState(torch.compile(self) if request.compile else self, cache, mask)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
         start = state.cache[0].length if state.cache is not None else 0
@@ -214,26 +207,18 @@ class Seq2SeqModel(PretrainedModel):
         """About the bytes of decoding state one hypothesis holds (fp32), to bound a search by free memory."""
         raise NotImplementedError
 
-    def start_decoding(
-        self,
-        prompt: torch.Tensor,
-        prompt_mask: torch.Tensor | None,
-        max_length: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
-        source_ids: torch.Tensor | None = None,
-        source_mask: torch.Tensor | None = None,
-    ) -> Any:
+    def start_decoding(self, request: DecodingRequest) -> Any:
         """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`)."""
+        source_ids, prompt = request.source_ids, request.prompt
         if source_ids is None:
             raise PLMError(f"{with_article(self.family)} model translates a source sentence: pass source_ids")
         if source_ids.shape[0] != prompt.shape[0]:
             raise PLMError(f"{source_ids.shape[0]} source sentences but {prompt.shape[0]} target prefixes")
-        if prompt_mask is not None and not bool(prompt_mask.all()):
+        if request.prompt_mask is not None and not bool(request.prompt_mask.all()):
             raise PLMError(f"{with_article(self.family)} decoder reads its target prefix from the first token: "
                            "give every row the same prefix length, unpadded")
-        return self.start_from_source(source_ids, source_mask, max_length, use_cache=use_cache, compile=compile)
+        return self.start_from_source(source_ids, request.source_mask, request.max_length,
+                                      use_cache=request.use_cache, compile=request.compile)
 
     def start_from_source(
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,

@@ -14,13 +14,14 @@ what streaming reads; ``max_batch`` 1 serves one request at a time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from plm.apps.text_pipelines import left_pad, prompt_padding
-from plm.decoding.generation import SamplingOptions, decode_steps
+from plm.decoding.generation import GenerationConfig, decode_steps
 from plm.models import CausalLM
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -37,7 +38,7 @@ class GenerationJob:
     tokenizer: Tokenizer
     ids: list[int]
     max_new_tokens: int
-    options: SamplingOptions
+    options: GenerationConfig
     seed: int | None = None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     loop: asyncio.AbstractEventLoop | None = None
@@ -101,11 +102,9 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
     pad = prompt_padding(tokenizer)
     ids, mask = left_pad([job.ids for job in jobs], pad)  # (batch, longest prompt)
     try:
-        steps = decode_steps(
-            model, ids.to(model.device), max(job.max_new_tokens for job in jobs), mask.to(model.device),
-            temperature=options.temperature, top_k=options.top_k, top_p=options.top_p, do_sample=options.do_sample,
-            eos_token_id=tokenizer.eos_id, pad_token_id=pad, seed=first.seed,
-        )
+        config = dataclasses.replace(options, max_new_tokens=max(job.max_new_tokens for job in jobs),
+                                     eos_token_id=tokenizer.eos_id, pad_token_id=pad, seed=first.seed)
+        steps = decode_steps(model, ids.to(model.device), config, mask.to(model.device))
         for step in steps:
             rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist())
             for job, token, logprob, finished in rows:

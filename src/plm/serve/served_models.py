@@ -25,7 +25,7 @@ from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention
 from plm.cpu.int8 import quantize
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.decoding.generation import SamplingOptions
+from plm.decoding.generation import GenerationConfig
 from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
@@ -107,7 +107,8 @@ class CausalLMService(Service):
     def generation(self, prompt: str, max_new_tokens: int | None, temperature: float, top_k: int, top_p: float,
                    sample: bool, seed: int | None) -> GenerationJob:
         """A checked generation request, for the batcher: the prompt's ids as ``plm generate`` encodes them."""
-        options = SamplingOptions(temperature, top_k, top_p, do_sample=True if sample else None)
+        options = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p,
+                                   do_sample=True if sample else None)
         options.validate()
         [ids] = encode_prompts(self.tokenizer, [prompt])
         context = self.model.context_length()
