@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 PUBLIC_API := src/plm/__init__.py src/plm/storage/loading.py src/plm/storage/checkpoint.py \
 	src/plm/training/trainer.py src/plm/training/pretrain.py src/plm/training/run_directory.py \
 	src/plm/training/stopping.py src/plm/errors.py src/plm/apps/text_pipelines.py src/plm/apps/perplexity.py \
-	src/plm/decoding/generation.py
+	src/plm/decoding/generation.py src/plm/decoding/interface.py src/plm/decoding/beam.py src/plm/models/base.py \
+	src/plm/config.py src/plm/device.py src/plm/hf/io.py src/plm/tasks/model.py
 
 .PHONY: setup demo test bench quality clean
 

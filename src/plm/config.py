@@ -20,6 +20,14 @@ POSITIVE_FIELDS = ("vocab_size", "context_length", "dim", "layers", "heads", "ff
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
+    """The fields of a config as a dict (nested configs become dicts too), as JSON saves them.
+
+    Args:
+        config: a config (a dataclass instance).
+
+    Returns:
+        The field names and values.
+    """
     return dataclasses.asdict(config)
 
 
@@ -36,6 +44,18 @@ def config_from_dict(cls: type[C], values: Any, source: str = "config", complete
     A field added after models were saved is named in the class's ``ADDED_FIELDS``
     with the value that reproduces the models saved before it, which a file without
     the field reads: an older model directory keeps loading.
+
+    Args:
+        cls: the config class (a dataclass).
+        values: the fields as read from JSON.
+        source: where ``values`` come from, for the error messages.
+        complete: every field must be present, not only those without a default.
+
+    Returns:
+        The config.
+
+    Raises:
+        PLMError: ``values`` that do not make a valid ``cls``.
     """
     if not isinstance(values, dict):
         raise PLMError(f"{source}: the {cls.__name__} should be a JSON object, got {json_type(values)}")
@@ -71,7 +91,19 @@ def config_from_dict(cls: type[C], values: Any, source: str = "config", complete
 
 
 def checked_value(value: Any, annotation: Any, where: str) -> Any:
-    """``value`` as a field annotated ``annotation`` holds it, or a PLMError saying what was expected."""
+    """``value`` as a field annotated ``annotation`` holds it, or a PLMError saying what was expected.
+
+    Args:
+        value: the value as read from JSON.
+        annotation: the field's type annotation.
+        where: the field, for the error message.
+
+    Returns:
+        The converted value (see :func:`convert`).
+
+    Raises:
+        PLMError: ``value`` does not fit ``annotation``.
+    """
     converted = convert(value, annotation)
     if converted is _WRONG:
         raise PLMError(f"{where} should be {type_name(annotation)}, got {json_type(value)}")
@@ -82,7 +114,18 @@ _WRONG = object()
 
 
 def convert(value: Any, annotation: Any) -> Any:
-    """``value`` converted to ``annotation`` (int, float, bool, str, tuples, ``X | None``), else ``_WRONG``."""
+    """``value`` converted to ``annotation`` (int, float, bool, str, tuples, ``X | None``), else ``_WRONG``.
+
+    Args:
+        value: the value as read from JSON.
+        annotation: the field's type annotation.
+
+    Returns:
+        The converted value, or ``_WRONG`` when it does not fit.
+
+    Raises:
+        TypeError: an annotation of a kind that config fields do not use.
+    """
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (types.UnionType, typing.Union):
         for option in args:
@@ -110,7 +153,14 @@ def convert(value: Any, annotation: Any) -> Any:
 
 
 def type_name(annotation: Any) -> str:
-    """How an annotation reads in an error message: ``int``, ``int or null``, ``list of str``."""
+    """How an annotation reads in an error message: ``int``, ``int or null``, ``list of str``.
+
+    Args:
+        annotation: a field's type annotation.
+
+    Returns:
+        Its name in JSON terms.
+    """
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (types.UnionType, typing.Union):
         return " or ".join(type_name(option) for option in args)
@@ -124,7 +174,14 @@ def type_name(annotation: Any) -> str:
 
 
 def json_type(value: Any) -> str:
-    """The JSON name of ``value``'s type, with the value when it is short."""
+    """The JSON name of ``value``'s type, with the value when it is short.
+
+    Args:
+        value: a value as read from JSON.
+
+    Returns:
+        The type's name, followed by the value's repr when that is at most 40 characters (and not null).
+    """
     names = {type(None): "null", bool: "bool", int: "int", float: "float", str: "str", list: "list",
              tuple: "list", dict: "object"}
     name = names.get(type(value), type(value).__name__)

@@ -13,7 +13,17 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present; asking for CUDA without one is a PLMError."""
+    """``auto`` picks CUDA when present; asking for CUDA without one is a PLMError.
+
+    Args:
+        name: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns:
+        The device.
+
+    Raises:
+        PLMError: an unknown device name, or CUDA asked for where none is available.
+    """
     if name not in DEVICES and not name.startswith("cuda:"):
         raise PLMError(f"unknown device {name!r}; choose auto, cpu or cuda")
     if name == "auto":
@@ -24,7 +34,18 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def resolve_precision(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 on a GPU that has it, fp16 on older GPUs, fp32 on the CPU."""
+    """``auto`` is bf16 on a GPU that has it, fp16 on older GPUs, fp32 on the CPU.
+
+    Args:
+        name: ``auto``, ``fp32``, ``bf16`` or ``fp16``.
+        device: the device the model runs on.
+
+    Returns:
+        The dtype.
+
+    Raises:
+        PLMError: an unknown precision name.
+    """
     if name not in PRECISIONS:
         raise PLMError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
     if name == "auto":
@@ -35,14 +56,26 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype:
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
-    """Mixed precision for the forward pass; a no-op in fp32."""
+    """Mixed precision for the forward pass; a no-op in fp32.
+
+    Args:
+        device: the device the forward pass runs on.
+        dtype: the precision (from :func:`resolve_precision`).
+
+    Returns:
+        The context manager: ``torch.autocast``, or one that does nothing in fp32.
+    """
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
 
 
 def available_memory() -> int | None:
-    """Bytes of memory free now (Linux: MemAvailable), or None where the system does not say."""
+    """Bytes of memory free now (Linux: MemAvailable), or None where the system does not say.
+
+    Returns:
+        The bytes available, or None.
+    """
     try:
         with open("/proc/meminfo", encoding="ascii") as info:
             fields = dict(line.split(":", 1) for line in info)

@@ -50,7 +50,15 @@ def length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor: ...
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha: 1 for one token, growing with the length when alpha > 0."""
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha: 1 for one token, growing with the length when alpha > 0.
+
+    Args:
+        length: |Y|, the new tokens (EOS included); a tensor of them gives a tensor of penalties.
+        alpha: the exponent.
+
+    Returns:
+        lp(Y), of the type of ``length``'s (a float for an int).
+    """
     return ((5 + length) / 6) ** alpha
 
 
@@ -64,7 +72,18 @@ class Finished:
 
     @classmethod
     def none(cls, sentences: int, beam_size: int, steps: int, pad: int, like: torch.Tensor) -> Finished:
-        """No finished hypothesis yet; ``like`` gives the token dtype and the device."""
+        """No finished hypothesis yet; ``like`` gives the token dtype and the device.
+
+        Args:
+            sentences: the sentences (A).
+            beam_size: the hypotheses kept per sentence (K).
+            steps: the new tokens at most.
+            pad: the token that fills the hypotheses.
+            like: a tensor of the token dtype, on the device.
+
+        Returns:
+            Scores of -inf, tokens of ``pad`` and lengths of 0.
+        """
         return cls(
             torch.full((sentences, beam_size), -math.inf, device=like.device),
             like.new_full((sentences, beam_size, steps), pad),
@@ -72,8 +91,19 @@ class Finished:
         )
 
     def add(self, scores: torch.Tensor, tokens: torch.Tensor, length: int) -> Finished:
-        """The best ``beam_size`` of these and the new hypotheses ``tokens`` (A, C, steps), all ``length``
-        tokens long, with ``scores`` (A, C) (-inf for a candidate that does not end)."""
+        """The best ``beam_size`` of these and the new hypotheses.
+
+        The new hypotheses are ``tokens`` (A, C, steps), all ``length`` tokens long, with ``scores`` (A, C)
+        (-inf for a candidate that does not end).
+
+        Args:
+            scores: (A, C) the new hypotheses' scores.
+            tokens: (A, C, steps) the new hypotheses' tokens.
+            length: the new hypotheses' length.
+
+        Returns:
+            The best ``beam_size`` of each sentence, best first.
+        """
         sentences, beam_size, steps = self.tokens.shape
         best, keep = torch.cat([self.scores, scores], 1).topk(beam_size)  # (A, K)
         tokens = torch.cat([self.tokens, tokens], 1).gather(1, keep[:, :, None].expand(sentences, beam_size, steps))
@@ -81,11 +111,23 @@ class Finished:
         return Finished(best, tokens, lengths)
 
     def rows(self, index: torch.Tensor) -> Finished:
-        """The hypotheses of the sentences ``index`` (A',)."""
+        """The hypotheses of the sentences ``index`` (A',).
+
+        Args:
+            index: (A',) the rows kept (indices or a boolean mask).
+
+        Returns:
+            Those sentences' hypotheses.
+        """
         return Finished(self.scores[index], self.tokens[index], self.lengths[index])
 
     def keep_best(self, best: Finished, sentences: torch.Tensor) -> None:
-        """Write each sentence's best hypothesis into row ``sentences`` (A,) of ``best``, the whole batch's."""
+        """Write each sentence's best hypothesis into row ``sentences`` (A,) of ``best``, the whole batch's.
+
+        Args:
+            best: the best hypothesis of each sentence of the batch, written in place.
+            sentences: (A,) the row of ``best`` of each of these sentences.
+        """
         best.scores[sentences] = self.scores[:, :1]
         best.tokens[sentences] = self.tokens[:, :1]
         best.lengths[sentences] = self.lengths[:, :1]
@@ -117,6 +159,28 @@ def beam_search(
     a sentence is done once it has ``beam_size`` finished hypotheses (GNMT, fairseq);
     without, once no live beam can still beat the worst of them, which is exact for the
     beams searched. Beam size 1 with alpha 0 is greedy search.
+
+    Args:
+        model: the decoder.
+        input_ids: (batch, time) the prompts (an encoder-decoder's: its start tokens).
+        attention_mask: (batch, time), 0 at left padding, or None.
+        beam_size: the beams per sentence.
+        alpha: the length penalty's exponent.
+        max_len_a: new tokens at most per source token.
+        max_len_b: new tokens at most, besides those per source token.
+        eos_token_id: the token that ends a hypothesis, or None for none.
+        pad_token_id: the token after a hypothesis ends (None: ``eos_token_id``, else 0).
+        early_stopping: a sentence is done once it has ``beam_size`` finished hypotheses.
+        use_cache: False recomputes the whole history at every step.
+        source_ids: an encoder-decoder's (batch, source_length) source; None for a decoder-only model.
+        source_mask: 0 at the padding of ``source_ids``.
+
+    Returns:
+        Each row's prompt followed by its best hypothesis, with its score and length.
+
+    Raises:
+        PLMError: a beam size below 1, an alpha that is not finite, a negative length limit, or
+            ``input_ids`` that are not (batch, time) with at least one token.
     """
     if beam_size < 1:
         raise PLMError(f"beam_size must be at least 1, got {beam_size}")
@@ -165,7 +229,15 @@ def beam_search(
 
 
 def rows(tensor: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
-    """The rows ``index`` of an optional input (a mask, a source), or None."""
+    """The rows ``index`` of an optional input (a mask, a source), or None.
+
+    Args:
+        tensor: the input, or None.
+        index: the rows.
+
+    Returns:
+        Those rows, or None when ``tensor`` is None.
+    """
     return tensor[index] if tensor is not None else None
 
 
@@ -184,9 +256,19 @@ class Search:
         self, model: Decoder, state: Any, prompts: torch.Tensor, limits: torch.Tensor, sentences: torch.Tensor,
         best: Finished,
     ) -> None:
-        """Search from ``state``, the model's state after ``prompts`` (A, P), for the batch's sentences
-        ``sentences`` (A,), each with at most ``limits`` (A,) new tokens; write each one's best hypothesis
-        into ``best`` as it is done, when it leaves the search."""
+        """Search from ``state``, the model's state after ``prompts`` (A, P).
+
+        It searches for the batch's sentences ``sentences`` (A,), each with at most ``limits`` (A,) new tokens,
+        and writes each one's best hypothesis into ``best`` as it is done, when it leaves the search.
+
+        Args:
+            model: the decoder.
+            state: the model's state after ``prompts``.
+            prompts: (A, P) the prompts of the sentences searching.
+            limits: (A,) the new tokens at most of each.
+            sentences: (A,) the row of each in the batch.
+            best: the best hypothesis of each sentence of the batch, written in place.
+        """
         beam_size, prompt_length = self.beam_size, prompts.shape[1]
         tokens = prompts.new_empty(len(sentences), prompt_length + self.steps)
         tokens[:, :prompt_length] = prompts
@@ -232,12 +314,21 @@ class Search:
     def best_extensions(
         self, beam_scores: torch.Tensor, log_probs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The best ``2 * beam_size`` one-token extensions of the live beams (A, live) with next-token
-        ``log_probs`` (A, live, V): their log P, the beam each extends and the token it adds, each (A, C),
-        best first. Past the extensions there are (fewer than beam_size), dead ones with log P -inf.
+        """The best ``2 * beam_size`` one-token extensions of the live beams.
+
+        The live beams (A, live) have next-token ``log_probs`` (A, live, V); the result is the extensions'
+        log P, the beam each extends and the token it adds, each (A, C), best first. Past the extensions
+        there are (fewer than beam_size), dead ones with log P -inf.
 
         Each beam's own best 2K tokens hold every one of the sentence's best 2K extensions, so only those
         are added to the beam's log P: not the whole (A, live, V) vocabulary.
+
+        Args:
+            beam_scores: (A, live) the log P of the live beams.
+            log_probs: (A, live, V) the next-token log-probabilities.
+
+        Returns:
+            The extensions' log P, the beam each extends and the token it adds.
         """
         searching, live, vocab = log_probs.shape
         per_beam = min(2 * self.beam_size, vocab)
@@ -253,8 +344,20 @@ class Search:
         return top_scores, top_index // per_beam, tokens
 
     def enough(self, finished: Finished, best_live: torch.Tensor, limits: torch.Tensor, t: int) -> torch.Tensor:
-        """(A,) True for a sentence whose finished hypotheses no live beam (best log P ``best_live``) should
-        still challenge: ``beam_size`` of them with early stopping, else none a live beam can still beat."""
+        """(A,) True for a sentence whose finished hypotheses no live beam should still challenge.
+
+        That is ``beam_size`` of them with early stopping, else none a live beam (best log P ``best_live``)
+        can still beat.
+
+        Args:
+            finished: the finished hypotheses of the sentences searching.
+            best_live: (A,) the log P of each sentence's best live beam.
+            limits: (A,) the new tokens at most of each sentence.
+            t: the step just taken (0 for the first).
+
+        Returns:
+            (A,) whether each sentence is done.
+        """
         if self.early_stopping:
             return finished.scores[:, -1] > -math.inf
         # log P only falls as a beam grows; dividing by the largest penalty it may still get

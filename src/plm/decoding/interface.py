@@ -47,16 +47,34 @@ class Decoder(Protocol):
     training: bool
 
     def context_length(self) -> int:
-        """The most target positions the decoder can take (prompt and new tokens together)."""
+        """The most target positions the decoder can take (prompt and new tokens together).
+
+        Returns:
+            The number of positions.
+        """
 
     def start_decoding(self, request: DecodingRequest) -> Any:
-        """The state before the first step, for the batch of prompt rows ``request`` describes."""
+        """The state before the first step, for the batch of prompt rows ``request`` describes.
+
+        Args:
+            request: the prompt rows, the longest history and, for an encoder-decoder, the source.
+
+        Returns:
+            The decoder's state, which the loop passes to :meth:`decode_step` unread.
+        """
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """``history`` (batch, length): every token so far -> (batch, vocab) next-token logits, new state.
 
         A decoder with a cache reads only the tokens its state has not seen yet (the
         whole prompt at the first step, then the newest token).
+
+        Args:
+            history: (batch, length) every token decoded so far, prompt included.
+            state: the state the previous step (or :meth:`start_decoding`) returned.
+
+        Returns:
+            The (batch, vocab) logits of the next token, and the new state.
         """
 
     def reorder_state(self, state: Any, order: torch.Tensor) -> Any:
@@ -64,8 +82,19 @@ class Decoder(Protocol):
 
         Beam search calls it at every step (the beams chosen, less the rows of sentences that are done),
         so it should copy no more than it must: ``state`` is not used after, and its memory may be reused.
+
+        Args:
+            state: the state of the rows decoded so far.
+            order: (rows,) the row of ``state`` each new row takes.
+
+        Returns:
+            The reordered state.
         """
 
-    def eval(self) -> Any: ...
+    def eval(self) -> Any:
+        """Switch to inference mode (as ``torch.nn.Module.eval``)."""
+        ...
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> Any:
+        """Switch to training mode, or to inference mode when ``mode`` is False (as ``torch.nn.Module.train``)."""
+        ...

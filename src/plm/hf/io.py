@@ -43,19 +43,44 @@ class HFWeights:
         return name in self.tensors
 
     def take(self, name: str) -> torch.Tensor:
+        """Remove the tensor ``name`` and return it.
+
+        Args:
+            name: the tensor's Hugging Face name.
+
+        Returns:
+            The tensor.
+
+        Raises:
+            PLMError: no such tensor (or one taken already).
+        """
         if name not in self.tensors:
             raise PLMError(f"{self.source}: no tensor {name}")
         return self.tensors.pop(name)
 
     def strip_prefix(self, prefix: str) -> None:
+        """Remove ``prefix`` from the start of every tensor name that has it.
+
+        Args:
+            prefix: the prefix, as ``bert.`` in a task model's names.
+        """
         self.tensors = {name.removeprefix(prefix): tensor for name, tensor in self.tensors.items()}
 
     def discard(self, pattern: str) -> None:
-        """Drop the tensors whose whole name matches the regular expression ``pattern``."""
+        """Drop the tensors whose whole name matches the regular expression ``pattern``.
+
+        Args:
+            pattern: the regular expression.
+        """
         for name in [name for name in self.tensors if re.fullmatch(pattern, name)]:
             del self.tensors[name]
 
     def check_all_taken(self) -> None:
+        """Refuse tensors that were neither taken nor discarded.
+
+        Raises:
+            PLMError: unexpected tensors, the first three named.
+        """
         if self.tensors:
             names = sorted(self.tensors)
             more = " ..." if len(names) > 3 else ""
@@ -71,23 +96,73 @@ class Converter:
     claims: ClassVar[tuple[str, ...]] = ()
 
     def model_type(self, config: Any) -> str:
-        """The Hugging Face model_type that ``config`` is written as."""
+        """The Hugging Face model_type that ``config`` is written as.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The model_type; by default the first of ``model_types``.
+        """
         return self.model_types[0]
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> Any:
-        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it."""
+        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it.
+
+        Args:
+            hf: the contents of ``config.json``.
+            source: the file, for the error messages.
+
+        Returns:
+            The plm config.
+
+        Raises:
+            NotImplementedError: in this base class; each converter implements it.
+        """
         raise NotImplementedError
 
     def config_to_hf(self, config: Any) -> dict[str, Any]:
-        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent."""
+        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The contents of ``config.json``.
+
+        Raises:
+            NotImplementedError: in this base class; each converter implements it.
+        """
         raise NotImplementedError
 
     def weights_from_hf(self, weights: HFWeights, config: Any) -> dict[str, torch.Tensor]:
-        """plm state dict from HF tensors; takes (or discards) every tensor it understands."""
+        """The plm state dict from HF tensors; takes (or discards) every tensor it understands.
+
+        Args:
+            weights: the checkpoint's tensors.
+            config: the plm config.
+
+        Returns:
+            The plm state dict.
+
+        Raises:
+            NotImplementedError: in this base class; each converter implements it.
+        """
         raise NotImplementedError
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
-        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict."""
+        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict.
+
+        Args:
+            state: the plm state dict.
+            config: the plm config.
+
+        Returns:
+            The tensors by Hugging Face name.
+
+        Raises:
+            NotImplementedError: in this base class; each converter implements it.
+        """
         raise NotImplementedError
 
 
@@ -97,7 +172,14 @@ BY_ARCHITECTURE: dict[str, Converter] = {}
 
 
 def register(converter_class: type[Converter]) -> type[Converter]:
-    """Class decorator that makes a converter known to :func:`load_hf` and :func:`save_hf`."""
+    """Class decorator that makes a converter known to :func:`load_hf` and :func:`save_hf`.
+
+    Args:
+        converter_class: the converter.
+
+    Returns:
+        ``converter_class`` itself.
+    """
     converter = converter_class()
     BY_FAMILY[converter.family] = converter
     BY_MODEL_TYPE.update(dict.fromkeys(converter.model_types, converter))
@@ -109,6 +191,17 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it).
 
     Under ``torch.device("meta")`` only its shapes are made (:func:`plm.storage.checkpoint.reads_no_weights`).
+
+    Args:
+        directory: the checkpoint directory.
+        device: where the model goes.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: no such directory, an unsupported or unreadable config, or missing, unreadable or
+            unexpected weights.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -137,7 +230,19 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
 
 
 def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
-    """Write ``model`` so that ``transformers`` loads it with ``from_pretrained(directory)``."""
+    """Write ``model`` so that ``transformers`` loads it with ``from_pretrained(directory)``.
+
+    Args:
+        model: the model.
+        directory: the directory to write, created if missing.
+
+    Returns:
+        The directory.
+
+    Raises:
+        PLMError: a family without a Hugging Face format, a quantized model, or a config that Hugging Face
+            cannot express.
+    """
     if model.family not in BY_FAMILY:
         raise PLMError(f"plm has no Hugging Face format for {model.family} models")
     check_trainable(model, "the model")
@@ -151,6 +256,17 @@ def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
 
 
 def read_weights(directory: Path) -> HFWeights:
+    """The weights of a checkpoint directory, from the first of ``WEIGHT_FILES`` it holds.
+
+    Args:
+        directory: the checkpoint directory.
+
+    Returns:
+        The tensors by Hugging Face name.
+
+    Raises:
+        PLMError: none of the weight files, or one that cannot be read.
+    """
     for name in WEIGHT_FILES:
         path = directory / name
         if path.is_file():
@@ -160,6 +276,18 @@ def read_weights(directory: Path) -> HFWeights:
 
 
 def read_shards(index_path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of every shard an index file lists.
+
+    Args:
+        index_path: the ``.index.json`` file.
+
+    Returns:
+        The tensors by name.
+
+    Raises:
+        PLMError: an index without a weight_map, a shard that is not a file name in the directory, or a
+            shard that cannot be read.
+    """
     index = read_json(index_path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
@@ -173,6 +301,17 @@ def read_shards(index_path: Path) -> dict[str, torch.Tensor]:
 
 
 def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, or of a ``pytorch_model.bin`` (loaded with ``weights_only=True``).
+
+    Args:
+        path: the weights file.
+
+    Returns:
+        The tensors by name.
+
+    Raises:
+        PLMError: a missing file, one that cannot be read, or one that is not a dictionary of tensors.
+    """
     if path.suffix == ".safetensors":
         return read_tensors(path)
     if not path.is_file():

@@ -52,6 +52,16 @@ class PretrainedModel(nn.Module):
         """``config`` with the pre-training heads an objective trains (e.g. "mlm", "nsp").
 
         A model with its head built in (a causal LM's tied output layer) takes none.
+
+        Args:
+            config: the family's config.
+            heads: the heads the objective trains.
+
+        Returns:
+            The config with those heads.
+
+        Raises:
+            PLMError: heads asked of a model that has none (this default).
         """
         if heads:
             raise PLMError(
@@ -65,6 +75,15 @@ class PretrainedModel(nn.Module):
 
         None by default: a family that only stacks the core block (GPT, BERT, ALBERT) is
         counted whole by ``plm plan``; one that changes what a block keeps overrides this.
+
+        Args:
+            config: the family's config.
+            batch: the sequences of the step.
+            block: the tokens of each.
+            device: "cpu" or "cuda".
+
+        Returns:
+            What the family keeps beyond the core blocks.
         """
         return ExtraActivations()
 
@@ -72,6 +91,10 @@ class PretrainedModel(nn.Module):
         """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms.
 
         ``root`` limits it to one submodule (a task head put on a pretrained backbone).
+
+        Args:
+            std: the standard deviation of the weights.
+            root: the submodule to initialise; None: the whole model.
         """
         for module in (root or self).modules():
             if isinstance(module, nn.Linear):
@@ -89,6 +112,10 @@ class PretrainedModel(nn.Module):
 
         N = 2 * layers residual layers (attention and MLP of each block), so the
         variance of the residual stream does not grow with depth.
+
+        Args:
+            blocks: the model's Transformer blocks.
+            std: the standard deviation before scaling.
         """
         scaled = std / math.sqrt(2 * len(blocks))
         for block in cast(Iterable[TransformerBlock], blocks):  # a ModuleList does not type its modules
@@ -96,11 +123,22 @@ class PretrainedModel(nn.Module):
             nn.init.normal_(block.feed_forward.fc_out.weight, std=scaled)
 
     def word_embeddings(self) -> nn.Embedding:
-        """The token embedding table (a task resizes it when it adds tokens)."""
+        """The token embedding table (a task resizes it when it adds tokens).
+
+        Returns:
+            The embedding.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def vocabulary_embeddings(self) -> list[nn.Embedding]:
-        """The token tables, which a tied output layer may read as its matrix; int8 quantization keeps them int8."""
+        """The token tables, which a tied output layer may read as its matrix; int8 quantization keeps them int8.
+
+        Returns:
+            The tables; none by default.
+        """
         return []
 
     def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
@@ -108,6 +146,13 @@ class PretrainedModel(nn.Module):
 
         GPT-1 adds its task tokens (start, delimiter, extract) this way. A tied output
         layer reads the same matrix, so it grows with it.
+
+        Args:
+            vocab_size: the rows wanted.
+            std: the standard deviation of the new rows.
+
+        Raises:
+            PLMError: ``vocab_size`` below the current rows.
         """
         embedding = self.word_embeddings()
         old = embedding.weight
@@ -122,11 +167,16 @@ class PretrainedModel(nn.Module):
         self.config = dataclasses.replace(self.config, vocab_size=vocab_size)
 
     def num_parameters(self) -> int:
-        """Distinct parameters (a tied embedding counts once)."""
+        """Distinct parameters (a tied embedding counts once).
+
+        Returns:
+            The number of parameter values.
+        """
         return sum(p.numel() for p in self.parameters())
 
     @property
     def device(self) -> torch.device:
+        """The device of the model's parameters."""
         return next(self.parameters()).device
 
 
@@ -145,13 +195,43 @@ class CausalLM(PretrainedModel):
     task_pooling = "last"  # only the last token has seen the whole sequence (GPT-1's extract token)
 
     def context_length(self) -> int:
+        """The most positions the model can take (prompt and new tokens together).
+
+        Returns:
+            The number of positions.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
+        """An empty KV cache per layer, for ``batch`` rows of at most ``max_length`` positions.
+
+        Args:
+            batch: the rows.
+            max_length: the positions at most.
+
+        Returns:
+            The caches, one per layer.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def start_decoding(self, request: DecodingRequest) -> CausalState:
-        """The state before the first step: a KV cache for ``request.max_length`` positions, the padding mask."""
+        """The state before the first step: a KV cache for ``request.max_length`` positions, the padding mask.
+
+        Args:
+            request: the prompt rows and the longest history (see :class:`plm.decoding.interface.DecodingRequest`).
+
+        Returns:
+            The decoding state.
+
+        Raises:
+            PLMError: a source sentence given to a decoder-only model.
+        """
         if request.source_ids is not None or request.source_mask is not None:
             raise PLMError(f"{with_article(self.family)} model continues a prompt; it takes no source sentence")
         prompt, prompt_mask, max_length = request.prompt, request.prompt_mask, request.max_length
@@ -165,12 +245,30 @@ class CausalLM(PretrainedModel):
         return CausalState(torch.compile(self) if request.compile else self, cache, mask)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
+        """The next-token logits after ``history``, reading only the tokens the cache has not seen yet.
+
+        Args:
+            history: (batch, length) every token so far.
+            state: the decoding state.
+
+        Returns:
+            The (batch, vocab) next-token logits, and the state (its cache now holds ``history``).
+        """
         start = state.cache[0].length if state.cache is not None else 0
         mask = state.mask[:, : history.shape[1]] if state.mask is not None else None
         logits = state.forward(history[:, start:], mask, cache=state.cache, num_logits=1).logits[:, -1]
         return logits, state
 
     def reorder_state(self, state: CausalState, order: torch.Tensor) -> CausalState:
+        """The state whose row i is row ``order[i]`` of ``state`` (its caches and padding mask).
+
+        Args:
+            state: the decoding state.
+            order: the row of ``state`` each new row takes.
+
+        Returns:
+            The reordered state.
+        """
         return CausalState(
             state.forward,
             [layer.reorder(order) for layer in state.cache] if state.cache is not None else None,
@@ -188,6 +286,15 @@ class CausalLM(PretrainedModel):
         """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
 
         See :func:`plm.decoding.generation.generate` for the options.
+
+        Args:
+            input_ids: (batch, time) the prompts.
+            max_new_tokens: the tokens to add.
+            attention_mask: (batch, time), 0 at left padding, or None.
+            **options: the sampling options.
+
+        Returns:
+            The prompts followed by the new tokens.
         """
         return generate(self, input_ids, max_new_tokens=max_new_tokens, attention_mask=attention_mask, **options)
 
@@ -201,14 +308,43 @@ class Seq2SeqModel(PretrainedModel):
     """
 
     def context_length(self) -> int:
+        """The most target positions the decoder can take.
+
+        Returns:
+            The number of positions.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
-        """About the bytes of decoding state one hypothesis holds (fp32), to bound a search by free memory."""
+        """About the bytes of decoding state one hypothesis holds (fp32), to bound a search by free memory.
+
+        Args:
+            source_length: the source tokens.
+            target_length: the target tokens at most.
+
+        Returns:
+            The bytes.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def start_decoding(self, request: DecodingRequest) -> Any:
-        """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`)."""
+        """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`).
+
+        Args:
+            request: the target prefixes, the longest history and the sources.
+
+        Returns:
+            The decoding state.
+
+        Raises:
+            PLMError: no sources, not as many sources as target prefixes, or padded target prefixes.
+        """
         source_ids, prompt = request.source_ids, request.prompt
         if source_ids is None:
             raise PLMError(f"{with_article(self.family)} model translates a source sentence: pass source_ids")
@@ -224,11 +360,49 @@ class Seq2SeqModel(PretrainedModel):
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
         compile: bool,
     ) -> Any:
-        """The decoding state of a batch of sources (batch, source_length): the encoder runs here, once."""
+        """The decoding state of a batch of sources (batch, source_length): the encoder runs here, once.
+
+        Args:
+            source_ids: (batch, source_length) the sources.
+            source_mask: 0 at the padding of ``source_ids``, or None.
+            max_length: the longest target history the steps will pass.
+            use_cache: False recomputes the whole history at every step.
+            compile: run the model through torch.compile.
+
+        Returns:
+            The decoding state.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """The next-token logits after the target ``history`` (see :class:`plm.decoding.Decoder`).
+
+        Args:
+            history: (batch, length) every target token so far.
+            state: the decoding state.
+
+        Returns:
+            The (batch, vocab) next-token logits, and the new state.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError
 
     def reorder_state(self, state: Any, order: torch.Tensor) -> Any:
+        """The state whose row i is row ``order[i]`` of ``state`` (see :class:`plm.decoding.Decoder`).
+
+        Args:
+            state: the decoding state.
+            order: the row of ``state`` each new row takes.
+
+        Returns:
+            The reordered state.
+
+        Raises:
+            NotImplementedError: in this base class; each family implements it.
+        """
         raise NotImplementedError

@@ -41,15 +41,30 @@ class TaskConfig:
 
     @property
     def vocab_size(self) -> int:
+        """The backbone's vocabulary size."""
         return self.backbone.vocab_size
 
     @property
     def context_length(self) -> int:
+        """The backbone's context length."""
         return self.backbone.context_length
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> TaskConfig:
-        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's."""
+        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's.
+
+        Args:
+            values: the fields as read from JSON.
+            source: where ``values`` come from, for the error messages.
+            complete: every field must be present, not only those without a default.
+
+        Returns:
+            The config.
+
+        Raises:
+            PLMError: other fields than ``backbone_family``, ``backbone`` and ``head``, an unknown backbone
+                family, or an invalid nested config.
+        """
         expected = {"backbone_family", "backbone", "head"}
         if set(values) != expected:
             fields = ", ".join(sorted(values))
@@ -86,12 +101,28 @@ class TaskModel(PretrainedModel):
                 self.init_weights(root=module)
 
     def word_embeddings(self) -> torch.nn.Embedding:
+        """The backbone's token embedding table.
+
+        Returns:
+            The embedding.
+        """
         return self.backbone.word_embeddings()
 
     def vocabulary_embeddings(self) -> list[torch.nn.Embedding]:
+        """The backbone's token tables.
+
+        Returns:
+            The tables.
+        """
         return self.backbone.vocabulary_embeddings()
 
     def resize_token_embeddings(self, vocab_size: int, std: float = 0.02) -> None:
+        """Grow the backbone's token embeddings to ``vocab_size`` rows, and the config with them.
+
+        Args:
+            vocab_size: the rows wanted.
+            std: the standard deviation of the new rows.
+        """
         self.backbone.resize_token_embeddings(vocab_size, std)
         self.config = dataclasses.replace(self.config, backbone=self.backbone.config)
 
@@ -106,6 +137,19 @@ class TaskModel(PretrainedModel):
 
         ``backbone_options`` go to the backbone's forward (e.g. ``output_hidden_states``
         for an encoder).
+
+        Args:
+            input_ids: (batch, time), or (batch, K, time) for K sequences per example.
+            attention_mask: 1 = token, 0 = padding, shaped as ``input_ids``; or None.
+            token_type_ids: the segments, shaped as ``input_ids``; or None.
+            **backbone_options: passed to the backbone's forward.
+
+        Returns:
+            The head's output, with the backbone's output as ``backbone``.
+
+        Raises:
+            PLMError: ``input_ids`` of a shape the head does not read, or ``token_type_ids`` for a backbone
+                without segments.
         """
         if input_ids.dim() not in (2, 3):
             shape = tuple(input_ids.shape)
@@ -132,7 +176,15 @@ class TaskModel(PretrainedModel):
         return result
 
     def pool(self, output: Any, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """One vector (N, H) per sequence of the backbone's ``output``, as ``config.head.pooling`` says."""
+        """One vector (N, H) per sequence of the backbone's ``output``, as ``config.head.pooling`` says.
+
+        Args:
+            output (Any): the backbone's output (its ``last_hidden_state`` and, if any, ``pooler_output``).
+            attention_mask: (N, T), 0 at padding, or None.
+
+        Returns:
+            The (N, H) vectors.
+        """
         hidden = output.last_hidden_state  # (N, T, H)
         pooling = self.config.head.pooling
         if pooling == "mean":
@@ -148,12 +200,27 @@ class TaskModel(PretrainedModel):
 
 
 def flatten(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, K, T) -> (B * K, T); (B, T) as it is."""
+    """(B, K, T) -> (B * K, T); (B, T) as it is.
+
+    Args:
+        tensor: the input, or None.
+
+    Returns:
+        The flattened input, or None.
+    """
     return None if tensor is None else tensor.reshape(-1, tensor.shape[-1])
 
 
 def last_token(attention_mask: torch.Tensor | None, time: int) -> torch.Tensor | int:
-    """The position of each row's last real token: the rightmost 1 of the mask (left or right padding)."""
+    """The position of each row's last real token: the rightmost 1 of the mask (left or right padding).
+
+    Args:
+        attention_mask: (N, T), 0 at padding, or None.
+        time: T, the positions per row.
+
+    Returns:
+        (N,) the positions, or ``time - 1`` for every row when there is no mask.
+    """
     if attention_mask is None:
         return time - 1
     positions = torch.arange(time, device=attention_mask.device)
@@ -174,6 +241,19 @@ def task_model(
     encoder, "last" for GPT). The backbone's pre-training heads are left out, and so is
     its pooler where nothing reads it (a tagger, a span head, mean or last pooling), so
     that every parameter gets a gradient. The head's weights are N(0, 0.02), biases 0.
+
+    Args:
+        backbone: the pretrained model (left unchanged).
+        task: the head's task (see :mod:`plm.tasks.heads`).
+        labels: the classes (or outputs) of the head.
+        pooling: "cls", "last" or "mean"; None: the backbone's own.
+        **head_options: further :class:`HeadConfig` fields.
+
+    Returns:
+        The task model, on the backbone's device.
+
+    Raises:
+        PLMError: a backbone that already has a task head, or one that takes none.
     """
     if isinstance(backbone, TaskModel):
         raise PLMError("the backbone already has a task head; give its .backbone for another task")
@@ -191,7 +271,15 @@ def task_model(
 
 
 def require_task_backbone(model: PretrainedModel, name: str = "the model") -> None:
-    """Refuse a model that takes no task head (``task_pooling`` None): one line naming what it is."""
+    """Refuse a model that takes no task head (``task_pooling`` None): one line naming what it is.
+
+    Args:
+        model: the model.
+        name: how the message names it.
+
+    Raises:
+        PLMError: a model that takes no task head.
+    """
     if model.task_pooling is None:
         raise PLMError(f"{name}: {model.family} models take no task head; fine-tuning reads an encoder (BERT, "
                        "ALBERT, DeBERTa, a sentence-transformers model) or a GPT (an ELMo joins a tagger with --elmo)")

@@ -70,7 +70,17 @@ class PretrainSetup:
 
 
 def check_model_name(name: str) -> str:
-    """The preset ``name`` stands for, or ``name`` itself when it is a model directory."""
+    """The preset ``name`` stands for, or ``name`` itself when it is a model directory.
+
+    Args:
+        name: a family name (its small CPU preset), a preset or a model directory.
+
+    Returns:
+        The preset's name, or ``name`` itself.
+
+    Raises:
+        PLMError: neither a family, a preset nor an existing path.
+    """
     name = FAMILY_PRESETS.get(name, name)
     if name not in PRESETS and not Path(name).exists():
         families = ", ".join(FAMILY_PRESETS)
@@ -81,7 +91,18 @@ def check_model_name(name: str) -> str:
 
 
 def model_config(name: str, overrides: dict[str, Any] | None = None):
-    """The config of a preset (with ``overrides``), or of a saved plm model directory (read without its weights)."""
+    """The config of a preset (with ``overrides``), or of a saved plm model directory (read without its weights).
+
+    Args:
+        name: a preset or a plm model directory.
+        overrides: preset config fields to change.
+
+    Returns:
+        config (Any): the family's config.
+
+    Raises:
+        PLMError: ``overrides`` for a saved model, a directory that is not a plm model, or an invalid config.
+    """
     if name in PRESETS:
         return preset_config(name, **(overrides or {}))
     if overrides:
@@ -125,7 +146,20 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecip
 
 
 def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -> int:
-    """Check the data and batch shape; return the block size."""
+    """Check the data and batch shape; return the block size.
+
+    Args:
+        setup: the run's setup.
+        context: the model's context length.
+        recipe: the family's recipe.
+
+    Returns:
+        The block size: the one given, else the recipe's, at most ``context``.
+
+    Raises:
+        PLMError: a dropout, hyperparameter set, size or block size that cannot train, or validation files
+            without training files.
+    """
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
         raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
     if setup.hyperparameters not in HYPERPARAMETER_SETS:
@@ -170,6 +204,18 @@ def resolve_tokenizer(
 
     A new one is trained by the first process and handed to the others, so that every
     process of a distributed run encodes with the same vocabulary.
+
+    Args:
+        setup: the run's setup.
+        model: the preset or model directory (see :func:`check_model_name`).
+        recipe: the family's recipe.
+        corpus: the text a new tokenizer is trained on.
+        out: the run directory.
+        resume: the run continues the one in ``out``.
+        world: the processes of the run.
+
+    Returns:
+        The tokenizer.
     """
     if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
         return Tokenizer.load(out / CHECKPOINT_DIR)
@@ -187,7 +233,21 @@ def resolve_tokenizer(
 
 
 def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokenizer: Tokenizer) -> PretrainedModel:
-    """A fresh preset sized to the tokenizer with the objective's heads, or a saved model to continue."""
+    """A fresh preset sized to the tokenizer with the objective's heads, or a saved model to continue.
+
+    Args:
+        setup: the run's setup (its model overrides and dropout).
+        model: the preset or model directory (see :func:`check_model_name`).
+        heads: the pretraining heads the objective needs.
+        tokenizer: the run's tokenizer.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: a saved model that cannot be loaded or trained, has fewer embeddings than the tokenizer has
+            tokens, or other pretraining heads.
+    """
     if model in PRESETS:
         config = preset_config(model, **setup.model_overrides, vocab_size=len(tokenizer))
         if setup.dropout is not None:  # every dropout rate of the family: embeddings, attention, residuals, heads
@@ -208,7 +268,17 @@ def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokeni
 
 
 def block_size_of(setup: PretrainSetup) -> int:
-    """The block size a run of ``setup`` trains on: the one given, else the recipe's, at most the context."""
+    """The block size a run of ``setup`` trains on: the one given, else the recipe's, at most the context.
+
+    Args:
+        setup: the run's setup.
+
+    Returns:
+        The block size.
+
+    Raises:
+        PLMError: an unknown model, or a setup that cannot train (see :func:`check_setup`).
+    """
     config = model_config(check_model_name(setup.model), setup.model_overrides)
     return check_setup(setup, config.context_length, RECIPES[model_class(config).family])
 
@@ -241,6 +311,19 @@ def prepare(
     """Build the trainer for ``setup`` (without training), so callers can evaluate first.
 
     Every argument is checked before the first (slow) step; nothing is written here.
+
+    Args:
+        setup: what the run trains: the model, its data, objective and batch shape.
+        training: how long and how to train.
+        out: the run directory.
+        resume: continue the run in ``out``.
+        overwrite: let a new run replace the run (or other files) in ``out``.
+
+    Returns:
+        The trainer and the run's tokenizer.
+
+    Raises:
+        PLMError: an argument that cannot train, or a run directory that cannot take this run.
     """
     out = Path(out)
     model_name = check_model_name(setup.model)

@@ -62,6 +62,17 @@ def run_lock(directory: str | Path, enabled: bool = True) -> Iterator[Path]:
     The lock is re-entrant within a process (a fine-tuning sweep locks its directory, and each
     of its runs again). Another process holding it is a PLMError that names that process.
     ``enabled`` False (the processes of a torchrun job after the first) takes no lock.
+
+    Args:
+        directory: the run directory, created if missing.
+        enabled: take the lock; False takes none.
+
+    Yields:
+        The run directory, locked until the ``with`` block ends.
+
+    Raises:
+        PLMError: the directory cannot be created, its lock file cannot be opened, or another
+            process holds the lock.
     """
     directory = Path(directory)
     if not enabled:
@@ -109,6 +120,17 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
 
     The check runs before the lock, so that a refused run creates nothing, and again once locked,
     in case another process started a run there meanwhile.
+
+    Args:
+        out: the run directory.
+        check: raises (a PLMError) when ``out`` cannot take the run.
+        enabled: check and lock; False (the processes of a torchrun job after the first) does neither.
+
+    Yields:
+        The run directory, locked until the ``with`` block ends.
+
+    Raises:
+        PLMError: ``check`` refused the directory, or it could not be locked (see :func:`run_lock`).
     """
     if enabled:
         check()
@@ -142,6 +164,12 @@ def remove_leftovers(directory: str | Path) -> list[Path]:
 
     An interrupted swap of ``checkpoint/`` or ``best/`` is finished first (its previous copy is the
     complete one), and a previous copy beside a complete new one is deleted.
+
+    Args:
+        directory: the run directory; one that does not exist has nothing to delete.
+
+    Returns:
+        The paths deleted.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -167,7 +195,11 @@ def remove_leftovers(directory: str | Path) -> list[Path]:
 
 
 def remove_run(directory: str | Path) -> None:
-    """Delete the files of a run (``--overwrite``), so that nothing of it can be resumed; others stay."""
+    """Delete the files of a run (``--overwrite``), so that nothing of it can be resumed; others stay.
+
+    Args:
+        directory: the run directory.
+    """
     directory = Path(directory)
     for name in RUN_FILES:
         path = directory / name
@@ -183,6 +215,15 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
 
     It must be a directory or not exist yet, sit under a directory (not a file), and
     hold nothing (but its lock), unless ``resume`` (it must then hold a checkpoint) or ``overwrite``.
+
+    Args:
+        out: the run directory (``--out``).
+        resume: the run continues the one in ``out``.
+        overwrite: the run may replace the run (or other files) in ``out``.
+
+    Raises:
+        PLMError: both ``resume`` and ``overwrite``; ``out`` or a parent is a file; the nearest existing
+            parent is not writable; nothing to resume from; or ``out`` holds a run or other files.
     """
     if resume and overwrite:
         raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
@@ -219,13 +260,33 @@ def write_definition(directory: str | Path, definition: dict[str, Any]) -> None:
 
 
 def read_definition(directory: str | Path) -> dict[str, Any] | None:
-    """The run's saved definition; None for a run that has none (started by a plm before definitions)."""
+    """The run's saved definition; None for a run that has none (started by a plm before definitions).
+
+    Args:
+        directory: the run directory.
+
+    Returns:
+        The contents of its ``run.json``, or None when there is no such file.
+
+    Raises:
+        PLMError: a ``run.json`` that is not valid JSON.
+    """
     path = Path(directory) / DEFINITION_FILE
     return read_json(path) if path.is_file() else None
 
 
 def file_digest(path: str | Path) -> str:
-    """The SHA-256 of a data file's contents."""
+    """The SHA-256 of a data file's contents.
+
+    Args:
+        path: the data file.
+
+    Returns:
+        The digest, as hexadecimal.
+
+    Raises:
+        PLMError: no such file, or a directory.
+    """
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as file:
@@ -239,7 +300,16 @@ def file_digest(path: str | Path) -> str:
 
 
 def changed_fields(saved: Any, current: Any, prefix: str = "") -> list[str]:
-    """The dotted names of the leaves that differ between two definitions."""
+    """The dotted names of the leaves that differ between two definitions.
+
+    Args:
+        saved: the saved definition (or a part of it).
+        current: the current definition (or the same part of it).
+        prefix: prepended to every name (the dotted path of the parts compared).
+
+    Returns:
+        The names, sorted by key at each level; empty when nothing differs.
+    """
     if not (isinstance(saved, dict) and isinstance(current, dict)):
         return [] if saved == current else [prefix.rstrip(".")]
     return [name for key in sorted(set(saved) | set(current))
