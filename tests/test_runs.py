@@ -393,3 +393,23 @@ def test_finetune_saves_every_save_every_steps(tmp_path: Path, monkeypatch: pyte
     assert main(["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "1",
                  "--save-every", "3", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "run")]) == 0
     assert saved == [3, 6, 8]  # every 3 steps, and the epoch's end
+
+
+def test_a_signal_in_the_last_step_of_a_sweeps_run_starts_no_other_run(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    sweep = ["finetune", "--task", "classify", "--synthetic-size", "32", "--batch-size", "8", "--epochs", "2",
+             "--lr", "1e-3,3e-3", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "run")]
+    log = Trainer.log
+
+    def stop_at_the_first_runs_end(trainer: Trainer, metrics: dict[str, float]) -> None:
+        log(trainer, metrics)
+        if trainer.out.name.startswith("lr0.001") and metrics["step"] == trainer.config.steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    Trainer.log = stop_at_the_first_runs_end
+    try:
+        code, err = run_main(capsys, *sweep)
+    finally:
+        Trainer.log = log
+    assert code == 143 and "stopped by SIGTERM at step 8" in err
+    assert not (tmp_path / "run" / "runs" / "lr0.003-seed0").exists()

@@ -427,15 +427,16 @@ class Trainer:
                 saved = self.step % config.save_every == 0 or last
                 if saved:
                     self.save()
-                if out_of_time:
-                    break
-                # Any process's signal stops them all at this step (torchrun passes a SIGTERM to each).
+                # Any process's signal stops them all at this step (torchrun passes a SIGTERM to each). At the
+                # last step too: a caller with more to do (a sweep's next run) must not start it.
                 stop = self.distributed.max(signals.received, self.device)
-                if stop and not last:
+                if stop:
                     if not saved:
                         self.save()
                     raise RunStopped(f"stopped by {signal_name(stop)} at step {self.step}, saved to "
                                      f"{self.out}/{CHECKPOINT_DIR}", stop)
+                if out_of_time:
+                    break
         finally:
             bar.close()
         return metrics
