@@ -56,8 +56,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Without --train it uses the embedded corpus; without --tokenizer it trains the "
         "paper's kind (byte-level BPE, WordPiece, Unigram, a word vocabulary) on the training text. "
         "The run directory gets checkpoint/ (model, tokenizer, optimizer and RNG state, replaced atomically), "
-        "tokenizer/, metrics.jsonl and training_config.json. Every argument is checked before anything is "
-        "written, and a run directory is never replaced without --overwrite.",
+        "tokenizer/, metrics.jsonl, training_config.json and run.json (the flags and data hashes that --resume "
+        "takes back). Every argument is checked before anything is written, a run directory is never replaced "
+        "without --overwrite, and SIGTERM or Ctrl-C saves the step reached before exiting.",
         epilog=recipe_table() + EXAMPLES,
         formatter_class=HelpFormatter,
     )
