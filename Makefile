@@ -3,14 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Modules whose docstrings the pydocstyle check (Google convention, pyproject.toml) holds to.
-PUBLIC_API := src/plm/__init__.py src/plm/storage/loading.py src/plm/storage/checkpoint.py \
-	src/plm/training/trainer.py src/plm/training/pretrain.py src/plm/training/run_directory.py \
-	src/plm/training/stopping.py src/plm/errors.py src/plm/apps/text_pipelines.py src/plm/apps/perplexity.py \
-	src/plm/decoding/generation.py src/plm/decoding/interface.py src/plm/decoding/beam.py src/plm/models/base.py \
-	src/plm/config.py src/plm/device.py src/plm/hf/io.py src/plm/tasks/model.py
+# Modules whose docstrings the pydocstyle check (Google convention, pyproject.toml) holds to: all of the
+# library's; the command line's modules are documented by their --help.
+PUBLIC_API := $(filter-out src/plm/cli/%,$(shell find src/plm -name '*.py'))
 
-.PHONY: setup demo test bench quality clean
+.PHONY: setup demo test bench quality gpu clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +50,9 @@ bench: setup
 
 quality: setup
 	$(PY) benchmarks/quality/run.py
+
+gpu:  # on a machine with a CUDA GPU, in its own Python (torch, transformers): see docs/gpu.md
+	benchmarks/gpu.sh
 
 .PHONY: docs
 docs: setup  # the site in docs/ into site/, as tests/test_docs.py builds it

@@ -27,7 +27,8 @@ from typing import Callable
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
+# PLM_RESULTS names another file: benchmarks/gpu.sh keeps a GPU machine's figures apart from the CPU's.
+RESULTS = Path(os.environ.get("PLM_RESULTS") or Path(__file__).resolve().parent / "results.json")
 
 
 def synchronize(device: torch.device) -> None:
@@ -185,7 +186,9 @@ class Report:
         """Replace this benchmark's section of ``path`` (other benchmarks' stay), atomically."""
         results = json.loads(path.read_text()) if path.is_file() else {"benchmarks": {}}
         results["machine"] = {
-            "cpu": cpu_name(), "device": self.device, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "cpu": cpu_name(), "device": self.device,
+            **({"gpu": torch.cuda.get_device_name()} if self.device == "cuda" else {}),
+            "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "memory_bandwidth_gb_s": round(self.limits["bandwidth"] / 1e9, 2),
             "matmul_peak_gflop_s": round(self.limits["flops"] / 1e9, 1), "matmul_peak_precision": self.precision,
         }

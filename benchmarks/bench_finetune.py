@@ -13,6 +13,7 @@ second (the median).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 
 import torch
@@ -44,24 +45,28 @@ def build_models(name: str, seed: int):
     return ours, hf
 
 
-def bench(name: str, seed: int, report: Report) -> None:
+def bench(name: str, args: argparse.Namespace, device: torch.device, report: Report) -> None:
     dim, layers, _, _, vocab, batch, length, repeats = CONFIGS[name]
-    ours, hf = build_models(name, seed)
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, length), generator=generator)
+    batch = args.batch or batch
+    ours, hf = (model.to(device) for model in build_models(name, args.seed))
+    generator = torch.Generator().manual_seed(args.seed)
+    ids = torch.randint(5, vocab, (batch, length), generator=generator).to(device)
     mask = torch.ones_like(ids)
     mask[batch // 2 :, length // 2 :] = 0  # half the batch padded to half the length, as real sentences are
-    labels = torch.randint(0, 2, (batch,), generator=generator)
+    labels = torch.randint(0, 2, (batch,), generator=generator).to(device)
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
     with torch.inference_mode():
         ours.eval(), hf.eval()
         difference = (ours(ids, mask).logits - hf(ids, attention_mask=mask).logits).abs().max().item()
     print(f"[{name}] max |plm - hf| classifier logits: {difference:.2e}")
 
     def train_step(model, forward):
-        optimizer = torch.optim.AdamW(model.parameters(), 2e-5)
+        optimizer = torch.optim.AdamW(model.parameters(), 2e-5, fused=device.type == "cuda")
 
         def step() -> None:
-            F.cross_entropy(forward(model), labels).backward()
+            with autocast():
+                loss = F.cross_entropy(forward(model).float(), labels)
+            loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         return step
@@ -70,7 +75,7 @@ def bench(name: str, seed: int, report: Report) -> None:
     seconds = interleaved_medians(
         {"plm": train_step(ours, lambda m: m(ids, mask).logits),
          "hf": train_step(hf, lambda m: m(ids, attention_mask=mask).logits)},
-        repeats, 1, torch.device("cpu"),
+        repeats, 1, device,
     )
     # The FLOPs of the real tokens (half the batch is half padding, 25% of the tokens): plm computes only
     # those outside attention (it packs the real tokens, plm.core.Packing); hf computes the padding's too.
@@ -83,15 +88,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", choices=["small", "bert-base", "both"], default="both")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    parser.add_argument("--batch", type=int, default=None, help="sentences per step (default: per config)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
     version = quiet_transformers()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
     report = Report("finetune", f"transformers {version} BertForSequenceClassification (sdpa), the same weights",
-                    settings=vars(args))
+                    settings=vars(args), device=device.type, precision="bf16" if args.bf16 else "fp32")
     for name in ["small", "bert-base"] if args.config == "both" else [args.config]:
-        bench(name, args.seed, report)
+        bench(name, args, device, report)
     report.finish()
 
 

@@ -84,6 +84,40 @@ def decoding_profile(step: Callable[[], None], new_tokens: int) -> dict[str, flo
     return parts
 
 
+def bf16_generation(name: str, report: Report, models: dict[str, torch.nn.Module], plm_generate, hf_generate,
+                    runs: int, new_tokens: int, weights: int, prompt_length: int) -> None:
+    """Greedy decoding with bf16 copies of the weights: plm's graphed step against HF's generate."""
+    halves = {label: copy.deepcopy(model).to(torch.bfloat16) for label, model in models.items()}
+    steps = {"plm graphed": plm_generate("plm graphed bf16", halves["plm graphed"], cuda_graph=True),
+             "hf": hf_generate("hf bf16", halves["hf"])}
+    device = next(halves["hf"].parameters()).device
+    seconds = interleaved_medians(steps, runs, 1, device)
+    limit = report.limits["bandwidth"] / (weights * 2)
+    report.add(name, f"greedy generate tok/s (1x{prompt_length}+{new_tokens}), bf16 weights, plm graphed",
+               new_tokens / seconds["plm graphed"], new_tokens / seconds["hf"],
+               f"{new_tokens / seconds['plm graphed'] / limit:.0%} of {limit:,.0f} tok/s "
+               f"({weights * 2 / 1e6:,.0f} MB a token); hf {new_tokens / seconds['hf'] / limit:.0%}")
+
+
+def training_kernels(model: torch.nn.Module, train_ids: torch.Tensor, top: int = 8) -> str:
+    """The CUDA kernels that take the most time in one bf16 training step of ``model``, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    step = train_step_fn(model, optimizer, train_ids, lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+    step()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events)
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    model.eval()
+    return "; ".join(f"{e.key[:60]} {e.self_device_time_total / total:.0%}" for e in events[:top]) + \
+        f" (of {total / 1e3:.1f} ms of kernel time)"
+
+
 def build_models(config: GPTConfig, device: torch.device, seed: int, dropout: float):
     """A random Hugging Face GPT-2 and the plm GPT that plm.hf.load_hf reads from its checkpoint."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -166,7 +200,7 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     def add_rows(measure: str, seconds: dict[str, float], work_per_call: float,
                  limit: Callable[[str], str] = lambda label: "") -> None:
         """plm's row against hf, and one per plm variant timed (compiled, int8), each with its limit."""
-        for label in ("plm", "plm compiled", "plm int8"):
+        for label in ("plm", "plm compiled", "plm graphed", "plm int8"):
             if label in seconds:
                 variant = "" if label == "plm" else f", {label}"
                 report.add(name, measure + variant, work_per_call / seconds[label], work_per_call / seconds["hf"],
@@ -182,7 +216,7 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     trained = {**models, **({"plm compiled": torch.compile(ours)} if args.compile else {})}
     for label, model in trained.items():
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
         steps[label] = train_step_fn(model, optimizer, train_ids, autocast)
     seconds = interleaved_medians(steps, train_steps, work.warmup, device)
     train_tokens = work.train_batch * work.train_length
@@ -211,30 +245,31 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     # int8 weights (CPU only): a quantized copy of the same weights, through PyTorch's int8-weight kernel.
     int8 = quantize(copy.deepcopy(ours), "int8") if device.type == "cpu" else None
 
-    def plm_generate(compile: bool, model: torch.nn.Module = ours, label: str = "plm") -> Callable[[], None]:
-        label = "plm compiled" if compile else label
-
+    def plm_generate(label: str, model: torch.nn.Module = ours, **options: bool) -> Callable[[], None]:
         def step() -> None:
-            with autocast():
-                outputs[label] = generate(model, prompt, new_tokens, compile=compile)
+            outputs[label] = generate(model, prompt, new_tokens, **options)
         return step
 
-    def hf_generate() -> None:
-        with torch.inference_mode(), autocast():
-            outputs["hf"] = hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                do_sample=False,
-                min_new_tokens=new_tokens,
-                max_new_tokens=new_tokens,
-                pad_token_id=config.vocab_size - 1,
-            )
+    def hf_generate(label: str = "hf", model: torch.nn.Module = hf) -> Callable[[], None]:
+        def step() -> None:
+            with torch.inference_mode():
+                outputs[label] = model.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    do_sample=False,
+                    min_new_tokens=new_tokens,
+                    max_new_tokens=new_tokens,
+                    pad_token_id=config.vocab_size - 1,
+                )
+        return step
 
+    on_gpu = device.type == "cuda"
     steps = {
-        "plm": plm_generate(False),
-        "hf": hf_generate,
-        **({"plm compiled": plm_generate(True)} if args.compile else {}),
-        **({"plm int8": plm_generate(False, int8, "plm int8")} if int8 is not None else {}),
+        "plm": plm_generate("plm"),
+        "hf": hf_generate(),
+        **({"plm compiled": plm_generate("plm compiled", compile=True)} if args.compile and not on_gpu else {}),
+        **({"plm graphed": plm_generate("plm graphed", cuda_graph=True)} if on_gpu else {}),
+        **({"plm int8": plm_generate("plm int8", int8)} if int8 is not None else {}),
     }
     seconds = interleaved_medians(steps, generate_runs, 1, device)  # the warm-up call compiles
     for label, out in outputs.items():
@@ -247,7 +282,7 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     if int8 is not None:
         weight_bytes["plm int8"] = sum(t.numel() * t.element_size() for k, t in int8.state_dict().items()
                                        if "position" not in k)
-    weight_bytes["plm compiled"] = weight_bytes["hf"] = weight_bytes["plm"]
+    weight_bytes["plm compiled"] = weight_bytes["plm graphed"] = weight_bytes["hf"] = weight_bytes["plm"]
 
     def bandwidth_share(label: str) -> str:
         limit = report.limits["bandwidth"] / weight_bytes[label]
@@ -258,6 +293,14 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
         return share + (f"; hf {new_tokens / seconds['hf'] / limit:.0%}" if label == "plm" else "")
 
     add_rows(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens, bandwidth_share)
+    if on_gpu and args.bf16:
+        bf16_generation(name, report, {"plm graphed": ours, "hf": hf}, plm_generate, hf_generate, generate_runs,
+                        new_tokens, weights, work.prompt_length)
+    if on_gpu and args.profile:
+        profiled = trained.get("plm compiled", ours)
+        which = "plm compiled" if args.compile else "plm"
+        report.notes.append(f"[{name}] top CUDA kernels of one training step of {which}: "
+                            f"{training_kernels(profiled, train_ids)}")
     if int8 is not None:
         report.notes.append(f"[{name}] int8 weights generate {seconds['plm'] / seconds['plm int8']:.2f}x plm fp32's "
                             f"tokens/s and {seconds['hf'] / seconds['plm int8']:.2f}x hf fp32's")

@@ -105,6 +105,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> Path:
 def test_pretrain_generate_evaluate_convert(trained: Path, text_file: Path, tmp_path: Path, capsys) -> None:
     code, out, _ = run_main(capsys, "generate", "--model", str(trained), "The cat", "A dog", "--max-new-tokens", "5")
     assert code == 0 and out.startswith("The cat") and "A dog" in out
+    # --cuda-graph decodes over a static cache (a CUDA graph on a GPU): greedy output is the same.
+    code, static, _ = run_main(capsys, "generate", "--model", str(trained), "The cat", "A dog", "--max-new-tokens",
+                               "5", "--cuda-graph")
+    assert code == 0 and static == out
 
     code, out, _ = run_main(capsys, "eval", "perplexity", "--model", str(trained), str(text_file), "--stride", "16")
     assert code == 0 and "perplexity" in out and "stride 16" in out and "window 64" in out

@@ -61,6 +61,25 @@ def test_cached_and_uncached_greedy_decoding_agree(make_model):
     assert torch.equal(generate(model, batch, max_new_tokens=20), generate(model, batch, 20, use_cache=False))
 
 
+def test_steps_over_a_static_cache_give_the_logits_of_the_growing_cache() -> None:
+    """cuda_graph=True decodes over a static cache (a CUDA graph's replay on a GPU, eager here).
+
+    Left padding makes each row's positions and mask differ from its cache slots, which is
+    where a static step can go wrong; the cache's unwritten slots are masked, not read.
+    """
+    torch.manual_seed(0)
+    model = from_preset("gpt2-micro").eval()
+    prompts = torch.randint(0, 512, (3, 7), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(prompts)
+    mask[0, :3] = 0
+    mask[1, :1] = 0
+    growing = list(decode_steps(model, prompts, GenerationConfig(max_new_tokens=12), mask))
+    static = list(decode_steps(model, prompts, GenerationConfig(max_new_tokens=12, cuda_graph=True), mask))
+    for got, want in zip(static, growing, strict=True):
+        assert torch.equal(got.tokens, want.tokens)
+        torch.testing.assert_close(got.logits, want.logits, rtol=0, atol=1e-5)
+
+
 @pytest.mark.skipif(
     not torch._dynamo.is_dynamo_supported(), reason="torch.compile does not support this Python/platform"
 )

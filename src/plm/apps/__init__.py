@@ -1,2 +1,5 @@
-"""Applications on a model and its tokenizer: text generation, fill-mask and embeddings, perplexity,
-translation and its scores, attention maps, train/test overlap, zero-shot tasks, and side-by-side runs."""
+"""Applications on a model and its tokenizer.
+
+Text generation, fill-mask and embeddings, perplexity, translation and its scores, attention maps,
+train/test overlap, zero-shot tasks, and side-by-side runs.
+"""

@@ -30,6 +30,14 @@ class AttentionMap:
     """``weights`` (rows, columns): row i's attention over the columns; the tokens label both axes.
 
     ``layers`` and ``heads`` are the choice the model offers (1 and 1 for an RNN's one attention).
+
+    Attributes:
+        weights: (rows, columns) the attention weights, fp32 on the CPU.
+        rows: the tokens of the rows (the queries).
+        columns: the tokens of the columns (the keys).
+        title: what the map shows ("cross-attention, layer 5, head 2").
+        layers: the attention layers the model offers.
+        heads: the heads of the layer shown.
     """
 
     weights: torch.Tensor
@@ -41,7 +49,15 @@ class AttentionMap:
 
 
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only."""
+    """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only.
+
+    Args:
+        tokenizer: the tokenizer of ``ids``.
+        ids: the token ids.
+
+    Returns:
+        One label per token (the token itself where its text is empty).
+    """
     labels = []
     for token in ids:
         text = tokenizer.decode([token])
@@ -50,8 +66,20 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
 
 
 def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: str) -> tuple[torch.Tensor, int, int]:
-    """Layer ``layer`` (negative: from the last), head ``head`` (None: the mean of the layer's heads) of
-    recorded weights {name: (1, H, T, S)} (in layer order), checked; with the numbers of layers and heads."""
+    """One layer's and head's weights out of recorded ones, checked; with the numbers of layers and heads.
+
+    Args:
+        weights: recorded weights {name: (1, H, T, S)}, in layer order.
+        layer: the layer (negative: from the last).
+        head: the head (None: the mean of the layer's heads).
+        what: the attention's name, for the error messages.
+
+    Returns:
+        The (T, S) weights, the number of layers and the number of heads.
+
+    Raises:
+        PLMError: no weights, or a layer or head out of range.
+    """
     names = list(weights)
     if not names:
         raise PLMError(f"the model has no {what} to show")
@@ -67,7 +95,17 @@ def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: s
 
 
 def describe(what: str, layer: int, head: int | None, layers: int) -> str:
-    """A map's title: "cross-attention, layer 5, head 2", or "..., layer 5, heads averaged"."""
+    """A map's title: "cross-attention, layer 5, head 2", or "..., layer 5, heads averaged".
+
+    Args:
+        what: the attention's name.
+        layer: the layer (negative: from the last).
+        head: the head, or None for the heads' mean.
+        layers: the number of layers, to number a negative layer.
+
+    Returns:
+        The title.
+    """
     return f"{what}, layer {layer % layers}, " + ("heads averaged" if head is None else f"head {head}")
 
 
@@ -79,6 +117,20 @@ def pair_attention(
     """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation).
 
     ``layer`` and ``head`` pick a Transformer's encoder-decoder attention as :func:`pick` does.
+
+    Args:
+        model: the encoder-decoder.
+        tokenizers: its tokenizers.
+        source: the source sentence.
+        target: the target sentence, or None to translate ``source`` greedily.
+        layer: the layer (negative: from the last).
+        head: the head (None: the mean of the layer's heads).
+
+    Returns:
+        The map: target tokens down, source tokens across.
+
+    Raises:
+        PLMError: a model without attention, or a layer or head out of range.
     """
     if target is None:
         [target_ids] = translate_ids(model, tokenizers, [source], DecodingOptions())
@@ -92,7 +144,22 @@ def decoder_attention(
     model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers, source: str, target_ids: Sequence[int], layer: int = 0,
     head: int | None = 0,
 ) -> AttentionMap:
-    """:func:`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them."""
+    """:func:`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them.
+
+    Args:
+        model: the encoder-decoder.
+        tokenizers: its tokenizers.
+        source: the source sentence.
+        target_ids: the target ids, ``<s>`` first.
+        layer: the layer (negative: from the last).
+        head: the head (None: the mean of the layer's heads).
+
+    Returns:
+        The map: the target tokens the decoder predicts (``y_1 .. </s>``) down, source tokens across.
+
+    Raises:
+        PLMError: a model without attention, or a layer or head out of range.
+    """
     [source_ids] = tokenizers.encode_sources([source])
     device = next(model.parameters()).device
     with attention_weights(model) as recorded:
@@ -116,6 +183,19 @@ def self_attention(
     """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``.
 
     The layer and head are chosen as in :func:`pick`.
+
+    Args:
+        model (torch.nn.Module): the model, with ``MultiHeadAttention`` layers.
+        tokenizer: its tokenizer.
+        text: the text.
+        layer: the layer (negative: from the last).
+        head: the head (None: the mean of the layer's heads).
+
+    Returns:
+        The map, the text's tokens on both axes.
+
+    Raises:
+        PLMError: a model without attention layers, a text without tokens, or a layer or head out of range.
     """
     if not any(isinstance(module, MultiHeadAttention) for module in model.modules()):
         raise PLMError(f"{model.family} models have no attention layers to draw")
@@ -132,7 +212,15 @@ def self_attention(
 
 
 def plot(attention: AttentionMap, path: str | os.PathLike[str]) -> None:
-    """A PNG heatmap: rows down the left, columns along the top, weights from white (0) to dark (1)."""
+    """A PNG heatmap: rows down the left, columns along the top, weights from white (0) to dark (1).
+
+    Args:
+        attention: the map.
+        path: the PNG file, written atomically.
+
+    Raises:
+        PLMError: the file cannot be written.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -66,18 +66,34 @@ COMPARE_DEFAULTS = {"eval_every": 25, "log_every": 5, "progress": True}
 
 @dataclass(frozen=True)
 class Budget:
-    """What every run gets alike: exactly one of optimizer steps, training tokens or minutes."""
+    """What every run gets alike: exactly one of optimizer steps, training tokens or minutes.
+
+    Attributes:
+        kind: "steps", "tokens" or "minutes".
+        amount: how many.
+    """
 
     kind: str
     amount: float
 
     def describe(self) -> str:
+        """The budget as the progress lines write it: "300 steps".
+
+        Returns:
+            The text.
+        """
         return f"{self.amount:g} {self.kind}"
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a name, the pre-training setup and training config it trains with."""
+    """One run: a name, the pre-training setup and training config it trains with.
+
+    Attributes:
+        name: the run's name in the spec.
+        setup: what it trains: model, data, objective, batch shape and preset changes.
+        training: how long and how to train, the budget's steps and time limit included.
+    """
 
     name: str
     setup: PretrainSetup
@@ -91,6 +107,14 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class CompareSpec:
+    """A comparison: its runs, the budget each gets and the metric they are compared on.
+
+    Attributes:
+        title: the comparison's title (default: the spec file's name).
+        metric: the validation metric the runs are compared on (``val_loss`` by default).
+        budget: what every run gets alike.
+        runs: the runs, in spec order.
+    """
     title: str
     metric: str
     budget: Budget
@@ -99,7 +123,14 @@ class CompareSpec:
 
 @dataclass
 class RunResult:
-    """A finished run: its final metrics and the validation curve, as (step, seconds, value) points."""
+    """A finished run: its final metrics and the validation curve, as (step, seconds, value) points.
+
+    Attributes:
+        name: the run's name.
+        directory: its run directory.
+        final: its final metrics, the parameter count among them.
+        curve: (step, elapsed seconds, value) of the spec's metric at each evaluation.
+    """
 
     name: str
     directory: Path
@@ -108,7 +139,18 @@ class RunResult:
 
 
 def read_spec(path: str | Path) -> CompareSpec:
-    """Parse and check a comparison spec; every mistake is a PLMError naming the file and the run."""
+    """Parse and check a comparison spec; every mistake is a PLMError naming the file and the run.
+
+    Args:
+        path: the TOML file.
+
+    Returns:
+        The spec.
+
+    Raises:
+        PLMError: a missing or unreadable file, invalid TOML, an unknown key, a bad budget, base or run,
+            no runs, two runs with one directory, or a metric that is not a validation metric.
+    """
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -140,6 +182,18 @@ def read_spec(path: str | Path) -> CompareSpec:
 
 
 def read_budget(budget: Any, path: Path) -> Budget:
+    """The ``[budget]`` table of a spec, checked.
+
+    Args:
+        budget (Any): the table as TOML gave it (anything, if the spec is wrong).
+        path: the spec file, for the error messages.
+
+    Returns:
+        The budget.
+
+    Raises:
+        PLMError: not exactly one of steps, tokens or minutes, or an amount that is not a number above 0.
+    """
     if not isinstance(budget, dict) or len(budget) != 1 or next(iter(budget)) not in BUDGETS:
         raise PLMError(f"{path}: [budget] should hold exactly one of {', '.join(BUDGETS)}, e.g. steps = 300")
     kind, amount = next(iter(budget.items()))
@@ -149,7 +203,21 @@ def read_budget(budget: Any, path: Path) -> Budget:
 
 
 def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> RunSpec:
-    """Route each key of a run to the pre-training setup, the training config or the model's preset."""
+    """Route each key of a run to the pre-training setup, the training config or the model's preset.
+
+    Args:
+        values: the run's keys over the base's.
+        budget: the comparison's budget.
+        path: the spec file, for the error messages.
+        index: the run's number in the spec, from 1.
+
+    Returns:
+        The run.
+
+    Raises:
+        PLMError: no name, an unknown option, a value of the wrong type, a bad ``config`` table, or a warmup
+            longer than the budget's steps.
+    """
     name = values.pop("name", None)
     where = f"{path}: run {index}" + (f" ({name})" if isinstance(name, str) else "")
     if not isinstance(name, str) or not name.strip():
@@ -177,7 +245,20 @@ def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> 
 
 
 def checked_overrides(model: str | None, overrides: dict[str, Any], where: str) -> dict[str, Any]:
-    """The model fields of ``config``, each checked against the preset config's annotation."""
+    """The model fields of ``config``, each checked against the preset config's annotation.
+
+    Args:
+        model: the run's model (None: the default preset).
+        overrides: the ``config`` table.
+        where: the run, for the error messages.
+
+    Returns:
+        Field -> value.
+
+    Raises:
+        PLMError: a saved model instead of a preset, a field the preset's config lacks, or a value of the wrong
+            type.
+    """
     if not overrides:
         return {}
     preset = check_model_name(model or PretrainSetup.model)
@@ -197,6 +278,17 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
     Tokens become steps of ``batch_size x block_size`` tokens. Minutes become a time
     limit: the run then plans its learning-rate schedule over ``steps`` (10,000 by
     default, or the ``steps`` a spec does not give: the schedule is cut, not squeezed).
+
+    Args:
+        budget: the comparison's budget.
+        setup: the run's setup, for its tokens per step.
+        where: the run, for the error messages.
+
+    Returns:
+        The steps, and the time limit in seconds (None unless the budget is minutes).
+
+    Raises:
+        PLMError: a token budget for a setup whose block size cannot be found.
     """
     if budget.kind == "steps":
         return int(budget.amount), None
@@ -210,8 +302,17 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
 
 
 def run_definition(run: RunSpec) -> dict[str, Any]:
-    """Everything that defines a run's result: its setup and training options (the budget's steps and time
-    limit among them), its family's recipe as plm has it now, and a SHA-256 of each data file."""
+    """Everything that defines a run's result.
+
+    Its setup and training options (the budget's steps and time limit among them), its family's recipe as plm
+    has it now, and a SHA-256 of each data file.
+
+    Args:
+        run: the run.
+
+    Returns:
+        The definition, as JSON values.
+    """
     family = model_class(model_config(check_model_name(run.setup.model), run.setup.model_overrides)).family
     files = [*run.setup.train_files, *run.setup.validation_files]
     # Progress bars, the device flag (auto finds the same device again) and how the processes share the work
@@ -225,7 +326,17 @@ def run_definition(run: RunSpec) -> dict[str, Any]:
 
 
 def check_metric(spec: CompareSpec, run: RunSpec, trainer: Any, where: str) -> None:
-    """Refuse a metric the run will not log, before its first step: the loss terms come from one batch."""
+    """Refuse a metric the run will not log, before its first step: the loss terms come from one batch.
+
+    Args:
+        spec: the comparison.
+        run: the run.
+        trainer (Any): the run's trainer, prepared.
+        where: the spec, for the error messages.
+
+    Raises:
+        PLMError: the run does not log the spec's metric.
+    """
     objective = trainer.objective
     terms = list(objective.target_counts(objective.batch(0, 0)))
     logged = {"val_loss", "val_perplexity"} | {f"val_{kind}_{t}" for t in terms for kind in ("loss", "perplexity")}
@@ -240,6 +351,19 @@ def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] 
 
     A run's directory is kept (finished) or resumed (interrupted) only when its :func:`run_definition` is the
     one saved there; any change trains it again from the start, and the progress line names what changed.
+
+    Args:
+        spec: the comparison.
+        out: the output directory, one run directory per run.
+        progress: called with a line on each run's state.
+        where: the spec, for the error messages.
+
+    Returns:
+        The results, in spec order.
+
+    Raises:
+        PLMError: ``out`` is in use by another comparison, a run cannot train, or it does not log the metric.
+        RunStopped: SIGTERM or SIGINT stopped a run after saving its checkpoint.
     """
     out = Path(out)
     results = []
@@ -271,14 +395,30 @@ def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] 
 
 
 def validation_curve(directory: Path, metric: str) -> list[tuple[int, float, float]]:
-    """(step, elapsed seconds, value) of ``metric`` at each evaluation logged in the run's metrics."""
+    """(step, elapsed seconds, value) of ``metric`` at each evaluation logged in the run's metrics.
+
+    Args:
+        directory: the run directory.
+        metric: the validation metric.
+
+    Returns:
+        The points, in step order.
+    """
     lines = (directory / METRICS_FILE).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines]
     return [(r["step"], r.get("elapsed", math.nan), r[metric]) for r in records if metric in r]
 
 
 def results_table(spec: CompareSpec, results: list[RunResult]) -> str:
-    """A Markdown table: one row per run, the spec's metric first (final and best), then size and speed."""
+    """A Markdown table: one row per run, the spec's metric first (final and best), then size and speed.
+
+    Args:
+        spec: the comparison.
+        results: its runs' results.
+
+    Returns:
+        The table.
+    """
     metric = spec.metric
     header = f"| run | final {metric} | best {metric} | steps | minutes | tokens/s | parameters |"
     rows = [header, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -295,7 +435,15 @@ def results_table(spec: CompareSpec, results: list[RunResult]) -> str:
 
 
 def draw_curves(spec: CompareSpec, results: list[RunResult]):
-    """A matplotlib figure of every run's validation curve on shared axes: against steps, and against minutes."""
+    """A matplotlib figure of every run's validation curve on shared axes: against steps, and against minutes.
+
+    Args:
+        spec: the comparison.
+        results: its runs' results.
+
+    Returns:
+        (matplotlib.figure.Figure): the figure, two panels.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -318,7 +466,19 @@ def draw_curves(spec: CompareSpec, results: list[RunResult]):
 
 
 def plot_curves(spec: CompareSpec, results: list[RunResult], path: str | Path) -> Path:
-    """Write :func:`draw_curves` as a PNG."""
+    """Write :func:`draw_curves` as a PNG.
+
+    Args:
+        spec: the comparison.
+        results: its runs' results.
+        path: the PNG file, written atomically.
+
+    Returns:
+        The path.
+
+    Raises:
+        PLMError: the file cannot be written.
+    """
     from matplotlib import pyplot
 
     figure = draw_curves(spec, results)

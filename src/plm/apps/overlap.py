@@ -38,7 +38,14 @@ _POPCOUNT = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uin
 
 
 def normalized_words(text: str) -> list[bytes]:
-    """The paper's normalisation: lower-cased alphanumeric words, as UTF-8."""
+    """The paper's normalisation: lower-cased alphanumeric words, as UTF-8.
+
+    Args:
+        text: the text.
+
+    Returns:
+        Its words, in order.
+    """
     text = text.lower()
     if text.isascii():  # the common case, and twice as fast on bytes
         return _ASCII_WORD.findall(text.encode("ascii"))
@@ -59,13 +66,29 @@ class WordHashes:
         self.known: dict[bytes, int] = {}
 
     def __call__(self, words: Sequence[bytes]) -> np.ndarray:
+        """The 64-bit hashes (BLAKE2b) of ``words``, new words hashed and remembered.
+
+        Args:
+            words: the words, as UTF-8.
+
+        Returns:
+            The (len(words),) uint64 hashes.
+        """
         for word in set(words).difference(self.known):
             self.known[word] = int.from_bytes(hashlib.blake2b(word, digest_size=8).digest(), "little")
         return np.fromiter(map(self.known.__getitem__, words), dtype=np.uint64, count=len(words))
 
 
 def ngram_keys(word_hashes: np.ndarray, n: int = NGRAM) -> np.ndarray:
-    """(len - n + 1,) uint64 keys, one per n-gram of consecutive words; empty when there are fewer than n."""
+    """(len - n + 1,) uint64 keys, one per n-gram of consecutive words; empty when there are fewer than n.
+
+    Args:
+        word_hashes: (words,) uint64 hashes of the words, in order.
+        n: the words of an n-gram.
+
+    Returns:
+        The keys, a polynomial hash of each n-gram's word hashes.
+    """
     count = len(word_hashes) - n + 1
     if count <= 0:
         return np.zeros(0, dtype=np.uint64)
@@ -77,7 +100,15 @@ def ngram_keys(word_hashes: np.ndarray, n: int = NGRAM) -> np.ndarray:
 
 
 class BloomFilter:
-    """A bit array with ``hashes`` bit positions per key: no false negatives, false positives at a known rate."""
+    """A bit array with ``hashes`` bit positions per key: no false negatives, false positives at a known rate.
+
+    Args:
+        bits: the bits of the array.
+        hashes: the bit positions per key.
+
+    Raises:
+        PLMError: fewer than 8 bits or 1 hash.
+    """
 
     def __init__(self, bits: int, hashes: int) -> None:
         if bits < 8 or hashes < 1:
@@ -92,6 +123,16 @@ class BloomFilter:
         """The smallest filter with false-positive rate ``fpr`` once ``items`` keys are in.
 
         m = -n ln p / (ln 2)^2 bits and k = (m / n) ln 2 hashes (rounded), the optimum for n and p.
+
+        Args:
+            items: the keys it will hold (at least 1 is assumed).
+            fpr: the false-positive rate, between 0 and 1.
+
+        Returns:
+            The empty filter.
+
+        Raises:
+            PLMError: a rate not strictly between 0 and 1.
         """
         if not 0 < fpr < 1:
             raise PLMError(f"the false-positive rate must be between 0 and 1, got {fpr}")
@@ -108,6 +149,11 @@ class BloomFilter:
             return (first + rounds * step) % np.uint64(self.bits)
 
     def add(self, keys: np.ndarray) -> None:
+        """Set the bits of ``keys``.
+
+        Args:
+            keys: (n,) uint64 keys.
+        """
         positions = self._positions(keys).ravel()
         cells = (positions >> np.uint64(3)).astype(np.intp)
         masks = np.left_shift(np.uint8(1), (positions & np.uint64(7)).astype(np.uint8))
@@ -120,7 +166,14 @@ class BloomFilter:
         self.added += len(keys)
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
-        """(len(keys),) bool: True for every key added, and for others with the false-positive rate."""
+        """(len(keys),) bool: True for every key added, and for others with the false-positive rate.
+
+        Args:
+            keys: (n,) uint64 keys.
+
+        Returns:
+            Whether each key may have been added.
+        """
         positions = self._positions(keys)  # (hashes, keys)
         bits = (
             self.array[(positions >> np.uint64(3)).astype(np.intp)] >> (positions & np.uint64(7)).astype(np.uint8)
@@ -128,11 +181,19 @@ class BloomFilter:
         return cast(np.ndarray, bits.all(axis=0))  # an array (numpy's stubs allow a scalar: no axis is known)
 
     def fill(self) -> float:
-        """The share of bits set."""
+        """The share of bits set.
+
+        Returns:
+            A fraction between 0 and 1.
+        """
         return int(_POPCOUNT[self.array].sum(dtype=np.int64)) / self.bits  # the padding bits are never set
 
     def false_positive_rate(self) -> float:
-        """The rate this filter has now: the chance that all k bits of a new key are set, fill^k."""
+        """The rate this filter has now: the chance that all k bits of a new key are set, fill^k.
+
+        Returns:
+            The estimated rate.
+        """
         return self.fill() ** self.hashes
 
 
@@ -155,7 +216,18 @@ def _text_chunks(path: Path) -> Iterator[str]:
 
 
 def stream_ngram_keys(path: str | Path, hashes: WordHashes) -> Iterator[np.ndarray]:
-    """The keys of every 8-gram of a file read as one stream of words, chunk by chunk."""
+    """The keys of every 8-gram of a file read as one stream of words, chunk by chunk.
+
+    Args:
+        path: the text file.
+        hashes: the word hashes, shared across files.
+
+    Yields:
+        Each chunk's keys, 8-grams across chunk boundaries included.
+
+    Raises:
+        PLMError: a missing, empty or non-UTF-8 file, or a directory.
+    """
     carry = np.zeros(0, dtype=np.uint64)  # the last n - 1 words of the chunk before
     for chunk in _text_chunks(Path(path)):
         words = np.concatenate([carry, hashes(normalized_words(chunk))])
@@ -164,7 +236,17 @@ def stream_ngram_keys(path: str | Path, hashes: WordHashes) -> Iterator[np.ndarr
 
 
 def count_ngrams(paths: Iterable[str | Path]) -> int:
-    """8-grams in the files (each file one stream of words): the filter's capacity when none is given."""
+    """8-grams in the files (each file one stream of words): the filter's capacity when none is given.
+
+    Args:
+        paths: the text files.
+
+    Returns:
+        The count, repeats included.
+
+    Raises:
+        PLMError: a missing, empty or non-UTF-8 file, or a directory.
+    """
     total = 0
     for path in paths:
         words = sum(len(normalized_words(chunk)) for chunk in _text_chunks(Path(path)))
@@ -174,6 +256,16 @@ def count_ngrams(paths: Iterable[str | Path]) -> int:
 
 @dataclass(frozen=True)
 class FilterReport:
+    """What went into a training filter, and the false-positive rate it ended with.
+
+    Attributes:
+        ngrams: the 8-grams inserted (with repeats).
+        bits: the filter's bits.
+        hashes: its bit positions per key.
+        target_fpr: the false-positive rate it was sized for.
+        fpr: the rate estimated from the filled filter: fill ** hashes.
+        bytes_read: the training files' bytes.
+    """
     ngrams: int  # 8-grams inserted (with repeats)
     bits: int
     hashes: int
@@ -189,6 +281,17 @@ def build_filter(
 
     Without ``expected_ngrams`` the files are read twice: once to count, once to insert.
     Counting counts repeats too, so the filter is at least as large as it needs to be.
+
+    Args:
+        paths: the training files.
+        fpr: the false-positive rate to size the filter for.
+        expected_ngrams: the 8-grams the filter will hold (default: counted).
+
+    Returns:
+        The filter and its report.
+
+    Raises:
+        PLMError: no files, a file that cannot be read as text, or a rate not strictly between 0 and 1.
     """
     if not paths:
         raise PLMError("no training files given")
@@ -203,7 +306,18 @@ def build_filter(
 
 
 def documents(path: str | Path, split: str = "blank-lines") -> Iterator[str]:
-    """A test file's documents: its lines, or runs of lines between blank (or whitespace-only) lines."""
+    """A test file's documents: its lines, or runs of lines between blank (or whitespace-only) lines.
+
+    Args:
+        path: the test file.
+        split: "lines" or "blank-lines".
+
+    Yields:
+        The documents, in order.
+
+    Raises:
+        PLMError: an unknown split, or a file that cannot be read as text.
+    """
     if split not in ("lines", "blank-lines"):
         raise PLMError(f"unknown document split {split!r}; use 'lines' or 'blank-lines'")
     lines: list[str] = []
@@ -222,6 +336,17 @@ def documents(path: str | Path, split: str = "blank-lines") -> Iterator[str]:
 
 @dataclass(frozen=True)
 class OverlapReport:
+    """How much of a test file the training filter has seen.
+
+    Attributes:
+        file: the test file.
+        ngrams: the test file's 8-grams.
+        found: of them, those in the training filter.
+        documents: documents with at least one 8-gram.
+        short_documents: documents of fewer than 8 words: nothing to compare.
+        flagged: documents with at least ``threshold`` of their 8-grams in training.
+        threshold: the share of a document's 8-grams that flags it.
+    """
     file: str
     ngrams: int  # the test file's 8-grams
     found: int  # of them, in the training filter
@@ -232,13 +357,20 @@ class OverlapReport:
 
     @property
     def share(self) -> float:
+        """The share of the test file's 8-grams found in training (0 without 8-grams)."""
         return self.found / self.ngrams if self.ngrams else 0.0
 
     @property
     def flagged_share(self) -> float:
+        """The share of documents flagged (0 without documents)."""
         return self.flagged / self.documents if self.documents else 0.0
 
     def as_dict(self) -> dict[str, float | int | str]:
+        """The report as JSON values.
+
+        Returns:
+            The fields, and ``share`` and ``flagged_share``.
+        """
         return asdict(self) | {"share": self.share, "flagged_share": self.flagged_share}
 
 
@@ -249,7 +381,21 @@ def measure_overlap(
     split: str = "blank-lines",
     hashes: WordHashes | None = None,
 ) -> OverlapReport:
-    """How much of a test file's 8-grams the training filter has seen, overall and per document."""
+    """How much of a test file's 8-grams the training filter has seen, overall and per document.
+
+    Args:
+        bloom: the training text's filter.
+        path: the test file.
+        threshold: the share of a document's 8-grams in training that flags it, between 0 and 1.
+        split: how the test file is cut into documents: "lines" or "blank-lines".
+        hashes: the word hashes to reuse (default: new ones).
+
+    Returns:
+        The report.
+
+    Raises:
+        PLMError: a threshold outside [0, 1], an unknown split, or a file that cannot be read as text.
+    """
     if not 0 <= threshold <= 1:
         raise PLMError(f"the threshold is a share of a document's 8-grams, between 0 and 1; got {threshold}")
     hashes = hashes or WordHashes()

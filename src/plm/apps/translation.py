@@ -35,7 +35,18 @@ from plm.storage.checkpoint import load_model, model_directory
 def load_seq2seq(
     path: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
-    """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers."""
+    """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers.
+
+    Args:
+        path: the model directory or run directory.
+        device: where the model goes.
+
+    Returns:
+        The model and its tokenizers.
+
+    Raises:
+        PLMError: a model that cannot be loaded, one that is not an encoder-decoder, or tokenizers that cannot.
+    """
     model = load_model(path, device)
     if not isinstance(model, Seq2SeqModel):
         raise PLMError(
@@ -47,11 +58,20 @@ def load_seq2seq(
 
 @dataclass(frozen=True)
 class DecodingOptions(Decoding):
-    """A search (beam size, length penalty, longest output: see :class:`plm.models.recipe.Decoding`) and its batches."""
+    """A search (beam size, length penalty, longest output: see :class:`plm.models.recipe.Decoding`) and its batches.
+
+    Attributes:
+        max_tokens: the source tokens per batch, shared by the beams (a beam of k takes ``max_tokens / k``).
+    """
 
     max_tokens: int = 4096  # source tokens per batch
 
     def validate(self) -> None:
+        """Raise a PLMError naming the flag of the first option that cannot search.
+
+        Raises:
+            PLMError: a beam or ``max_tokens`` below 1, a negative ``max_len_a`` or ``max_len_b``, or both 0.
+        """
         if self.beam < 1:
             raise PLMError(f"--beam must be at least 1, got {self.beam}")
         if not (self.max_len_a >= 0 and self.max_len_b >= 0):
@@ -66,6 +86,13 @@ def recipe_decoding(family: str, **given: Any) -> DecodingOptions:
     """The search of ``family``'s recipe, with the options ``given`` in its place.
 
     The recipe's search is a :class:`plm.models.recipe.Decoding`.
+
+    Args:
+        family: the model family.
+        **given: options that replace the recipe's (any field of :class:`DecodingOptions`).
+
+    Returns:
+        The options.
     """
     return DecodingOptions(**(asdict(RECIPES[family].decoding) | given))
 
@@ -77,7 +104,22 @@ def translate(
     options: DecodingOptions = DecodingOptions(),
     progress: bool = False,
 ) -> list[str]:
-    """The translation of each sentence, in order; ``progress`` shows a bar of the sentences translated."""
+    """The translation of each sentence, in order; ``progress`` shows a bar of the sentences translated.
+
+    Args:
+        model: the encoder-decoder.
+        tokenizers: its tokenizers.
+        sentences: the source sentences.
+        options: the search and its batches.
+        progress: show a progress bar.
+
+    Returns:
+        The translations, as text.
+
+    Raises:
+        PLMError: options that cannot search, a sentence longer than the model reads, a beam over the
+            vocabulary, or a search that would not fit in the memory free.
+    """
     searched = translate_ids(model, tokenizers, sentences, options, progress)
     return tokenizers.decode_targets([ids[1:] for ids in searched])
 
@@ -90,8 +132,25 @@ def translate_ids(
     options: DecodingOptions = DecodingOptions(),
     progress: bool = False,
 ) -> list[list[int]]:
-    """Each sentence's translation as the search chose it: target ids ``<s> y_1 .. y_m </s>`` (no ``</s>`` where the
-    length limit ended it), which decoding to text and encoding again need not give back (see :func:`translate`)."""
+    """Each sentence's translation as the search chose it: target ids ``<s> y_1 .. y_m </s>``.
+
+    There is no ``</s>`` where the length limit ended it; decoding to text and encoding again need not give
+    these ids back (see :func:`translate`).
+
+    Args:
+        model: the encoder-decoder.
+        tokenizers: its tokenizers.
+        sentences: the source sentences.
+        options: the search and its batches.
+        progress: show a progress bar.
+
+    Returns:
+        The target ids of each sentence, in input order.
+
+    Raises:
+        PLMError: options that cannot search, a sentence longer than the model reads, a beam over the
+            vocabulary, or a search that would not fit in the memory free.
+    """
     options.validate()
     if not sentences:
         return []
@@ -130,8 +189,19 @@ def translate_ids(
 
 
 def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: list[list[list[int]]]) -> None:
-    """Refuse a search whose largest batch would not fit in the memory free now, with the estimate: each of
-    its beam x sentences hypotheses holds a decoding state and a row of scores over the vocabulary."""
+    """Refuse a search whose largest batch would not fit in the memory free now, with the estimate.
+
+    Each of its beam x sentences hypotheses holds a decoding state and a row of scores over the vocabulary.
+    Nothing is checked when the free memory is unknown.
+
+    Args:
+        model: the encoder-decoder.
+        options: the search.
+        batches: the source ids of each batch's sentences.
+
+    Raises:
+        PLMError: a batch would need more than the memory free.
+    """
     free = available_memory()
     if free is None:
         return
@@ -149,7 +219,14 @@ def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: 
 
 @dataclass(frozen=True)
 class TranslationScores:
-    """Corpus BLEU and chrF (0-100, sacrebleu), exact match (% of sentences equal to a reference)."""
+    """Corpus BLEU and chrF (0-100, sacrebleu), exact match (% of sentences equal to a reference).
+
+    Attributes:
+        bleu: corpus BLEU.
+        chrf: corpus chrF.
+        exact_match: the percentage of translations equal to one of their references.
+        sentences: the sentences scored.
+    """
 
     bleu: float
     chrf: float
@@ -157,6 +234,11 @@ class TranslationScores:
     sentences: int
 
     def as_dict(self) -> dict[str, float]:
+        """The three scores by name.
+
+        Returns:
+            ``bleu``, ``chrf`` and ``exact_match``.
+        """
         return {"bleu": self.bleu, "chrf": self.chrf, "exact_match": self.exact_match}
 
     def __str__(self) -> str:
@@ -169,6 +251,16 @@ def score_translations(hypotheses: Sequence[str], references: Sequence[Sequence[
 
     Exact match compares whitespace-stripped strings: a hypothesis counts when it equals
     any of its references.
+
+    Args:
+        hypotheses: the translations.
+        references: the reference streams, each with one reference per translation.
+
+    Returns:
+        The scores.
+
+    Raises:
+        PLMError: a stream of another length than ``hypotheses``.
     """
     for stream in references:
         if len(stream) != len(hypotheses):

@@ -27,7 +27,20 @@ ACTIVATIONS = {
 
 @dataclass(frozen=True)
 class BlockConfig:
-    """The shape of one block; family configs derive theirs from their own fields."""
+    """The shape of one block; family configs derive theirs from their own fields.
+
+    Attributes:
+        dim: the hidden size.
+        heads: the attention heads.
+        ffn_dim: the feed-forward layer's inner size.
+        activation: the feed-forward activation: "gelu", "gelu_tanh" or "relu".
+        norm_first: pre-LN (GPT-2) when True, post-LN (the Transformer, GPT-1, BERT) when False.
+        norm_eps: the LayerNorms' epsilon.
+        dropout: the dropout on each sub-layer's output.
+        attention_dropout: the dropout on the attention weights.
+        bias: give the projections biases.
+        cross_attention: add encoder-decoder attention (a Transformer decoder's block).
+    """
 
     dim: int
     heads: int
@@ -42,12 +55,29 @@ class BlockConfig:
 
     @classmethod
     def of(cls, config: object) -> BlockConfig:
-        """The block shape of a family config, from its fields named like these ones."""
+        """The block shape of a family config, from its fields named like these ones.
+
+        Args:
+            config: a family config; the fields it lacks keep their defaults.
+
+        Returns:
+            The block config.
+        """
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at every position."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied at every position.
+
+    Args:
+        dim: the hidden size.
+        ffn_dim: the inner size.
+        activation: "gelu", "gelu_tanh" or "relu".
+        bias: give the two layers biases.
+
+    Raises:
+        PLMError: an unknown activation.
+    """
 
     def __init__(self, dim: int, ffn_dim: int, activation: str = "gelu", bias: bool = True) -> None:
         super().__init__()
@@ -58,6 +88,14 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The feed-forward layer at every position.
+
+        Args:
+            x: (..., dim) hidden states.
+
+        Returns:
+            The (..., dim) output.
+        """
         return self.fc_out(self.activation(self.fc_in(x)))
 
 
@@ -67,6 +105,11 @@ class TransformerBlock(nn.Module):
     Each sub-layer is wrapped in dropout, a residual connection and a LayerNorm:
     post-LN computes LayerNorm(x + Sublayer(x)) as in the Transformer, GPT-1 and BERT;
     pre-LN computes x + Sublayer(LayerNorm(x)) as in GPT-2.
+
+    Args:
+        config: the block's shape.
+        attention: the self-attention module (default: a :class:`MultiHeadAttention` of ``config``'s shape).
+        feed_forward: the feed-forward module (default: a :class:`FeedForward` of ``config``'s shape).
     """
 
     def __init__(
@@ -103,10 +146,23 @@ class TransformerBlock(nn.Module):
         packing: Packing | None = None,
         **attention_inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """x: (batch, time, dim); ``attention_inputs`` go to the self-attention module.
+        """The block over x: (batch, time, dim); ``attention_inputs`` go to the self-attention module.
 
         With ``packing`` x is (tokens, dim), the real tokens of a padded batch: all but
         the self-attention works position by position, so only that needs to know.
+
+        Args:
+            x: (batch, time, dim) hidden states, or (tokens, dim) with ``packing``.
+            mask: the self-attention's mask (see :meth:`MultiHeadAttention.forward`), or None.
+            is_causal: the self-attention is causal.
+            cache: the self-attention's key/value cache.
+            memory: the encoder's output (batch, source, dim), or its keys and values, for encoder-decoder attention.
+            memory_mask: the encoder-decoder attention's mask, hiding the source's padding.
+            packing: where the real tokens of a padded batch are, when ``x`` holds only those.
+            **attention_inputs: extra inputs of the self-attention module.
+
+        Returns:
+            The block's output, shaped like ``x``.
         """
         x = self.sublayer(
             x,
@@ -120,11 +176,29 @@ class TransformerBlock(nn.Module):
         return self.sublayer(x, self.feed_forward, self.feed_forward_norm)
 
     def sublayer(self, x: torch.Tensor, layer, norm: nn.LayerNorm) -> torch.Tensor:
+        """One sub-layer with its dropout, residual connection and LayerNorm (pre-LN or post-LN).
+
+        Args:
+            x: the sub-layer's input.
+            layer (Callable[[torch.Tensor], torch.Tensor]): the sub-layer.
+            norm: its LayerNorm.
+
+        Returns:
+            The output, shaped like ``x``.
+        """
         if self.norm_first:
             return x + self.residual_dropout(layer(norm(x)))
         return norm(x + self.residual_dropout(layer(x)))
 
     def residual_dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual dropout of ``x``; ``x`` itself in eval mode or at p = 0.
+
+        Args:
+            x: a sub-layer's output.
+
+        Returns:
+            ``x`` after dropout.
+        """
         # Dropout is the identity in eval mode and at p = 0. Not calling the module then
         # saves a few Python calls per sub-layer, which add up when decoding token by token.
         return self.dropout(x) if self.training and self.dropout.p > 0 else x

@@ -22,6 +22,16 @@ def build_position_ids(
     With a padding mask (batch, past_length + length) a token's position counts only
     the real tokens before it, so a left-padded prompt is encoded exactly as the same
     prompt without padding.
+
+    Args:
+        batch: the rows.
+        length: the new tokens.
+        past_length: the tokens before them (a cache's).
+        padding_mask: (batch, past_length + length), 1 for real tokens and 0 for padding; or None.
+        device: where the positions are built when there is no padding mask.
+
+    Returns:
+        The (batch, length) positions.
     """
     if padding_mask is None:
         return torch.arange(past_length, past_length + length, device=device).expand(batch, length)
@@ -30,7 +40,12 @@ def build_position_ids(
 
 
 class LearnedPositions(nn.Module):
-    """A table of position vectors learned with the model (GPT-1/2, BERT)."""
+    """A table of position vectors learned with the model (GPT-1/2, BERT).
+
+    Args:
+        max_positions: the positions the table holds.
+        dim: the size of each vector.
+    """
 
     def __init__(self, max_positions: int, dim: int) -> None:
         super().__init__()
@@ -39,6 +54,14 @@ class LearnedPositions(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """The vectors of ``positions``.
+
+        Args:
+            positions: (...) position indices.
+
+        Returns:
+            The (..., dim) vectors.
+        """
         return nn.functional.embedding(positions, self.weight)
 
     def span(self, start: int, length: int) -> torch.Tensor:
@@ -46,12 +69,24 @@ class LearnedPositions(nn.Module):
 
         Without padding all rows share their positions, so a slice of the table broadcast
         over the batch replaces building an index tensor and looking it up.
+
+        Args:
+            start: the first position.
+            length: the number of positions.
+
+        Returns:
+            The (length, dim) slice of the table.
         """
         return self.weight[start : start + length]
 
 
 class SinusoidalPositions(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer)."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer).
+
+    Args:
+        max_positions: the positions the table holds.
+        dim: the size of each vector.
+    """
 
     table: torch.Tensor  # (max_positions, dim), a buffer
 
@@ -69,6 +104,14 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """The vectors of ``positions``.
+
+        Args:
+            positions: (...) position indices.
+
+        Returns:
+            The (..., dim) vectors.
+        """
         return self.table[positions]
 
 
@@ -77,6 +120,13 @@ def check_context(length: int, context: int) -> None:
 
     Models call this with Python integers before embedding, so that the check never
     waits on the device.
+
+    Args:
+        length: the positions the sequence needs.
+        context: the positions the model has.
+
+    Raises:
+        PLMError: ``length`` exceeds ``context``.
     """
     if length > context:
         raise PLMError(f"sequence needs {length} positions but the model's context is {context} tokens")

@@ -11,12 +11,16 @@ from plm.core.attention import KVCache
 
 @dataclass
 class ModelOutput:
-    """The backbone's part: ``last_hidden_state`` (batch, time, hidden), every layer's
-    hidden states when asked for, and the per-layer key/value caches after this step.
+    """The backbone's part of a forward pass's outputs.
 
     Heads do not add fields here: a model with a head returns a subclass that holds
     the head's outputs (:class:`CausalLMOutput`, the encoders' ``PretrainingOutput``,
     the task heads' outputs in :mod:`plm.tasks.heads`).
+
+    Attributes:
+        last_hidden_state: (batch, time, hidden) the last layer's hidden states.
+        hidden_states: every layer's hidden states, when asked for.
+        cache: the per-layer key/value caches after this step, when decoding with a cache.
     """
 
     last_hidden_state: torch.Tensor
@@ -26,6 +30,10 @@ class ModelOutput:
 
 @dataclass
 class CausalLMOutput(ModelOutput):
-    """A language model's outputs: ``logits`` (batch, time, vocab) predict the next token."""
+    """A language model's outputs.
+
+    Attributes:
+        logits: (batch, time, vocab) the scores of the next token at each position.
+    """
 
     logits: torch.Tensor | None = None

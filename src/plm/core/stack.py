@@ -30,7 +30,7 @@ def run_blocks(
     packing: Packing | None = None,
     attention_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """hidden (B, T, dim) through ``blocks`` in order; returns the last block's output.
+    """Run hidden (B, T, dim) through ``blocks`` in order; returns the last block's output.
 
     ``caches`` holds one self-attention KV cache per block. ``memory`` is the encoder's
     output (B, S, dim), or one cache of its keys and values per block (see
@@ -39,6 +39,21 @@ def run_blocks(
     ``attention_inputs`` go to every block's self-attention. With ``packing`` (an
     encoder's padded batch) hidden is the (tokens, dim) rows of the real tokens, and so
     is the result; the states appended are unpacked to (B, T, dim), zeros at padding.
+
+    Args:
+        blocks: the blocks, in the order they run.
+        hidden: (B, T, dim) the embedded input, or (tokens, dim) with ``packing``.
+        mask: the self-attention's mask, or None.
+        is_causal: the self-attention is causal.
+        caches: one self-attention key/value cache per block, or None.
+        memory: the encoder's output, or one cache of its keys and values per block; or None.
+        memory_mask: the encoder-decoder attention's mask, or None.
+        hidden_states: a list each block's output is appended to, or None.
+        packing: where the real tokens of a padded batch are, when ``hidden`` holds only those.
+        attention_inputs: extra inputs of every block's self-attention.
+
+    Returns:
+        The last block's output, shaped like ``hidden``.
     """
     for index, block in enumerate(blocks):
         hidden = block(

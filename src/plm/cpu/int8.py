@@ -44,6 +44,10 @@ class Int8Weight:
     It stands where an fp32 weight matrix is read: :func:`plm.cpu.linear.linear` multiplies
     by it, a tied output layer reads an embedding's, and slicing rows (a fused projection's
     parts) gives the rows' own int8 weight.
+
+    Attributes:
+        values: (out, in) int8, the weight rounded to its row's scale.
+        scales: (out,) bf16, max |w_row| / 127 of each row.
     """
 
     values: torch.Tensor
@@ -51,7 +55,14 @@ class Int8Weight:
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> Int8Weight:
-        """Round ``weight`` (out, in) to int8 with a scale per row; each value is within scale / 2 of the weight."""
+        """Round ``weight`` (out, in) to int8 with a scale per row; each value is within scale / 2 of the weight.
+
+        Args:
+            weight: (out, in) the fp32 weight.
+
+        Returns:
+            The int8 weight.
+        """
         weight = weight.detach().float()
         scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).to(COMPUTE_DTYPE)  # exact in bf16 from here on
         values = torch.round(weight / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
@@ -59,6 +70,7 @@ class Int8Weight:
 
     @property
     def shape(self) -> torch.Size:
+        """The (out, in) shape of the matrix, as for an fp32 weight."""
         return self.values.shape
 
     @property
@@ -68,17 +80,30 @@ class Int8Weight:
 
     @property
     def device(self) -> torch.device:
+        """The device of the int8 values."""
         return self.values.device
 
     def __getitem__(self, rows: slice) -> Int8Weight:
         return Int8Weight(self.values[rows], self.scales[rows])
 
     def dequantized(self) -> torch.Tensor:
-        """The fp32 matrix the int8 values stand for (out, in)."""
+        """The fp32 matrix the int8 values stand for (out, in).
+
+        Returns:
+            The (out, in) fp32 matrix.
+        """
         return self.values.float() * self.scales.float()[:, None]
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """x (..., in) -> x W^T + b (..., out), in fp32."""
+        """Compute x (..., in) -> x W^T + b (..., out), in fp32.
+
+        Args:
+            x: (..., in) the input.
+            bias: (out,) fp32, or None.
+
+        Returns:
+            The (..., out) fp32 product.
+        """
         rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
         if self.bf16_is_faster(rows):
             y = self.bf16_product(rows)  # (N, out) fp32
@@ -89,15 +114,38 @@ class Int8Weight:
         return y.view(*x.shape[:-1], self.values.shape[0])
 
     def int8_product(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows (N, in) in bf16 -> (N, out) in bf16, through PyTorch's int8-weight kernel."""
+        """Multiply rows (N, in) in bf16 -> (N, out) in bf16, through PyTorch's int8-weight kernel.
+
+        Args:
+            rows: (N, in) bf16 input rows.
+
+        Returns:
+            The (N, out) bf16 product, the scales applied.
+        """
         return torch.ops.aten._weight_int8pack_mm(rows, aligned(self.values), self.scales)
 
     def bf16_product(self, rows: torch.Tensor) -> torch.Tensor:
-        """The same product with the int8 values as a bf16 matrix (exactly), the row scales applied in fp32."""
+        """The same product with the int8 values as a bf16 matrix (exactly), the row scales applied in fp32.
+
+        Args:
+            rows: (N, in) bf16 input rows.
+
+        Returns:
+            The (N, out) fp32 product.
+        """
         return F.linear(rows, self.values.to(COMPUTE_DTYPE)).float() * self.scales.float()
 
     def bf16_is_faster(self, rows: torch.Tensor) -> bool:
-        """Whether this many rows take the bf16 route on this machine: timed once per shape (the best of 3 each)."""
+        """Whether this many rows take the bf16 route on this machine: timed once per shape (the best of 3 each).
+
+        Fewer than ``MANY_ROWS`` rows, and any under torch.compile, take the int8 kernel.
+
+        Args:
+            rows: (N, in) the input rows about to be multiplied.
+
+        Returns:
+            True when the bf16 route won for this shape.
+        """
         if rows.shape[0] < MANY_ROWS or torch.compiler.is_compiling():
             return False
         key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
@@ -108,18 +156,38 @@ class Int8Weight:
         return BF16_ROUTES[key]
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in)."""
+        """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in).
+
+        Args:
+            ids: (...) row indices.
+
+        Returns:
+            The (..., in) fp32 rows.
+        """
         return self.values[ids].float() * self.scales[ids].float()[..., None]
 
 
 def aligned(values: torch.Tensor) -> torch.Tensor:
-    """``values`` at an address the int8 kernel can read: it uses aligned vector loads, and a matrix read
-    from a safetensors file can start at any multiple of 8 bytes (a segfault, not an error)."""
+    """``values`` at an address the int8 kernel can read.
+
+    The kernel uses aligned vector loads, and a matrix read from a safetensors file can start at any
+    multiple of 8 bytes (a segfault, not an error).
+
+    Args:
+        values: the int8 values.
+
+    Returns:
+        ``values`` itself when aligned to ``ALIGNMENT`` bytes, else an aligned copy.
+    """
     return values if values.data_ptr() % ALIGNMENT == 0 else values.clone()
 
 
 class Int8Module(nn.Module):
-    """A layer whose weight is an :class:`Int8Weight`: buffers ``weight_values`` and ``weight_scales``."""
+    """A layer whose weight is an :class:`Int8Weight`: buffers ``weight_values`` and ``weight_scales``.
+
+    Args:
+        weight: (out, in) the fp32 weight to quantize.
+    """
 
     weight_values: torch.Tensor
     weight_scales: torch.Tensor
@@ -133,16 +201,26 @@ class Int8Module(nn.Module):
 
     @property
     def weight(self) -> Int8Weight:
+        """The int8 weight its buffers hold."""
         return Int8Weight(self.weight_values, self.weight_scales)
 
 
 def align_loaded(module: Int8Module, incompatible_keys: object) -> None:
-    """After loading: copy loaded values that the kernel could not read where they lie, once."""
+    """After loading: copy loaded values that the kernel could not read where they lie, once.
+
+    Args:
+        module: the layer just loaded.
+        incompatible_keys: the load's missing and unexpected keys (unused).
+    """
     module.weight_values = aligned(module.weight_values)
 
 
 class Int8Linear(Int8Module):
-    """nn.Linear's product with an int8 weight; the bias stays fp32."""
+    """nn.Linear's product with an int8 weight; the bias stays fp32.
+
+    Args:
+        linear: the fp32 layer it replaces.
+    """
 
     bias: torch.Tensor | None  # a buffer
 
@@ -151,17 +229,37 @@ class Int8Linear(Int8Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute x W^T + b with the int8 weight.
+
+        Args:
+            x: (..., in) the input.
+
+        Returns:
+            The (..., out) fp32 output.
+        """
         return self.weight.linear(x, self.bias)
 
 
 class Int8Embedding(Int8Module):
-    """nn.Embedding's lookup from int8 rows; as a tied output matrix it multiplies in int8."""
+    """nn.Embedding's lookup from int8 rows; as a tied output matrix it multiplies in int8.
+
+    Args:
+        embedding: the fp32 embedding it replaces.
+    """
 
     def __init__(self, embedding: nn.Embedding) -> None:
         super().__init__(embedding.weight)
         self.num_embeddings, self.embedding_dim = embedding.weight.shape
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """The fp32 rows of ``ids``.
+
+        Args:
+            ids: (...) token ids.
+
+        Returns:
+            The (..., dim) fp32 vectors.
+        """
         return self.weight.rows_of(ids)
 
 
@@ -175,6 +273,17 @@ def quantize(model: ModelT, kind: str = "int8") -> ModelT:
     (``model.vocabulary_embeddings()``, where it has them): a tied output layer reads
     them, so the vocabulary projection, the largest product of a language model, runs
     in int8 too. Other embeddings (positions, segments) and RNN cells stay fp32.
+    A layer shared by several places (ALBERT) becomes one int8 layer, shared the same way.
+
+    Args:
+        model: the model, on the CPU; one already quantized is returned as it is.
+        kind: the quantization; only "int8".
+
+    Returns:
+        The model, in eval mode.
+
+    Raises:
+        PLMError: an unknown ``kind``, or a model that is not on the CPU.
     """
     if kind not in QUANTIZATIONS:
         raise PLMError(f"unknown quantization {kind!r}; choose {', '.join(QUANTIZATIONS)}")
@@ -197,21 +306,51 @@ def quantize(model: ModelT, kind: str = "int8") -> ModelT:
 
 
 def check_device(device: torch.device | str) -> None:
-    """int8 weights run on the CPU (the kernel plm uses is PyTorch's CPU one)."""
+    """Check that int8 weights run on the CPU (the kernel plm uses is PyTorch's CPU one).
+
+    Args:
+        device: the device they would run on ("meta" passes too).
+
+    Raises:
+        PLMError: a device other than the CPU.
+    """
     if torch.device(device).type not in ("cpu", "meta"):
         raise PLMError(f"int8 weights are for inference on the CPU, not on {torch.device(device).type}")
 
 
 def check_trainable(model: nn.Module, what: str) -> None:
-    """Refuse to train (or average, or convert) a quantized model: its int8 weights have no gradients."""
+    """Refuse to train (or average, or convert) a quantized model: its int8 weights have no gradients.
+
+    Args:
+        model: the model.
+        what: how the error names it.
+
+    Raises:
+        PLMError: the model has int8 weights.
+    """
     if is_quantized(model):
         raise PLMError(f"{what} has int8 weights, which are for inference; use the fp32 model it was quantized from")
 
 
 def is_quantized(model: nn.Module) -> bool:
+    """Whether ``model`` has int8 layers.
+
+    Args:
+        model: the model.
+
+    Returns:
+        True when any of its modules is an :class:`Int8Module`.
+    """
     return any(isinstance(module, Int8Module) for module in model.modules())
 
 
 def quantization_of(model: nn.Module) -> str | None:
-    """"int8" for a quantized model, None for an fp32 one (what a saved model's config records)."""
+    """"int8" for a quantized model, None for an fp32 one (what a saved model's config records).
+
+    Args:
+        model: the model.
+
+    Returns:
+        The quantization, or None.
+    """
     return "int8" if is_quantized(model) else None

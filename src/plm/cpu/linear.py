@@ -37,7 +37,20 @@ ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows, out, in, threads) -
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out); int8 weights multiply in int8."""
+    """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out); int8 weights multiply in int8.
+
+    On the CPU in fp32 (:func:`measured_case`), a product of a few rows by a large weight takes
+    :func:`blocked_linear` where that was timed faster, and one of many rows with very many output features
+    takes :class:`WideLinear`.
+
+    Args:
+        x: (..., in) the input.
+        weight: (out, in) the weight, fp32 or int8.
+        bias: (out,), or None.
+
+    Returns:
+        The (..., out) product.
+    """
     if isinstance(weight, Int8Weight):
         return weight.linear(x, bias)
     out_features, in_features = weight.shape
@@ -57,7 +70,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
 
 
 def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The one-token route: x (..., in) as columns, times ``BLOCKS`` row blocks of W in one batched matmul."""
+    """The one-token route: x (..., in) as columns, times ``BLOCKS`` row blocks of W in one batched matmul.
+
+    Args:
+        x: (..., in) the input, a few rows.
+        weight: (out, in) the weight.
+        bias: (out,), or None.
+
+    Returns:
+        The (..., out) product.
+    """
     out_features, in_features = weight.shape
     rows = x.numel() // in_features
     columns = x.reshape(rows, in_features).t()  # (in, rows)
@@ -77,6 +99,15 @@ def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int]:
+    """The key of a one-token product's timed route: its rows, the weight's shape, the threads.
+
+    Args:
+        rows: the input's rows.
+        weight: (out, in) the weight.
+
+    Returns:
+        (rows, out, in, threads).
+    """
     return rows, *weight.shape, torch.get_num_threads()
 
 
@@ -85,6 +116,14 @@ def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
     The winner depends on the machine's MKL (whether its matrix-vector kernel is fast), so it is
     measured, with the weight read from memory, once per shape (some 50 ms).
+
+    Args:
+        x: (..., in) the input.
+        weight: (out, in) the weight.
+        bias: (out,), or None.
+
+    Returns:
+        True when the blocked route won.
     """
     key = route_key(x.numel() // weight.shape[1], weight)
     if key not in ROUTES:
@@ -96,7 +135,15 @@ def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """The setting the faster routes were measured in: fp32 on the CPU, a contiguous weight."""
+    """Whether a product is in the setting the faster routes were measured in: fp32 on the CPU, a contiguous weight.
+
+    Args:
+        x: the input.
+        weight: the weight.
+
+    Returns:
+        True in that setting.
+    """
     return x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and weight.is_contiguous()
 
 
@@ -110,6 +157,17 @@ class WideLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """F.linear(x, weight, bias), ``CHUNK`` output features at a time, each written into its slice of the result.
+
+        Args:
+            ctx (Any): autograd's context, which keeps ``x``, ``weight`` and whether there is a bias.
+            x: (..., in) the input.
+            weight: (out, in) the weight.
+            bias: (out,), or None.
+
+        Returns:
+            The (..., out) product.
+        """
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         rows = x.reshape(-1, weight.shape[1])  # (N, in)
@@ -125,6 +183,16 @@ class WideLinear(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor):
+        """The gradients of x, weight and bias (None for those that need none), from the output's.
+
+        Args:
+            ctx (Any): autograd's context, as the forward pass left it.
+            grad: (..., out) the gradient of the output.
+
+        Returns:
+            (tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]): the gradients of ``x``,
+                ``weight`` and ``bias``.
+        """
         x, weight = ctx.saved_tensors
         grad = grad.reshape(-1, weight.shape[0])  # (N, out)
         grad_x = (grad @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
@@ -137,4 +205,12 @@ class Linear(nn.Linear):
     """nn.Linear (same parameters and state dict) whose product is :func:`linear`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute x W^T + b through :func:`linear`.
+
+        Args:
+            x: (..., in) the input.
+
+        Returns:
+            The (..., out) output.
+        """
         return linear(x, self.weight, self.bias)

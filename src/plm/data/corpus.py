@@ -37,6 +37,10 @@ class Document:
     """One unit of text: a help topic, a module's docstrings, a paragraph of a file.
 
     Token streams put a separator (``eos``) between documents, as GPT-2 did.
+
+    Attributes:
+        name: where it comes from ("topic:...", "module:...", or a file and the line it starts at).
+        text: its text.
     """
 
     name: str
@@ -45,14 +49,26 @@ class Document:
 
 @dataclass(frozen=True)
 class Corpus:
-    """Documents split into train and validation; no document is in both."""
+    """Documents split into train and validation; no document is in both.
+
+    Attributes:
+        train: the documents to train on.
+        validation: the held-out documents.
+    """
 
     train: tuple[Document, ...]
     validation: tuple[Document, ...]
 
 
 def default_corpus() -> Corpus:
-    """The built-in corpus (several MB of English), from the cache when it is there."""
+    """The built-in corpus (several MB of English), from the cache when it is there.
+
+    The first call on a Python version builds it and writes the cache; about 5% of the documents are
+    held out for validation.
+
+    Returns:
+        The corpus.
+    """
     version = f"{platform.python_implementation()}-{platform.python_version()}".lower()
     path = cache_dir() / f"default-corpus-{version}-v{CORPUS_FORMAT}.jsonl"
     if path.exists():
@@ -128,12 +144,21 @@ def _definitions(node: ast.AST) -> Iterator[ast.ClassDef | ast.FunctionDef | ast
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
-    """The UTF-8 text of a user's file, with a BOM removed and Windows line ends made ``\\n``.
+    r"""The UTF-8 text of a user's file, with a BOM removed and Windows line ends made ``\n``.
 
     A PLMError says which file is unusable and why: missing, a directory, empty,
     binary (NUL bytes, or mostly control characters: nothing to train a tokenizer on
     or to score), or not UTF-8 (with the offset of the first bad byte, to find it in
     a hex editor).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its text.
+
+    Raises:
+        PLMError: the file is missing, unreadable, empty, binary or not UTF-8.
     """
     try:
         data = Path(path).read_bytes()
@@ -170,6 +195,18 @@ def read_corpus(
     validation files, about ``validation_fraction`` of the documents are held out;
     when there are too few documents for that, the last ``validation_fraction`` of the
     characters is, cut at a line break when there is one.
+
+    Args:
+        train_paths: the files to train on.
+        validation_paths: the files to validate on (default: hold out part of the training files).
+        validation_fraction: the part of the training text held out when there are no validation files.
+
+    Returns:
+        The corpus.
+
+    Raises:
+        PLMError: no training files, a file :func:`read_text` refuses, a fraction not strictly between 0 and 1,
+            or too little text to hold out.
     """
     if not train_paths:
         raise PLMError("no training files given")

@@ -27,7 +27,14 @@ HELD_OUT_EVERY = 10  # every tenth calendar day is held out
 
 
 def number_words(n: int) -> str:
-    """0 < n < 100 in words: "twenty-four"."""
+    """Write 0 < n < 100 in words: "twenty-four".
+
+    Args:
+        n: the number.
+
+    Returns:
+        Its words.
+    """
     if n < 20:
         return ONES[n]
     tens, ones = divmod(n, 10)
@@ -35,7 +42,14 @@ def number_words(n: int) -> str:
 
 
 def ordinal_words(n: int) -> str:
-    """1 <= n <= 31 as an ordinal: "twenty-first", "fifteenth"."""
+    """Write 1 <= n <= 31 as an ordinal: "twenty-first", "fifteenth".
+
+    Args:
+        n: the number.
+
+    Returns:
+        Its ordinal in words.
+    """
     words = number_words(n)
     head, _, last = words.rpartition("-")
     if last in ORDINAL_ONES:
@@ -48,13 +62,27 @@ def ordinal_words(n: int) -> str:
 
 
 def ordinal_suffix(n: int) -> str:
-    """15 -> "15th", 22 -> "22nd"."""
+    """Write n with its ordinal suffix: 15 -> "15th", 22 -> "22nd".
+
+    Args:
+        n: the number.
+
+    Returns:
+        The digits and the suffix.
+    """
     suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 
 
 def year_words(year: int) -> str:
-    """1984 -> "nineteen eighty-four", 2005 -> "two thousand and five", 2024 -> "twenty twenty-four"."""
+    """A year as spoken: 1984 -> "nineteen eighty-four", 2005 -> "two thousand and five", 2024 -> "twenty twenty-four".
+
+    Args:
+        year: a year of the task's range, 1900 to 2099.
+
+    Returns:
+        Its words.
+    """
     century, rest = divmod(year, 100)
     if century == 20 and rest < 10:
         return "two thousand" + (f" and {ONES[rest]}" if rest else "")
@@ -64,7 +92,14 @@ def year_words(year: int) -> str:
 
 
 def styles(date: datetime.date) -> list[str]:
-    """The same date in every style the task writes."""
+    """The same date in every style the task writes.
+
+    Args:
+        date: the date.
+
+    Returns:
+        Its ten spellings, from "15 March 2024" to "march fifteenth twenty twenty-four".
+    """
     day, month, year = date.day, MONTHS[date.month - 1], date.year
     weekday = WEEKDAYS[date.weekday()]
     return [
@@ -82,15 +117,42 @@ def styles(date: datetime.date) -> list[str]:
 
 
 def canonical(date: datetime.date) -> str:
+    """The target form of a date: ISO 8601, "2024-03-15".
+
+    Args:
+        date: the date.
+
+    Returns:
+        Its ISO form.
+    """
     return date.isoformat()
 
 
 def is_held_out(date: datetime.date) -> bool:
+    """Whether ``date`` is one of the held-out days (every tenth calendar day), which training never sees.
+
+    Args:
+        date: the date.
+
+    Returns:
+        True for a held-out day.
+    """
     return date.toordinal() % HELD_OUT_EVERY == 0
 
 
 def date_pairs(count: int, seed: int, held_out: bool = False) -> list[SentencePair]:
-    """``count`` (date in a random style, ISO date) pairs; ``held_out`` draws only from the held-out days."""
+    """``count`` (date in a random style, ISO date) pairs; ``held_out`` draws only from the held-out days.
+
+    The dates are drawn from 1900 to 2099, from the training days unless ``held_out``.
+
+    Args:
+        count: the number of pairs.
+        seed: the seed of the draws: the same seed gives the same pairs.
+        held_out: draw from the held-out days instead of the training days.
+
+    Returns:
+        The pairs (a date may repeat).
+    """
     rng = random.Random(seed)
     first, last = FIRST_DAY.toordinal(), LAST_DAY.toordinal()
     pairs: list[SentencePair] = []

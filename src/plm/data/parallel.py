@@ -31,12 +31,28 @@ TARGET_TOKENIZER_DIR = "target"
 
 @dataclass(frozen=True)
 class SentencePair:
+    """A source sentence and its translation.
+
+    Attributes:
+        source: the sentence to translate.
+        target: its translation.
+    """
     source: str
     target: str
 
 
 def non_empty_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of a user's file (one sentence each); an empty one is an error naming its line."""
+    """The lines of a user's file (one sentence each); an empty one is an error naming its line.
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its lines, without the final line end.
+
+    Raises:
+        PLMError: a file :func:`plm.data.corpus.read_text` refuses, or an empty line.
+    """
     lines = read_text(path).removesuffix("\n").split("\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -45,7 +61,18 @@ def non_empty_lines(path: str | os.PathLike[str]) -> list[str]:
 
 
 def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from two aligned files, one sentence per line."""
+    """Pairs from two aligned files, one sentence per line.
+
+    Args:
+        source: the file of source sentences.
+        target: the file of their translations, line for line.
+
+    Returns:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: an unreadable file, an empty line, or files of different lengths.
+    """
     sources, targets = non_empty_lines(source), non_empty_lines(target)
     if len(sources) != len(targets):
         shorter, longer = (source, target) if len(sources) < len(targets) else (target, source)
@@ -58,7 +85,17 @@ def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]
 
 
 def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from ``source<TAB>target`` lines."""
+    """Pairs from ``source<TAB>target`` lines.
+
+    Args:
+        path: the TSV file.
+
+    Returns:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: an unreadable file, a line without exactly one tab, or an empty sentence.
+    """
     pairs = []
     for number, line in enumerate(read_text(path).removesuffix("\n").split("\n"), 1):
         fields = line.split("\t")
@@ -72,7 +109,15 @@ def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
 
 
 class Seq2SeqTokenizers:
-    """The source and target tokenizers: one object for a joint vocabulary, two for separate ones."""
+    """The source and target tokenizers: one object for a joint vocabulary, two for separate ones.
+
+    Args:
+        source: the source tokenizer (and the target's, for a joint vocabulary).
+        target: the target tokenizer, or None for a joint vocabulary.
+
+    Raises:
+        PLMError: a tokenizer without a pad, bos or eos token.
+    """
 
     def __init__(self, source: Tokenizer, target: Tokenizer | None = None) -> None:
         self.source = source
@@ -84,13 +129,28 @@ class Seq2SeqTokenizers:
 
     @property
     def joint(self) -> bool:
+        """Whether source and target share one tokenizer."""
         return self.target is self.source
 
     @classmethod
     def train(
         cls, pairs: Sequence[SentencePair], vocab_size: int = 8000, joint: bool = True, kind: str = "bpe"
     ) -> Seq2SeqTokenizers:
-        """Learn one vocabulary from both sides (``joint``) or one per side, of ``vocab_size`` each."""
+        """Learn one vocabulary from both sides (``joint``) or one per side, of ``vocab_size`` each.
+
+        Args:
+            pairs: the training pairs.
+            vocab_size: the size of each vocabulary.
+            joint: one vocabulary for both sides.
+            kind: the tokenizer kind, a key of :data:`plm.tokenization.tokenizer.TOKENIZER_TRAINERS`; "bpe" gets
+                the seq2seq special tokens ``<pad> <s> </s>``.
+
+        Returns:
+            The tokenizers.
+
+        Raises:
+            PLMError: a trained tokenizer without a pad, bos or eos token.
+        """
         train = TOKENIZER_TRAINERS[kind]
         options = {"special_tokens": SEQ2SEQ_SPECIALS} if kind == "bpe" else {}
         sources = [pair.source for pair in pairs]
@@ -100,6 +160,11 @@ class Seq2SeqTokenizers:
         return cls(train(sources, vocab_size=vocab_size, **options), train(targets, vocab_size=vocab_size, **options))
 
     def save(self, directory: str | os.PathLike[str]) -> None:
+        """Save the source tokenizer into ``directory``, and a separate target one into its ``target/``.
+
+        Args:
+            directory: the model directory.
+        """
         self.source.save(directory)
         if not self.joint:
             Path(directory, TARGET_TOKENIZER_DIR).mkdir(parents=True, exist_ok=True)
@@ -107,19 +172,53 @@ class Seq2SeqTokenizers:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Seq2SeqTokenizers:
+        """The tokenizers :meth:`save` wrote into ``directory``.
+
+        Args:
+            directory: the model directory.
+
+        Returns:
+            The tokenizers; a joint one when ``target/`` holds no tokenizer.
+
+        Raises:
+            PLMError: no readable tokenizer, or one without a pad, bos or eos token.
+        """
         target = Path(directory, TARGET_TOKENIZER_DIR)
         return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None)
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source sentences as ids ``x_1 .. x_n </s>``.
+
+        Args:
+            texts: the source sentences.
+
+        Returns:
+            The ids of each sentence.
+        """
         eos = self.source.required_id("eos")
         return [ids + [eos] for ids in self.source.encode_batch(texts)]
 
     def encode_targets(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target sentences as ids ``<s> y_1 .. y_m </s>``.
+
+        Args:
+            texts: the target sentences.
+
+        Returns:
+            The ids of each sentence.
+        """
         bos, eos = self.target.required_id("bos"), self.target.required_id("eos")
         return [[bos, *ids, eos] for ids in self.target.encode_batch(texts)]
 
     def decode_targets(self, rows: Sequence[Sequence[int]]) -> list[str]:
-        """Target ids (as decoded: maybe <s>, tokens, </s>, padding) -> text, cut at the first </s>."""
+        """Target ids (as decoded: maybe <s>, tokens, </s>, padding) -> text, cut at the first </s>.
+
+        Args:
+            rows: the decoded ids of each sentence.
+
+        Returns:
+            The texts, special tokens left out.
+        """
         eos, texts = self.target.eos_id, []
         for row in rows:
             row = list(row)
@@ -129,13 +228,27 @@ class Seq2SeqTokenizers:
 
 @dataclass(frozen=True)
 class EncodedPairs:
-    """Token ids of sentence pairs: sources ``x </s>``, targets ``<s> y </s>``."""
+    """Token ids of sentence pairs: sources ``x </s>``, targets ``<s> y </s>``.
+
+    Attributes:
+        sources: the ids of each source sentence.
+        targets: the ids of each target sentence.
+    """
 
     sources: list[list[int]]
     targets: list[list[int]]
 
     @classmethod
     def of(cls, pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers) -> EncodedPairs:
+        """The pairs encoded with ``tokenizers``.
+
+        Args:
+            pairs: the sentence pairs.
+            tokenizers: the source and target tokenizers.
+
+        Returns:
+            The encoded pairs, in the same order.
+        """
         return cls(
             tokenizers.encode_sources([p.source for p in pairs]), tokenizers.encode_targets([p.target for p in pairs])
         )
@@ -144,11 +257,27 @@ class EncodedPairs:
         return len(self.sources)
 
     def select(self, indices: Sequence[int]) -> EncodedPairs:
+        """The pairs at ``indices``, in that order.
+
+        Args:
+            indices: positions of pairs.
+
+        Returns:
+            The selected pairs.
+        """
         return EncodedPairs([self.sources[i] for i in indices], [self.targets[i] for i in indices])
 
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ids -> (B, T) ids padded on the right with ``pad_id`` and the (B, T) mask, 1 at real tokens."""
+    """Rows of ids -> (B, T) ids padded on the right with ``pad_id`` and the (B, T) mask, 1 at real tokens.
+
+    Args:
+        rows: the ids of each row.
+        pad_id: the id that fills the padding.
+
+    Returns:
+        The (B, T) int64 ids and mask; T is the longest row.
+    """
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -159,7 +288,18 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
 
 
 def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_pad: int) -> dict[str, torch.Tensor]:
-    """The pairs ``indices`` as one batch: source ids and mask, decoder inputs, labels (pad where none)."""
+    """The pairs ``indices`` as one batch: source ids and mask, decoder inputs, labels (pad where none).
+
+    Args:
+        data: the encoded pairs.
+        indices: the pairs of the batch.
+        source_pad: the source tokenizer's pad id.
+        target_pad: the target tokenizer's pad id.
+
+    Returns:
+        ``source_ids`` and ``source_mask`` (B, S); ``decoder_input_ids`` (B, T), ``<s> y`` and padding; ``labels``
+        (B, T), ``y </s>`` and padding.
+    """
     source_ids, source_mask = right_pad([data.sources[i] for i in indices], source_pad)
     targets, _ = right_pad([data.targets[i] for i in indices], target_pad)
     return {
@@ -177,6 +317,16 @@ def token_budget_batches(data: EncodedPairs, max_tokens: int) -> list[list[int]]
     by (source, target) length, so a batch holds sentences of similar lengths and little
     padding (fairseq's ``--max-tokens``). A pair alone over the budget is an error: it
     could never be trained on.
+
+    Args:
+        data: the encoded pairs.
+        max_tokens: the budget of padded tokens per batch.
+
+    Returns:
+        The batches, each a list of pair indices, shortest pairs first.
+
+    Raises:
+        PLMError: a pair longer than the budget on its own.
     """
     order = sorted(range(len(data)), key=lambda i: (len(data.sources[i]), len(data.targets[i])))
     batches: list[list[int]] = []
@@ -203,6 +353,14 @@ class BudgetSampler:
 
     Stateless like :class:`plm.data.tokens.BlockSampler`: the choice comes from a
     generator seeded with (seed, step, micro-batch), so a resumed run draws the same.
+
+    Args:
+        data: the encoded pairs.
+        max_tokens: the budget of padded tokens per batch (see :func:`token_budget_batches`).
+        seed: the seed of the draws.
+
+    Raises:
+        PLMError: a pair longer than the budget on its own.
     """
 
     def __init__(self, data: EncodedPairs, max_tokens: int, seed: int) -> None:
@@ -213,6 +371,15 @@ class BudgetSampler:
         return len(self.batches)
 
     def indices(self, step: int, micro: int) -> list[int]:
+        """The batch of micro-batch ``micro`` at step ``step``: the same on every call with the same arguments.
+
+        Args:
+            step: the optimizer step.
+            micro: the micro-batch within the step.
+
+        Returns:
+            The indices of its pairs.
+        """
         entropy = np.random.SeedSequence([self.seed, step, micro]).generate_state(1, np.uint64)
         return self.batches[int(np.random.default_rng(entropy).integers(len(self.batches)))]
 

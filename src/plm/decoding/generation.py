@@ -44,6 +44,8 @@ class GenerationConfig:
         keep_last: keep only the prompt's last ``keep_last`` tokens.
         stop: stop strings that finish a row.
         compile: run the model through ``torch.compile`` (see :func:`generate`).
+        cuda_graph: replay each one-token step as a CUDA graph over a static KV cache (a GPU's
+            launches bound small steps; elsewhere the static cache alone). Greedy output is unchanged.
     """
 
     max_new_tokens: int = 32
@@ -59,6 +61,7 @@ class GenerationConfig:
     keep_last: int | None = None
     stop: StopStrings | None = None
     compile: bool = False
+    cuda_graph: bool = False
 
     @property
     def sampling(self) -> bool:
@@ -263,7 +266,7 @@ def decode_steps(
     if attention_mask is not None and bool(attention_mask.all()):
         attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
     request = DecodingRequest(input_ids, input_ids.shape[1] + config.max_new_tokens, attention_mask,
-                              source_ids, source_mask, config.use_cache, config.compile)
+                              source_ids, source_mask, config.use_cache, config.compile, config.cuda_graph)
     return _steps(model, request, config)
 
 

@@ -30,6 +30,8 @@ class DecodingRequest:
         source_mask: 0 at the padding of ``source_ids``.
         use_cache: False recomputes the whole history at every step.
         compile: run the model through torch.compile.
+        cuda_graph: decode one token at a time over a static key/value cache, each step replayed as a
+            CUDA graph on a GPU (:mod:`plm.decoding.static_step`); a decoder without one ignores it.
     """
 
     prompt: torch.Tensor
@@ -39,6 +41,7 @@ class DecodingRequest:
     source_mask: torch.Tensor | None = None
     use_cache: bool = True
     compile: bool = False
+    cuda_graph: bool = False
 
 
 class Decoder(Protocol):

@@ -21,6 +21,7 @@ from plm.models.albert import AlbertConfig
 
 @register
 class AlbertConverter(EncoderConverter[AlbertConfig]):
+    """ALBERT (``albert``): ``AlbertModel``, ``AlbertForMaskedLM`` and ``AlbertForPreTraining``."""
     family = "albert"
     model_types = ("albert",)
     config_class = AlbertConfig
@@ -63,6 +64,18 @@ class AlbertConverter(EncoderConverter[AlbertConfig]):
     pair_head = "sop_classifier.classifier"
 
     def family_config_from_hf(self, hf: dict[str, Any], source: str) -> dict[str, Any]:
+        """ALBERT's own fields: the embedding size, the groups of shared blocks, the SOP head's dropout.
+
+        Args:
+            hf: the contents of ``config.json``, defaults filled in.
+            source: the file, for the error messages.
+
+        Returns:
+            plm field -> value.
+
+        Raises:
+            PLMError: an embedding size or group count that is not a positive integer.
+        """
         for key in ("embedding_size", "num_hidden_groups", "inner_group_num"):
             if not isinstance(hf[key], int) or hf[key] <= 0:
                 raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
@@ -74,6 +87,17 @@ class AlbertConverter(EncoderConverter[AlbertConfig]):
         }
 
     def family_config_to_hf(self, config: AlbertConfig) -> dict[str, Any]:
+        """ALBERT's own ``config.json`` fields.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            HF field -> value.
+
+        Raises:
+            PLMError: sharing only attention or only FFNs, or no factorized embeddings.
+        """
         if config.sharing not in ("all", "none"):
             raise PLMError(f"an ALBERT that shares only {config.sharing!r} layers has no Hugging Face equivalent")
         if config.embedding_dim is None:
@@ -90,15 +114,38 @@ class AlbertConverter(EncoderConverter[AlbertConfig]):
 
     @staticmethod
     def groups(config: AlbertConfig) -> tuple[int, int]:
-        """HF's (num_hidden_groups, inner_group_num); no sharing is one group of one block per layer."""
+        """HF's (num_hidden_groups, inner_group_num); no sharing is one group of one block per layer.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The groups and the blocks per group.
+        """
         if config.sharing == "none":
             return config.layers, 1
         return config.hidden_groups, config.inner_group_layers
 
     def block_indices(self, config: AlbertConfig) -> list[tuple[int, ...]]:
+        """(group, block in the group) of each of plm's distinct blocks, group by group.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The format arguments of ``layer_prefix``, one tuple per distinct block.
+        """
         groups, inner = self.groups(config)
         return [(group, index) for group in range(groups) for index in range(inner)]
 
     def embedding_pairs(self, config: AlbertConfig) -> list[tuple[str, str]]:
+        """BERT's embedding names, and the E -> H projection that HF keeps in the encoder.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The (HF name, plm name) pairs.
+        """
         projection = linear(f"{self.base_prefix}encoder.embedding_hidden_mapping_in", "embeddings.projection")
         return super().embedding_pairs(config) + projection

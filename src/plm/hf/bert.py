@@ -51,7 +51,15 @@ VARIANTS = {"position_embedding_type": "absolute", "is_decoder": False, "add_cro
 
 
 def linear(hf: str, plm: str) -> list[tuple[str, str]]:
-    """Name pairs of a Linear or LayerNorm: its weight and its bias."""
+    """Name pairs of a Linear or LayerNorm: its weight and its bias.
+
+    Args:
+        hf: the layer's Hugging Face name.
+        plm: its plm name.
+
+    Returns:
+        The (HF name, plm name) pairs of the weight and the bias.
+    """
     return [(f"{hf}.weight", f"{plm}.weight"), (f"{hf}.bias", f"{plm}.bias")]
 
 
@@ -60,6 +68,20 @@ class EncoderConverter(Converter, Generic[ConfigT]):
 
     Every HF name below is the one in a model with heads (``bert.`` / ``albert.``
     prefix on the encoder); the bare architecture stores the encoder without it.
+
+    Attributes:
+        config_class: the plm config class.
+        defaults: transformers' defaults, for the fields a ``config.json`` leaves out.
+        architectures: architecture name -> (pooler, pre-training heads); the bare one first.
+        base_prefix: the prefix of the encoder's tensors in a model with heads (``bert.``).
+        layer_prefix: one block's prefix, formatted with its HF index.
+        qkv: the query, key and value Linears in a block.
+        block_names: HF Linear/LayerNorm in a block -> plm one in ``blocks.{i}``.
+        pooler: the pooler's Linear.
+        mlm_names: HF Linear/LayerNorm of the MLM head -> plm one in ``mlm_head``.
+        mlm_bias: the MLM decoder's bias.
+        mlm_decoder: the tied MLM decoder Linear, not saved.
+        pair_head: the sentence-pair (NSP or SOP) classifier.
     """
 
     config_class: ClassVar[type[EncoderConfig]]
@@ -78,6 +100,21 @@ class EncoderConverter(Converter, Generic[ConfigT]):
     # Configs --------------------------------------------------------------------------
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> EncoderConfig:
+        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it.
+
+        The architecture (the first of ``architectures``, default the bare one) sets the pooler and heads.
+
+        Args:
+            hf: the contents of ``config.json``; missing fields take transformers' defaults.
+            source: the file, for the error messages.
+
+        Returns:
+            The plm config.
+
+        Raises:
+            PLMError: a size that is not a positive integer, a variant plm does not implement, an unsupported
+                activation or architecture, or a field the plm config refuses.
+        """
         hf = {**self.defaults, **hf}
         for key in POSITIVE:
             if not isinstance(hf[key], int) or hf[key] <= 0:
@@ -103,6 +140,18 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         return config_from_dict(self.config_class, values, source)
 
     def config_to_hf(self, config: ConfigT) -> dict[str, Any]:
+        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The contents of ``config.json``.
+
+        Raises:
+            PLMError: a pre-LN encoder, one without absolute positions or segments, heads without a Hugging Face
+                architecture, or a family option Hugging Face lacks.
+        """
         if config.norm_first or not config.absolute_positions or not config.segments:
             raise PLMError(
                 f"{with_article(self.family)} encoder with norm_first={config.norm_first}, absolute_positions="
@@ -118,7 +167,17 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         }
 
     def architecture(self, config: ConfigT) -> str:
-        """The architecture with exactly the heads of ``config``; the bare one needs the pooler."""
+        """The architecture with exactly the heads of ``config``; the bare one needs the pooler.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The architecture's name.
+
+        Raises:
+            PLMError: no architecture has those heads.
+        """
         for name, (pooler, heads) in self.architectures.items():
             if set(heads) == set(config.pretraining_heads) and (heads or config.pooler):
                 return name
@@ -128,18 +187,50 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         )
 
     def family_config_from_hf(self, hf: dict[str, Any], source: str) -> dict[str, Any]:
+        """The plm config fields of a family's own, read from ``config.json``; none by default.
+
+        Args:
+            hf: the contents of ``config.json``, defaults filled in.
+            source: the file, for the error messages.
+
+        Returns:
+            plm field -> value.
+        """
         return {}
 
     def family_config_to_hf(self, config: ConfigT) -> dict[str, Any]:
+        """The ``config.json`` fields of a family's own; none by default.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            HF field -> value.
+        """
         return {}
 
     # Weights --------------------------------------------------------------------------
 
     def block_indices(self, config: ConfigT) -> list[tuple[int, ...]]:
-        """What ``layer_prefix`` is formatted with for plm's blocks 0, 1, ..."""
+        """What ``layer_prefix`` is formatted with for plm's blocks 0, 1, ...
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            One tuple of format arguments per plm block: by default its own index.
+        """
         return [(index,) for index in range(config.layers)]
 
     def embedding_pairs(self, config: ConfigT) -> list[tuple[str, str]]:
+        """(HF name, plm name) of the embeddings' tensors: word, position, segment and their LayerNorm.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The name pairs.
+        """
         prefix = f"{self.base_prefix}embeddings."
         return [
             (f"{prefix}word_embeddings.weight", "embeddings.word.weight"),
@@ -149,7 +240,14 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         ]
 
     def name_pairs(self, config: ConfigT) -> list[tuple[list[str], str]]:
-        """([HF names], plm name) of every tensor; Q, K and V are three HF names for one plm one."""
+        """([HF names], plm name) of every tensor; Q, K and V are three HF names for one plm one.
+
+        Args:
+            config: the plm config; without pre-training heads the HF names lose ``base_prefix``.
+
+        Returns:
+            The name pairs.
+        """
         pairs = [([hf], plm) for hf, plm in self.embedding_pairs(config)]
         for index, hf_index in enumerate(self.block_indices(config)):
             prefix = f"{self.base_prefix}{self.layer_prefix.format(*hf_index)}"
@@ -163,6 +261,14 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         return pairs
 
     def head_pairs(self, config: ConfigT) -> list[tuple[str, str]]:
+        """(HF name, plm name) of the pooler's and the pre-training heads' tensors that ``config`` has.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The name pairs.
+        """
         pairs = linear(f"{self.base_prefix}{self.pooler}", "pooler.dense") if config.pooler else []
         if "mlm" in config.pretraining_heads:
             for hf, plm in self.mlm_names.items():
@@ -173,6 +279,21 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         return pairs
 
     def weights_from_hf(self, weights: HFWeights, config: ConfigT) -> dict[str, torch.Tensor]:
+        """The plm state dict from HF tensors; takes (or discards) every tensor it understands.
+
+        The heads of the family's other architectures are discarded, and the tied MLM decoder, where
+        saved, must equal the tensors plm ties it to.
+
+        Args:
+            weights: the checkpoint's tensors.
+            config: the plm config.
+
+        Returns:
+            The plm state dict.
+
+        Raises:
+            PLMError: a tensor missing, or a saved MLM decoder that differs from the tensors plm ties it to.
+        """
         if not config.pretraining_heads:  # from_pretrained reads the bare encoder out of a model with heads too
             weights.strip_prefix(self.base_prefix)
         weights.discard(r"(.*\.)?embeddings\.position_ids")  # a buffer that older transformers saved
@@ -185,6 +306,21 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: ConfigT) -> dict[str, torch.Tensor]:
+        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict.
+
+        Q, K and V are split out of the fused projection; a model with heads is written with its
+        architecture's pooler, a bare encoder as it is.
+
+        Args:
+            state: the plm state dict.
+            config: the plm config.
+
+        Returns:
+            The tensors by Hugging Face name.
+
+        Raises:
+            PLMError: heads without a Hugging Face architecture.
+        """
         # A bare encoder is written as it is (a task checkpoint's backbone may have no pooler).
         pooler = config.pooler if not config.pretraining_heads else self.architectures[self.architecture(config)][0]
         tensors: dict[str, torch.Tensor] = {}
@@ -194,7 +330,12 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         return tensors
 
     def discard_other_heads(self, weights: HFWeights, config: ConfigT) -> None:
-        """Drop the pooler and heads that this architecture lacks but others of the family have."""
+        """Drop the pooler and heads that this architecture lacks but others of the family have.
+
+        Args:
+            weights: the checkpoint's tensors, changed in place.
+            config: the plm config.
+        """
         prefix = self.base_prefix if config.pretraining_heads else ""  # a bare encoder's names lost it already
         unused = [] if config.pooler else [f"{prefix}{self.pooler}"]
         if "mlm" not in config.pretraining_heads:
@@ -206,12 +347,23 @@ class EncoderConverter(Converter, Generic[ConfigT]):
 
     @staticmethod
     def check_tied(weights: HFWeights, name: str, expected: torch.Tensor) -> None:
+        """Check that a saved tensor plm ties to another (the MLM decoder) equals it; takes it.
+
+        Args:
+            weights: the checkpoint's tensors.
+            name: the tied tensor's HF name; nothing is checked when the checkpoint lacks it.
+            expected: the tensor plm ties it to.
+
+        Raises:
+            PLMError: the two differ.
+        """
         if name in weights and not torch.equal(weights.take(name), expected):
             raise PLMError(f"{weights.source}: {name} differs from the tensor plm ties it to")
 
 
 @register
 class BertConverter(EncoderConverter[BertConfig]):
+    """BERT (``bert``): ``BertModel``, ``BertForMaskedLM`` and ``BertForPreTraining``."""
     family = "bert"
     model_types = ("bert",)
     config_class = BertConfig
@@ -250,6 +402,17 @@ class BertConverter(EncoderConverter[BertConfig]):
     pair_head = "cls.seq_relationship"
 
     def family_config_to_hf(self, config: BertConfig) -> dict[str, Any]:
+        """No fields of BERT's own; refuses what Hugging Face's BERT lacks.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            An empty dict.
+
+        Raises:
+            PLMError: factorized embeddings, or dropout before the NSP classifier.
+        """
         if config.embedding_dim is not None:
             raise PLMError("a BERT with factorized embeddings (embedding_dim) has no Hugging Face equivalent")
         if config.pair_head_dropout:

@@ -77,10 +77,27 @@ DEFAULTS = {
 
 @register
 class DebertaConverter(Converter):
+    """DeBERTa v1 (``deberta``): ``DebertaModel`` and ``DebertaForMaskedLM``."""
     family = "deberta"
     model_types = ("deberta",)
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> DebertaConfig:
+        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it.
+
+        p2c takes the released code's distance, as in transformers, and there is no enhanced mask decoder.
+
+        Args:
+            hf: the contents of ``config.json``; missing fields take transformers' defaults.
+            source: the file, for the error messages.
+
+        Returns:
+            The plm config.
+
+        Raises:
+            PLMError: a size that is not a positive integer, an embedding size other than the hidden size,
+                talking heads, an unsupported activation, position term or architecture, position terms without
+                relative attention, or a field the plm config refuses.
+        """
         hf = {**DEFAULTS, **hf}
         for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
             if not isinstance(hf[key], int) or hf[key] <= 0:
@@ -134,6 +151,18 @@ class DebertaConverter(Converter):
         return config_from_dict(DebertaConfig, values, source)
 
     def config_to_hf(self, config: DebertaConfig) -> dict[str, Any]:
+        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The contents of ``config.json`` (the MLM head in the non-legacy layout).
+
+        Raises:
+            PLMError: an enhanced mask decoder, the paper's p2c distance, a pooler, a sentence-pair head or
+                pre-LN blocks.
+        """
         no_equivalent = {
             "an enhanced mask decoder": config.uses_mask_decoder,
             "p2c_distance 'paper' (transformers computes p2c with delta(i, j))": config.p2c_distance == "paper",
@@ -169,6 +198,18 @@ class DebertaConverter(Converter):
         }
 
     def weights_from_hf(self, weights: HFWeights, config: DebertaConfig) -> dict[str, torch.Tensor]:
+        """The plm state dict from HF tensors; takes (or discards) every tensor it understands.
+
+        Args:
+            weights: the checkpoint's tensors.
+            config: the plm config.
+
+        Returns:
+            The plm state dict.
+
+        Raises:
+            PLMError: a tensor missing, or a saved MLM decoder that differs from the tensors plm ties it to.
+        """
         weights.strip_prefix("deberta.")  # DebertaForMaskedLM has it, DebertaModel not
         if not config.absolute_positions:
             # Checkpoints from microsoft/DeBERTa keep the table their EMD used; transformers ignores it, so does plm.
@@ -187,6 +228,15 @@ class DebertaConverter(Converter):
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: DebertaConfig) -> dict[str, torch.Tensor]:
+        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict.
+
+        Args:
+            state: the plm state dict.
+            config: the plm config.
+
+        Returns:
+            The tensors by Hugging Face name.
+        """
         prefix = "deberta." if "mlm" in config.pretraining_heads else ""
         tensors = {prefix + hf: state[plm] for hf, plm in name_pairs(config)}
         for index in range(config.layers):
@@ -199,7 +249,14 @@ class DebertaConverter(Converter):
 
 
 def name_pairs(config: DebertaConfig) -> list[tuple[str, str]]:
-    """(HF name without ``deberta.``, plm name) of every tensor but ``in_proj`` and the MLM head."""
+    """(HF name without ``deberta.``, plm name) of every tensor but ``in_proj`` and the MLM head.
+
+    Args:
+        config: the plm config.
+
+    Returns:
+        The name pairs.
+    """
     pairs = [
         ("embeddings.word_embeddings.weight", "embeddings.word.weight"),
         ("embeddings.LayerNorm.weight", "embeddings.norm.weight"),
@@ -219,18 +276,46 @@ def name_pairs(config: DebertaConfig) -> list[tuple[str, str]]:
 
 
 def from_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """HF rows (head, [q k v], head_dim) -> plm rows ([q k v], head, head_dim)."""
+    """Reorder HF rows (head, [q k v], head_dim) -> plm rows ([q k v], head, head_dim).
+
+    Args:
+        weight: (3 * dim, dim) HF's ``in_proj`` weight.
+        heads: the attention heads.
+
+    Returns:
+        The (3 * dim, dim) plm weight.
+    """
     dim = weight.shape[1]
     return weight.view(heads, 3, -1, dim).transpose(0, 1).reshape(-1, dim)
 
 
 def to_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Reorder plm rows ([q k v], head, head_dim) -> HF rows (head, [q k v], head_dim).
+
+    Args:
+        weight: (3 * dim, dim) plm's ``in_proj`` weight.
+        heads: the attention heads.
+
+    Returns:
+        The (3 * dim, dim) HF weight.
+    """
     dim = weight.shape[1]
     return weight.view(3, heads, -1, dim).transpose(0, 1).reshape(-1, dim)
 
 
 def take_mlm_head(weights: HFWeights, word_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The MLM head in either layout; a saved decoder must be the tied word embeddings and bias."""
+    """The MLM head in either layout; a saved decoder must be the tied word embeddings and bias.
+
+    Args:
+        weights: the checkpoint's tensors; the head's are taken.
+        word_embeddings: the word embeddings the decoder is tied to.
+
+    Returns:
+        The head's tensors by plm name.
+
+    Raises:
+        PLMError: a tensor missing, or a saved decoder that differs from the tensors plm ties it to.
+    """
     legacy = "cls.predictions.bias" in weights
     head = {f"mlm_head.{plm}": weights.take(names[0 if legacy else 1]) for plm, names in MLM_HEAD_NAMES.items()}
     if legacy:

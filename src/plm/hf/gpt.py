@@ -55,13 +55,39 @@ GPT2_VARIANTS = {
 
 @register
 class GPTConverter(Converter):
+    """GPT-1 (``openai-gpt``, ``OpenAIGPTLMHeadModel``) and GPT-2 (``gpt2``, ``GPT2LMHeadModel``)."""
     family = "gpt"
     model_types = ("gpt2", "openai-gpt")
 
     def model_type(self, config: GPTConfig) -> str:
+        """"gpt2" for a pre-LN config with a final norm, "openai-gpt" for a post-LN one without.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The model_type.
+
+        Raises:
+            PLMError: a config between the two (see :func:`is_gpt2`).
+        """
         return "gpt2" if is_gpt2(config) else "openai-gpt"
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> GPTConfig:
+        """The plm config of ``config.json``; a PLMError naming ``source`` if plm cannot reproduce it.
+
+        Args:
+            hf: the contents of ``config.json`` (its ``model_type`` picks GPT-2 or GPT-1); missing fields take
+                transformers' defaults.
+            source: the file, for the error messages.
+
+        Returns:
+            The plm config.
+
+        Raises:
+            PLMError: a size that is not a positive integer, a GPT-2 variant plm does not implement, an
+                unsupported activation, or a field the plm config refuses.
+        """
         gpt2 = hf["model_type"] == "gpt2"
         hf = {**(GPT2_DEFAULTS if gpt2 else OPENAI_DEFAULTS), **hf}
         for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
@@ -94,6 +120,18 @@ class GPTConverter(Converter):
         return config_from_dict(GPTConfig, values, source)
 
     def config_to_hf(self, config: GPTConfig) -> dict[str, Any]:
+        """``config.json`` with ``model_type`` and ``architectures``; a PLMError if HF has no equivalent.
+
+        Args:
+            config: the plm config.
+
+        Returns:
+            The contents of ``config.json``.
+
+        Raises:
+            PLMError: a config between GPT-1 and GPT-2, an activation HF's model lacks, or a GPT-1 whose
+                ``ffn_dim`` is not 4 * dim.
+        """
         gpt2 = is_gpt2(config)
         activations = GPT2_ACTIVATIONS if gpt2 else OPENAI_ACTIVATIONS
         activation = next((hf for hf, plm in activations.items() if plm == config.activation), None)
@@ -128,6 +166,20 @@ class GPTConverter(Converter):
         }
 
     def weights_from_hf(self, weights: HFWeights, config: GPTConfig) -> dict[str, torch.Tensor]:
+        """The plm state dict from HF tensors; takes (or discards) every tensor it understands.
+
+        Conv1D weights are transposed to ``nn.Linear``'s layout; a saved ``lm_head`` must equal the token embedding.
+
+        Args:
+            weights: the checkpoint's tensors.
+            config: the plm config.
+
+        Returns:
+            The plm state dict.
+
+        Raises:
+            PLMError: a tensor missing, or an ``lm_head`` that differs from the token embedding.
+        """
         weights.strip_prefix("transformer.")  # GPT2LMHeadModel has it, GPT2Model not
         weights.discard(r"h\.\d+\.attn\.(bias|masked_bias)")  # causal-mask buffers of older checkpoints
         state = {}
@@ -140,11 +192,30 @@ class GPTConverter(Converter):
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+        """HF tensors, named as ``save_pretrained`` names them (``transformer.`` prefix), from a plm state dict.
+
+        Args:
+            state: the plm state dict.
+            config: the plm config.
+
+        Returns:
+            The tensors by Hugging Face name, Conv1D weights transposed.
+        """
         return {f"transformer.{hf}": state[plm].t() if conv1d else state[plm] for hf, plm, conv1d in name_pairs(config)}
 
 
 def is_gpt2(config: GPTConfig) -> bool:
-    """GPT-2 is pre-LN with a final norm, GPT-1 post-LN without one; HF has nothing in between."""
+    """Whether ``config`` is GPT-2's kind: GPT-2 is pre-LN with a final norm, GPT-1 post-LN without one.
+
+    Args:
+        config: the plm config.
+
+    Returns:
+        True for GPT-2, False for GPT-1.
+
+    Raises:
+        PLMError: a config between the two, which HF has no model for.
+    """
     if config.norm_first != config.final_norm:
         raise PLMError(
             f"a GPT with norm_first={config.norm_first} and final_norm={config.final_norm} has no Hugging Face "
@@ -154,7 +225,17 @@ def is_gpt2(config: GPTConfig) -> bool:
 
 
 def name_pairs(config: GPTConfig) -> list[tuple[str, str, bool]]:
-    """(HF name without ``transformer.``, plm name, whether the HF weight is a transposed Conv1D one)."""
+    """(HF name without ``transformer.``, plm name, whether the HF weight is a transposed Conv1D one).
+
+    Args:
+        config: the plm config.
+
+    Returns:
+        The triples, one per tensor.
+
+    Raises:
+        PLMError: a config between GPT-1 and GPT-2.
+    """
     gpt2 = is_gpt2(config)
     pairs = [
         ("wte.weight" if gpt2 else "tokens_embed.weight", "token_embedding.weight", False),

@@ -36,7 +36,18 @@ HF_HEAD_LAYERS = {CLASSIFY: "classifier", TAG: "classifier", SPAN: "qa_outputs",
 
 @dataclass(frozen=True)
 class Layout:
-    """How one model_type's task checkpoints are laid out."""
+    """How one model_type's task checkpoints are laid out.
+
+    Attributes:
+        prefix: the prefix of the backbone's tensors (``bert.``, ``transformer.``, ...).
+        bare: the architecture of the backbone alone.
+        classes: plm task -> HF class.
+        dropout_field: the head's dropout in ``config.json`` (None there: ``hidden_dropout_prob``); None: the
+            head has no dropout.
+        pooling: "cls" or "last".
+        pooler: what classify and choice read [CLS] through: the "backbone"'s pooler, an "own" one, or None.
+        score: the classifier is ``score``, without bias (GPT).
+    """
 
     prefix: str  # of the backbone's tensors
     bare: str  # the architecture of the backbone alone
@@ -47,14 +58,38 @@ class Layout:
     score: bool = False  # the classifier is ``score``, without bias (GPT)
 
     def own_pooler(self, task: str) -> bool:
-        """Whether the task model has a pooler of its own (DeBERTa's ContextPooler) for ``task``."""
+        """Whether the task model has a pooler of its own (DeBERTa's ContextPooler) for ``task``.
+
+        Args:
+            task: the plm task.
+
+        Returns:
+            True when it has one.
+        """
         return self.pooler == "own" and task == CLASSIFY
 
     def head_layer(self, task: str) -> str:
+        """The HF name of the head layer for ``task``: ``score`` for GPT, else ``classifier`` or ``qa_outputs``.
+
+        Args:
+            task: the plm task.
+
+        Returns:
+            The layer's name.
+        """
         return "score" if self.score else HF_HEAD_LAYERS[task]
 
 
 def classes(name: str, tasks: tuple[str, ...]) -> dict[str, str]:
+    """The HF task classes of a family, as transformers names them: ``{name}For{Task}``.
+
+    Args:
+        name: the class names' stem (``Bert``, ``GPT2``, ...).
+        tasks: the plm tasks the family has a class for.
+
+    Returns:
+        plm task -> HF class.
+    """
     suffixes = {
         CLASSIFY: "SequenceClassification",
         TAG: "TokenClassification",
@@ -87,6 +122,7 @@ TASK_OF = {  # HF class -> (model_type, plm task)
 
 @register
 class TaskConverter(Converter):
+    """Task models, whatever their backbone: the ``XFor{Task}`` classes of :data:`TASK_OF`."""
     family = "task"
     model_types = ()
     claims = tuple(TASK_OF)
@@ -94,6 +130,19 @@ class TaskConverter(Converter):
     # Configs --------------------------------------------------------------------------
 
     def config_from_hf(self, hf: dict[str, Any], source: str) -> TaskConfig:
+        """The plm task config of a task checkpoint's ``config.json``; the backbone's by the family's converter.
+
+        Args:
+            hf: the contents of ``config.json``.
+            source: the file, for the error messages.
+
+        Returns:
+            The task config.
+
+        Raises:
+            PLMError: a class of another model_type, a backbone the family's converter refuses, bad labels
+                (a span head's other than 2), or a DeBERTa pooler plm cannot be.
+        """
         model_type, task = TASK_OF[hf["architectures"][0]]
         if hf["model_type"] != model_type:
             raise PLMError(f"{source}: architecture {hf['architectures'][0]} with model_type {hf['model_type']!r}")
@@ -126,7 +175,19 @@ class TaskConverter(Converter):
 
     @staticmethod
     def context_pooler(hf: dict[str, Any], dim: int, source: str) -> str:
-        """The activation of DeBERTa's ContextPooler; what plm's pooler cannot be is an error."""
+        """The activation of DeBERTa's ContextPooler; what plm's pooler cannot be is an error.
+
+        Args:
+            hf: the contents of ``config.json``.
+            dim: the backbone's hidden size.
+            source: the file, for the error messages.
+
+        Returns:
+            "gelu", "tanh" or "relu".
+
+        Raises:
+            PLMError: a pooler size other than the hidden size, pooler dropout, or another activation.
+        """
         if hf.get("pooler_hidden_size", dim) != dim:
             raise PLMError(
                 f"{source}: pooler_hidden_size {hf['pooler_hidden_size']} != hidden_size is not supported by plm"
@@ -141,6 +202,18 @@ class TaskConverter(Converter):
         return activation
 
     def config_to_hf(self, config: TaskConfig) -> dict[str, Any]:
+        """``config.json`` of the task class, the backbone's fields by the family's converter.
+
+        Args:
+            config: the task config.
+
+        Returns:
+            The contents of ``config.json``, with the labels, the head's dropout and its pooler.
+
+        Raises:
+            PLMError: a backbone family without task checkpoints, a backbone config Hugging Face cannot express, or a
+                task model Hugging Face's class does not compute.
+        """
         head, layout = config.head, self.layout(config)
         self.check_equivalent(config, layout)
         backbone_hf = BY_FAMILY[config.backbone_family].config_to_hf(self.bare_backbone(config, layout))
@@ -164,12 +237,28 @@ class TaskConverter(Converter):
 
     @staticmethod
     def bare_backbone(config: TaskConfig, layout: Layout) -> Any:
-        """The backbone config that the family converter writes as the bare architecture (BertModel has a pooler)."""
+        """The backbone config that the family converter writes as the bare architecture (BertModel has a pooler).
+
+        Args:
+            config: the task config.
+            layout: its model_type's layout.
+
+        Returns:
+            The backbone config.
+        """
         return dataclasses.replace(config.backbone, pooler=True) if layout.pooler == "backbone" else config.backbone
 
     @staticmethod
     def check_equivalent(config: TaskConfig, layout: Layout) -> None:
-        """A PLMError unless Hugging Face's class computes what this task model computes."""
+        """Raise a PLMError unless Hugging Face's class computes what this task model computes.
+
+        Args:
+            config: the task config.
+            layout: its model_type's layout.
+
+        Raises:
+            PLMError: no class for the task, or a difference in pooling, bias, pooler, dropout or pair order.
+        """
         head = config.head
         if head.task not in layout.classes:
             known = ", ".join(layout.classes.values())
@@ -202,7 +291,15 @@ class TaskConverter(Converter):
 
     @staticmethod
     def head_pairs(config: TaskConfig, layout: Layout) -> list[tuple[str, str]]:
-        """(HF name, plm name) of the head's tensors (and of the task model's own pooler)."""
+        """(HF name, plm name) of the head's tensors (and of the task model's own pooler).
+
+        Args:
+            config: the task config.
+            layout: its model_type's layout.
+
+        Returns:
+            The name pairs.
+        """
         hf, plm = layout.head_layer(config.head.task), HEAD_LAYERS[config.head.task]
         kinds = ("weight", "bias") if config.head.bias else ("weight",)
         pairs = [(f"{hf}.{kind}", f"{plm}.{kind}") for kind in kinds]
@@ -212,17 +309,52 @@ class TaskConverter(Converter):
 
     @staticmethod
     def layout(config: TaskConfig) -> Layout:
+        """The layout of the task checkpoints of ``config``'s backbone.
+
+        Args:
+            config: the task config.
+
+        Returns:
+            The layout.
+
+        Raises:
+            PLMError: a backbone family without task checkpoints in Hugging Face.
+        """
         model_type = BY_FAMILY[config.backbone_family].model_type(config.backbone)
         if model_type not in LAYOUTS:
             raise PLMError(f"plm has no Hugging Face format for {config.backbone_family} task models")
         return LAYOUTS[model_type]
 
     def weights_from_hf(self, weights: HFWeights, config: TaskConfig) -> dict[str, torch.Tensor]:
+        """The plm state dict from HF tensors: the head's, and the backbone's by the family's converter.
+
+        Args:
+            weights: the checkpoint's tensors.
+            config: the task config.
+
+        Returns:
+            The plm state dict, the backbone's under ``backbone.``.
+
+        Raises:
+            PLMError: a tensor missing, or one the family's converter refuses.
+        """
         state = {plm: weights.take(hf) for hf, plm in self.head_pairs(config, self.layout(config))}
         backbone = BY_FAMILY[config.backbone_family].weights_from_hf(weights, config.backbone)
         return {**state, **{f"backbone.{name}": tensor for name, tensor in backbone.items()}}
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: TaskConfig) -> dict[str, torch.Tensor]:
+        """HF tensors, named as ``save_pretrained`` names them, from a plm state dict.
+
+        Args:
+            state: the plm state dict.
+            config: the task config.
+
+        Returns:
+            The tensors by Hugging Face name: the backbone's under the layout's prefix, and the head's.
+
+        Raises:
+            PLMError: a backbone family without task checkpoints in Hugging Face.
+        """
         layout = self.layout(config)
         backbone_state = {
             name.removeprefix("backbone."): t for name, t in state.items() if name.startswith("backbone.")
@@ -234,7 +366,19 @@ class TaskConverter(Converter):
 
 
 def label_names(hf: dict[str, Any], source: str) -> tuple[str, ...]:
-    """The labels of ``id2label`` in id order, else ``num_labels`` of them as transformers names them, else 2."""
+    """The labels of ``id2label`` in id order, else ``num_labels`` of them as transformers names them, else 2.
+
+    Args:
+        hf: the contents of ``config.json``.
+        source: the file, for the error messages.
+
+    Returns:
+        The label names.
+
+    Raises:
+        PLMError: a ``num_labels`` that is not a positive integer, or an ``id2label`` that is not a non-empty
+            object numbering the labels from 0.
+    """
     id2label = hf.get("id2label")
     if id2label is None:
         count = hf.get("num_labels", 2)
@@ -253,5 +397,12 @@ def label_names(hf: dict[str, Any], source: str) -> tuple[str, ...]:
 
 
 def default_names(count: int) -> tuple[str, ...]:
-    """What transformers calls labels that were given no names."""
+    """What transformers calls labels that were given no names.
+
+    Args:
+        count: the number of labels.
+
+    Returns:
+        ``LABEL_0``, ``LABEL_1``, ...
+    """
     return tuple(f"LABEL_{i}" for i in range(count))

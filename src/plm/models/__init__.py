@@ -29,7 +29,18 @@ RECIPES: dict[str, PretrainingRecipe] = {model.family: module.RECIPE for model, 
 
 
 def preset_config(name: str, **overrides: Any) -> Any:
-    """The config of preset ``name``, with fields replaced by ``overrides``."""
+    """The config of preset ``name``, with fields replaced by ``overrides``.
+
+    Args:
+        name: a key of :data:`PRESETS`.
+        **overrides: config fields to replace.
+
+    Returns:
+        The config.
+
+    Raises:
+        PLMError: an unknown preset, or a field the preset's config does not have.
+    """
     if name not in PRESETS:
         raise PLMError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(PRESETS[name])})
@@ -39,6 +50,17 @@ def preset_config(name: str, **overrides: Any) -> Any:
 
 
 def model_class(config: Any) -> type[PretrainedModel]:
+    """The model class of the family that ``config`` belongs to.
+
+    Args:
+        config: a family's config.
+
+    Returns:
+        The class.
+
+    Raises:
+        PLMError: a config no family takes.
+    """
     for model in FAMILIES.values():
         if isinstance(config, model.config_class):
             return model
@@ -46,12 +68,33 @@ def model_class(config: Any) -> type[PretrainedModel]:
 
 
 def from_config(config: Any) -> PretrainedModel:
-    """A freshly initialised model of the family that ``config`` belongs to."""
+    """A freshly initialised model of the family that ``config`` belongs to.
+
+    Args:
+        config: a family's config.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: a config no family takes.
+    """
     return model_class(config)(config)
 
 
 def from_preset(name: str, **overrides: Any) -> PretrainedModel:
-    """A freshly initialised model from a named preset; works under ``torch.device("meta")``."""
+    """A freshly initialised model from a named preset; works under ``torch.device("meta")``.
+
+    Args:
+        name: a key of :data:`PRESETS`.
+        **overrides: config fields to replace.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: an unknown preset, or a field its config does not have.
+    """
     return from_config(preset_config(name, **overrides))
 
 

@@ -36,7 +36,18 @@ SHARING = ("all", "attention", "ffn", "none")
 
 @dataclass(frozen=True)
 class AlbertConfig(EncoderConfig):
-    """ALBERT-base by default; see :class:`EncoderConfig` for the fields they share."""
+    """ALBERT-base by default; see :class:`EncoderConfig` for the fields they share.
+
+    ALBERT's defaults differ from BERT's in the vocabulary (30,000), the embedding size (128), GELU's tanh
+    approximation and no dropout. An unknown ``sharing``, groups below 1, groups with another sharing than
+    "all", or more hidden groups than layers are a PLMError.
+
+    Attributes:
+        sharing: what the layers share: "all" (whole blocks), "attention", "ffn" or "none".
+        hidden_groups: with "all", the groups of shared blocks spread over the layers (Hugging Face's
+            ``num_hidden_groups``).
+        inner_group_layers: the blocks of each group (Hugging Face's ``inner_group_num``).
+    """
 
     vocab_size: int = 30000
     embedding_dim: int | None = 128
@@ -97,6 +108,13 @@ RECIPE = PretrainingRecipe(
 
 
 class Albert(Encoder[AlbertConfig]):
+    """ALBERT: the encoder with factorized embeddings and blocks shared across layers (family ``albert``).
+
+    A module shared by several blocks is saved under its first name only, and loading fills in the others.
+
+    Args:
+        config: the model's config.
+    """
     family = "albert"
     config_class = AlbertConfig
 
@@ -109,7 +127,11 @@ class Albert(Encoder[AlbertConfig]):
             self.register_load_state_dict_pre_hook(fill_aliases)
 
     def aliases(self) -> dict[str, str]:
-        """Later name -> first name of each shared tensor (parameters, and the buffers of int8 layers)."""
+        """Later name -> first name of each shared tensor (parameters, and the buffers of int8 layers).
+
+        Returns:
+            The aliases; empty without sharing.
+        """
         first: dict[int, str] = {}
         aliases = {}
         named = [*self.named_parameters(remove_duplicate=False), *self.named_buffers(remove_duplicate=False)]
@@ -121,6 +143,14 @@ class Albert(Encoder[AlbertConfig]):
         return aliases
 
     def build_blocks(self, config: AlbertConfig) -> nn.ModuleList:
+        """The distinct blocks: one per group and inner layer with "all"; else one per layer, sharing a sub-layer.
+
+        Args:
+            config: the model's config.
+
+        Returns:
+            The blocks.
+        """
         if config.sharing == "all":
             count = config.hidden_groups * config.inner_group_layers
             return nn.ModuleList(TransformerBlock(config.block) for _ in range(count))
@@ -137,6 +167,13 @@ class Albert(Encoder[AlbertConfig]):
         )
 
     def layers(self) -> nn.ModuleList | Sequence[nn.Module]:
+        """The blocks in the order they run: with "all", each layer step runs its group's inner blocks.
+
+        Group g runs for steps g * layers / hidden_groups onwards.
+
+        Returns:
+            The blocks, shared ones repeated.
+        """
         config = self.config
         if config.sharing != "all":
             return self.blocks
@@ -146,11 +183,27 @@ class Albert(Encoder[AlbertConfig]):
 
 
 def drop_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, metadata: Any) -> None:
+    """State-dict hook: leave out the later names of shared tensors.
+
+    Args:
+        model: the model.
+        state: the state dict being saved, changed in place.
+        prefix: the model's prefix in it.
+        metadata: the state dict's metadata (unused).
+    """
     for alias in model.aliases():
         state.pop(prefix + alias, None)
 
 
 def fill_aliases(model: Albert, state: dict[str, torch.Tensor], prefix: str, *args: Any) -> None:
+    """Load-state-dict pre-hook: give each later name of a shared tensor the tensor saved under its first.
+
+    Args:
+        model: the model.
+        state: the state dict being loaded, changed in place.
+        prefix: the model's prefix in it.
+        *args: the hook's other arguments (unused).
+    """
     for alias, name in model.aliases().items():
         if prefix + name in state:
             state[prefix + alias] = state[prefix + name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, cast
 
@@ -14,6 +14,7 @@ from torch import nn
 from plm.core import KVCache, TransformerBlock
 from plm.decoding.generation import generate
 from plm.decoding.interface import DecodingRequest
+from plm.decoding.static_step import StaticStep
 from plm.errors import PLMError, with_article
 
 
@@ -187,6 +188,8 @@ class CausalState:
     forward: Callable[..., Any]  # the model, or the model under torch.compile
     cache: list[KVCache] | None  # None: every step recomputes the whole history
     mask: torch.Tensor | None  # (batch, max_length), 0 at the prompt's left padding; None without padding
+    cuda_graph: bool = False  # one-token steps over a static cache, replayed as a CUDA graph on a GPU
+    static: StaticStep | None = None  # made at the first one-token step when cuda_graph is set
 
 
 class CausalLM(PretrainedModel):
@@ -242,7 +245,8 @@ class CausalLM(PretrainedModel):
             mask[:, :prompt_length] = prompt_mask
         cache = self.new_cache(batch, max_length) if request.use_cache else None
         # compiled code is cached with the model's forward, so later calls reuse it
-        return CausalState(torch.compile(self) if request.compile else self, cache, mask)
+        return CausalState(torch.compile(self) if request.compile else self, cache, mask,
+                           request.cuda_graph and cache is not None)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
         """The next-token logits after ``history``, reading only the tokens the cache has not seen yet.
@@ -255,9 +259,30 @@ class CausalLM(PretrainedModel):
             The (batch, vocab) next-token logits, and the state (its cache now holds ``history``).
         """
         start = state.cache[0].length if state.cache is not None else 0
+        if state.cuda_graph and state.cache is not None and start > 0 and history.shape[1] == start + 1:
+            if state.static is None:
+                on_gpu = self.device.type == "cuda"
+                state.static = StaticStep(self.one_token_step, state.cache, state.mask, graph=on_gpu)
+            return state.static(history[:, start:], start), state
         mask = state.mask[:, : history.shape[1]] if state.mask is not None else None
         logits = state.forward(history[:, start:], mask, cache=state.cache, num_logits=1).logits[:, -1]
         return logits, state
+
+    def one_token_step(
+        self, token: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor, cache: Sequence[KVCache]
+    ) -> torch.Tensor:
+        """The (batch, vocab) logits after ``token`` (batch, 1) over static caches (:class:`StaticStep`).
+
+        Args:
+            token: (batch, 1) each row's newest token.
+            mask: (batch, max_length) 1 where a position holds a real token.
+            position_ids: (batch, 1) the token's position.
+            cache: the static caches, one per layer.
+
+        Returns:
+            The next token's logits.
+        """
+        return self(token, mask, position_ids=position_ids, cache=cache, num_logits=1).logits[:, -1]
 
     def reorder_state(self, state: CausalState, order: torch.Tensor) -> CausalState:
         """The state whose row i is row ``order[i]`` of ``state`` (its caches and padding mask).
@@ -269,7 +294,7 @@ class CausalLM(PretrainedModel):
         Returns:
             The reordered state.
         """
-        return CausalState(
+        return CausalState(  # dynamic caches again: beam search's steps change their rows
             state.forward,
             [layer.reorder(order) for layer in state.cache] if state.cache is not None else None,
             state.mask.index_select(0, order) if state.mask is not None else None,

@@ -43,5 +43,6 @@ RECIPE = PretrainingRecipe(
 
 
 class Bert(Encoder):
+    """BERT: the encoder of :mod:`plm.models.encoder` with BERT's config (family ``bert``)."""
     family = "bert"
     config_class = BertConfig

@@ -51,11 +51,17 @@ MASK_DECODER_STEPS = 2  # n in the paper: passes through the shared last block
 class DebertaConfig(EncoderConfig):
     """DeBERTa-base by default; see :class:`EncoderConfig` for the fields it shares with BERT.
 
-    ``position_terms``: which of "c2p" and "p2c" the attention adds to content-to-content;
-    none gives plain attention. ``max_relative_positions`` is k: distances are clipped
-    to [-k, k). ``p2c_distance``: "released" or "paper" (see the module docstring).
-    ``enhanced_mask_decoder``: feed the MLM head through the EMD (only with an MLM head).
-    ``absolute_positions`` is Hugging Face's ``position_biased_input``.
+    DeBERTa's defaults differ from BERT's in the vocabulary (50,265), no segments, no absolute positions at
+    the input (``absolute_positions`` is Hugging Face's ``position_biased_input``), LayerNorm eps 1e-7 and no
+    pooler. An unknown position term or ``p2c_distance``, a ``max_relative_positions`` below 1, or an
+    ``embedding_dim`` other than None are a PLMError.
+
+    Attributes:
+        max_relative_positions: k: distances are clipped to [-k, k).
+        position_terms: which of "c2p" and "p2c" the attention adds to content-to-content; none gives plain
+            attention.
+        p2c_distance: "released" or "paper" (see the module docstring).
+        enhanced_mask_decoder: feed the MLM head through the EMD (only with an MLM head).
     """
 
     vocab_size: int = 50265
@@ -84,6 +90,7 @@ class DebertaConfig(EncoderConfig):
 
     @property
     def uses_mask_decoder(self) -> bool:
+        """Whether the model builds the enhanced mask decoder: asked for, and with an MLM head."""
         return self.enhanced_mask_decoder and "mlm" in self.pretraining_heads
 
 
@@ -120,6 +127,15 @@ class DisentangledAttention(MultiHeadAttention):
     As in the released model, ``in_proj`` (W_q,c, W_k,c, W_v,c) has no bias; queries
     and values have biases of their own, keys none. ``position_key_proj`` is W_k,r
     (c2p) and ``position_query_proj`` W_q,r (p2c); only the switched-on terms exist and run.
+
+    Args:
+        dim: the hidden size.
+        heads: the attention heads.
+        max_relative_positions: k, the relative distances told apart.
+        position_terms: which of "c2p" and "p2c" to add.
+        p2c_distance: "released" or "paper".
+        dropout: the dropout on the attention weights.
+        position_dropout: the dropout on the relative position embeddings.
     """
 
     def __init__(
@@ -155,13 +171,33 @@ class DisentangledAttention(MultiHeadAttention):
     ) -> torch.Tensor:
         """Queries from ``x``; keys and values from ``context`` (the EMD) or ``x``.
 
-        ``relative_embeddings`` P (2k, dim), the model's one table, comes in ``options``.
+        Args:
+            x: (B, T, dim), or the (tokens, dim) real tokens with ``packing`` in ``options``.
+            mask: boolean (B, 1, T or 1, S), True where a query may attend; or None.
+            context: (B, S, dim) the keys' and values' input, or None for ``x``.
+            **options (torch.Tensor): :class:`plm.core.MultiHeadAttention`'s further inputs, and
+                ``relative_embeddings`` P (2k, dim), the model's one table.
+
+        Returns:
+            The attention's output, shaped as ``x``.
+
+        Raises:
+            PLMError: position terms without ``relative_embeddings``.
         """
         return super().forward(x, mask, memory=context, **options)
 
     def project(
         self, x: torch.Tensor, memory: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The content queries, keys and values, with the query and value biases added.
+
+        Args:
+            x: (B, T, dim), the queries' input.
+            memory: (B, S, dim), the keys' and values' input, or None for ``x``.
+
+        Returns:
+            Queries (B, T, dim), keys and values (B, S, dim).
+        """
         queries, keys, values = super().project(x, memory)
         return queries + self.query_bias, keys, values + self.value_bias
 
@@ -178,6 +214,20 @@ class DisentangledAttention(MultiHeadAttention):
 
         ``mask`` (B, 1, T or 1, S) must let every query row attend somewhere, as
         :func:`plm.core.build_attention_mask` guarantees, so that no row is all -inf.
+
+        Args:
+            queries: (B, H, T, hd).
+            keys: (B, H, S, hd).
+            values: (B, H, S, hd).
+            mask: boolean (B, 1, T or 1, S), True where a query may attend; or None.
+            is_causal: mask the future (no position terms only).
+            relative_embeddings: P (2k, dim), needed with position terms.
+
+        Returns:
+            (B, H, T, hd).
+
+        Raises:
+            PLMError: position terms without ``relative_embeddings``.
         """
         queries = queries / self.scale
         if not self.position_terms:
@@ -199,6 +249,14 @@ class DisentangledAttention(MultiHeadAttention):
         score (i, j) the one at the pair's distance: with a strided view when no distance
         is clipped (:meth:`unclipped_position_scores`), else with a gather, as the
         released code does.
+
+        Args:
+            queries: (B, H, T, hd), already divided by the scale.
+            keys: (B, H, S, hd).
+            relative_embeddings: P (2k, dim).
+
+        Returns:
+            (B, H, T, S) scores.
         """
         batch, heads, query_length, _ = queries.shape
         key_length = keys.shape[2]
@@ -239,6 +297,14 @@ class DisentangledAttention(MultiHeadAttention):
         view instead of gathering, which saves the (B, H, T, S) copies, the index tensors
         and the scatter of the gather's backward. Reversing the table's rows turns a
         distance i - j into a column that grows with j.
+
+        Args:
+            queries: (B, H, T, hd), already divided by the scale.
+            keys: (B, H, T, hd).
+            table: (2span, dim), the rows of P for distances -span .. span - 1.
+
+        Returns:
+            (B, H, T, T) scores.
         """
         span = queries.shape[2]
         reversed_table = table.flip(0)  # row r: distance span - 1 - r
@@ -266,6 +332,13 @@ def diagonals(products: torch.Tensor, offset: int) -> torch.Tensor:
     One row down and one column left in ``products`` is W - 1 elements further in
     memory, so the result is ``products`` read with row stride W - 1: a view, no copy
     (Transformer-XL's "relative shift"). Needs 0 <= b - a + offset < W for all a, b < A.
+
+    Args:
+        products: (..., A, W).
+        offset: the column of ``out[..., 0, 0]``.
+
+    Returns:
+        The (..., A, A) view (of a contiguous copy, if ``products`` was not contiguous).
     """
     products = products.contiguous()
     *batch, rows, width = products.shape
@@ -291,6 +364,14 @@ def position_term_values(config: DebertaConfig, batch: int, block: int) -> float
     Not kept: the products on the unclipped path (the strided view that picks from them
     needs no values in backward), and the (B, H, T, T) sum of the terms, which reaches
     SDPA as a bias whose keeping is the kernel's (``ExtraActivations.score_bias``).
+
+    Args:
+        config: the model's config.
+        batch: B, the sequences of a step.
+        block: T, the tokens of each.
+
+    Returns:
+        The values per token; 0 without position terms.
     """
     terms = len(config.position_terms)
     if not terms:
@@ -307,11 +388,18 @@ def position_term_values(config: DebertaConfig, batch: int, block: int) -> float
 
 
 def position_tables(config: DebertaConfig, clipped: bool) -> int:
-    """How many (2span, dim) tables a pass keeps: the position dropout's noise and each arrangement of P's rows read.
+    """How many (2span, dim) tables a pass keeps: the position dropout's noise and each arrangement of P's rows.
 
     Unclipped, c2p (and the paper's p2c) project P's rows reversed (a copy, by ``flip``),
     the released p2c projects them in order; clipped, both read them in order. Without
     position dropout the rows in order are a view of the parameter: nothing new.
+
+    Args:
+        config: the model's config.
+        clipped: the block is longer than k, so distances are clipped.
+
+    Returns:
+        The number of tables.
     """
     dropped = config.dropout > 0
     orders = {"in order"} if clipped else {
@@ -321,7 +409,14 @@ def position_tables(config: DebertaConfig, clipped: bool) -> int:
 
 
 def gather_indices(config: DebertaConfig) -> set[str]:
-    """The distinct (T, S) distance tensors that clipped position terms gather with."""
+    """The distinct (T, S) distance tensors that clipped position terms gather with.
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        Their names: "delta(i, j)" and, for the paper's p2c, "delta(j, i)".
+    """
     return {"delta(j, i)" if term == "p2c" and config.p2c_distance == "paper" else "delta(i, j)"
             for term in config.position_terms}
 
@@ -333,6 +428,10 @@ class EnhancedMaskDecoder(nn.Module):
     absolute position table P_abs. As the paper describes it, H is the encoder's output;
     microsoft/DeBERTa's pretraining code instead feeds the last block's input and uses
     the EMD in place of that block.
+
+    Args:
+        context_length: the positions of P_abs.
+        dim: the hidden size.
     """
 
     def __init__(self, context_length: int, dim: int) -> None:
@@ -347,7 +446,21 @@ class EnhancedMaskDecoder(nn.Module):
         position_ids: torch.Tensor,
         attention_inputs: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        """hidden: (B, T, dim) encoder output -> (B, T, dim) input of the MLM head."""
+        """hidden: (B, T, dim) encoder output -> (B, T, dim) input of the MLM head.
+
+        Args:
+            hidden: (B, T, dim), the encoder's output H.
+            block: the encoder's last block.
+            mask: the encoder's attention mask, or None.
+            position_ids: (B, T) absolute positions.
+            attention_inputs: the block's attention inputs (the relative position embeddings).
+
+        Returns:
+            (B, T, dim).
+
+        Raises:
+            PLMError: a sequence longer than P_abs.
+        """
         check_context(hidden.shape[1], self.positions.max_positions)
         queries = hidden + self.positions(position_ids)
         for _ in range(MASK_DECODER_STEPS):
@@ -356,6 +469,11 @@ class EnhancedMaskDecoder(nn.Module):
 
 
 class Deberta(Encoder[DebertaConfig]):
+    """DeBERTa: the encoder with disentangled attention and the enhanced mask decoder (family ``deberta``).
+
+    Args:
+        config: the model's config.
+    """
     family = "deberta"
     config_class = DebertaConfig
 
@@ -376,6 +494,15 @@ class Deberta(Encoder[DebertaConfig]):
         the encoder output H they take keys and values from stays for their backward. Every
         pass's attention keeps what :func:`position_term_values` counts, and hands SDPA
         c2p + p2c as a (B, H, T, T) score bias that needs a gradient.
+
+        Args:
+            config: the model's config.
+            batch: the sequences of a step.
+            block: the tokens of each.
+            device: "cpu" or "cuda" (the count is the same on both).
+
+        Returns:
+            What the model keeps beyond the core blocks.
         """
         decoder = MASK_DECODER_STEPS if config.uses_mask_decoder else 0
         return ExtraActivations(
@@ -386,6 +513,14 @@ class Deberta(Encoder[DebertaConfig]):
         )
 
     def build_attention(self, config: DebertaConfig) -> DisentangledAttention:
+        """A block's :class:`DisentangledAttention`, its position dropout the model's dropout.
+
+        Args:
+            config: the model's config.
+
+        Returns:
+            The attention module.
+        """
         return DisentangledAttention(
             config.dim,
             config.heads,
@@ -397,6 +532,14 @@ class Deberta(Encoder[DebertaConfig]):
         )
 
     def attention_inputs(self, step: EncoderPass) -> dict[str, torch.Tensor]:
+        """The relative position embeddings P, which every block's attention reads.
+
+        Args:
+            step: the pass.
+
+        Returns:
+            ``relative_embeddings`` (2k, dim); none without position terms.
+        """
         if self.relative_embeddings is None:
             return {}
         return {"relative_embeddings": self.relative_embeddings.weight}
@@ -404,6 +547,19 @@ class Deberta(Encoder[DebertaConfig]):
     def predict_masked(
         self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None
     ) -> torch.Tensor:
+        """MLM logits, through the enhanced mask decoder when the model has one.
+
+        Args:
+            hidden: (B, T, dim) final hidden states.
+            step: the pass.
+            masked_positions: (B, T) bool, or None for every position.
+
+        Returns:
+            Logits (B, T, V), or (n_masked, V).
+
+        Raises:
+            PLMError: a sequence longer than the decoder's positions.
+        """
         if self.mask_decoder is not None:
             last_block = self.layers()[-1]
             hidden = self.mask_decoder(hidden, last_block, step.mask, step.position_ids, self.attention_inputs(step))

@@ -39,12 +39,25 @@ PAPER_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 10
 
 @dataclass(frozen=True)
 class ElmoConfig:
-    """The biLM's shape. ``filters`` are (width, count) pairs of the char-CNN.
+    """The biLM's shape; the defaults are the paper's (AllenNLP's "original").
 
-    ``context_length`` only bounds the training sequences (``--block-size``); the LSTMs
-    read sentences of any length. ``adaptive_cutoffs`` switch the full softmax for
-    ``nn.AdaptiveLogSoftmaxWithLoss`` with those cluster boundaries (word ids run from
-    the most frequent word down, as it needs).
+    Sizes below 1, negative highway layers, filters outside (width 1..MAX_CHARACTERS, count >= 1), an
+    ``lstm_dim`` not above ``projection_dim``, or cutoffs that do not increase within the vocabulary are a
+    PLMError.
+
+    Attributes:
+        vocab_size: the words the softmax predicts (the 1B Word Benchmark's by default).
+        context_length: only bounds the training sequences (``--block-size``); the LSTMs read sentences of any
+            length.
+        char_dim: the width of the character embeddings.
+        filters: (width, count) pairs of the char-CNN.
+        highway_layers: the highway layers after the char-CNN.
+        projection_dim: the width of the token representation and of the LSTMs' projected states.
+        lstm_dim: the LSTMs' units.
+        layers: L, the LSTM layers of each direction.
+        dropout: the dropout on the LSTMs' inputs and before the softmax.
+        adaptive_cutoffs: switch the full softmax for ``nn.AdaptiveLogSoftmaxWithLoss`` with those cluster
+            boundaries (word ids run from the most frequent word down, as it needs); empty: the full softmax.
     """
 
     vocab_size: int = 793471  # the 1B Word Benchmark's
@@ -105,7 +118,14 @@ RECIPE = PretrainingRecipe(
 
 
 class Highway(nn.Module):
-    """y = g * x + (1 - g) * relu(W x), g = sigmoid(W_g x), per layer (Srivastava et al., 2015)."""
+    """y = g * x + (1 - g) * relu(W x), g = sigmoid(W_g x), per layer (Srivastava et al., 2015).
+
+    The gates' biases start at 1, toward carrying x through.
+
+    Args:
+        dim: the width of x.
+        layers: the highway layers.
+    """
 
     def __init__(self, dim: int, layers: int) -> None:
         super().__init__()
@@ -115,6 +135,14 @@ class Highway(nn.Module):
         self.layers = nn.ModuleList(linears)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the highway layers.
+
+        Args:
+            x: (..., dim).
+
+        Returns:
+            (..., dim).
+        """
         for layer in self.layers:
             transformed, gate = layer(x).chunk(2, dim=-1)
             gate = torch.sigmoid(gate)
@@ -129,6 +157,9 @@ class CharacterCNN(nn.Module):
     in the batch is encoded once and copied to its positions: in a 16 x 20 training
     batch of WikiText-2 about 45% of the words are repeats ("the", ",", "."), and
     encoding them again took a sixth of a step.
+
+    Args:
+        config: the biLM's config (character width, filters, highway layers, projection).
     """
 
     def __init__(self, config: ElmoConfig) -> None:
@@ -142,6 +173,14 @@ class CharacterCNN(nn.Module):
         self.projection = nn.Linear(width, config.projection_dim)
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        """Embed each word from its characters: convolutions max-pooled over the word, highway, projection.
+
+        Args:
+            chars: (batch, words, chars) character ids, padding :data:`plm.tokenization.characters.PADDING`.
+
+        Returns:
+            (batch, words, projection_dim).
+        """
         batch, words, _ = chars.shape
         # Windows past the longest word plus the widest filter are all padding and so are those just before
         # them: cutting them off leaves every max the same and saves most of the work (words are short).
@@ -161,6 +200,13 @@ def convolve(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     The same numbers as ``conv(x.transpose(1, 2)).transpose(1, 2)``, several times
     faster on the CPU for these few input channels. Max-pooling comes next, then the
     relu (the same as relu first: it is monotone).
+
+    Args:
+        x: (N, chars, dim) character embeddings.
+        conv: the convolution, with a bias.
+
+    Returns:
+        (N, chars - width + 1, filters).
     """
     count, dim, width = conv.weight.shape
     assert conv.bias is not None  # CharacterCNN's convolutions have one
@@ -175,8 +221,12 @@ def convolve(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
 class BiLMOutput:
     """What the biLM computes for a batch; the losses are summed over words, present when targets were given.
 
-    ``token``: x_k (batch, words, projection_dim); ``forward`` and ``backward``: each LSTM
-    layer's states, L tensors (batch, words, projection_dim).
+    Attributes:
+        token: x_k (batch, words, projection_dim).
+        forward: the forward LSTM's states, one (batch, words, projection_dim) tensor per layer.
+        backward: the backward LSTM's states, likewise.
+        forward_loss: the forward LM's summed negative log-likelihood, or None.
+        backward_loss: the backward LM's, or None.
     """
 
     token: torch.Tensor
@@ -186,13 +236,22 @@ class BiLMOutput:
     backward_loss: torch.Tensor | None = None
 
     def layers(self) -> torch.Tensor:
-        """(batch, L + 1, words, 2 * projection_dim): [x; x], then [forward_j; backward_j] for j = 1..L."""
+        """(batch, L + 1, words, 2 * projection_dim): [x; x], then [forward_j; backward_j] for j = 1..L.
+
+        Returns:
+            The stacked layers.
+        """
         stacked = [torch.cat([self.token, self.token], dim=-1)]
         stacked += [torch.cat(pair, dim=-1) for pair in zip(self.forward, self.backward)]
         return torch.stack(stacked, dim=1)
 
 
 class Elmo(PretrainedModel):
+    """ELMo's biLM: a char-CNN token encoder, a forward and a backward LSTM stack, one shared softmax.
+
+    Args:
+        config: the model's config.
+    """
     family = "elmo"
     config_class = ElmoConfig
 
@@ -226,11 +285,18 @@ class Elmo(PretrainedModel):
     ) -> BiLMOutput:
         """The biLM over ``chars``, (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`.
 
-        ``mask`` is (batch, words), 0 at padding. With targets (word ids, (batch, words)):
-        ``next_words`` are what the forward LM predicts at each position, ``previous_words``
-        the backward LM's; their summed negative log-likelihoods come back as ``forward_loss``
-        and ``backward_loss``. States at padding positions are left as computed (not zeroed):
-        :meth:`embed` zeroes them.
+        States at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them.
+
+        Args:
+            chars: (batch, words, chars) character ids.
+            mask: (batch, words), 0 at padding; None: every row is full. The backward LM reads each row from its
+                last word.
+            next_words: (batch, words) word ids the forward LM predicts at each position, or None.
+            previous_words: (batch, words) word ids the backward LM predicts, or None.
+
+        Returns:
+            The token layer and each layer's states, with ``forward_loss`` and ``backward_loss`` (summed negative
+            log-likelihoods) for the targets given.
         """
         token = self.token_encoder(chars)
         lengths = None if mask is None else mask.sum(dim=1)
@@ -254,7 +320,15 @@ class Elmo(PretrainedModel):
         return states
 
     def word_loss(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Summed -log p(target | state) through the shared softmax; states (B, W, dim), targets (B, W)."""
+        """Summed -log p(target | state) through the shared softmax; states (B, W, dim), targets (B, W).
+
+        Args:
+            states: (B, W, projection_dim), the top layer's states.
+            targets: (B, W) word ids.
+
+        Returns:
+            The summed loss, a float32 scalar.
+        """
         states, targets = self.dropout(states).flatten(0, 1), targets.flatten()
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
             return -self.softmax(states.float(), targets).output.sum()
@@ -264,10 +338,18 @@ class Elmo(PretrainedModel):
     def embed(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
         """The frozen biLM's features of ``sentences`` (lists of words), as ELMo hands them to a task.
 
-        Returns (batch, L + 1, max_words, 2 * projection_dim) float: layer 0 is the token
-        layer repeated to that width, layers 1..L hold the forward state in the first half
-        and the backward state in the second. Padding positions are zero vectors. No
-        dropout and no gradient, whatever mode the model is in.
+        No dropout and no gradient, whatever mode the model is in.
+
+        Args:
+            sentences: the sentences, each a list of words.
+
+        Returns:
+            (batch, L + 1, max_words, 2 * projection_dim) float: layer 0 is the token layer repeated to that width,
+            layers 1..L hold the forward state in the first half and the backward state in the second. Padding
+            positions are zero vectors.
+
+        Raises:
+            PLMError: ``sentences`` that are not lists of non-empty strings.
         """
         chars, mask = batch_to_ids(sentences)
         if chars.shape[1] == 0:  # no words at all
@@ -279,7 +361,18 @@ class Elmo(PretrainedModel):
 
     @torch.no_grad()
     def token_vectors(self, words: Sequence[str], batch_size: int = 4096) -> torch.Tensor:
-        """The context-free token representation x of each word (len(words), projection_dim): the char-CNN alone."""
+        """The context-free token representation x of each word (len(words), projection_dim): the char-CNN alone.
+
+        Args:
+            words: the words.
+            batch_size: words encoded at once.
+
+        Returns:
+            (len(words), projection_dim) float.
+
+        Raises:
+            PLMError: words that are not non-empty strings.
+        """
         vectors = []
         with evaluating(self):
             for start in range(0, len(words), batch_size):
@@ -292,6 +385,13 @@ def reverse(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
     """Reverse (batch, time, dim) along time within each row's length; positions past it stay where they are.
 
     Its own inverse. Without lengths every row is full and this is a flip.
+
+    Args:
+        x: (batch, time, dim).
+        lengths: (batch,) each row's length, or None.
+
+    Returns:
+        The reversed tensor, shaped as ``x``.
     """
     if lengths is None:
         return x.flip(1)
@@ -303,7 +403,14 @@ def reverse(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
 
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[None]:
-    """``model`` in eval mode for the block, then back in the mode it was in."""
+    """``model`` in eval mode for the block, then back in the mode it was in.
+
+    Args:
+        model: the model.
+
+    Yields:
+        Nothing; the mode is restored when the block ends.
+    """
     training = model.training
     model.eval()
     try:
@@ -321,9 +428,19 @@ def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | 
                     batch_size: int = 64, progress: bool = False) -> torch.Tensor:
     """:meth:`Elmo.embed` over many sentences in batches, padded to the longest; optionally mixed.
 
-    ``mix``: None keeps the L + 1 layers (N, L + 1, words, 2 * dim); ``average`` is their
-    mean (a scalar mix with equal weights, gamma = 1), ``top`` (or ``last``) the top
-    LSTM layer; both (N, words, 2 * dim). Padding stays zero.
+    Args:
+        model: the ELMo.
+        sentences: the sentences, each a list of words.
+        mix: None keeps the L + 1 layers; ``average`` is their mean (a scalar mix with equal weights,
+            gamma = 1); ``top`` (or ``last``) the top LSTM layer.
+        batch_size: sentences per batch.
+        progress: show a progress bar.
+
+    Returns:
+        (N, L + 1, words, 2 * dim) without a mix, else (N, words, 2 * dim), on the CPU; padding stays zero.
+
+    Raises:
+        PLMError: an unknown ``mix``, or sentences that are not lists of non-empty strings.
     """
     if mix is not None and mix not in MIXES:
         raise PLMError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
@@ -344,8 +461,21 @@ def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: 
                          top_k: int = 5) -> list[tuple[int, float]]:
     """The sentences whose top-layer vector of ``word`` is nearest (cosine) to its vector in ``query``.
 
-    Returns (sentence index, similarity) pairs, nearest first; a sentence equal to the
-    query is left out. The vector of a sentence is that of the word's first occurrence.
+    A sentence equal to the query is left out. The vector of a sentence is that of the word's first
+    occurrence.
+
+    Args:
+        model: the ELMo.
+        sentences: the sentences to search, each a list of words.
+        word: the word.
+        query: a sentence that holds ``word``.
+        top_k: the most neighbours returned.
+
+    Returns:
+        (sentence index, similarity) pairs, nearest first.
+
+    Raises:
+        PLMError: a query without ``word``.
     """
     candidates = [
         index for index, sentence in enumerate(sentences) if word in sentence and list(sentence) != list(query)
@@ -359,7 +489,17 @@ def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: 
 
 
 def static_neighbors(model: Elmo, word: str, vocabulary: Sequence[str], top_k: int = 5) -> list[tuple[str, float]]:
-    """The words of ``vocabulary`` nearest (cosine) to ``word`` by the context-free token layer."""
+    """The words of ``vocabulary`` nearest (cosine) to ``word`` by the context-free token layer.
+
+    Args:
+        model: the ELMo.
+        word: the word.
+        vocabulary: the candidates (``word`` itself and repeats left out).
+        top_k: the most neighbours returned.
+
+    Returns:
+        (word, similarity) pairs, nearest first.
+    """
     others = [other for other in dict.fromkeys(vocabulary) if other != word]
     vectors = F.normalize(model.token_vectors([word, *others]), dim=-1)
     similarity = vectors[1:] @ vectors[0]

@@ -51,12 +51,28 @@ from plm.models.pretraining_heads import (
 class EncoderConfig:
     """Fields every encoder family has; BERT's values are the defaults.
 
-    ``embedding_dim`` None: embeddings are ``dim`` wide and feed the blocks directly;
-    an int E: the embeddings are E wide and projected E -> dim (ALBERT's factorization).
-    ``segments``: number of segment (token type) ids, 0 for no segment embedding.
-    ``absolute_positions``: add learned position embeddings at the input (DeBERTa: no).
-    ``pooler``: the dense + tanh layer over [CLS] (BertForMaskedLM has none).
-    ``pretraining_heads``: which of "mlm", "nsp", "sop" to build; only those are built.
+    Unknown, repeated or conflicting pre-training heads, or an ``embedding_dim`` that is not positive, are a
+    PLMError.
+
+    Attributes:
+        vocab_size: the tokens of the vocabulary.
+        context_length: the most positions.
+        dim: H, the hidden size.
+        layers: the Transformer blocks.
+        heads: attention heads per block.
+        ffn_dim: the feed-forward layer's inner size.
+        embedding_dim: None: embeddings are ``dim`` wide and feed the blocks directly; an int E: the embeddings
+            are E wide and projected E -> dim (ALBERT's factorization).
+        segments: number of segment (token type) ids, 0 for no segment embedding.
+        absolute_positions: add learned position embeddings at the input (DeBERTa: no).
+        activation: the feed-forward activation.
+        norm_first: pre-LN blocks; False: post-LN (BERT's).
+        norm_eps: the LayerNorms' epsilon.
+        dropout: the dropout on embeddings and sublayer outputs.
+        attention_dropout: the dropout on attention weights.
+        pair_head_dropout: the dropout before the sentence-pair head.
+        pooler: the dense + tanh layer over [CLS] (BertForMaskedLM has none).
+        pretraining_heads: which of "mlm", "nsp", "sop" to build; only those are built.
     """
 
     vocab_size: int = 30522
@@ -86,10 +102,12 @@ class EncoderConfig:
 
     @property
     def block(self) -> BlockConfig:
+        """The shape of each Transformer block, from these fields."""
         return BlockConfig.of(self)
 
     @property
     def embedding_width(self) -> int:
+        """The width of the embeddings: ``embedding_dim``, or ``dim`` without one."""
         return self.dim if self.embedding_dim is None else self.embedding_dim
 
     @property
@@ -106,6 +124,17 @@ def with_heads(config: EncoderConfig, *heads: str, pooler: bool | None = None) -
     By default the pooler is kept only where something reads it: a sentence-pair head,
     or a bare encoder (for fine-tuning). MLM alone leaves it out, so that no parameter
     goes without a gradient (DistributedDataParallel fails on one).
+
+    Args:
+        config: the encoder's config.
+        *heads: the heads.
+        pooler: build the pooler; None: as above.
+
+    Returns:
+        The new config.
+
+    Raises:
+        PLMError: heads the config refuses (see :func:`plm.models.pretraining_heads.check_pretraining_heads`).
     """
     if pooler is None:
         pooler = any(head in PAIR_HEADS for head in heads) or (not heads and config.pooler)
@@ -113,7 +142,11 @@ def with_heads(config: EncoderConfig, *heads: str, pooler: bool | None = None) -
 
 
 class EncoderEmbeddings(nn.Module):
-    """LayerNorm(word + position + segment embeddings), dropout, then the optional E -> H projection."""
+    """LayerNorm(word + position + segment embeddings), dropout, then the optional E -> H projection.
+
+    Args:
+        config: the encoder's config (its sizes, and whether it has positions, segments and a projection).
+    """
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -128,7 +161,16 @@ class EncoderEmbeddings(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, position_ids: torch.Tensor
     ) -> torch.Tensor:
-        """(B, T) ids -> (B, T, dim)."""
+        """Embed the tokens: (B, T) ids -> (B, T, dim), or (tokens,) -> (tokens, dim) when packed.
+
+        Args:
+            input_ids: (B, T) or (tokens,).
+            token_type_ids: the segments, shaped as ``input_ids``; None: segment 0 everywhere.
+            position_ids: the positions, shaped as ``input_ids``.
+
+        Returns:
+            The embeddings.
+        """
         x = self.word(input_ids)
         if self.position is not None:
             x = x + self.position(position_ids)
@@ -140,7 +182,17 @@ class EncoderEmbeddings(nn.Module):
 
 @dataclass
 class EncoderPass:
-    """What one forward pass carries between the steps a family may override."""
+    """What one forward pass carries between the steps a family may override.
+
+    Attributes:
+        input_ids: (B, T).
+        padding_mask: (B, T), 1 for tokens, 0 for padding; or None.
+        mask: (B, 1, 1, T) boolean for the attention, None when nothing is masked.
+        position_ids: (B, T).
+        packing: where the real tokens are, None when nothing is padded.
+        hidden_states: the embeddings' output and each layer's, when asked for; else None.
+        extras: family-specific values (e.g. DeBERTa's).
+    """
 
     input_ids: torch.Tensor  # (B, T)
     padding_mask: torch.Tensor | None  # (B, T), 1 for tokens, 0 for padding
@@ -155,6 +207,9 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
     """A BERT-style encoder with optional pooler, MLM head and sentence-pair head.
 
     A family that subclasses it names its config class: ``Albert(Encoder[AlbertConfig])``.
+
+    Args:
+        config: the family's config.
     """
 
     task_pooling = "cls"
@@ -174,46 +229,109 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
 
     @classmethod
     def config_with_heads(cls, config: EncoderConfig, heads: tuple[str, ...]) -> EncoderConfig:
-        """Exactly ``heads``; a sentence-pair head tells segment A from B, so it needs two segments."""
+        """Exactly ``heads``; a sentence-pair head tells segment A from B, so it needs two segments.
+
+        Args:
+            config: the encoder's config.
+            heads: the heads an objective trains.
+
+        Returns:
+            The config with those heads (and two segments for a pair head).
+
+        Raises:
+            PLMError: heads the config refuses.
+        """
         config = with_heads(config, *heads)
         if config.pair_head and not config.segments:  # DeBERTa has no segment embedding of its own
             config = dataclasses.replace(config, segments=2)
         return config
 
     def word_embeddings(self) -> nn.Embedding:
+        """The token embedding table.
+
+        Returns:
+            The embedding.
+        """
         return self.embeddings.word
 
     def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        """The token tables: the word embeddings, which the MLM head reads as its output matrix.
+
+        Returns:
+            The tables.
+        """
         return [self.embeddings.word]
 
     # Steps a family may override ----------------------------------------------------
 
     def build_attention(self, config: ConfigT) -> MultiHeadAttention | None:
-        """The attention module of one block; None for the core's MultiHeadAttention."""
+        """The attention module of one block; None for the core's MultiHeadAttention.
+
+        Args:
+            config: the family's config.
+
+        Returns:
+            None here; a family may return its own module.
+        """
         return None
 
     def build_blocks(self, config: ConfigT) -> nn.ModuleList:
+        """The Transformer blocks, ``config.layers`` of them, each with :meth:`build_attention`'s attention.
+
+        Args:
+            config: the family's config.
+
+        Returns:
+            The blocks.
+        """
         return nn.ModuleList(
             TransformerBlock(config.block, attention=self.build_attention(config)) for _ in range(config.layers)
         )
 
     def layers(self) -> nn.ModuleList | Sequence[nn.Module]:
-        """The blocks in the order they run; a shared block may appear more than once."""
+        """The blocks in the order they run; a shared block may appear more than once.
+
+        Returns:
+            The blocks.
+        """
         return self.blocks
 
     def embed(self, step: EncoderPass, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        """(B, T, dim) embeddings, or (tokens, dim) of the real tokens alone when ``step.packing``."""
+        """(B, T, dim) embeddings, or (tokens, dim) of the real tokens alone when ``step.packing``.
+
+        Args:
+            step: the pass.
+            token_type_ids: (B, T) segments, or None.
+
+        Returns:
+            The embeddings.
+        """
         ids: tuple[torch.Tensor | None, ...] = (step.input_ids, token_type_ids, step.position_ids)
         if step.packing is not None:
             ids = tuple(step.packing.pack(t) if t is not None else None for t in ids)  # (tokens,) each
         return self.embeddings(*ids)
 
     def attention_inputs(self, step: EncoderPass) -> dict[str, torch.Tensor]:
-        """Keyword inputs that every block passes to its attention module."""
+        """Keyword inputs that every block passes to its attention module.
+
+        Args:
+            step: the pass.
+
+        Returns:
+            The inputs by name: none here; a family may compute some once per pass.
+        """
         return {}
 
     def encode(self, hidden: torch.Tensor, step: EncoderPass) -> torch.Tensor:
-        """Run the blocks over the embeddings (B, T, dim), or (tokens, dim) packed; record each output when asked."""
+        """Run the blocks over the embeddings (B, T, dim), or (tokens, dim) packed; record each output when asked.
+
+        Args:
+            hidden: the embeddings.
+            step: the pass (its mask, packing and the list that records hidden states).
+
+        Returns:
+            The last block's output, shaped as ``hidden``.
+        """
         return run_blocks(
             self.layers(),
             hidden,
@@ -226,7 +344,16 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
     def predict_masked(
         self, hidden: torch.Tensor, step: EncoderPass, masked_positions: torch.Tensor | None
     ) -> torch.Tensor:
-        """MLM logits (B, T, V), or (n_masked, V) for the True positions of ``masked_positions``."""
+        """MLM logits (B, T, V), or (n_masked, V) for the True positions of ``masked_positions``.
+
+        Args:
+            hidden: (B, T, dim) final hidden states.
+            step: the pass.
+            masked_positions: (B, T) bool, or None for every position.
+
+        Returns:
+            The logits.
+        """
         if masked_positions is not None:
             hidden = hidden[masked_positions]  # (n_masked, dim), row-major
         assert self.mlm_head is not None  # forward asks for MLM logits only when the model has the head
@@ -254,6 +381,21 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
         only attention sees the (batch, time) form. The hidden states returned are zero
         at padding positions (what a padding position would hold is never read: no real
         token attends to it).
+
+        Args:
+            input_ids: (batch, time).
+            attention_mask: (batch, time), 1 = token, 0 = padding; or None.
+            token_type_ids: (batch, time) segments, or None.
+            position_ids: (batch, time); None: 0, 1, ... in every row.
+            masked_positions: (batch, time) bool, or None for MLM logits at every position.
+            output_hidden_states: also return the embeddings' output and every block's.
+
+        Returns:
+            The hidden states, and the pooler's and pre-training heads' outputs the model has.
+
+        Raises:
+            PLMError: a sequence longer than the context (with absolute positions), ``token_type_ids`` for a model
+                without segments, or ``masked_positions`` of another shape than ``input_ids``.
         """
         batch, time = input_ids.shape
         if self.config.absolute_positions:

@@ -32,6 +32,24 @@ from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """GPT-2 small by default; :data:`GPT1` and :data:`PRESETS` hold the other sizes.
+
+    Attributes:
+        vocab_size: the tokens of the vocabulary.
+        context_length: the most positions the model takes.
+        dim: the hidden size.
+        layers: the Transformer blocks.
+        heads: the attention heads.
+        ffn_dim: the feed-forward layers' inner size.
+        activation: the feed-forward activation ("gelu_tanh": GELU's tanh approximation, as GPT-2).
+        norm_first: pre-LN (GPT-2) when True, post-LN (GPT-1) when False.
+        final_norm: a LayerNorm after the last block (GPT-2).
+        scaled_residual_init: scale the initial weights of the residual layers by 1/sqrt(2 * layers) (GPT-2).
+        dropout: the dropout on each sub-layer's output.
+        attention_dropout: the dropout on the attention weights.
+        embedding_dropout: the dropout on the sum of token and position embeddings.
+        norm_eps: the LayerNorms' epsilon.
+    """
     vocab_size: int = 50257
     context_length: int = 1024
     dim: int = 768
@@ -49,6 +67,7 @@ class GPTConfig:
 
     @property
     def block(self) -> BlockConfig:
+        """The shape of each Transformer block."""
         return BlockConfig.of(self)
 
 
@@ -88,6 +107,11 @@ RECIPE = PretrainingRecipe(
 
 
 class GPT(CausalLM):
+    """GPT-1 and GPT-2 (family ``gpt``): learned positions, causal blocks, the LM head tied to the token embedding.
+
+    Args:
+        config: the model's config.
+    """
     family = "gpt"
     config_class = GPTConfig
 
@@ -103,15 +127,41 @@ class GPT(CausalLM):
             self.scale_residual_init(self.blocks)
 
     def word_embeddings(self) -> nn.Embedding:
+        """The token embedding table, which the LM head shares.
+
+        Returns:
+            The embedding.
+        """
         return self.token_embedding
 
     def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        """The token table, which the tied LM head reads as its matrix.
+
+        Returns:
+            The token embedding, alone in the list.
+        """
         return [self.token_embedding]
 
     def context_length(self) -> int:
+        """The most positions the model can take (prompt and new tokens together).
+
+        Returns:
+            The config's ``context_length``.
+        """
         return self.config.context_length
 
     def new_cache(self, batch: int, max_length: int) -> list[KVCache]:
+        """An empty KV cache per block, for ``batch`` rows of at most ``max_length`` positions.
+
+        The caches take the token embedding's dtype and device.
+
+        Args:
+            batch: the rows.
+            max_length: the positions at most.
+
+        Returns:
+            The caches, one per block.
+        """
         weight = self.token_embedding.weight
         head_dim = self.config.dim // self.config.heads
         return [
@@ -128,11 +178,26 @@ class GPT(CausalLM):
         cache: list[KVCache] | None = None,
         num_logits: int | None = None,
     ) -> CausalLMOutput:
-        """input_ids: (batch, time); attention_mask: (batch, past + time), 0 marks padding.
+        """Next-token logits of input_ids (batch, time); attention_mask (batch, past + time), 0 marks padding.
 
         With a cache, ``input_ids`` are only the new tokens and the mask covers the
-        cached ones too. ``num_logits`` computes the LM head for the last positions
-        only (generation needs one).
+        cached ones too (a static cache's: all its positions, 0 at those not written
+        yet; see :meth:`plm.core.KVCache.make_static`). ``num_logits`` computes the LM
+        head for the last positions only (generation needs one).
+
+        Args:
+            input_ids: (batch, time) token ids (with a cache, the new tokens only).
+            attention_mask: (batch, past + time), 1 for real tokens and 0 for padding; or None.
+            position_ids: (batch, time) positions (default: counted from the mask, or from the cache's length).
+            cache: one key/value cache per block, which the new tokens' keys and values are appended to.
+            num_logits: compute the logits of only this many last positions (default: all).
+
+        Returns:
+            The output: the final hidden states (batch, time, dim), the logits (batch, time or num_logits, vocab)
+            and the cache.
+
+        Raises:
+            PLMError: the cached and new tokens need more positions than the context, or do not fit in the cache.
         """
         batch, time = input_ids.shape
         past = cache[0].length if cache else 0
@@ -143,7 +208,8 @@ class GPT(CausalLM):
             if position_ids is None:
                 position_ids = build_position_ids(batch, time, past, attention_mask, input_ids.device)
             positions = self.position_embedding(position_ids)  # (B, T, dim)
-        mask, is_causal = build_attention_mask(attention_mask, time, past + time, causal=True)
+        key_length = cache[0].key_length(time) if cache else time
+        mask, is_causal = build_attention_mask(attention_mask, time, key_length, causal=True)
         hidden = self.embedding_dropout(self.token_embedding(input_ids) + positions)
         hidden = self.final_norm(run_blocks(self.blocks, hidden, mask, is_causal=is_causal, caches=cache))
         head_input = hidden if num_logits is None else hidden[:, -num_logits:]

@@ -30,7 +30,15 @@ PRETRAINING_HEADS = (MLM, *PAIR_HEADS)
 
 
 def check_pretraining_heads(heads: tuple[str, ...], pooler: bool) -> None:
-    """Raise a PLMError for an unknown head, a repeated one, NSP with SOP, or a pair head without pooler."""
+    """Raise a PLMError for an unknown head, a repeated one, NSP with SOP, or a pair head without pooler.
+
+    Args:
+        heads: the pre-training heads a config asks for.
+        pooler: the config builds a pooler.
+
+    Raises:
+        PLMError: an unknown or repeated head, both sentence-pair heads, or a pair head without the pooler.
+    """
     unknown = [head for head in heads if head not in PRETRAINING_HEADS]
     if unknown:
         raise PLMError(
@@ -52,9 +60,12 @@ POOLER_ACTIVATIONS = {"tanh": torch.tanh, **ACTIVATIONS}
 class PretrainingOutput(ModelOutput):
     """An encoder's outputs: the hidden states, then what its pooler and pre-training heads give.
 
-    ``pooler_output`` (batch, hidden) is the pooled [CLS] vector; ``logits`` the MLM
-    head's, (batch, time, vocab) or (masked, vocab) for the masked positions only;
-    ``pair_logits`` (batch, 2) the NSP/SOP head's. A field is None without its module.
+    A field is None without its module.
+
+    Attributes:
+        pooler_output: (batch, hidden), the pooled [CLS] vector.
+        logits: the MLM head's, (batch, time, vocab), or (masked, vocab) for the masked positions only.
+        pair_logits: (batch, 2), the NSP/SOP head's.
     """
 
     pooler_output: torch.Tensor | None = None
@@ -66,6 +77,13 @@ class Pooler(nn.Module):
     """act(W h_[CLS] + b): the sentence vector that BERT's NSP and classifiers read.
 
     BERT's activation is tanh; DeBERTa's classifier pools the same way with GELU.
+
+    Args:
+        dim: H, the hidden size.
+        activation: tanh or one of :data:`plm.core.block.ACTIVATIONS`.
+
+    Raises:
+        PLMError: an unknown activation.
     """
 
     def __init__(self, dim: int, activation: str = "tanh") -> None:
@@ -76,6 +94,14 @@ class Pooler(nn.Module):
         self.activation = POOLER_ACTIVATIONS[activation]
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Pool the first ([CLS]) position.
+
+        Args:
+            hidden: (B, T, H) hidden states.
+
+        Returns:
+            (B, H) pooled vectors.
+        """
         return self.activation(self.dense(hidden[:, 0]))  # (B, H)
 
 
@@ -85,6 +111,16 @@ class MaskedLMHead(nn.Module):
     The transform maps the hidden size to the embedding size (equal in BERT, E < H in
     ALBERT), and the decoder is the word-embedding matrix E (V x embedding size),
     passed in by the model, plus a bias of its own.
+
+    Args:
+        dim: H, the hidden size.
+        embedding_dim: E, the embedding size.
+        vocab_size: V.
+        activation: one of :data:`plm.core.block.ACTIVATIONS`.
+        norm_eps: the LayerNorm's epsilon.
+
+    Raises:
+        PLMError: an unknown activation.
     """
 
     def __init__(
@@ -99,12 +135,25 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """hidden: (..., H); word_embeddings: (V, E) -> logits (..., V)."""
+        """The logits of every token of the vocabulary.
+
+        Args:
+            hidden: (..., H) hidden states.
+            word_embeddings: (V, E), the tied word-embedding matrix.
+
+        Returns:
+            Logits (..., V).
+        """
         return linear(self.norm(self.activation(self.dense(hidden))), word_embeddings, self.bias)
 
 
 class PairHead(nn.Module):
-    """Two-way classifier on the pooled output: is B the next segment (NSP) / in order (SOP)?"""
+    """Two-way classifier on the pooled output: is B the next segment (NSP) / in order (SOP)?
+
+    Args:
+        dim: H, the hidden size.
+        dropout: the dropout on the pooled vector.
+    """
 
     def __init__(self, dim: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -112,11 +161,27 @@ class PairHead(nn.Module):
         self.classifier = nn.Linear(dim, 2)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Classify the sentence pair.
+
+        Args:
+            pooled: (B, H) pooled vectors.
+
+        Returns:
+            Logits (B, 2).
+        """
         return self.classifier(self.dropout(pooled))  # (B, 2)
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Average of the hidden states (B, T, H) over real tokens (mask 1) -> (B, H)."""
+    """Average of the hidden states (B, T, H) over real tokens (mask 1) -> (B, H).
+
+    Args:
+        hidden: (B, T, H) hidden states.
+        attention_mask: (B, T), 1 = token, 0 = padding; None: every position.
+
+    Returns:
+        (B, H) means.
+    """
     if attention_mask is None:
         return hidden.mean(dim=1)
     weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
@@ -135,6 +200,16 @@ def sentence_embeddings(
 
     With ``normalize`` each vector is scaled to unit L2 norm, so a dot product is the
     cosine similarity (as Sentence-BERT models such as all-MiniLM-L6-v2 are used).
+
+    Args:
+        model: the encoder.
+        input_ids: (B, T).
+        attention_mask: (B, T), 1 = token, 0 = padding, or None.
+        token_type_ids: (B, T) segments, or None.
+        normalize: scale each vector to unit L2 norm.
+
+    Returns:
+        (B, H) vectors.
     """
     output = model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
     pooled = mean_pool(output.last_hidden_state, attention_mask)

@@ -27,6 +27,16 @@ class Hyperparameters:
     Every schedule warms up linearly from 0 to ``lr`` over ``warmup`` steps, then
     ``cosine`` and ``linear`` decay to ``min_lr`` at the last step, ``inverse-sqrt``
     decays as lr * sqrt(warmup / step) (the Transformer's), ``constant`` stays at lr.
+
+    Attributes:
+        optimizer: one of :data:`OPTIMIZERS`.
+        lr: the peak learning rate.
+        min_lr: where ``cosine`` and ``linear`` end.
+        warmup: the steps of the linear warmup.
+        schedule: one of :data:`SCHEDULES`.
+        betas: Adam's (and LAMB's) betas.
+        eps: the optimizer's epsilon.
+        weight_decay: the decoupled weight decay.
     """
 
     optimizer: str = "adamw"
@@ -43,8 +53,11 @@ class Hyperparameters:
 class Decoding:
     """How ``plm translate`` and ``plm eval bleu`` search for a family's translations unless a flag says otherwise.
 
-    ``beam`` 1 is greedy search; ``length_penalty`` is GNMT's alpha, used by beam search
-    only; a translation has at most ``max_len_a`` * source tokens + ``max_len_b`` tokens.
+    Attributes:
+        beam: the beam width; 1 is greedy search.
+        length_penalty: GNMT's alpha, used by beam search only.
+        max_len_a: a translation has at most ``max_len_a`` * source tokens + ``max_len_b`` tokens.
+        max_len_b: see ``max_len_a``.
     """
 
     beam: int = 1
@@ -57,13 +70,19 @@ class Decoding:
 class PretrainingRecipe:
     """A family's pre-training choices.
 
-    ``objectives`` are those its models accept (the first one a plain ``--model
-    FAMILY`` run uses unless ``objective`` says otherwise); ``max_ngram`` is the
-    longest masked span in words; ``block_size`` None means the model's context.
-    ``paper`` holds the published hyperparameters, ``source`` says where they come from;
-    ``decoding`` is how an encoder-decoder family translates by default, and
-    ``label_smoothing`` the epsilon its ``seq2seq`` objective trains with (the
-    Transformer's paper smooths labels; the RNN papers do not).
+    Attributes:
+        preset: the small preset that ``--model FAMILY`` stands for.
+        tokenizer: the kind of tokenizer its paper used (one of :data:`TOKENIZER_KINDS`).
+        objective: the objective a plain ``--model FAMILY`` run uses.
+        objectives: those its models accept.
+        hyperparameters: the CPU-scale defaults plm trains with.
+        paper: the published hyperparameters.
+        source: where ``paper`` comes from.
+        max_ngram: the longest masked span, in words.
+        block_size: the training sequences' tokens; None means the model's context.
+        decoding: how an encoder-decoder family translates by default.
+        label_smoothing: the epsilon its ``seq2seq`` objective trains with (the Transformer's paper smooths
+            labels; the RNN papers do not).
     """
 
     preset: str

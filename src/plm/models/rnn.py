@@ -47,6 +47,26 @@ ATTENTIONS = ("none", "bahdanau", *LUONG_SCORES)
 
 @dataclass(frozen=True)
 class RNNConfig:
+    """The RNN encoder-decoder's shape and form.
+
+    An unknown cell, embedding init or attention, input feeding without a Luong score, an odd ``hidden_dim``
+    for a bidirectional encoder, or a size below 1 are a PLMError.
+
+    Attributes:
+        ADDED_FIELDS: fields added since models were first saved, with the value a model saved before them had.
+        vocab_size: the target vocabulary, or the joint one when ``source_vocab_size`` is None.
+        source_vocab_size: the source vocabulary, or None for one joint vocabulary.
+        cell: "gru" or "lstm".
+        embedding_dim: the width of the token embeddings.
+        hidden_dim: the width of the encoder's (both directions together) and the decoder's states.
+        layers: the layers of the encoder and of the decoder.
+        bidirectional: the encoder reads both ways, hidden_dim / 2 units each.
+        attention: "none", "bahdanau", or a Luong score: "dot", "general" or "concat".
+        input_feeding: Luong's input feeding; only with a Luong score.
+        dropout: the dropout on embeddings, between layers and before the output layer.
+        embedding_init: "uniform": Luong et al.'s U(-0.1, 0.1), like every other parameter; "normal": N(0, 1),
+            torch's default for a token table, which learns much faster with Adam at CPU budgets.
+    """
     ADDED_FIELDS: ClassVar[dict[str, object]] = {"embedding_init": "uniform"}  # how models saved before it began
 
     vocab_size: int = 8192  # the target vocabulary, or the joint one when source_vocab_size is None
@@ -119,12 +139,14 @@ RECIPE = PretrainingRecipe(
 class RNNState:
     """The decoder's state after the tokens read so far, and the source it attends to.
 
-    ``hidden`` is (h,) for a GRU or (h, c) for an LSTM, each (layers, B, H); ``memory``
-    (B, S, H) the encoder states, ``keys`` what the attention's score reads of them (its
-    projection, computed once per source), ``mask`` (B, S) True at real source tokens;
-    ``summary`` (B, H) the final encoder state (the no-attention form's context);
-    ``feed`` (B, H) the attentional state of the last step (Luong's input feeding);
-    ``read`` how many target tokens the state has read.
+    Attributes:
+        hidden: (h,) for a GRU or (h, c) for an LSTM, each (layers, B, H).
+        memory: (B, S, H) the encoder states.
+        keys: what the attention's score reads of them (its projection, computed once per source).
+        mask: (B, S), True at real source tokens.
+        summary: (B, H) the final encoder state (the no-attention form's context).
+        feed: (B, H) the attentional state of the last step (Luong's input feeding).
+        read: how many target tokens the state has read.
     """
 
     hidden: tuple[torch.Tensor, ...]
@@ -136,7 +158,14 @@ class RNNState:
     read: int = 0
 
     def reorder(self, index: torch.Tensor) -> RNNState:
-        """The state of rows ``index`` (new_B,): beams that survive, or each sentence repeated per beam."""
+        """The state of rows ``index`` (new_B,): beams that survive, or each sentence repeated per beam.
+
+        Args:
+            index: (new_B,) the row each new row takes.
+
+        Returns:
+            The new state.
+        """
         return RNNState(
             hidden=tuple(h.index_select(1, index) for h in self.hidden),
             memory=self.memory.index_select(0, index),
@@ -150,9 +179,12 @@ class RNNState:
 
 @dataclass
 class Seq2SeqOutput:
-    """``logits`` (B, T, target vocab); ``attentions`` (B, T, S), None without attention.
+    """What the decoder gives for the target tokens it read.
 
-    ``state`` is the decoder's state after the last token.
+    Attributes:
+        logits: (B, T, target vocab), each position's next-token logits.
+        attentions: (B, T, S) the attention weights, None without attention.
+        state: the decoder's state after the last token.
     """
 
     logits: torch.Tensor
@@ -161,6 +193,14 @@ class Seq2SeqOutput:
 
 
 class RNNSeq2Seq(Seq2SeqModel):
+    """The RNN encoder-decoder (family ``rnn``), in the form its config names.
+
+    Every parameter starts uniform in [-0.1, 0.1] (Luong et al.), the token tables N(0, 1) with
+    ``embedding_init`` "normal".
+
+    Args:
+        config: the model's config.
+    """
     family = "rnn"
     config_class = RNNConfig
 
@@ -199,6 +239,13 @@ class RNNSeq2Seq(Seq2SeqModel):
 
         The source is packed, so padding changes no state: the backward direction starts
         at each row's last real token and the final states are those of the real tokens.
+
+        Args:
+            input_ids: (B, S) source ids.
+            attention_mask: (B, S), 1 = token, 0 = padding; or None.
+
+        Returns:
+            The decoder's initial state, with the encoder states to attend to.
         """
         batch, length = input_ids.shape
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -212,7 +259,17 @@ class RNNSeq2Seq(Seq2SeqModel):
         return RNNState(hidden, memory, keys, mask, summary, feed=torch.zeros_like(summary))
 
     def bridged(self, final: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The encoder's final (h[, c]) as the decoder's initial state, each (layers, B, H)."""
+        """The encoder's final (h[, c]) as the decoder's initial state, each (layers, B, H).
+
+        A bidirectional encoder's two directions are joined and mapped by tanh(W [forward; backward]); a one-way
+        encoder's states are handed over as they are.
+
+        Args:
+            final: the encoder's final states, each (layers * directions, B, H / directions).
+
+        Returns:
+            The decoder's initial states.
+        """
         if self.bridge is None:
             return final
         layers = self.config.layers
@@ -222,6 +279,15 @@ class RNNSeq2Seq(Seq2SeqModel):
         return tuple(torch.tanh(bridge(state)) for bridge, state in zip(self.bridge, joined))
 
     def run_decoder(self, inputs: torch.Tensor, hidden: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        """The decoder RNN over a whole sequence of inputs.
+
+        Args:
+            inputs: (B, T, In) the inputs of every step.
+            hidden: the state to start from, (h,) or (h, c), each (layers, B, H).
+
+        Returns:
+            The top layer's outputs (B, T, H) and the new state, (h,) or (h, c).
+        """
         outputs, new = self.decoder(inputs, hidden if self.config.cell == "lstm" else hidden[0])
         return outputs, new if isinstance(new, tuple) else (new,)
 
@@ -231,6 +297,13 @@ class RNNSeq2Seq(Seq2SeqModel):
         The same weights and arithmetic as ``run_decoder`` over one token (dropout between
         layers included), through torch's fused LSTM/GRU cell: a call of the whole
         ``nn.LSTM`` per token costs a third more in a step loop, backward included.
+
+        Args:
+            inputs: (B, In) the step's input.
+            hidden: the state, (h,) or (h, c), each (layers, B, H).
+
+        Returns:
+            The top layer's output (B, H) and the new state.
         """
         decoder, lstm = self.decoder, self.config.cell == "lstm"
         new_h, new_c = [], []
@@ -250,7 +323,18 @@ class RNNSeq2Seq(Seq2SeqModel):
         return inputs, (torch.stack(new_h), torch.stack(new_c)) if lstm else (torch.stack(new_h),)
 
     def readout(self, context: torch.Tensor, output: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-        """r_t, what the output layer reads, from c_t, s_t and the previous word's embedding, each (B, T, .)."""
+        """r_t, what the output layer reads, from c_t, s_t and the previous word's embedding, each (B, T, .).
+
+        Luong's forms read tanh(W_c [c_t; s_t]); the others a maxout over pairs of W_o [s_t; E y_{t-1}; c_t].
+
+        Args:
+            context: (B, T, H) the context vectors c_t.
+            output: (B, T, H) the decoder states s_t.
+            previous: (B, T, E) the embeddings of the previous target words.
+
+        Returns:
+            (B, T, H).
+        """
         if self.config.attention in LUONG_SCORES:  # h~ = tanh(W_c [c; s]), which input feeding feeds back
             return torch.tanh(self.combine(torch.cat([context, output], dim=-1)))
         units = self.deep_output(torch.cat([output, previous, context], dim=-1))  # (B, T, 2H)
@@ -263,6 +347,13 @@ class RNNSeq2Seq(Seq2SeqModel):
         per step. Both take the same path, so they give the same numbers. The forms whose
         step t needs step t-1's attention (Bahdanau, input feeding) run a loop over T;
         the others run the fused RNN over all T.
+
+        Args:
+            tokens: (B, T) target ids.
+            state: the state to read them from.
+
+        Returns:
+            The logits (B, T, V), the attention (B, T, S) (None without attention) and the state after them.
         """
         config, memory, keys, mask = self.config, state.memory, state.keys, state.mask
         embedded = self.dropout(self.target_embedding(tokens))  # (B, T, E)
@@ -300,8 +391,15 @@ class RNNSeq2Seq(Seq2SeqModel):
     def forward(
         self, source_ids: torch.Tensor, target_ids: torch.Tensor, source_mask: torch.Tensor | None = None
     ) -> Seq2SeqOutput:
-        """Teacher forcing: source (B, S), 0 in ``source_mask`` at padding, and the target shifted right
-        (B, T, starting with the start token) -> logits (B, T, V) predicting each next token, attention (B, T, S).
+        """Teacher forcing: the logits predicting each next token of the target, and the attention.
+
+        Args:
+            source_ids: (B, S) source ids.
+            target_ids: (B, T) the target shifted right, starting with the start token.
+            source_mask: (B, S), 0 at padding; or None.
+
+        Returns:
+            Logits (B, T, V), attention (B, T, S) (None without attention) and the final state.
         """
         return self.decode(target_ids, self.encode(source_ids, source_mask))
 
@@ -309,9 +407,23 @@ class RNNSeq2Seq(Seq2SeqModel):
     # no cache to turn off and no position limit, so use_cache and compile change nothing here.
 
     def context_length(self) -> int:
+        """The most target positions: unbounded, since an RNN has no positions.
+
+        Returns:
+            2**30.
+        """
         return 1 << 30  # an RNN has no positions: any target length fits
 
     def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
+        """About the bytes one hypothesis holds (fp32): the encoder states and their keys, (h, c) per layer, the feed.
+
+        Args:
+            source_length: the source tokens.
+            target_length: the target tokens at most (the state does not grow with them).
+
+        Returns:
+            The bytes.
+        """
         # The encoder states and what the attention reads of them, the (h, c) of every layer, the feed.
         hidden = self.config.hidden_dim
         return 4 * hidden * (2 * source_length + 2 * self.config.layers + 2)
@@ -320,12 +432,41 @@ class RNNSeq2Seq(Seq2SeqModel):
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
         compile: bool,
     ) -> RNNState:
+        """The decoding state of a batch of sources: :meth:`encode`.
+
+        Args:
+            source_ids: (batch, source_length) the sources.
+            source_mask: 0 at the padding of ``source_ids``, or None.
+            max_length: the longest target history (no limit here).
+            use_cache: changes nothing: the state is the RNN's own.
+            compile: changes nothing here.
+
+        Returns:
+            The decoding state.
+        """
         return self.encode(source_ids, source_mask)
 
     def decode_step(self, history: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
-        """Read the tokens of ``history`` (B, length) that ``state`` has not; the next token's logits (B, V)."""
+        """Read the tokens of ``history`` (B, length) that ``state`` has not; the next token's logits (B, V).
+
+        Args:
+            history: (B, length) every target token so far.
+            state: the decoding state.
+
+        Returns:
+            The next-token logits (B, V) and the new state.
+        """
         step = self.decode(history[:, state.read :], state)
         return step.logits[:, -1], step.state
 
     def reorder_state(self, state: RNNState, order: torch.Tensor) -> RNNState:
+        """The state whose row i is row ``order[i]`` of ``state``.
+
+        Args:
+            state: the decoding state.
+            order: the row of ``state`` each new row takes.
+
+        Returns:
+            The reordered state.
+        """
         return state.reorder(order)

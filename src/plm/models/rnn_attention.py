@@ -24,6 +24,13 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Padding gets exactly 0, and a row whose every position is padding gets all zeros
     rather than NaN (softmax of a row of -inf is 0/0): the scores of pads are pushed to
     the dtype's lowest value instead of -inf, and the result is multiplied by the mask.
+
+    Args:
+        scores: (B, Q, S).
+        mask: (B, S) bool, True at real source tokens.
+
+    Returns:
+        (B, Q, S) weights.
     """
     keep = mask[:, None, :]  # (B, 1, S), broadcast over the queries
     lowest = torch.finfo(scores.dtype).min
@@ -34,18 +41,41 @@ class SourceAttention(nn.Module):
     """Base class: a score function over the source, the shared masked softmax and context."""
 
     def project(self, keys: torch.Tensor) -> torch.Tensor:
-        """What ``score`` reads of the encoder states (B, S, Dk); the states themselves unless a score projects them."""
+        """What ``score`` reads of the encoder states (B, S, Dk); the states themselves unless a score projects them.
+
+        Args:
+            keys: (B, S, Dk) the encoder states.
+
+        Returns:
+            The keys as the score reads them.
+        """
         return keys
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """The score of every query against every source position; each variant implements it.
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            projected: what :meth:`project` made of the encoder states.
+
+        Returns:
+            (B, Q, S) scores.
+        """
         raise NotImplementedError
 
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, projected: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query (B, Q, Dq), keys (B, S, Dk), mask (B, S) -> context (B, Q, Dk), weights (B, Q, S).
+        """The context of each query: a masked softmax of the scores, then the weighted sum of the encoder states.
 
-        ``projected``: ``project(keys)``, when the caller computed it once for many queries.
+        Args:
+            query: (B, Q, Dq) decoder states.
+            keys: (B, S, Dk) encoder states.
+            mask: (B, S) bool, True at real source tokens.
+            projected: ``project(keys)``, when the caller computed it once for many queries; None computes it.
+
+        Returns:
+            The context vectors (B, Q, Dk) and the attention weights (B, Q, S).
         """
         projected = self.project(keys) if projected is None else projected
         weights = masked_softmax(self.score(query, projected), mask)
@@ -53,7 +83,13 @@ class SourceAttention(nn.Module):
 
 
 class BahdanauAttention(SourceAttention):
-    """Additive: e_ij = v^T tanh(W s_i + U h_j), one hidden layer of ``dim`` units."""
+    """Additive: e_ij = v^T tanh(W s_i + U h_j), one hidden layer of ``dim`` units.
+
+    Args:
+        query_dim: Dq, the decoder states' width.
+        key_dim: Dk, the encoder states' width.
+        dim: the hidden layer's units.
+    """
 
     def __init__(self, query_dim: int, key_dim: int, dim: int) -> None:
         super().__init__()
@@ -62,9 +98,26 @@ class BahdanauAttention(SourceAttention):
         self.v = nn.Linear(dim, 1, bias=False)
 
     def project(self, keys: torch.Tensor) -> torch.Tensor:
+        """U h_j, the encoder states' part of the hidden layer (its bias included).
+
+        Args:
+            keys: (B, S, Dk) the encoder states.
+
+        Returns:
+            (B, S, dim).
+        """
         return self.key_proj(keys)  # U h_j: (B, S, dim)
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """e_ij = v^T tanh(W s_i + U h_j).
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            projected: (B, S, dim), U h_j.
+
+        Returns:
+            (B, Q, S) scores.
+        """
         hidden = torch.tanh(self.query_proj(query)[:, :, None] + projected[:, None])  # (B, Q, S, dim)
         return self.v(hidden).squeeze(-1)
 
@@ -73,25 +126,62 @@ class DotAttention(SourceAttention):
     """Luong's dot: e_ij = s_i^T h_j (the decoder and encoder states must be equally wide)."""
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """e_ij = s_i^T h_j.
+
+        Args:
+            query: (B, Q, D) decoder states.
+            projected: (B, S, D) the encoder states.
+
+        Returns:
+            (B, Q, S) scores.
+        """
         return query @ projected.transpose(1, 2)
 
 
 class GeneralAttention(SourceAttention):
-    """Luong's general: e_ij = s_i^T W h_j."""
+    """Luong's general: e_ij = s_i^T W h_j.
+
+    Args:
+        query_dim: Dq, the decoder states' width.
+        key_dim: Dk, the encoder states' width.
+    """
 
     def __init__(self, query_dim: int, key_dim: int) -> None:
         super().__init__()
         self.weight = nn.Linear(key_dim, query_dim, bias=False)  # W h_j
 
     def project(self, keys: torch.Tensor) -> torch.Tensor:
+        """W h_j, computed once per source.
+
+        Args:
+            keys: (B, S, Dk) the encoder states.
+
+        Returns:
+            (B, S, Dq).
+        """
         return self.weight(keys)  # W h_j: (B, S, Dq)
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """e_ij = s_i^T (W h_j).
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            projected: (B, S, Dq), W h_j.
+
+        Returns:
+            (B, Q, S) scores.
+        """
         return query @ projected.transpose(1, 2)
 
 
 class ConcatAttention(SourceAttention):
-    """Luong's concat: e_ij = v^T tanh(W [s_i; h_j]), one matrix over the concatenation."""
+    """Luong's concat: e_ij = v^T tanh(W [s_i; h_j]), one matrix over the concatenation.
+
+    Args:
+        query_dim: Dq, the decoder states' width.
+        key_dim: Dk, the encoder states' width.
+        dim: the hidden layer's units.
+    """
 
     def __init__(self, query_dim: int, key_dim: int, dim: int) -> None:
         super().__init__()
@@ -99,6 +189,15 @@ class ConcatAttention(SourceAttention):
         self.v = nn.Linear(dim, 1, bias=False)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:  # keys: not projected
+        """e_ij = v^T tanh(W [s_i; h_j]), over every (query, source state) pair.
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            keys: (B, S, Dk) the encoder states, not projected.
+
+        Returns:
+            (B, Q, S) scores.
+        """
         queries, sources = query.shape[1], keys.shape[1]
         pairs = torch.cat(  # (B, Q, S, Dq + Dk): every query beside every source state
             [query[:, :, None].expand(-1, -1, sources, -1), keys[:, None].expand(-1, queries, -1, -1)], dim=-1
@@ -110,7 +209,20 @@ SCORES = ("bahdanau", "dot", "general", "concat")
 
 
 def build_attention(score: str, query_dim: int, key_dim: int, dim: int) -> SourceAttention:
-    """The attention of score function ``score`` (one of :data:`SCORES`)."""
+    """The attention of score function ``score`` (one of :data:`SCORES`).
+
+    Args:
+        score: "bahdanau", "dot", "general" or "concat".
+        query_dim: Dq, the decoder states' width.
+        key_dim: Dk, the encoder states' width.
+        dim: the hidden layer's units (Bahdanau's and concat's).
+
+    Returns:
+        The attention module.
+
+    Raises:
+        ValueError: an unknown score, or dot attention over states of different widths.
+    """
     if score == "bahdanau":
         return BahdanauAttention(query_dim, key_dim, dim)
     if score == "dot":

@@ -15,7 +15,16 @@ from torch import nn
 
 
 class ScalarMix(nn.Module):
-    """Mix ``layers`` stacked layers (batch, layers, time, dim) into one (batch, time, dim)."""
+    """Mix ``layers`` stacked layers (batch, layers, time, dim) into one (batch, time, dim).
+
+    The weights s start at 0 (the plain average) and gamma at 1.
+
+    Args:
+        layers: the layers mixed.
+        layer_norm: normalise each layer first (per position, without gain or bias; a zero vector stays zero).
+        dropout: the dropout on the mix.
+        l2: lambda of the penalty lambda * ||s||^2 (see :meth:`penalty`).
+    """
 
     def __init__(self, layers: int, layer_norm: bool = False, dropout: float = 0.0, l2: float = 0.0) -> None:
         super().__init__()
@@ -31,6 +40,17 @@ class ScalarMix(nn.Module):
         return self.scalars.softmax(0)
 
     def forward(self, layers: torch.Tensor) -> torch.Tensor:
+        """The mix gamma * sum_j softmax(s)_j h_j, with dropout.
+
+        Args:
+            layers: (batch, layers, time, dim).
+
+        Returns:
+            (batch, time, dim).
+
+        Raises:
+            ValueError: another number of layers than the mix was built for.
+        """
         if layers.shape[1] != self.scalars.numel():
             raise ValueError(f"ScalarMix of {self.scalars.numel()} layers got {layers.shape[1]}")
         if self.layer_norm:  # per position, without gain or bias; a zero (padding) vector stays zero
@@ -39,5 +59,9 @@ class ScalarMix(nn.Module):
         return self.dropout(self.gamma * mixed)
 
     def penalty(self) -> torch.Tensor:
-        """lambda * ||s||^2, to add to the task's loss."""
+        """The L2 term lambda * ||s||^2, to add to the task's loss.
+
+        Returns:
+            The penalty, a scalar (0 when lambda is 0).
+        """
         return self.l2 * self.scalars.square().sum()

@@ -53,10 +53,23 @@ from plm.models.recipe import Decoding, Hyperparameters, PretrainingRecipe
 class TransformerConfig:
     """Transformer-base by default.
 
-    ``vocab_size`` is the target vocabulary, or the joint one when ``source_vocab_size``
-    is None; ``context_length`` the longest source or target sentence (the sinusoid
-    table's rows). The paper's dropout is on sub-layer outputs and embeddings
-    (``dropout``); it names none inside attention (``attention_dropout`` 0).
+    The paper's dropout is on sub-layer outputs and embeddings (``dropout``); it names none inside attention
+    (``attention_dropout`` 0).
+
+    Attributes:
+        vocab_size: the target vocabulary, or the joint one when ``source_vocab_size`` is None.
+        source_vocab_size: the source vocabulary, or None for one joint vocabulary (one shared matrix).
+        context_length: the longest source or target sentence (the sinusoid table's rows).
+        dim: d_model.
+        encoder_layers: N of the encoder.
+        decoder_layers: N of the decoder.
+        heads: h, attention heads per layer.
+        ffn_dim: d_ff.
+        activation: the feed-forward activation.
+        norm_first: pre-LN blocks (with a final LayerNorm per stack); False: the paper's post-LN.
+        norm_eps: the LayerNorms' epsilon.
+        dropout: P_drop, on sub-layer outputs and embeddings.
+        attention_dropout: the dropout on attention weights.
     """
 
     vocab_size: int = 37000
@@ -75,14 +88,17 @@ class TransformerConfig:
 
     @property
     def joint_vocabulary(self) -> bool:
+        """Whether source and target share one vocabulary (and one embedding matrix)."""
         return self.source_vocab_size is None
 
     @property
     def encoder_block(self) -> BlockConfig:
+        """The shape of an encoder block."""
         return BlockConfig.of(self)
 
     @property
     def decoder_block(self) -> BlockConfig:
+        """The shape of a decoder block: an encoder block's, with encoder-decoder attention."""
         return dataclasses.replace(BlockConfig.of(self), cross_attention=True)
 
 
@@ -127,8 +143,16 @@ RECIPE = PretrainingRecipe(
 
 @dataclass
 class TransformerState:
-    """The decoding state: the source's padding, the encoder's output, the self-attention caches, and which
-    source each row decodes (beams of one sentence share its memory)."""
+    """The decoding state of a batch of sources.
+
+    Beams of one sentence share its memory: ``sources`` says which source each row decodes.
+
+    Attributes:
+        memory_mask: (B, 1, 1, S), None when no source is padded.
+        memory: the encoder's output (B, S, dim), or each decoder layer's keys and values of it.
+        caches: one self-attention cache per decoder block; None: every step reruns the whole target.
+        sources: (B,) the source sentence of each row.
+    """
 
     memory_mask: torch.Tensor | None  # (B, 1, 1, S), None when no source is padded
     memory: torch.Tensor | list[KVCache]  # the encoder's output (B, S, dim), or each layer's keys/values of it
@@ -137,6 +161,11 @@ class TransformerState:
 
 
 class Transformer(Seq2SeqModel):
+    """The Transformer encoder-decoder (family ``transformer``).
+
+    Args:
+        config: the model's config.
+    """
     family = "transformer"
     config_class = TransformerConfig
 
@@ -160,8 +189,10 @@ class Transformer(Seq2SeqModel):
         self.init_transformer_weights()
 
     def init_transformer_weights(self) -> None:
-        """Glorot-uniform matrices and zero biases (as tensor2tensor, fairseq and torch.nn.Transformer);
-        embeddings N(0, d^-0.5), so that after the sqrt(d) scaling their entries have unit variance."""
+        """Glorot-uniform matrices and zero biases (as tensor2tensor, fairseq and torch.nn.Transformer).
+
+        Embeddings are N(0, d^-0.5), so that after the sqrt(d) scaling their entries have unit variance.
+        """
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -171,19 +202,53 @@ class Transformer(Seq2SeqModel):
                 nn.init.normal_(module.weight, std=self.config.dim**-0.5)
 
     def vocabulary_embeddings(self) -> list[nn.Embedding]:
+        """The token tables: the target embedding (also the pre-softmax matrix), and the source's if it has its own.
+
+        Returns:
+            The tables.
+        """
         return [self.target_embedding] + ([self.source_embedding] if self.source_embedding is not None else [])
 
     def context_length(self) -> int:
+        """The most target positions: the sinusoid table's rows.
+
+        Returns:
+            ``config.context_length``.
+        """
         return self.config.context_length
 
     def hypothesis_bytes(self, source_length: int, target_length: int) -> int:
+        """About the bytes one hypothesis holds (fp32), to bound a search by free memory.
+
+        That is the encoder's output and, per decoder layer, the encoder-decoder attention's keys and values of it
+        and the self-attention's cache of the target.
+
+        Args:
+            source_length: the source tokens.
+            target_length: the target tokens at most.
+
+        Returns:
+            The bytes.
+        """
         # The encoder's output, and per decoder layer the cross-attention's keys and values of it and the
         # self-attention's cache of the target.
         config = self.config
         return 4 * config.dim * (source_length + 2 * config.decoder_layers * (source_length + target_length))
 
     def embed(self, ids: torch.Tensor, embedding: nn.Embedding, start: int) -> torch.Tensor:
-        """Dropout(sqrt(d) E[ids] + PE[start .. start + T - 1]): (B, T) -> (B, T, dim)."""
+        """Dropout(sqrt(d) E[ids] + PE[start .. start + T - 1]): (B, T) -> (B, T, dim).
+
+        Args:
+            ids: (B, T) token ids.
+            embedding: the source or target embedding.
+            start: the position of the first id.
+
+        Returns:
+            (B, T, dim).
+
+        Raises:
+            PLMError: positions past the context.
+        """
         check_context(start + ids.shape[1], self.config.context_length)
         positions = self.positions.table[start : start + ids.shape[1]]  # (T, dim), the same for every row
         return self.embedding_dropout(embedding(ids) * self.config.dim**0.5 + positions)
@@ -193,7 +258,15 @@ class Transformer(Seq2SeqModel):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The encoder's output (B, S, dim) and the mask (B, 1, 1, S) that hides the source's padding from attention.
 
-        ``source_mask`` (B, S) is 1 for tokens and 0 for padding (on the right).
+        Args:
+            source_ids: (B, S) source ids.
+            source_mask: (B, S), 1 for tokens and 0 for padding (on the right); or None.
+
+        Returns:
+            The encoder's output and the mask (None when nothing is padded).
+
+        Raises:
+            PLMError: a source longer than the context.
         """
         time = source_ids.shape[1]
         embedding = self.source_embedding if self.source_embedding is not None else self.target_embedding
@@ -212,6 +285,18 @@ class Transformer(Seq2SeqModel):
         """The decoder's output (B, T, dim) for ``target_ids`` (B, T), each position seeing only earlier ones.
 
         With ``caches`` the ids are the newest tokens after those already cached.
+
+        Args:
+            target_ids: (B, T) target ids.
+            memory: the encoder's output (B, S, dim), or each layer's keys and values of it.
+            memory_mask: (B, 1, 1, S), or None.
+            caches: one self-attention cache per decoder block, or None.
+
+        Returns:
+            (B, T, dim).
+
+        Raises:
+            PLMError: positions past the context.
         """
         past = caches[0].length if caches else 0
         time = target_ids.shape[1]
@@ -237,6 +322,17 @@ class Transformer(Seq2SeqModel):
 
         ``target_ids`` starts with the start token; logits at position t predict token t + 1.
         Padding at the end of a target changes no earlier position.
+
+        Args:
+            source_ids: (B, S) source ids.
+            target_ids: (B, T) the target shifted right.
+            source_mask: (B, S), 1 = token, 0 = padding; or None.
+
+        Returns:
+            The decoder's output (B, T, dim) as ``last_hidden_state`` and the logits (B, T, V).
+
+        Raises:
+            PLMError: a source or target longer than the context.
         """
         memory, memory_mask = self.encode(source_ids, source_mask)
         hidden = self.decode(target_ids, memory, memory_mask)
@@ -249,6 +345,24 @@ class Transformer(Seq2SeqModel):
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
         compile: bool,
     ) -> TransformerState:
+        """The decoding state of a batch of sources: the encoder runs here, once.
+
+        With ``use_cache``, each decoder layer's encoder-decoder keys and values are computed here and an empty
+        self-attention cache of ``max_length`` positions is made per layer.
+
+        Args:
+            source_ids: (batch, source_length) the sources.
+            source_mask: 0 at the padding of ``source_ids``, or None.
+            max_length: the longest target history the steps will pass.
+            use_cache: False recomputes the whole history at every step.
+            compile: must be False: the Transformer decodes eagerly.
+
+        Returns:
+            The decoding state.
+
+        Raises:
+            PLMError: ``compile``, or a ``max_length`` or source past the context.
+        """
         if compile:
             raise PLMError("compile is for decoder-only models; the Transformer decodes eagerly")
         check_context(max_length, self.config.context_length)
@@ -269,11 +383,32 @@ class Transformer(Seq2SeqModel):
         return TransformerState(memory_mask, memory_caches, caches, sources)
 
     def decode_step(self, history: torch.Tensor, state: TransformerState) -> tuple[torch.Tensor, TransformerState]:
+        """The next-token logits after the target ``history``, reading only the tokens not yet cached.
+
+        Args:
+            history: (B, length) every target token so far.
+            state: the decoding state (its caches grow in place).
+
+        Returns:
+            The next-token logits (B, V) and the state.
+        """
         start = state.caches[0].length if state.caches is not None else 0
         hidden = self.decode(history[:, start:], state.memory, state.memory_mask, state.caches)
         return linear(hidden[:, -1], self.target_embedding.weight), state  # (B, V)
 
     def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
+        """The state whose row i is row ``order[i]`` of ``state``.
+
+        When every row still decodes the source it did (beams reordered within each sentence), only the
+        self-attention caches are copied.
+
+        Args:
+            state: the decoding state.
+            order: (B,) the row of ``state`` each new row takes.
+
+        Returns:
+            The reordered state.
+        """
         sources = state.sources[order]
         caches = [layer.reorder(order) for layer in state.caches] if state.caches is not None else None
         if torch.equal(sources, state.sources):

@@ -30,7 +30,14 @@ TERMS = ("forward", "backward")
 
 @dataclass(frozen=True)
 class WordStreams:
-    """Training and validation text as type ids, and per type its characters and its vocabulary id."""
+    """Training and validation text as type ids, and per type its characters and its vocabulary id.
+
+    Attributes:
+        train: (train words,) int32 type ids.
+        validation: (validation words,) int32 type ids.
+        characters: (types, MAX_CHARACTERS) int16, each type's character ids.
+        word_ids: (types,) int64, the softmax's id of each type, ``<UNK>``'s for a rare one.
+    """
 
     train: np.ndarray  # (train words,) int32 type ids
     validation: np.ndarray
@@ -39,7 +46,21 @@ class WordStreams:
 
 
 def word_streams(train: Sequence[Document], validation: Sequence[Document], vocabulary: dict[str, int]) -> WordStreams:
-    """Split the documents into words once; ``vocabulary`` maps the kept words to ids (the rest: ``<UNK>``)."""
+    """Split the documents into words once; ``vocabulary`` maps the kept words to ids (the rest: ``<UNK>``).
+
+    Each document becomes ``<S>``, its words, ``</S>``.
+
+    Args:
+        train: the training documents.
+        validation: the validation documents.
+        vocabulary: the word vocabulary, with ``<S>``, ``</S>`` and ``<UNK>``.
+
+    Returns:
+        The streams.
+
+    Raises:
+        PLMError: a vocabulary without ``<S>``, ``</S>`` or ``<UNK>``.
+    """
     if UNKNOWN not in vocabulary or SENTENCE_START not in vocabulary or SENTENCE_END not in vocabulary:
         raise PLMError(f"the biLM predicts words: its tokenizer must be a word vocabulary with {SENTENCE_START}, "
                        f"{SENTENCE_END} and {UNKNOWN} (train one with `plm tokenizer train --kind words`)")
@@ -60,7 +81,18 @@ def word_streams(train: Sequence[Document], validation: Sequence[Document], voca
 
 
 class BiLMObjective:
-    """Forward and backward language modelling over blocks of words, read as characters."""
+    """Forward and backward language modelling over blocks of words, read as characters.
+
+    Args:
+        streams: the words (see :func:`word_streams`).
+        block_size: T, the words a model reads per sequence (blocks are T + 2, for the targets).
+        batch_size: blocks per micro-batch.
+        seed: the seed of the blocks' draw.
+        validation_blocks_max: the most validation blocks, or None for all.
+
+    Raises:
+        PLMError: a text too short for one block.
+    """
 
     def __init__(
         self,
@@ -78,7 +110,14 @@ class BiLMObjective:
         self.train_tokens = len(streams.train)
 
     def examples(self, blocks: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Type ids (B, T + 2) -> chars of the middle T words (B, T, chars) and both directions' targets (B, T)."""
+        """Type ids (B, T + 2) -> chars of the middle T words (B, T, chars) and both directions' targets (B, T).
+
+        Args:
+            blocks: (B, T + 2) type ids.
+
+        Returns:
+            ``chars`` (B, T, MAX_CHARACTERS), ``next_words`` and ``previous_words`` (B, T), all int64.
+        """
         types = blocks.numpy()
         return {
             "chars": torch.from_numpy(self.streams.characters[types[:, 1:-1]].astype(np.int64)),
@@ -87,18 +126,57 @@ class BiLMObjective:
         }
 
     def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
+        """Random blocks for micro-batch ``micro`` of step ``step`` (the same on every call).
+
+        Args:
+            step: the optimizer step.
+            micro: the micro-batch within the step.
+
+        Returns:
+            The batch (see :meth:`examples`).
+        """
         return self.examples(self.sampler.batch(step, micro))
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
+        """The words a batch reads.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            B x T.
+        """
         return batch["next_words"].numel()
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The targets each direction's loss is summed over: one per word read.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            ``forward`` and ``backward``, each B x T.
+        """
         return {term: self.size(batch) for term in TERMS}
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The two directions' summed negative log-likelihoods.
+
+        Args:
+            model: the ELMo (or its DDP wrapper).
+            batch: a batch of this objective.
+
+        Returns:
+            ``forward`` and ``backward``.
+        """
         output = model(batch["chars"], next_words=batch["next_words"], previous_words=batch["previous_words"])
         return {"forward": output.forward_loss, "backward": output.backward_loss}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The validation blocks, in order and the same every time.
+
+        Yields:
+            Batches of up to ``batch_size`` blocks (see :meth:`examples`).
+        """
         for start in range(0, len(self.validation), self.batch_size):
             yield self.examples(self.validation[start : start + self.batch_size])

@@ -27,7 +27,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ObjectiveData:
-    """Everything a builder may read: the text, the tokenizer and the batch shape."""
+    """Everything a builder may read: the text, the tokenizer and the batch shape.
+
+    Attributes:
+        corpus: the training and validation documents.
+        tokenizer: the model's tokenizer.
+        block_size: the tokens (words, for the biLM) a model reads per sequence.
+        batch_size: sequences per micro-batch.
+        seed: the seed of the batches.
+        validation_blocks: the most validation sequences.
+        whole_word: mask whole words (masked LMs).
+        max_ngram: the longest masked span, in words (masked LMs).
+    """
 
     corpus: Corpus
     tokenizer: Tokenizer
@@ -41,7 +52,14 @@ class ObjectiveData:
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
-    """An objective's needs: the heads it trains, whether it masks, and its builder."""
+    """An objective's needs: the heads it trains, whether it masks, and its builder.
+
+    Attributes:
+        heads: the pre-training heads the model must have.
+        masks_words: the objective takes masking options (``whole_word``, ``max_ngram``).
+        build: makes the objective from a run's data.
+        parallel_text: trains on sentence pairs (plm seq2seq train), not on a corpus.
+    """
 
     heads: tuple[str, ...]
     masks_words: bool
@@ -50,6 +68,17 @@ class ObjectiveSpec:
 
 
 def causal_lm(data: ObjectiveData) -> CausalLMObjective:
+    """The causal LM objective on the corpus' token ids, cached on disk between runs.
+
+    Args:
+        data: the run's data.
+
+    Returns:
+        The objective.
+
+    Raises:
+        PLMError: a text too short for one block.
+    """
     ids_cache = cache_dir() / "token-ids"
     train_ids = cached_token_ids(data.corpus.train, data.tokenizer, ids_cache, "train")
     validation_ids = cached_token_ids(data.corpus.validation, data.tokenizer, ids_cache, "validation")
@@ -59,6 +88,15 @@ def causal_lm(data: ObjectiveData) -> CausalLMObjective:
 
 
 def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
+    """The builder of the masked LM objective with pair task ``pair_task``.
+
+    Args:
+        pair_task: none, nsp or sop.
+
+    Returns:
+        A builder that makes the objective from a run's data (validation: ``validation_blocks // batch_size``
+        batches, at least one).
+    """
     def build(data: ObjectiveData) -> MaskedLMObjective:
         return MaskedLMObjective(
             data.corpus.train,
@@ -77,11 +115,30 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
 
 
 def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
+    """The biLM objective on the corpus split into words, with the tokenizer's word vocabulary.
+
+    Args:
+        data: the run's data.
+
+    Returns:
+        The objective.
+
+    Raises:
+        PLMError: a tokenizer that is not a word vocabulary, or a text too short for one block.
+    """
     streams = word_streams(data.corpus.train, data.corpus.validation, data.tokenizer.backend.get_vocab())
     return BiLMObjective(streams, data.block_size, data.batch_size, data.seed, data.validation_blocks)
 
 
 def needs_parallel_text(data: ObjectiveData) -> Objective:
+    """Refuse to build the seq2seq objective from a corpus: it trains on sentence pairs.
+
+    Args:
+        data: the run's data.
+
+    Raises:
+        PLMError: always.
+    """
     raise PLMError("the seq2seq objective trains on sentence pairs, not on a corpus: use plm seq2seq train")
 
 
@@ -96,6 +153,17 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
 
 
 def objective_spec(name: str) -> ObjectiveSpec:
+    """The spec of objective ``name``.
+
+    Args:
+        name: a key of :data:`OBJECTIVES`.
+
+    Returns:
+        The spec.
+
+    Raises:
+        PLMError: an unknown objective.
+    """
     if name not in OBJECTIVES:
         raise PLMError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
     return OBJECTIVES[name]

@@ -48,11 +48,27 @@ def mask_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Corrupt ``input_ids`` (B, T) for MLM; return ``(masked_input_ids, labels)``.
 
-    ``maskable`` (B, T) is True where a token may be selected: not a special token,
-    not padding. ``labels`` holds the original id at the selected positions and
-    :data:`IGNORE_INDEX` elsewhere. Random replacements are drawn from the ids that
-    are not in ``special_ids``. ``word_ids``, ``whole_word`` and ``max_ngram`` are
-    those of :func:`select_spans`. All randomness comes from ``generator`` (CPU).
+    Of the selected positions, 80% become ``mask_id``, 10% a random id and 10% stay. Random replacements are
+    drawn from the ids that are not in ``special_ids``. All randomness comes from ``generator`` (CPU).
+
+    Args:
+        input_ids: (B, T) token ids.
+        maskable: (B, T), True where a token may be selected: not a special token, not padding.
+        mask_id: the mask token's id.
+        vocab_size: the ids random replacements are drawn from.
+        generator: the random numbers.
+        mlm_probability: the share of maskable tokens selected.
+        word_ids: as for :func:`select_spans`.
+        whole_word: as for :func:`select_spans`.
+        max_ngram: as for :func:`select_spans`.
+        special_ids: ids never drawn as a random replacement.
+
+    Returns:
+        The corrupted ids (B, T), and the labels (B, T): the original id at the selected positions,
+        :data:`IGNORE_INDEX` elsewhere.
+
+    Raises:
+        PLMError: as :func:`select_spans`.
     """
     selected = select_spans(maskable, generator, mlm_probability, word_ids, whole_word, max_ngram) >= 0
     selected = selected.to(input_ids.device)
@@ -79,10 +95,24 @@ def select_spans(
 
     The candidates are tokens, or words when ``whole_word`` is set or when
     ``max_ngram > 1`` and ``word_ids`` are given (ALBERT's n-grams are of whole words).
-    ``word_ids`` (B, T): tokens of one word share a value and the next word has
-    another; a negative value is a token of no word. Neither a word nor a span
-    crosses a token that is not maskable (BERT's [SEP]). A span is what was chosen
+    Neither a word nor a span crosses a token that is not maskable (BERT's [SEP]). A span is what was chosen
     in one draw: a token, a word, or n consecutive words.
+
+    Args:
+        maskable: (B, T), True where a token may be selected.
+        generator: the random numbers.
+        mlm_probability: the share of maskable tokens selected (``max(1, round(p * n))`` per row).
+        word_ids: (B, T): tokens of one word share a value and the next word has another; a negative value is
+            a token of no word. None: no words.
+        whole_word: select whole words.
+        max_ngram: the longest span, in words; n is drawn with p(n) proportional to 1/n.
+
+    Returns:
+        (B, T) int64 span numbers.
+
+    Raises:
+        PLMError: a probability outside (0, 1], a ``max_ngram`` below 1, or ``whole_word`` without
+            ``word_ids``.
     """
     if not 0 < mlm_probability <= 1:
         raise PLMError(f"the masking probability must be in (0, 1], got {mlm_probability}")

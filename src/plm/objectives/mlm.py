@@ -35,6 +35,24 @@ class MaskedLMObjective:
     come from a generator seeded with those three numbers, so a resumed run sees the
     batches it would have seen, and micro-batch ``index`` is the same on whichever
     process draws it.
+
+    Args:
+        train_documents: the training documents.
+        validation_documents: the validation documents.
+        tokenizer: the encoder's tokenizer, with mask, [CLS], [SEP] and padding tokens.
+        max_length: the most tokens of an example, special tokens included.
+        batch_size: examples per micro-batch.
+        pair_task: none, nsp or sop.
+        whole_word: mask whole words (see :func:`plm.objectives.masking.select_spans`).
+        max_ngram: the longest masked span, in words (ALBERT's n-grams).
+        mlm_probability: the share of tokens predicted.
+        short_seq_prob: the probability of a shorter example (see :mod:`plm.objectives.pairs`).
+        seed: the seed of the examples, the batches and the masks.
+        validation_batches_max: the most validation batches, or None for all.
+
+    Raises:
+        PLMError: an unknown pair task, a tokenizer without one of those tokens, or documents from which no
+            example can be made (see :mod:`plm.objectives.pairs`).
     """
 
     def __init__(
@@ -78,14 +96,40 @@ class MaskedLMObjective:
         ]
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
+        """Micro-batch ``index`` of step ``step``: random training examples, freshly masked.
+
+        Args:
+            step: the optimizer step.
+            index: the micro-batch within the step.
+
+        Returns:
+            ``input_ids`` (masked), ``labels`` (the originals at the targets, -100 elsewhere), ``token_type_ids``
+            and ``attention_mask``, each (B, T); ``pair_labels`` (B,) with a pair task.
+        """
         generator = _generator(_TRAIN, self.seed, step, index)
         rows = torch.randint(len(self.train), (self.batch_size,), generator=generator)
         return self._masked(self.train, rows.tolist(), generator)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
+        """The tokens of a batch, padding not counted.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            The ones of its attention mask.
+        """
         return int(batch["attention_mask"].sum())
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The targets each loss term is summed over.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            ``mlm``: the masked positions; with a pair task, ``nsp`` or ``sop``: the examples.
+        """
         counts = {"mlm": int((batch["labels"] != IGNORE_INDEX).sum())}
         if self.pair_task != "none":
             counts[self.pair_task] = len(batch["pair_labels"])
@@ -97,6 +141,13 @@ class MaskedLMObjective:
         The model gets ``masked_positions`` so that it may project only those onto the
         vocabulary (its ``logits`` then being (n_masked, V) in row-major order); a
         model that returns logits (B, T, V) for every position works as well.
+
+        Args:
+            model: the encoder (or its DDP wrapper).
+            batch: a batch of this objective.
+
+        Returns:
+            ``mlm``, and the pair task's term when there is one.
         """
         labels = batch["labels"]
         targets = labels != IGNORE_INDEX
@@ -112,7 +163,11 @@ class MaskedLMObjective:
         return losses
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """The first validation examples (``validation_batches_max`` batches), masked the same way every time."""
+        """The first validation examples (``validation_batches_max`` batches), masked the same way every time.
+
+        Yields:
+            The batches, as :meth:`batch` gives them.
+        """
         yield from self._validation
 
     def _masked(

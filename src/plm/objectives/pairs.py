@@ -67,13 +67,25 @@ def split_segments(text: str) -> list[str]:
     A simple splitter is enough: segments only mark where A may end and B begin
     (BERT's "sentences" are any span of contiguous text), so an abbreviation cut as
     a sentence end or a wrapped line cut mid-sentence does no harm.
+
+    Args:
+        text: the document's text.
+
+    Returns:
+        The non-empty segments, in order.
     """
     return [piece for line in text.split("\n") for piece in _SENTENCE_END.split(line.strip()) if piece]
 
 
 @dataclass(frozen=True)
 class SegmentSpan:
-    """Tokens ``start`` to ``stop`` (exclusive) of document ``document``'s token ids."""
+    """Tokens ``start`` to ``stop`` (exclusive) of document ``document``'s token ids.
+
+    Attributes:
+        document: the document's index.
+        start: the first token.
+        stop: one past the last token.
+    """
 
     document: int
     start: int
@@ -87,9 +99,11 @@ class SegmentSpan:
 class Example:
     """One pre-training sequence: ``[CLS] A [SEP] B [SEP]``, or ``[CLS] A [SEP]`` when ``b`` is None.
 
-    ``label`` is the pair task's (NSP: 0 IsNext, 1 NotNext; SOP: 0 in order,
-    1 swapped; -1 without a pair task); ``target_length`` the number of tokens
-    of A and B this example aimed at.
+    Attributes:
+        a: segment A.
+        b: segment B, or None.
+        label: the pair task's (NSP: 0 IsNext, 1 NotNext; SOP: 0 in order, 1 swapped; -1 without a pair task).
+        target_length: the number of tokens of A and B this example aimed at.
     """
 
     a: SegmentSpan
@@ -101,9 +115,18 @@ class Example:
 class TokenizedDocuments:
     """Each document as one array of token ids and word ids, with its segment boundaries.
 
-    ``bounds[d]`` holds the start of every segment of document ``d`` and, last, its
-    length. Word ids are numbered over the whole document (-1 for a token of no
-    word), so the tokens of one word share a number and its neighbours have others.
+    Word ids are numbered over the whole document (-1 for a token of no word), so the tokens of one word share
+    a number and its neighbours have others. A segment without tokens is left out.
+
+    Args:
+        documents: the documents.
+        tokenizer: the tokenizer (no special tokens are added).
+
+    Attributes:
+        names: each document's name.
+        ids: each document's token ids.
+        word_ids: each document's word ids, one per token.
+        bounds: ``bounds[d]`` holds the start of every segment of document ``d`` and, last, its length.
     """
 
     def __init__(self, documents: Sequence[Document], tokenizer: Tokenizer) -> None:
@@ -132,7 +155,14 @@ class TokenizedDocuments:
 
 
 class PretrainingExamples(Sequence[Example]):
-    """The examples a builder made, and the token ids they stand for."""
+    """The examples a builder made, and the token ids they stand for.
+
+    Args:
+        documents: the tokenized documents.
+        examples: the examples, spans of those documents.
+        task: the pair task: none, nsp or sop.
+        tokenizer: the tokenizer, for its [CLS], [SEP] and padding ids.
+    """
 
     def __init__(self, documents: TokenizedDocuments, examples: list[Example], task: str, tokenizer: Tokenizer) -> None:
         self.documents, self.examples, self.task = documents, examples, task
@@ -147,10 +177,25 @@ class PretrainingExamples(Sequence[Example]):
         return self.examples[index]
 
     def tokens(self, span: SegmentSpan) -> np.ndarray:
+        """The token ids of a span.
+
+        Args:
+            span: a span of one of the documents.
+
+        Returns:
+            The ids (a view of the document's array).
+        """
         return self.documents.ids[span.document][span.start : span.stop]
 
     def encode(self, example: Example) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(ids, type_ids, word_ids)`` of ``[CLS] A [SEP] B [SEP]``; word id -1 for the specials."""
+        """``(ids, type_ids, word_ids)`` of ``[CLS] A [SEP] B [SEP]``; word id -1 for the specials.
+
+        Args:
+            example: the example.
+
+        Returns:
+            The token ids, the segment ids (0 for [CLS], A and its [SEP], 1 for B and its) and the word ids.
+        """
         parts = [(example.a, 0)] + ([(example.b, 1)] if example.b is not None else [])
         ids: list[np.ndarray | list[int]] = [[self.cls_id]]
         types: list[list[int]] = [[0]]
@@ -164,9 +209,12 @@ class PretrainingExamples(Sequence[Example]):
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         """The examples at ``indices``, padded on the right to the longest.
 
-        int64 tensors (B, T): ``input_ids``, ``token_type_ids``, ``attention_mask``,
-        ``special_tokens_mask`` (1 at [CLS], [SEP] and padding) and ``word_ids`` (-1
-        at those); and ``pair_labels`` (B,) for NSP and SOP.
+        Args:
+            indices: the examples' indices.
+
+        Returns:
+            int64 tensors (B, T): ``input_ids``, ``token_type_ids``, ``attention_mask``, ``special_tokens_mask`` (1 at
+            [CLS], [SEP] and padding) and ``word_ids`` (-1 at those); and ``pair_labels`` (B,) for NSP and SOP.
         """
         rows = [self.encode(self.examples[i]) for i in indices]
         width = max(len(ids) for ids, _, _ in rows)
@@ -195,7 +243,22 @@ def nsp_pairs(
     seed: int = 0,
     short_seq_prob: float = 0.1,
 ) -> PretrainingExamples:
-    """BERT's next sentence prediction pairs: B follows A (label 0) or comes from another document (1)."""
+    """BERT's next sentence prediction pairs: B follows A (label 0) or comes from another document (1).
+
+    Args:
+        documents: the documents.
+        tokenizer: the encoder's tokenizer, with [CLS], [SEP] and padding tokens.
+        max_length: the most tokens of an example, special tokens included.
+        seed: the seed of everything random.
+        short_seq_prob: the probability of a random shorter target length.
+
+    Returns:
+        The examples.
+
+    Raises:
+        PLMError: a tokenizer without [CLS], [SEP] or padding, a ``max_length`` that leaves no room for text, a
+            ``short_seq_prob`` outside [0, 1], fewer than two documents with text, or no example at all.
+    """
     return _build(documents, tokenizer, "nsp", max_length, seed, short_seq_prob)
 
 
@@ -206,7 +269,22 @@ def sentence_order_pairs(
     seed: int = 0,
     short_seq_prob: float = 0.1,
 ) -> PretrainingExamples:
-    """ALBERT's sentence order prediction pairs: two consecutive segments in order (label 0) or swapped (1)."""
+    """ALBERT's sentence order prediction pairs: two consecutive segments in order (label 0) or swapped (1).
+
+    Args:
+        documents: the documents.
+        tokenizer: the encoder's tokenizer, with [CLS], [SEP] and padding tokens.
+        max_length: the most tokens of an example, special tokens included.
+        seed: the seed of everything random.
+        short_seq_prob: the probability of a random shorter target length.
+
+    Returns:
+        The examples.
+
+    Raises:
+        PLMError: a tokenizer without [CLS], [SEP] or padding, a ``max_length`` that leaves no room for text, a
+            ``short_seq_prob`` outside [0, 1], or no example at all.
+    """
     return _build(documents, tokenizer, "sop", max_length, seed, short_seq_prob)
 
 
@@ -217,7 +295,22 @@ def single_segments(
     seed: int = 0,
     short_seq_prob: float = 0.1,
 ) -> PretrainingExamples:
-    """One segment per example, as long as ``max_length`` allows: for masked language modelling alone."""
+    """One segment per example, as long as ``max_length`` allows: for masked language modelling alone.
+
+    Args:
+        documents: the documents.
+        tokenizer: the encoder's tokenizer, with [CLS], [SEP] and padding tokens.
+        max_length: the most tokens of an example, special tokens included.
+        seed: the seed of everything random.
+        short_seq_prob: the probability of a random shorter target length.
+
+    Returns:
+        The examples.
+
+    Raises:
+        PLMError: a tokenizer without [CLS], [SEP] or padding, a ``max_length`` that leaves no room for text, a
+            ``short_seq_prob`` outside [0, 1], or no example at all.
+    """
     return _build(documents, tokenizer, "none", max_length, seed, short_seq_prob)
 
 

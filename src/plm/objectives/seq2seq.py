@@ -42,8 +42,17 @@ NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained lo
 
 def cross_entropies(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
                     ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed negative log-likelihood and label-smoothed cross entropy of ``logits`` (N, V) against ``labels``
-    (N,), skipping ``ignore_index``."""
+    """Summed negative log-likelihood and label-smoothed cross entropy of ``logits`` against ``labels``.
+
+    Args:
+        logits: (N, V).
+        labels: (N,) target ids.
+        epsilon: the label smoothing.
+        ignore_index: the label of a position that is no target (padding).
+
+    Returns:
+        The summed -log p(y), and the summed (1 - epsilon) * -log p(y) + epsilon * mean_v -log p(v).
+    """
     # One log-softmax serves both, and no (N, V) copy of the kept rows is made: the padding's rows are
     # masked out of the sums instead (a boolean index of the log-probabilities cost ~10% of an RNN's step).
     log_probs = logits.float().log_softmax(-1)
@@ -54,7 +63,25 @@ def cross_entropies(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
 
 
 class Seq2SeqObjective:
-    """Teacher-forced batches of similar lengths under a token budget, the label-smoothed loss and the likelihood."""
+    """Teacher-forced batches of similar lengths under a token budget, the label-smoothed loss and the likelihood.
+
+    Args:
+        train: the training pairs.
+        validation: the validation pairs.
+        tokenizers: the source and target tokenizers.
+        max_tokens: the padded tokens of a batch at most.
+        label_smoothing: epsilon.
+        seed: the seed of the batches' draw.
+        metric_examples: how many validation pairs ``validation_metrics`` translates (0: none).
+        decoding: how ``validation_metrics`` translates.
+        select_by: "bleu", "exact_match" or "chrf": the trainer keeps the model with the best such validation
+            score in ``best/``; None: no selection.
+        max_positions: the model's context (a Transformer's position table); pairs whose source (with
+            ``</s>``) or decoder input (``<s> y``) is longer are left out, and counted in ``dropped``.
+
+    Raises:
+        PLMError: tokenizers without padding, or no training or no validation pair that fits.
+    """
 
     def __init__(
         self,
@@ -99,26 +126,74 @@ class Seq2SeqObjective:
         self.perplexity_terms = (NLL,)
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
+        """Micro-batch ``index`` of step ``step``: a random group of similar lengths (the same on every call).
+
+        Args:
+            step: the optimizer step.
+            index: the micro-batch within the step.
+
+        Returns:
+            ``source_ids``, ``source_mask``, ``decoder_input_ids`` and ``labels`` (see
+            :func:`plm.data.parallel.collate`).
+        """
         return collate(self.train_data, self.sampler.indices(step, index), self.source_pad, self.target_pad)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
+        """The target tokens of a batch, padding not counted.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            The count.
+        """
         return int((batch["labels"] != self.target_pad).sum())
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The targets both terms are summed over: the target tokens.
+
+        Args:
+            batch: a batch of this objective.
+
+        Returns:
+            ``nll`` and ``label_smoothed``.
+        """
         targets = self.size(batch)
         return {NLL: targets, SMOOTHED: targets}
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The summed likelihood and label-smoothed loss of a batch under teacher forcing.
+
+        Args:
+            model: the encoder-decoder (or its DDP wrapper).
+            batch: a batch of this objective.
+
+        Returns:
+            ``nll`` (logged, weight 0) and ``label_smoothed`` (trained).
+        """
         logits = model(batch["source_ids"], batch["decoder_input_ids"], batch["source_mask"]).logits  # (B, T, V)
         nll, smoothed = cross_entropies(logits.flatten(0, 1), batch["labels"].flatten(), self.label_smoothing,
                                         self.target_pad)
         return {NLL: nll, SMOOTHED: smoothed}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The validation pairs in groups under the token budget, the same every time.
+
+        Yields:
+            The batches, as :meth:`batch` gives them.
+        """
         for group in self.validation_groups:
             yield collate(self.validation_data, group, self.source_pad, self.target_pad)
 
     def validation_metrics(self, model: nn.Module) -> dict[str, float]:
+        """Translate the first ``metric_examples`` validation sources and score them against their references.
+
+        Args:
+            model: the encoder-decoder.
+
+        Returns:
+            ``bleu``, ``chrf`` and ``exact_match``; none when ``metric_examples`` is 0.
+        """
         if not self.metric_pairs:
             return {}
         assert isinstance(model, Seq2SeqModel)  # what this objective trains
@@ -127,7 +202,15 @@ class Seq2SeqObjective:
 
 
 def fitting(data: EncodedPairs, max_positions: int | None) -> list[int]:
-    """Indices of the pairs whose source and decoder input each fit in ``max_positions`` (None: all)."""
+    """Indices of the pairs whose source and decoder input each fit in ``max_positions`` (None: all).
+
+    Args:
+        data: the encoded pairs.
+        max_positions: the model's context, or None.
+
+    Returns:
+        The indices, in order.
+    """
     if max_positions is None:
         return list(range(len(data)))
     return [i for i, (source, target) in enumerate(zip(data.sources, data.targets))

@@ -51,7 +51,18 @@ def create_app(
 ) -> Starlette:
     """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`).
 
-    ``max_batch`` 1 turns batching off.
+    Args:
+        services: the models to serve.
+        max_body: the most bytes of a request body (413 beyond).
+        max_batch: generation requests decoded together; 1 turns batching off.
+        batch_window: seconds an idle server waits for more requests to batch with the first.
+
+    Returns:
+        The Starlette app: ``/`` (the page), ``/static``, ``/health``, ``/models``, and a POST endpoint per
+        entry of :data:`plm.serve.served_models.ENDPOINTS`.
+
+    Raises:
+        PLMError: no services, or ``max_body``, ``max_batch`` below 1 or ``batch_window`` below 0.
     """
     if not services:
         raise PLMError("give at least one model to serve")
@@ -130,8 +141,17 @@ def create_app(
 
 
 def answering_errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` with its errors answered as ``{"error": "one line"}``: the request's (400, or a RequestError's
-    own status), or, last, one the server did not foresee (500; its traceback goes to the server's log)."""
+    """``handler`` with its errors answered as ``{"error": "one line"}``.
+
+    The request's errors are answered with 400 (or a RequestError's own status); last, one the server did not
+    foresee with 500, its traceback going to the server's log.
+
+    Args:
+        handler: an endpoint's handler.
+
+    Returns:
+        The wrapped handler.
+    """
 
     async def handle(request: Request) -> Response:
         try:
@@ -148,7 +168,14 @@ def answering_errors(handler: Callable[[Request], Awaitable[Response]]) -> Calla
 
 
 async def server_sent_events(job: GenerationJob) -> AsyncIterator[str]:
-    """A generation as server-sent events: ``token`` per token, then ``done`` with the whole text, or ``error``."""
+    """A generation as server-sent events: ``token`` per token, then ``done`` with the whole text, or ``error``.
+
+    Args:
+        job: the generation, submitted to the batcher.
+
+    Yields:
+        Each event, ``event: KIND`` and ``data: JSON`` lines.
+    """
     async for kind, value in job.stream():
         if kind == "error":
             if not isinstance(value, PLMError):
@@ -158,18 +185,52 @@ async def server_sent_events(job: GenerationJob) -> AsyncIterator[str]:
 
 
 async def http_error(request: Request, error: Exception) -> Response:
-    """Starlette's own refusals (an unknown path, a GET where only POST goes) in the API's form."""
+    """Starlette's own refusals (an unknown path, a GET where only POST goes) in the API's form.
+
+    Args:
+        request: the request refused.
+        error: Starlette's HTTPException.
+
+    Returns:
+        The JSON error response, with the exception's status and headers.
+    """
     assert isinstance(error, HTTPException)
     return error_response(error.detail, error.status_code, error.headers)
 
 
 def error_response(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:
+    """The API's answer to a refused request: ``{"error": message}``.
+
+    Args:
+        message: the one-line reason.
+        status: the HTTP status.
+        headers: extra headers, or None.
+
+    Returns:
+        The JSON response.
+    """
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def one_line(error: BaseException) -> str:
+    """An exception's message on one line (its line breaks turned into spaces).
+
+    Args:
+        error: the exception.
+
+    Returns:
+        The message.
+    """
     return " ".join(str(error).split("\n"))
 
 
 def unforeseen(error: BaseException) -> str:
+    """The message for an error the server did not foresee: its type and message, and where the traceback is.
+
+    Args:
+        error: the exception.
+
+    Returns:
+        The message.
+    """
     return f"internal error ({type(error).__name__}: {one_line(error)}); the server's log has the traceback"

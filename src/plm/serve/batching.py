@@ -32,6 +32,20 @@ class GenerationJob:
 
     Its events (``("token", {...})`` per token, then ``("done", {...})`` or ``("error", exception)``)
     are put on ``events`` from the model thread through the event loop it was submitted on.
+
+    Attributes:
+        model: the model that generates.
+        tokenizer: its tokenizer.
+        ids: the prompt's token ids.
+        max_new_tokens: the most tokens to generate.
+        options: the decoding options (sampling, temperature, top-k, top-p ...).
+        seed: a sampled request's seed, or None.
+        events: the job's events, read by :meth:`stream`.
+        loop: the event loop the job was submitted on (set by :meth:`Batcher.submit`).
+        new_ids: the tokens generated so far.
+        tokens: each generated token's ``id``, ``text`` (its piece) and ``logprob``.
+        text: the decoded text of ``new_ids``, up to the last complete character.
+        done: the job has finished (or failed).
     """
 
     model: CausalLM
@@ -48,7 +62,11 @@ class GenerationJob:
     done: bool = False
 
     def batch_key(self) -> tuple[Any, ...]:
-        """Jobs with equal keys may share a batch: a seeded sampler's draws would change with its neighbours."""
+        """Jobs with equal keys may share a batch: a seeded sampler's draws would change with its neighbours.
+
+        Returns:
+            The model's identity, the options, and the job's own identity for a seeded sampler (else None).
+        """
         alone = self.options.sampling and self.seed is not None
         return id(self.model), self.options, id(self) if alone else None
 
@@ -58,6 +76,12 @@ class GenerationJob:
         A byte-level token can end inside a character, which decodes as U+FFFD until the
         next tokens complete it; its piece is empty and the character goes with the token
         that completes it (or with the last token, as U+FFFD), so the pieces add up to the text.
+        Emits a ``token`` event, and a ``done`` event with the whole text once the job is done.
+
+        Args:
+            token: the token's id.
+            logprob: its log-probability.
+            finished: the model ended the row (end of text).
         """
         self.new_ids.append(token)
         self.done = finished or len(self.new_ids) == self.max_new_tokens
@@ -70,15 +94,30 @@ class GenerationJob:
             self.emit("done", {"text": text, "tokens": self.tokens})
 
     def fail(self, error: BaseException) -> None:
+        """End the job with an error, which its request answers (model thread).
+
+        Args:
+            error: what went wrong.
+        """
         self.done = True
         self.emit("error", error)
 
     def emit(self, kind: str, value: Any) -> None:
+        """Put an event on ``events``, through the job's event loop (safe from the model thread).
+
+        Args:
+            kind: "token", "done" or "error".
+            value: the event's value.
+        """
         assert self.loop is not None  # set when the job was submitted
         self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
 
     async def stream(self) -> AsyncIterator[tuple[str, Any]]:
-        """The job's events as they come, up to its last ("done" or "error")."""
+        """The job's events as they come, up to its last ("done" or "error").
+
+        Yields:
+            (kind, value) for each event.
+        """
         while True:
             kind, value = await self.events.get()
             yield kind, value
@@ -86,7 +125,14 @@ class GenerationJob:
                 return
 
     async def result(self) -> dict[str, Any]:
-        """The whole continuation, once done; a failure is raised here, in the request's handler."""
+        """The whole continuation, once done; a failure is raised here, in the request's handler.
+
+        Returns:
+            The ``done`` event's value: ``text`` and ``tokens``.
+
+        Raises:
+            Exception: the error the job failed with, whatever its type.
+        """
         async for kind, value in self.stream():
             if kind == "error":
                 raise value
@@ -96,7 +142,14 @@ class GenerationJob:
 
 
 def decode_batch(jobs: list[GenerationJob]) -> None:
-    """Decode jobs of one batch key together, handing each its tokens as they are chosen (on the model thread)."""
+    """Decode jobs of one batch key together, handing each its tokens as they are chosen (on the model thread).
+
+    The prompts are left-padded into one batch; an error fails every job not yet done, and the server goes
+    on.
+
+    Args:
+        jobs: the jobs, all of one batch key (see :meth:`GenerationJob.batch_key`).
+    """
     first = jobs[0]
     model, tokenizer, options = first.model, first.tokenizer, first.options
     pad = prompt_padding(tokenizer)
@@ -120,7 +173,13 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
 
 
 class Batcher:
-    """Collects generation jobs and decodes them in batches on ``executor`` (the server's one model thread)."""
+    """Collects generation jobs and decodes them in batches on ``executor`` (the server's one model thread).
+
+    Args:
+        executor: the model thread.
+        max_batch: the most jobs decoded together.
+        window: seconds an idle batcher waits for more jobs after the first.
+    """
 
     def __init__(self, executor: Executor, max_batch: int, window: float) -> None:
         self.executor = executor
@@ -130,6 +189,11 @@ class Batcher:
         self.arrived = asyncio.Event()
 
     def submit(self, job: GenerationJob) -> None:
+        """Queue a job for the next batch it fits in (on the event loop).
+
+        Args:
+            job: the job; its events go through the running event loop.
+        """
         job.loop = asyncio.get_running_loop()
         self.pending.append(job)
         self.arrived.set()
@@ -147,7 +211,14 @@ class Batcher:
             await loop.run_in_executor(self.executor, decode_batch, batch)
 
     def take(self) -> list[GenerationJob]:
-        """The oldest job and, up to ``max_batch``, the later ones that can share its batch; the rest wait."""
+        """The oldest job and, up to ``max_batch``, the later ones that can share its batch; the rest wait.
+
+        A job joins when it has the first's batch key and the longest prompt and longest continuation of the
+        batch still fit the model's context.
+
+        Returns:
+            The batch, oldest first.
+        """
         first = self.pending[0]
         batch, waiting = [first], []
         context = first.model.context_length()

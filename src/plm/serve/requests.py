@@ -20,7 +20,12 @@ REQUIRED = object()  # a Field's default when the request must give it
 
 
 class RequestError(PLMError):
-    """A request the server refuses, with the HTTP status to answer (400: bad input; 413: a body too large)."""
+    """A request the server refuses, with the HTTP status to answer (400: bad input; 413: a body too large).
+
+    Args:
+        message: the one-line reason, the answer's ``error``.
+        status: the HTTP status.
+    """
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
@@ -29,8 +34,15 @@ class RequestError(PLMError):
 
 @dataclass(frozen=True)
 class Field:
-    """A body field: its JSON type, its default (REQUIRED: none), the least value a number may take, and whether
-    null is a value of its own (else null is allowed where the default is None, and means the default)."""
+    """A body field: its JSON type, its default, the least value a number may take, and whether null is a value.
+
+    Attributes:
+        kind: "string", "strings" (a non-empty list of strings), "integer", "number" or "boolean".
+        default: the value when the request does not give the field; :data:`REQUIRED`: the request must.
+        minimum: the least value a number may take, or None.
+        nullable: null is a value of its own; else null is allowed where the default is None, and means the
+            default.
+    """
 
     kind: str  # "string", "strings" (a non-empty list of strings), "integer", "number", "boolean"
     default: Any = REQUIRED
@@ -71,7 +83,17 @@ FIELDS: dict[str, dict[str, Field]] = {
 
 
 def parse_body(data: bytes) -> dict[str, Any]:
-    """The JSON object of a request body (NaN and Infinity, which JSON does not have, refused)."""
+    """The JSON object of a request body (NaN and Infinity, which JSON does not have, refused).
+
+    Args:
+        data: the body's bytes.
+
+    Returns:
+        The object.
+
+    Raises:
+        RequestError: a body that is not UTF-8, not JSON, or not a JSON object.
+    """
     try:
         body = json.loads(data, parse_constant=refuse_constant)
     except UnicodeDecodeError:
@@ -84,11 +106,30 @@ def parse_body(data: bytes) -> dict[str, Any]:
 
 
 def refuse_constant(name: str) -> None:
+    """Refuse NaN, Infinity and -Infinity, which Python's JSON reader would take as numbers.
+
+    Args:
+        name: the constant's name.
+
+    Raises:
+        ValueError: always.
+    """
     raise ValueError(f"{name} is not a JSON number")
 
 
 def read_fields(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
-    """The values of ``endpoint``'s fields (defaults filled in), by name; "model" is read apart."""
+    """The values of ``endpoint``'s fields (defaults filled in), by name; "model" is read apart.
+
+    Args:
+        body: the request's JSON object.
+        endpoint: the endpoint's name, a key of :data:`FIELDS`.
+
+    Returns:
+        Each field's value.
+
+    Raises:
+        RequestError: a field the endpoint does not take, or one refused by :func:`read_field`.
+    """
     fields = FIELDS[endpoint]
     unknown = sorted(set(body) - set(fields) - {"model"})
     if unknown:
@@ -98,6 +139,19 @@ def read_fields(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
 
 
 def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
+    """The value of one field of a request body, checked against its declaration.
+
+    Args:
+        body: the request's JSON object.
+        name: the field's name.
+        field: its declaration.
+
+    Returns:
+        The value; the default when the field is missing (or null, where null means the default).
+
+    Raises:
+        RequestError: a required field missing, a value of another JSON type, or a number below the minimum.
+    """
     if name not in body:
         if field.default is REQUIRED:
             raise RequestError(f"missing field {name!r} ({a_kind(field.kind)})")
@@ -113,6 +167,15 @@ def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
 
 
 def has_kind(value: Any, kind: str) -> bool:
+    """Whether a JSON value is of a field's kind (a boolean is no number; a number is finite).
+
+    Args:
+        value: the value.
+        kind: a :class:`Field` kind.
+
+    Returns:
+        True when it is.
+    """
     if kind == "strings":
         return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
     if kind == "integer":
@@ -123,12 +186,27 @@ def has_kind(value: Any, kind: str) -> bool:
 
 
 def a_kind(kind: str) -> str:
+    """A field kind as a message names it ("an integer", "a non-empty list of strings" ...).
+
+    Args:
+        kind: a :class:`Field` kind.
+
+    Returns:
+        The words.
+    """
     return {"strings": "a non-empty list of strings", "integer": "an integer", "number": "a number",
             "string": "a string", "boolean": "true or false"}[kind]
 
 
 def json_type(value: Any) -> str:
-    """How a value reads in JSON's terms: null, true, a number, a string, a list, an object."""
+    """How a value reads in JSON's terms: null, true, a number, a string, a list, an object.
+
+    Args:
+        value: a value parsed from JSON.
+
+    Returns:
+        The words for it.
+    """
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, (int, float)):
@@ -138,7 +216,17 @@ def json_type(value: Any) -> str:
 
 
 def model_name(body: dict[str, Any]) -> str | None:
-    """The "model" a request names, or None when it leaves the choice to the server."""
+    """The "model" a request names, or None when it leaves the choice to the server.
+
+    Args:
+        body: the request's JSON object.
+
+    Returns:
+        The name, or None.
+
+    Raises:
+        RequestError: a "model" that is not a string.
+    """
     name = body.get("model")
     if name is not None and not isinstance(name, str):
         raise RequestError(f"'model' must be a string (a name that GET /models lists), got {json_type(name)}")

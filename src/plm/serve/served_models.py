@@ -54,7 +54,17 @@ ENDPOINTS = {
 
 
 class Service:
-    """One loaded model as the server offers it: its name, its kind, the endpoints it serves."""
+    """One loaded model as the server offers it: its name, its kind, the endpoints it serves.
+
+    Args:
+        name: the model's name in the API.
+        model: the model.
+        tokenizer: its tokenizer.
+
+    Attributes:
+        kind: what the API calls models of this kind ("causal LM", "encoder" ...).
+        endpoints: what models of this kind serve; :meth:`serves` may say no for one.
+    """
 
     kind: ClassVar[str]
     endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; :meth:`serves` may say no for one
@@ -66,47 +76,118 @@ class Service:
 
     @classmethod
     def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
-        """The service of a model loaded from ``directory``, where a kind finds what else it reads."""
+        """The service of a model loaded from ``directory``, where a kind finds what else it reads.
+
+        Args:
+            name: the model's name in the API.
+            model: the model.
+            tokenizer: the tokenizer beside it.
+            directory: the model's directory.
+
+        Returns:
+            The service.
+        """
         return cls(name, model, tokenizer)
 
     def serves(self, endpoint: str) -> bool:
+        """Whether this model serves ``endpoint``: one of its kind's, and (attention) it has attention layers.
+
+        Args:
+            endpoint: an endpoint's name (see :data:`ENDPOINTS`).
+
+        Returns:
+            True when it does.
+        """
         if endpoint == "attention":
             return "attention" in self.endpoints and self.has_attention()
         return endpoint in self.endpoints
 
     def has_attention(self) -> bool:
+        """Whether the model has attention layers whose weights can be shown.
+
+        Returns:
+            True when one of its modules is a :class:`plm.core.MultiHeadAttention`.
+        """
         return any(isinstance(module, MultiHeadAttention) for module in self.model.modules())
 
     @property
     def capabilities(self) -> list[str]:
+        """The endpoints this model serves, in the order of :data:`ENDPOINTS`."""
         return [endpoint for endpoint in ENDPOINTS if self.serves(endpoint)]
 
     def describe(self) -> dict[str, Any]:
-        """What GET /models says of the model: its name, family, kind, endpoints, and what a client needs."""
+        """What GET /models says of the model: its name, family, kind, endpoints, and what a client needs.
+
+        Returns:
+            ``name``, ``family``, ``kind`` and ``capabilities``, and the kind's :meth:`details`.
+        """
         return {"name": self.name, "family": self.model.family, "kind": self.kind,
                 "capabilities": self.capabilities, **self.details()}
 
     def details(self) -> dict[str, Any]:
+        """What a client of this kind of model needs to know besides its endpoints (none by default).
+
+        Returns:
+            The details by name.
+        """
         return {}
 
     def attention(self, text: str, layer: int, head: int | None, target: str | None) -> dict[str, Any]:
-        """The self-attention of one layer and head (None: the layer's heads averaged) over ``text``."""
+        """The self-attention of one layer and head (None: the layer's heads averaged) over ``text``.
+
+        Args:
+            text: the text.
+            layer: the layer (negative: from the last).
+            head: the head, or None for the layer's mean.
+            target: must be None: a model that reads one text has no target.
+
+        Returns:
+            ``attention`` (target/query rows x source/key columns), the tokens of each axis, the map's title and the
+            layers and heads the model offers (see :func:`attention_json`).
+
+        Raises:
+            RequestError: a ``target``.
+            PLMError: a text without tokens, or a layer or head out of range.
+        """
         if target is not None:
             raise RequestError("'target' is for encoder-decoders; this model reads one text")
         return attention_json(self_attention(self.model, self.tokenizer, text, layer, head))
 
 
 class CausalLMService(Service):
+    """A causal LM (GPT-1, GPT-2): it generates, and shows its attention."""
     model: CausalLM  # SERVICES gives each kind of model its service
     kind = "causal LM"
     endpoints = ("generate", "attention")
 
     def details(self) -> dict[str, Any]:
+        """The model's context, the most tokens a prompt and its continuation take.
+
+        Returns:
+            ``context``.
+        """
         return {"context": self.model.context_length()}
 
     def generation(self, prompt: str, max_new_tokens: int | None, temperature: float, top_k: int, top_p: float,
                    sample: bool, seed: int | None) -> GenerationJob:
-        """A checked generation request, for the batcher: the prompt's ids as ``plm generate`` encodes them."""
+        """A checked generation request, for the batcher: the prompt's ids as ``plm generate`` encodes them.
+
+        Args:
+            prompt: the text to continue.
+            max_new_tokens: the most tokens to generate; None: ``plm generate``'s default, within the context.
+            temperature: the sampling temperature.
+            top_k: sample among the k most likely tokens (0: all).
+            top_p: sample among the most likely tokens whose probabilities add up to p.
+            sample: sample; else greedy, unless the other options ask for sampling.
+            seed: the sampler's seed, or None.
+
+        Returns:
+            The job, not yet submitted.
+
+        Raises:
+            RequestError: a prompt that leaves no room in the context, or a ``max_new_tokens`` that does not fit.
+            PLMError: invalid decoding options, or an empty prompt the tokenizer cannot start.
+        """
         options = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p,
                                    do_sample=True if sample else None)
         options.validate()
@@ -124,35 +205,79 @@ class CausalLMService(Service):
 
 
 class EncoderService(Service):
+    """An encoder (BERT, ALBERT, DeBERTa): it embeds, fills masks (with its masked-LM head), shows attention."""
     model: Encoder
     kind = "encoder"
     endpoints = ("fill-mask", "embed", "attention")
 
     def serves(self, endpoint: str) -> bool:
+        """Whether this model serves ``endpoint``; fill-mask only with a masked-LM head.
+
+        Args:
+            endpoint: an endpoint's name.
+
+        Returns:
+            True when it does.
+        """
         if endpoint == "fill-mask":
             return "mlm" in self.model.config.pretraining_heads
         return super().serves(endpoint)
 
     def details(self) -> dict[str, Any]:
+        """The model's context and its tokenizer's mask token (None without one).
+
+        Returns:
+            ``context`` and ``mask_token``.
+        """
         return {"context": self.model.config.context_length, "mask_token": self.tokenizer.special_tokens.get("mask")}
 
     def fill_mask(self, text: str, top_k: int) -> dict[str, Any]:
-        """Each mask's ``top_k`` guesses with their probabilities, as ``plm fill-mask`` prints them."""
+        """Each mask's ``top_k`` guesses with their probabilities, as ``plm fill-mask`` prints them.
+
+        Args:
+            text: a text with the tokenizer's mask token where a word is missing.
+            top_k: guesses per mask.
+
+        Returns:
+            ``masks``: per mask, its guesses' ``token`` and ``probability``.
+
+        Raises:
+            PLMError: a ``top_k`` out of range, or a text without a mask (see
+                :func:`plm.apps.text_pipelines.fill_mask`).
+        """
         guesses = fill_mask(self.model, self.tokenizer, text, top_k)
         return {"masks": [[{"token": token, "probability": p} for token, p in mask] for mask in guesses]}
 
     def embed(self, texts: list[str]) -> dict[str, Any]:
-        """Sentence embeddings as ``plm embed`` computes them: the mean of the last layer, L2-normalised."""
+        """Sentence embeddings as ``plm embed`` computes them: the mean of the last layer, L2-normalised.
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            The vectors and their cosine similarities (see :func:`vectors_json`).
+        """
         return vectors_json(embed_texts(self.model, self.tokenizer, texts), "mean of the last hidden states")
 
 
 class ElmoService(Service):
+    """An ELMo: it embeds."""
     model: Elmo
     kind = "ELMo"
     endpoints = ("embed",)
 
     def embed(self, texts: list[str]) -> dict[str, Any]:
-        """A vector per text: ELMo's layers averaged (a scalar mix of equal weights), then its words', normalised."""
+        """A vector per text: ELMo's layers averaged (a scalar mix of equal weights), then its words', normalised.
+
+        Args:
+            texts: the texts, split into words at whitespace.
+
+        Returns:
+            The vectors and their cosine similarities (see :func:`vectors_json`).
+
+        Raises:
+            RequestError: a text without words.
+        """
         sentences = [split_words(text) for text in texts]
         empty = next((number for number, words in enumerate(sentences, 1) if not words), None)
         if empty is not None:
@@ -163,6 +288,13 @@ class ElmoService(Service):
 
 
 class Seq2SeqService(Service):
+    """An encoder-decoder (the Transformer, an RNN): it translates, and shows its attention.
+
+    Args:
+        name: the model's name in the API.
+        model: the model.
+        tokenizers: its source and target tokenizers.
+    """
     model: Seq2SeqModel
     kind = "encoder-decoder"
     endpoints = ("translate", "attention")
@@ -173,18 +305,52 @@ class Seq2SeqService(Service):
 
     @classmethod
     def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
+        """The service of an encoder-decoder loaded from ``directory``, with the tokenizers saved there.
+
+        Args:
+            name: the model's name in the API.
+            model: the encoder-decoder.
+            tokenizer: the source tokenizer beside it (the tokenizers are read again from ``directory``).
+            directory: the model's directory.
+
+        Returns:
+            The service.
+        """
         assert isinstance(model, Seq2SeqModel)  # SERVICES opens this service for an encoder-decoder only
         return cls(name, model, Seq2SeqTokenizers.load(directory))
 
     def has_attention(self) -> bool:
+        """Whether the decoder attends over the source: not for an RNN without attention.
+
+        Returns:
+            True when it does.
+        """
         return getattr(self.model.config, "attention", None) != "none"  # an RNN without attention reads no source token
 
     def details(self) -> dict[str, Any]:
+        """The model's context and its family's beam width.
+
+        Returns:
+            ``context`` and ``beam``.
+        """
         return {"context": self.model.context_length(), "beam": recipe_decoding(self.model.family).beam}
 
     def translate(self, text: str, beam: int | None) -> dict[str, Any]:
-        """The translation (the family's search, as ``plm translate``; ``beam`` in place of its beam) and the
-        attention that produced it: a Transformer's last layer of encoder-decoder attention, heads averaged."""
+        """The translation, and the attention that produced it.
+
+        The search is the family's, as ``plm translate`` does it (``beam`` in place of its beam); the attention is a
+        Transformer's last layer of encoder-decoder attention, heads averaged (an RNN's one attention).
+
+        Args:
+            text: the source sentence.
+            beam: the beam width; None: the family's.
+
+        Returns:
+            ``translation``, and the attention as :func:`attention_json` gives it (all None without attention).
+
+        Raises:
+            PLMError: a sentence too long for the model, or a beam wider than the target vocabulary.
+        """
         options = recipe_decoding(self.model.family, **({"beam": beam} if beam is not None else {}))
         [ids] = translate_ids(self.model, self.tokenizers, [text], options)
         [translation] = self.tokenizers.decode_targets([ids[1:]])
@@ -194,11 +360,35 @@ class Seq2SeqService(Service):
         return {"translation": translation, **attention_json(attention)}
 
     def attention(self, text: str, layer: int, head: int | None, target: str | None) -> dict[str, Any]:
-        """The decoder's attention over ``text`` while it reads ``target`` (default: its greedy translation)."""
+        """The decoder's attention over ``text`` while it reads ``target`` (default: its greedy translation).
+
+        Args:
+            text: the source sentence.
+            layer: the decoder layer (negative: from the last).
+            head: the head, or None for the layer's mean.
+            target: the target sentence, or None.
+
+        Returns:
+            ``attention`` (target/query rows x source/key columns), the tokens of each axis, the map's title and the
+            layers and heads the model offers (see :func:`attention_json`).
+
+        Raises:
+            PLMError: a model without attention, or a layer or head out of range.
+        """
         return attention_json(pair_attention(self.model, self.tokenizers, text, target, layer, head))
 
 
 class TaskService(Service):
+    """A fine-tuned task model (or feature-based tagger): it classifies, and shows its attention.
+
+    Args:
+        name: the model's name in the API.
+        model: the model.
+        tokenizer: its tokenizer.
+
+    Attributes:
+        task: the task the model was fine-tuned for.
+    """
     kind = "task model"
     endpoints = ("classify", "attention")
 
@@ -207,14 +397,36 @@ class TaskService(Service):
         self.task: Task = model_task(model, tokenizer)
 
     def has_attention(self) -> bool:
+        """Whether the model has attention layers to show: not a feature tagger, which reads more than text.
+
+        Returns:
+            True when it does.
+        """
         return isinstance(self.model, TaskModel) and super().has_attention()  # a feature tagger reads more than text
 
     def details(self) -> dict[str, Any]:
+        """The model's task, its labels and the fields a request gives.
+
+        Returns:
+            ``task``, ``labels`` and ``inputs``.
+        """
         inputs = TASK_FORMS[self.task.name].inputs
         return {"task": self.task.name, "labels": list(self.task.labels), "inputs": list(inputs)}
 
     def classify(self, **fields: Any) -> dict[str, Any]:
-        """The prediction ``plm predict`` makes for one example, with what the model's scores say about it."""
+        """The prediction ``plm predict`` makes for one example, with what the model's scores say about it.
+
+        Args:
+            **fields: the /classify request's fields; the task's form reads those it takes (see :data:`TASK_FORMS`).
+
+        Returns:
+            The task form's answer: a label and its probabilities, a score, tags, an answer and candidates, or a
+            choice and its probabilities.
+
+        Raises:
+            RequestError: fields the task needs and lacks, or fields it does not read.
+            PLMError: an example the task cannot encode.
+        """
         form = TASK_FORMS[self.task.name]
         example = form.example(self.task.name, fields)
         features = encode_all(self.task, [example])
@@ -225,7 +437,15 @@ class TaskService(Service):
 
 @dataclass(frozen=True)
 class Prediction:
-    """One example's prediction, with the model's outputs it was read from."""
+    """One example's prediction, with the model's outputs it was read from.
+
+    Attributes:
+        task: the task.
+        example: the example.
+        features: its features.
+        outputs: the model's output on them, with the batch.
+        value: the prediction.
+    """
 
     task: Task
     example: Any
@@ -234,14 +454,24 @@ class Prediction:
     value: Any
 
     def probabilities(self) -> list[float]:
-        """The softmax of the example's scores: over the classes, or over the choices."""
+        """The softmax of the example's scores: over the classes, or over the choices.
+
+        Returns:
+            The probabilities.
+        """
         return self.outputs[0][0].logits[0].float().softmax(-1).tolist()
 
 
 @dataclass(frozen=True)
 class TaskForm:
-    """How one task's requests read: the fields it takes (``optional`` may be left out), the example of its
-    reader (:mod:`plm.tasks.readers`) they make, and what the answer says besides the prediction."""
+    """How one task's requests read: the fields it takes, the example they make, and what the answer says.
+
+    Attributes:
+        inputs: the fields the task reads.
+        make: the example of its reader (:mod:`plm.tasks.readers`) that the fields make.
+        answer: the answer to a request, from its prediction.
+        optional: those of ``inputs`` that may be left out.
+    """
 
     inputs: tuple[str, ...]
     make: Callable[[dict[str, Any]], Any]
@@ -249,7 +479,18 @@ class TaskForm:
     optional: tuple[str, ...] = ()
 
     def example(self, task: str, fields: dict[str, Any]) -> Any:
-        """The example of a request's fields; one the task needs and lacks, or one it does not read, is refused."""
+        """The example of a request's fields; one the task needs and lacks, or one it does not read, is refused.
+
+        Args:
+            task: the task's name, for the messages.
+            fields: the request's /classify fields, None (or "") where not given.
+
+        Returns:
+            The example.
+
+        Raises:
+            RequestError: a missing field, a field the task does not read, or (tag) a text without words.
+        """
         reads = ", ".join(map(repr, self.inputs))
         missing = [name for name in self.inputs if fields[name] is None and name not in self.optional]
         if missing:
@@ -261,7 +502,17 @@ class TaskForm:
 
 
 def tagged_sentence(fields: dict[str, Any]) -> TaggedSentence:
-    """The words of "text" as CoNLL has them, split at whitespace; no tags (they are what is asked for)."""
+    """The words of "text" as CoNLL has them, split at whitespace; no tags (they are what is asked for).
+
+    Args:
+        fields: the request's fields.
+
+    Returns:
+        The sentence.
+
+    Raises:
+        RequestError: a text without words.
+    """
     words = tuple(fields["text"].split())
     if not words:
         raise RequestError("'text' has no words to tag")
@@ -269,6 +520,14 @@ def tagged_sentence(fields: dict[str, Any]) -> TaggedSentence:
 
 
 def qa_answer(p: Prediction) -> dict[str, Any]:
+    """A QA model's answer and its five best candidate spans with their scores.
+
+    Args:
+        p: the prediction of a qa task.
+
+    Returns:
+        ``answer`` and ``candidates``.
+    """
     assert isinstance(p.task, QuestionAnswering)  # this form is the qa task's
     [span] = p.task.spans(p.outputs, p.features, [p.example])
     return {"answer": p.value, "candidates": [{"text": text, "score": score} for text, score in span.n_best[:5]]}
@@ -299,7 +558,21 @@ SERVICES: tuple[tuple[type | tuple[type, ...], type[Service]], ...] = (
 
 
 def load_service(path: str | Path, name: str, device: str = "auto", quantization: str | None = None) -> Service:
-    """The model in ``path`` (a plm or Hugging Face directory, or a training run) as a service called ``name``."""
+    """The model in ``path`` (a plm or Hugging Face directory, or a training run) as a service called ``name``.
+
+    Args:
+        path: the model's directory or run.
+        name: its name in the API.
+        device: where the weights go ("auto" picks one).
+        quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
+
+    Returns:
+        The service of the model's kind.
+
+    Raises:
+        PLMError: a model that cannot be loaded, an unknown quantization, or a model of a kind plm does not
+            serve.
+    """
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if quantization is not None:
         model = quantize(model, quantization)
@@ -310,7 +583,14 @@ def load_service(path: str | Path, name: str, device: str = "auto", quantization
 
 
 def service_names(paths: Sequence[str | Path]) -> list[str]:
-    """Each model's name in the API: its directory's name, numbered from the second one of a name on (gpt, gpt-2)."""
+    """Each model's name in the API: its directory's name, numbered from the second one of a name on (gpt, gpt-2).
+
+    Args:
+        paths: the models' paths, in order.
+
+    Returns:
+        One name per path.
+    """
     names: list[str] = []
     for path in paths:
         base = Path(path).resolve().name or "model"
@@ -323,7 +603,20 @@ def service_names(paths: Sequence[str | Path]) -> list[str]:
 
 
 def choose(services: Sequence[Service], name: str | None, endpoint: str) -> Service:
-    """The model a request to ``endpoint`` goes to: the one it names, or the only one that serves the endpoint."""
+    """The model a request to ``endpoint`` goes to: the one it names, or the only one that serves the endpoint.
+
+    Args:
+        services: the server's models.
+        name: the model the request names, or None.
+        endpoint: the endpoint.
+
+    Returns:
+        The service.
+
+    Raises:
+        RequestError: an unknown name, a named model that does not serve the endpoint, or, without a name, no
+            model or more than one that serves it.
+    """
     if name is not None:
         service = next((s for s in services if s.name == name), None)
         if service is None:
@@ -344,13 +637,28 @@ def choose(services: Sequence[Service], name: str | None, endpoint: str) -> Serv
 
 
 def attention_json(attention: AttentionMap) -> dict[str, Any]:
-    """An attention map as JSON: ``attention`` (target/query rows x source/key columns) and the tokens of each axis."""
+    """An attention map as JSON: ``attention`` (target/query rows x source/key columns) and the tokens of each axis.
+
+    Args:
+        attention: the map.
+
+    Returns:
+        ``attention``, ``source_tokens``, ``target_tokens``, ``title``, ``layers`` and ``heads``.
+    """
     return {"attention": attention.weights.tolist(), "source_tokens": attention.columns,
             "target_tokens": attention.rows, "title": attention.title, "layers": attention.layers,
             "heads": attention.heads}
 
 
 def vectors_json(vectors: torch.Tensor, pooling: str) -> dict[str, Any]:
-    """Unit vectors (texts, dim) as JSON, with their cosine similarities (their dot products)."""
+    """Unit vectors (texts, dim) as JSON, with their cosine similarities (their dot products).
+
+    Args:
+        vectors: (texts, dim), L2-normalised.
+        pooling: how the vectors were pooled, for the answer.
+
+    Returns:
+        ``vectors``, ``dim``, ``pooling`` and ``similarity`` (texts x texts).
+    """
     return {"vectors": vectors.tolist(), "dim": vectors.shape[1], "pooling": pooling,
             "similarity": (vectors @ vectors.T).tolist()}

@@ -19,7 +19,18 @@ SHUTDOWN_GRACE = 30  # seconds a stopping server gives the requests in flight to
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host``:``port`` (0: a free port), or a PLMError saying why there is none."""
+    """A socket listening on ``host``:``port`` (0: a free port), or a PLMError saying why there is none.
+
+    Args:
+        host: the address to bind (an IPv6 one has a colon).
+        port: the port; 0 takes a free one.
+
+    Returns:
+        The listening socket.
+
+    Raises:
+        PLMError: the address cannot be bound (a port in use, an unknown host ...).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host, port), family=family, backlog=1024)
@@ -28,18 +39,41 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def address(sock: socket.socket) -> str:
+    """The URL a listening socket is reached at.
+
+    Args:
+        sock: the socket.
+
+    Returns:
+        ``http://HOST:PORT`` (``http://[HOST]:PORT`` for IPv6).
+    """
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def uvicorn_server(app: Starlette) -> uvicorn.Server:
-    """uvicorn quiet but for warnings and errors (plm serve says what it serves; an access log would slow it)."""
+    """A uvicorn server of ``app``, quiet but for warnings and errors.
+
+    plm serve says what it serves, and an access log would slow it. A stopping server gives the requests in
+    flight :data:`SHUTDOWN_GRACE` seconds.
+
+    Args:
+        app: the app.
+
+    Returns:
+        The server, not started.
+    """
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=SHUTDOWN_GRACE)
     return uvicorn.Server(config)
 
 
 def serve(app: Starlette, sock: socket.socket) -> None:
-    """Serve on ``sock`` until Ctrl-C, which ends it cleanly: no new connections, the requests in flight answered."""
+    """Serve on ``sock`` until Ctrl-C, which ends it cleanly: no new connections, the requests in flight answered.
+
+    Args:
+        app: the app (see :func:`plm.serve.app.create_app`).
+        sock: a listening socket (see :func:`listen`).
+    """
     try:
         uvicorn_server(app).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn raises the Ctrl-C it caught again, once it has shut down
@@ -47,8 +81,19 @@ def serve(app: Starlette, sock: socket.socket) -> None:
 
 
 class BackgroundServer:
-    """``with BackgroundServer(app) as server:`` serves ``app`` on a free loopback port (``server.url``) on a thread,
-    and stops it, gracefully, on leaving the block."""
+    """Serve ``app`` on a thread, on a free loopback port, for the time of a ``with`` block.
+
+    ``with BackgroundServer(app) as server:`` serves ``app`` at ``server.url`` and stops it, gracefully, on
+    leaving the block. Entering raises a PLMError when the server does not start within ``start_timeout``.
+
+    Args:
+        app: the app.
+        host: the address to listen on; the port is a free one.
+        start_timeout: seconds to wait for the server to start.
+
+    Raises:
+        PLMError: ``host`` cannot be listened on.
+    """
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", start_timeout: float = 30.0) -> None:
         self.sock = listen(host, 0)

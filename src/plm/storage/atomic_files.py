@@ -31,16 +31,39 @@ CHECKSUM_KEY = "sha256"  # in a safetensors header's __metadata__: the SHA-256 o
 
 
 def cache_dir() -> Path:
-    """Where plm keeps what it can rebuild: ``$PLM_CACHE``, else ``~/.cache/plm``."""
+    """Where plm keeps what it can rebuild: ``$PLM_CACHE``, else ``~/.cache/plm``.
+
+    Returns:
+        The directory, which may not exist yet.
+    """
     return Path(os.environ.get("PLM_CACHE") or Path.home() / ".cache" / "plm")
 
 
 def cannot_write(path: str | os.PathLike[str], error: OSError) -> PLMError:
+    """The PLMError that says ``path`` cannot be written, and why.
+
+    Args:
+        path: the file.
+        error: the operating system's error.
+
+    Returns:
+        The error, to raise.
+    """
     return PLMError(f"{path}: cannot write ({error.strerror or error})")
 
 
 def make_directory(path: str | os.PathLike[str]) -> Path:
-    """Create ``path`` and its parents if missing; a PLMError if that is impossible."""
+    """Create ``path`` and its parents if missing; a PLMError if that is impossible.
+
+    Args:
+        path: the directory.
+
+    Returns:
+        The directory.
+
+    Raises:
+        PLMError: the directory cannot be created (a file of that name is in the way, no permission, ...).
+    """
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -55,6 +78,12 @@ def default_mode(directory: bool = False) -> int:
 
     ``tempfile`` creates files 0o600 and directories 0o700, which would make every run
     directory and checkpoint private to its owner once renamed into place.
+
+    Args:
+        directory: the mode of a directory rather than a file.
+
+    Returns:
+        The mode.
     """
     umask = os.umask(0)
     os.umask(umask)
@@ -62,7 +91,15 @@ def default_mode(directory: bool = False) -> int:
 
 
 def staging_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
-    """A new hidden directory in ``parent`` to write into before renaming it into place, with the default mode."""
+    """A new hidden directory in ``parent`` to write into before renaming it into place, with the default mode.
+
+    Args:
+        parent: the directory it is created in.
+        prefix: the start of its name.
+
+    Returns:
+        The new directory.
+    """
     staging = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(staging, default_mode(directory=True))
     return staging
@@ -74,6 +111,15 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
     The data goes to a temporary file in the same directory that replaces ``path``
     only when the ``with`` block ends without an error; otherwise it is removed.
+
+    Args:
+        path: the file to write; its directory is created if missing.
+
+    Yields:
+        The temporary file, open for writing bytes.
+
+    Raises:
+        PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
     """
     path = Path(path)
     make_directory(path.parent)
@@ -95,11 +141,31 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
 
 def write_json(path: str | os.PathLike[str], value: Any) -> None:
+    """Write ``value`` as indented JSON to ``path``, atomically.
+
+    Args:
+        path: the file.
+        value: what to write; it must be JSON-serialisable.
+
+    Raises:
+        PLMError: the file cannot be written.
+    """
     with atomic_open(path) as file:
         file.write(json.dumps(value, indent=2).encode("utf-8"))
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in ``path``.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The value.
+
+    Raises:
+        PLMError: the file is missing, or not valid JSON in UTF-8.
+    """
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -111,7 +177,18 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def write_tensors(
     path: str | os.PathLike[str], tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
 ) -> None:
-    """A safetensors file whose metadata holds the SHA-256 of its tensor data (see :func:`read_tensors`)."""
+    """A safetensors file whose metadata holds the SHA-256 of its tensor data (see :func:`read_tensors`).
+
+    The tensors are written contiguous, from the CPU, atomically.
+
+    Args:
+        path: the file.
+        tensors: name -> tensor.
+        metadata: string metadata for the header, besides the checksum.
+
+    Raises:
+        PLMError: the file cannot be written.
+    """
     data = memoryview(save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
     # The checksum goes into the header, which precedes the data: rewrite the header with it.
     length = struct.unpack("<Q", data[:8])[0]
@@ -126,7 +203,17 @@ def write_tensors(
 
 
 def read_tensors(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; its checksum is verified when it has one (plm wrote it)."""
+    """The tensors of a safetensors file; its checksum is verified when it has one (plm wrote it).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Name -> tensor, on the CPU.
+
+    Raises:
+        PLMError: the file is missing, not a readable safetensors file, or does not match its checksum.
+    """
     if not Path(path).is_file():
         raise PLMError(f"{path}: file not found")
     try:
@@ -141,6 +228,12 @@ def verify_checksum(path: str | os.PathLike[str]) -> None:
     """Compare the data of a (readable) safetensors file with the SHA-256 in its header, if any.
 
     The file was just read, so hashing it again reads from the page cache.
+
+    Args:
+        path: the file.
+
+    Raises:
+        PLMError: the data does not match the checksum.
     """
     with open(path, "rb") as file:
         length = struct.unpack("<Q", file.read(8))[0]
@@ -160,6 +253,12 @@ def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tenso
 
     Its per-parameter state may be keyed by index (``Optimizer.state_dict``) or by
     parameter name (``torch.distributed.checkpoint``'s): a tensor is named "KEY.FIELD".
+
+    Args:
+        state_dict: the optimizer's state dict.
+
+    Returns:
+        The tensors by name, and the rest (``param_groups`` and each parameter's non-tensor ``scalars``).
     """
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
@@ -175,7 +274,16 @@ def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tenso
 def unflatten_optimizer(
     tensors: dict[str, torch.Tensor], structure: dict[str, Any], key: Callable[[str], Any] = int
 ) -> dict[str, Any]:
-    """The state dict :func:`flatten_optimizer` split; ``key`` turns "KEY" back (``int``, or ``str`` for names)."""
+    """The state dict :func:`flatten_optimizer` split; ``key`` turns "KEY" back (``int``, or ``str`` for names).
+
+    Args:
+        tensors: the tensors by name.
+        structure: the rest, as :func:`flatten_optimizer` returned it.
+        key: turns a parameter's key back from its string.
+
+    Returns:
+        The optimizer state dict.
+    """
     state: dict[Any, dict[str, Any]] = {}
     for name, value in tensors.items():
         owner, field = name.rsplit(".", 1)

@@ -40,14 +40,28 @@ OPTIMIZER_SHARDS = "optimizer-shards"
 
 
 def is_sharded_checkpoint(directory: str | Path) -> bool:
+    """Whether the checkpoint in ``directory`` was saved as shards (it has ``model-shards/``).
+
+    Args:
+        directory: the checkpoint directory.
+
+    Returns:
+        True for a sharded checkpoint.
+    """
     return (Path(directory) / MODEL_SHARDS).is_dir()
 
 
 def save_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Write this process's shards of ``model`` and ``optimizer`` into ``directory``; every process calls it.
 
-    Returns what the trainer state keeps: the optimizer's parameter groups and scalars, and, on
-    the first process, the SHA-256 of each shard file (once every process has written its own).
+    Args:
+        directory: the checkpoint directory.
+        model: the FSDP-sharded model.
+        optimizer: its optimizer.
+
+    Returns:
+        What the trainer state keeps: the optimizer's parameter groups and scalars (``optimizer``), and, on
+        the first process, the SHA-256 of each shard file (``shards``, once every process has written its own).
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
@@ -63,6 +77,15 @@ def load_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
     """Fill this process's shards of ``model`` and ``optimizer`` from a checkpoint written by :func:`save_shards`.
 
     The processes that wrote it may have been more or fewer: each reads the slices it holds now.
+
+    Args:
+        directory: the checkpoint directory.
+        model: the FSDP-sharded model, filled in place.
+        optimizer: its optimizer, filled in place.
+        state: the trainer state saved with the checkpoint (the optimizer's structure, the shards' digests).
+
+    Raises:
+        PLMError: a shard file missing or changed, or shards that do not hold this model's tensors.
     """
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
@@ -82,18 +105,45 @@ def load_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
 
 
 def read_model_shards(directory: Path, weights: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
-    """Fill the whole tensors ``weights`` (name -> tensor) in place from the shards of all processes, in one process."""
+    """Fill the whole tensors ``weights`` (name -> tensor) in place from the shards of all processes, in one process.
+
+    Args:
+        directory: the checkpoint directory.
+        weights: name -> a tensor of the whole parameter's shape, filled in place.
+        state: the trainer state saved with the checkpoint.
+
+    Raises:
+        PLMError: a shard file missing or changed, or shards that do not hold these tensors.
+    """
     check_digests(directory, state)
     read(weights, directory / MODEL_SHARDS, no_dist=True)
 
 
 def writer(path: Path) -> HuggingFaceStorageWriter:
+    """The storage writer of ``torch.distributed.checkpoint`` that writes safetensors shards into ``path``.
+
+    Args:
+        path: the shards' directory.
+
+    Returns:
+        The writer.
+    """
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
     return HuggingFaceStorageWriter(str(path), save_distributed=True)
 
 
 def read(tensors: dict[str, Any], path: Path, no_dist: bool = False) -> None:
+    """Fill ``tensors`` in place from the safetensors shards in ``path``.
+
+    Args:
+        tensors: name -> tensor (or shard) to fill; their shapes say what to read.
+        path: the shards' directory.
+        no_dist: read in one process, without the process group.
+
+    Raises:
+        PLMError: the shards do not hold these tensors, or cannot be read.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
     from torch.distributed.checkpoint.api import CheckpointException
@@ -108,22 +158,54 @@ def read(tensors: dict[str, Any], path: Path, no_dist: bool = False) -> None:
 
 
 def shard_files(directory: Path) -> list[Path]:
+    """The shard files of a checkpoint, model's and optimizer's, in sorted order.
+
+    Args:
+        directory: the checkpoint directory.
+
+    Returns:
+        Their paths.
+    """
     return sorted(
         path for part in (MODEL_SHARDS, OPTIMIZER_SHARDS) for path in (directory / part).glob("*.safetensors")
     )
 
 
 def shard_digests(directory: Path) -> dict[str, str]:
+    """The SHA-256 of every shard file of a checkpoint.
+
+    Args:
+        directory: the checkpoint directory.
+
+    Returns:
+        Path relative to ``directory`` -> hex digest.
+    """
     return {str(path.relative_to(directory)): digest(path) for path in shard_files(directory)}
 
 
 def digest(path: Path) -> str:
+    """The SHA-256 of a file.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The hex digest.
+    """
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def check_digests(directory: Path, state: dict[str, Any]) -> None:
-    """Every shard file the checkpoint lists is there, whole and unchanged."""
+    """Check that every shard file the checkpoint lists is there, whole and unchanged.
+
+    Args:
+        directory: the checkpoint directory.
+        state: the trainer state, whose ``shards`` lists the files and their digests.
+
+    Raises:
+        PLMError: a listed shard file is missing or does not match its digest.
+    """
     for name, expected in state.get("shards", {}).items():
         path = directory / name
         if not path.is_file():

@@ -27,6 +27,16 @@ Feature = dict[str, Any]
 
 
 def encode_text(tokenizer: Tokenizer, example: TextExample, max_length: int) -> Feature:
+    """A sentence (or pair) as ``[CLS] A [SEP] B [SEP]``, truncated to ``max_length`` tokens.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        example: the sentence and its pair, if any.
+        max_length: the most tokens, special ones included (the longer of A and B loses tokens first).
+
+    Returns:
+        The feature: ``input_ids`` and ``token_type_ids`` (0 for A, 1 for B), (time,) lists.
+    """
     encoding = tokenizer.encode_pair(example.text, example.text_pair, max_length=max_length)
     return {"input_ids": list(encoding.ids), "token_type_ids": list(encoding.type_ids)}
 
@@ -36,6 +46,17 @@ def encode_words(tokenizer: Tokenizer, words: Sequence[str], max_length: int) ->
 
     A sentence too long for ``max_length`` loses its last pieces; its last words then
     have no token (:func:`word_predictions` fills them in).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        words: the sentence's words.
+        max_length: the most tokens, special ones included.
+
+    Returns:
+        The token ids and, per token, the index of its word in ``words`` (None for a special token).
+
+    Raises:
+        PLMError: a ``max_length`` that leaves no room beside the special tokens.
     """
     pieces = tokenizer.backend.encode(list(words), is_pretokenized=True, add_special_tokens=False)
     budget = max_length - tokenizer.backend.num_special_tokens_to_add(is_pair=False)
@@ -48,11 +69,32 @@ def encode_words(tokenizer: Tokenizer, words: Sequence[str], max_length: int) ->
 
 
 def first_pieces(word_ids: Sequence[int | None]) -> list[bool]:
-    """Which tokens start a word: the one position per word that carries its label."""
+    """Which tokens start a word: the one position per word that carries its label.
+
+    Args:
+        word_ids: each token's word index, None for special tokens (see :func:`encode_words`).
+
+    Returns:
+        One flag per token: True at the first piece of each word.
+    """
     return [word is not None and (i == 0 or word_ids[i - 1] != word) for i, word in enumerate(word_ids)]
 
 
 def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[str, int], max_length: int) -> Feature:
+    """A tagged sentence as token ids, each word's tag id on its first piece and ``IGNORE`` everywhere else.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        sentence: the words and their tags (no tags: every label is ``IGNORE``).
+        tag_ids: each tag's label id.
+        max_length: the most tokens, special ones included; the last words may be cut off.
+
+    Returns:
+        The feature: ``input_ids``, ``labels`` and ``word_ids`` (see :func:`encode_words`), (time,) lists.
+
+    Raises:
+        PLMError: as :func:`encode_words`.
+    """
     ids, word_ids = encode_words(tokenizer, sentence.words, max_length)
     labels = [
         tag_ids[sentence.tags[word]] if first and word is not None and sentence.tags else IGNORE
@@ -62,8 +104,18 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
 
 
 def kept_words(sentence: TaggedSentence, word_ids: Sequence[int | None]) -> list[str]:
-    """The words that kept a first piece (truncation cuts the last ones), in order: what a word-level
-    model beside the encoder (ELMo) must read so that its word k is the encoder's word k."""
+    """The words that kept a first piece (truncation cuts the last ones), in order.
+
+    That is what a word-level model beside the encoder (ELMo) must read so that its word k is the encoder's
+    word k.
+
+    Args:
+        sentence: the sentence.
+        word_ids: its tokens' word indices (see :func:`encode_words`).
+
+    Returns:
+        The words.
+    """
     return [
         sentence.words[word] for word, first in zip(word_ids, first_pieces(word_ids)) if first and word is not None
     ]
@@ -72,7 +124,17 @@ def kept_words(sentence: TaggedSentence, word_ids: Sequence[int | None]) -> list
 def word_predictions(
     token_predictions: Sequence[int], word_ids: Sequence[int | None], words: int, default: int
 ) -> list[int]:
-    """One prediction per word, read at its first piece; ``default`` for a word cut off by truncation."""
+    """One prediction per word, read at its first piece; ``default`` for a word cut off by truncation.
+
+    Args:
+        token_predictions: a prediction per token.
+        word_ids: each token's word index, None for special tokens.
+        words: the number of words in the sentence.
+        default: the prediction for a word without a token.
+
+    Returns:
+        The ``words`` predictions.
+    """
     predictions = [default] * words
     for prediction, word, first in zip(token_predictions, word_ids, first_pieces(word_ids)):
         if first and word is not None:  # a first piece has a word
@@ -81,7 +143,16 @@ def word_predictions(
 
 
 def encode_choice(tokenizer: Tokenizer, example: ChoiceExample, max_length: int) -> Feature:
-    """(choices, time) lists: the context as A, the shared prefix and each ending as B."""
+    """A multiple-choice example as (choices, time) lists: the context as A, the shared prefix and each ending as B.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        example: the context, the prefix and the endings.
+        max_length: the most tokens per choice, special ones included.
+
+    Returns:
+        The feature: ``input_ids`` and ``token_type_ids``, one list per ending.
+    """
     encodings = [
         tokenizer.encode_pair(example.context, f"{example.prefix} {ending}".strip(), max_length=max_length)
         for ending in example.endings
@@ -90,12 +161,20 @@ def encode_choice(tokenizer: Tokenizer, example: ChoiceExample, max_length: int)
 
 
 def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad ``input_ids`` (with ``pad_id``), ``token_type_ids`` (0), token ``labels`` (IGNORE) and ``word_starts``
-    (0) on the right, and the words' ``char_ids`` to (batch, most words, MAX_CHARACTERS) with PADDING.
+    """A batch of features, padded on the right.
 
-    Adds ``attention_mask``. Ids may be (time,) or (choices, time) per feature; every
-    other key is stacked as it is (a class id, a score, a start position). ``word_ids``
-    stay with the examples and are not batched.
+    ``input_ids`` are padded with ``pad_id``, ``token_type_ids`` with 0, token ``labels`` with ``IGNORE`` and
+    ``word_starts`` with 0; the words' ``char_ids`` become (batch, most words, MAX_CHARACTERS), padded with
+    PADDING. Ids may be (time,) or (choices, time) per feature; every other key is stacked as it is (a class id,
+    a score, a start position). ``word_ids`` stay with the examples and are not batched.
+
+    Args:
+        features: the features, all with the same keys.
+        pad_id: the tokenizer's padding id.
+
+    Returns:
+        The batch's int64 tensors (float32 for float values), (batch, time) or (batch, choices, time) for the
+        ids, with ``attention_mask`` added (1 = token, 0 = padding).
     """
     width = max(width_of(f) for f in features)
     batch: dict[str, torch.Tensor] = {}
@@ -115,7 +194,14 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
 
 
 def width_of(feature: Feature) -> int:
-    """The tokens a feature pads to: its length, or its longest choice's."""
+    """The tokens a feature pads to: its length, or its longest choice's.
+
+    Args:
+        feature: the feature.
+
+    Returns:
+        The length of its longest row of ``input_ids``.
+    """
     return max(len(row) for row in _rows(feature["input_ids"]))
 
 

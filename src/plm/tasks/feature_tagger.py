@@ -37,9 +37,23 @@ NOT_ENCODERS = (ELMO_FAMILY, TaskModel.family, FAMILY)  # families with no encod
 
 @dataclass(frozen=True)
 class TaggerConfig:
-    """What the encoder's features are and the tagger that reads them: the layers (``features``: indices into
-    the embedding output followed by every block's, -1 the last), how they combine, the labels, the BiLSTM, and
-    the options of its scalar mixes (``combine`` mix and ELMo's; see :class:`plm.tasks.tagger.MixOptions`)."""
+    """What the encoder's features are and the tagger that reads them.
+
+    Its checks make an unknown ``combine``, fewer than one label, hidden unit or LSTM layer, label names that
+    are not one per label, or mix options out of range a PLMError.
+
+    Attributes:
+        features: the layers read, indices into the embedding output followed by every block's (-1 the last).
+        labels: the tags.
+        label_names: the tags' names, one per label (or none).
+        combine: how the layers combine: concat, sum or mix.
+        hidden: the BiLSTM's units per direction.
+        lstm_layers: the BiLSTM's layers.
+        dropout: the tagger's dropout.
+        mix_layer_norm: the scalar mixes (``combine`` mix and ELMo's) normalise each layer first.
+        mix_dropout: the dropout on the scalar mixes.
+        mix_l2: lambda of the scalar mixes' L2 penalty (see :class:`plm.tasks.tagger.MixOptions`).
+    """
 
     features: tuple[int, ...]
     labels: int
@@ -63,12 +77,22 @@ class TaggerConfig:
 
     @property
     def mix(self) -> MixOptions:
+        """The scalar mixes' options."""
         return MixOptions(self.mix_layer_norm, self.mix_dropout, self.mix_l2)
 
 
 @dataclass(frozen=True)
 class FeatureTaggerConfig:
-    """The frozen encoder's family and config, optionally a frozen ELMo's config, and the tagger's."""
+    """The frozen encoder's family and config, optionally a frozen ELMo's config, and the tagger's.
+
+    Layer indices the encoder does not have are a PLMError.
+
+    Attributes:
+        encoder_family: the encoder's family.
+        encoder: the encoder's config.
+        tagger: the tagger's config.
+        elmo: an ElmoConfig, whose layers, scalar-mixed, join the encoder's features; or None.
+    """
 
     encoder_family: str
     encoder: Any
@@ -84,15 +108,30 @@ class FeatureTaggerConfig:
 
     @property
     def vocab_size(self) -> int:
+        """The encoder's vocabulary size."""
         return self.encoder.vocab_size
 
     @property
     def context_length(self) -> int:
+        """The encoder's context length."""
         return self.encoder.context_length
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> FeatureTaggerConfig:
-        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's."""
+        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's.
+
+        Args:
+            values: the fields as read from JSON.
+            source: where ``values`` come from, for the error messages.
+            complete: every field must be present, not only those without a default.
+
+        Returns:
+            The config.
+
+        Raises:
+            PLMError: other fields than ``encoder_family``, ``encoder``, ``tagger`` and ``elmo``, an unknown
+                encoder family, an invalid nested config, or layer indices the encoder does not have.
+        """
         expected = {"encoder_family", "encoder", "tagger", "elmo"}
         if set(values) != expected:
             fields = ", ".join(sorted(values))
@@ -115,7 +154,11 @@ class FeatureTaggerConfig:
 
 
 class FeatureTagger(PretrainedModel):
-    """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, logits at first pieces."""
+    """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, logits at first pieces.
+
+    Args:
+        config: the model's config.
+    """
 
     family = FAMILY
     config_class = FeatureTaggerConfig
@@ -139,15 +182,30 @@ class FeatureTagger(PretrainedModel):
         )
 
     def frozen(self) -> list[PretrainedModel]:
-        """The models that give features and never learn."""
+        """The models that give features and never learn.
+
+        Returns:
+            The encoder, and the ELMo if there is one.
+        """
         return [self.encoder] + ([self.elmo] if self.elmo is not None else [])
 
     def penalty(self) -> torch.Tensor:
-        """The L2 terms of the tagger's scalar mixes, lambda * ||s||^2, that training adds to the task loss."""
+        """The L2 terms of the tagger's scalar mixes, lambda * ||s||^2, that training adds to the task loss.
+
+        Returns:
+            The penalty, a scalar.
+        """
         return self.tagger.penalty()
 
     def train(self, mode: bool = True) -> FeatureTagger:
-        """The tagger's mode; the frozen models stay in eval mode (no dropout in the features)."""
+        """The tagger's mode; the frozen models stay in eval mode (no dropout in the features).
+
+        Args:
+            mode: training (True) or eval (False) mode.
+
+        Returns:
+            The model itself.
+        """
         super().train(mode)
         for frozen in self.frozen():
             frozen.eval()
@@ -162,10 +220,21 @@ class FeatureTagger(PretrainedModel):
         char_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """The feature sources (each (B, layers, W, D)), the word mask (B, W) and each word's first piece (B, W).
+        """The feature sources, the word mask and each word's first piece, computed without gradients.
 
-        ``word_starts`` (B, T) is 1 at each word's first piece; ``char_ids`` (B, W, MAX_CHARACTERS)
-        are the same words' characters, for ELMo.
+        Args:
+            input_ids: (B, T).
+            attention_mask: (B, T), 1 = token, 0 = padding.
+            word_starts: (B, T), 1 at each word's first piece.
+            char_ids: (B, W, MAX_CHARACTERS), the same words' characters, for ELMo; None without one.
+            token_type_ids: (B, T) segments, or None.
+
+        Returns:
+            The sources (the encoder's chosen layers (B, layers, W, D), then ELMo's if any, zero at padding words),
+            the word mask (B, W) and each word's first piece (B, W).
+
+        Raises:
+            PLMError: with an ELMo, no ``char_ids``, or ``char_ids`` for another number of words.
         """
         options = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         states = self.encoder(input_ids, attention_mask, output_hidden_states=True, **options).hidden_states
@@ -182,15 +251,32 @@ class FeatureTagger(PretrainedModel):
         return sources, word_mask, positions
 
     def cache_features(self, max_bytes: int = 2 << 30) -> None:
-        """Keep each sentence's features once computed, up to ``max_bytes``: the models that give them are frozen,
-        so a sentence's features never change, and the epochs after the first reuse them."""
+        """Keep each sentence's features once computed, up to ``max_bytes``.
+
+        The models that give them are frozen, so a sentence's features never change, and the epochs after the first
+        reuse them.
+
+        Args:
+            max_bytes: the most the cached features may take (2 GiB by default); a sentence beyond it is computed
+                each time.
+        """
         self.cache, self.cache_budget = {}, max_bytes
 
     def cached_features(
         self, inputs: dict[str, torch.Tensor | None], word_mask: torch.Tensor
     ) -> list[torch.Tensor]:
-        """:meth:`features`' sources, computed only for the rows not in the cache; each row's are kept trimmed
-        to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the features' padding is)."""
+        """:meth:`features`' sources, computed only for the rows not in the cache.
+
+        Each row's are kept trimmed to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the
+        features' padding is). Only after :meth:`cache_features`.
+
+        Args:
+            inputs: :meth:`features`' arguments by name (None for one not given).
+            word_mask: (B, W), 1 for words.
+
+        Returns:
+            The sources, each (B, L, W, D).
+        """
         cache, attention_mask = self.cache, inputs["attention_mask"]
         assert cache is not None and attention_mask is not None  # cache_features turned the cache on
         lengths, words = attention_mask.sum(1).tolist(), word_mask.sum(1).tolist()
@@ -228,7 +314,21 @@ class FeatureTagger(PretrainedModel):
         char_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> TokenClassifierOutput:
-        """Logits (B, T, labels): each word's at its first piece, zero at every other token."""
+        """Tag the words of a batch, from the cache after :meth:`cache_features`.
+
+        Args:
+            input_ids: (B, T).
+            attention_mask: (B, T), 1 = token, 0 = padding.
+            word_starts: (B, T), 1 at each word's first piece.
+            char_ids: (B, W, MAX_CHARACTERS), the words' characters, for ELMo; None without one.
+            token_type_ids: (B, T) segments, or None.
+
+        Returns:
+            Logits (B, T, labels): each word's at its first piece, zero at every other token.
+
+        Raises:
+            PLMError: as :meth:`features`.
+        """
         if self.cache is None:
             sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids,
                                                           token_type_ids)
@@ -252,8 +352,27 @@ def feature_tagger(
     elmo: PretrainedModel | None = None,
     **tagger_options: Any,
 ) -> FeatureTagger:
-    """A new tagger (N(0, 0.02) linear weights, PyTorch's LSTM init) on copies of the pretrained ``encoder``
-    (without its pre-training heads and pooler, which nothing reads) and ``elmo``."""
+    """A new tagger on copies of the pretrained ``encoder`` and ``elmo``, in training mode.
+
+    The tagger's linear weights are N(0, 0.02) and its LSTM has PyTorch's init; the encoder is copied without
+    its pre-training heads and pooler, which nothing reads.
+
+    Args:
+        encoder: the pretrained encoder (BERT, ALBERT, DeBERTa).
+        features: the encoder's layers to read (see :class:`TaggerConfig`).
+        labels: the tags.
+        label_names: the tags' names.
+        combine: concat, sum or mix.
+        elmo: a plm ELMo whose scalar-mixed layers join the features, or None.
+        **tagger_options: further :class:`TaggerConfig` fields.
+
+    Returns:
+        The model, on the encoder's device.
+
+    Raises:
+        PLMError: an ``elmo`` that is not a plm ELMo, an ``encoder`` that is not an encoder, or an invalid
+            config.
+    """
     if elmo is not None and elmo.family != ELMO_FAMILY:
         raise PLMError(
             f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model"

@@ -74,7 +74,38 @@ FEATURE_TAGGER_LR = 1e-3  # the feature-based tagger trains from scratch over a 
 
 @dataclass(frozen=True)
 class FinetuneSetup:
-    """What to fine-tune on what; None fields take the paper's recipe (BERT's, or GPT-1's for a GPT)."""
+    """What to fine-tune on what; None fields take the paper's recipe (BERT's, or GPT-1's for a GPT).
+
+    Attributes:
+        task: the task, one of :data:`plm.tasks.task_objective.TASKS`.
+        model: a plm or Hugging Face directory (or training run); None: a fresh model on the built-in task.
+        train: the training file; None (with ``validation`` None): the built-in synthetic task.
+        validation: the dev file, which picks the best model.
+        lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based tagger's own).
+        restarts: the seeds tried per learning rate (``seed``, ``seed + 1`` ...).
+        epochs: passes over the training set.
+        batch_size: examples per batch (each process's, under torchrun).
+        warmup_fraction: the share of the steps that warms the learning rate up; None: the recipe's.
+        max_length: tokens per sequence; None: 128, or QA's 384-token windows (BERT's SQuAD).
+        lm_weight: GPT-1's lambda; 0 turns the auxiliary LM loss off.
+        sift: add DeBERTa's SiFT term.
+        stride: QA: tokens between the starts of a long context's windows.
+        tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
+        seed: the first run's seed.
+        device: "auto", "cpu", "cuda" or "cuda:N".
+        progress: show progress bars.
+        synthetic_size: the built-in task's training examples (a quarter as many for validation).
+        features: tag: the frozen encoder's layers a BiLSTM tagger reads (BERT 5.3); None: fine-tune the model.
+        combine: how those layers combine: concat, sum or mix.
+        elmo: a plm ELMo run whose scalar-mixed layers join the features.
+        symmetric: GPT pairs without an order, read in both (GPT-1's similarity form).
+        pooling: classify, pair, regress, choice: cls, last or mean; None: see :func:`trained_pooling`.
+        minutes: each run stops at the first step past this many minutes of training.
+        max_steps: each run stops after this many steps; the schedule is laid out over them.
+        save_every: steps between checkpoints within an epoch (and at its end), so that a stop loses little.
+        mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
+        parallelism: DDP or FSDP, activation checkpointing.
+    """
 
     task: str
     model: str | None = None  # a plm or Hugging Face directory; None: a fresh model on the built-in task
@@ -106,6 +137,17 @@ class FinetuneSetup:
     parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
 
     def validate(self) -> None:
+        """Check the setup before anything is read or written.
+
+        Raises:
+            PLMError: an unknown task; options that do not go together (``features`` without ``task`` tag, ``elmo``
+                without ``features``, ``features`` with FSDP or with ``sift``, ``symmetric`` for a task other than
+                pair or regress, ``pooling`` for a task that does not pool, ``train`` without ``validation`` or the
+                reverse, ``mix`` options without a scalar mix); an unknown ``combine`` or ``pooling``; or a number
+                out of its range (learning rates, ``restarts``, ``batch_size``, ``stride``, ``max_length``,
+                ``synthetic_size``, ``save_every``, ``epochs``, ``lm_weight``, ``warmup_fraction``, ``minutes``,
+                ``max_steps``).
+        """
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
         if self.features is not None and self.task != "tag":
@@ -157,15 +199,21 @@ SENTENCE_TRANSFORMERS_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mo
 
 
 def trained_pooling(model: str | Path | None) -> str | None:
-    """The pooling a sentence-transformers checkpoint (all-MiniLM-L6-v2) was trained with, from its
-    ``modules.json`` and pooling config; None for any other model (its family's pooling then: [CLS] or last).
+    """The pooling a sentence-transformers checkpoint (all-MiniLM-L6-v2) was trained with, or None for any other model.
 
-    Such a model learnt to make the mean of its token states the sentence's vector, while its BERT
+    Read from its ``modules.json`` and pooling config; for any other model the family's pooling applies ([CLS] or
+    last). Such a model learnt to make the mean of its token states the sentence's vector, while its BERT
     pooler never got a gradient (all-MiniLM-L6-v2's: bias all 0, weights of std 0.009). A classifier
     reading [CLS] through that pooler (as transformers' BertForSequenceClassification does) gets tiny
     gradients and sits on the 0.69 loss plateau for the first ~30 of the 96 steps that 1,000 SST-2
     sentences give; whether it leaves it in time is float noise (issue 20: dev accuracy 0.50 on one
     thread, 0.79 on two). Mean pooling leaves the plateau within 15 steps (see docs/finetuning.md).
+
+    Args:
+        model: the model's directory, or None (a fresh model).
+
+    Returns:
+        "mean" or "cls" when the checkpoint's pooling config chooses exactly one of them; else None.
     """
     if model is None or not (Path(model) / "modules.json").is_file():
         return None
@@ -183,7 +231,20 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
     CoNLL: the tags of ``tag_column`` (see :func:`plm.tasks.readers.read_conll_layout`), and a note on
-    stderr says which column that was. ``labelled`` False: SQuAD questions may come without answers.
+    stderr says which column that was.
+
+    Args:
+        task: the task (see :data:`plm.tasks.task_objective.TASKS`): tag reads CoNLL, qa SQuAD JSON, choice
+            SWAG CSV, the others GLUE TSV or JSONL.
+        path: the file.
+        tag_column: tag: the (1-based) column of the tags; None: the layout's last.
+        labelled: qa: False lets questions come without answers (questions to answer, not to train on).
+
+    Returns:
+        The examples (:mod:`plm.tasks.readers`' classes).
+
+    Raises:
+        PLMError: a file that cannot be read as the task's format, naming the file and the line.
     """
     if task == "tag":
         sentences, column, columns = readers.read_conll_layout(Path(path), tag_column)
@@ -205,6 +266,15 @@ def task_labels(task: str, train: Sequence[Any], validation: Sequence[Any] = (),
     head never trains on (issue 33: a dev file's one extra label made a 4-class model with 3 trained
     classes), so it is refused. Without ``validation_file`` (the built-in task) both sets come from one
     generator, whose classes they share, and the validation examples' classes count too.
+
+    Args:
+        task: the task; only classify, pair and tag have classes.
+        train: the training examples.
+        validation: the validation examples.
+        validation_file: the file ``validation`` was read from; None for the built-in task.
+
+    Returns:
+        The sorted class names (tags: ``O`` first, if any); empty for a task without classes.
 
     Raises:
         PLMError: a validation label (or tag) that no training example holds, with its file and line
@@ -233,6 +303,16 @@ def task_labels(task: str, train: Sequence[Any], validation: Sequence[Any] = (),
 
 @dataclass
 class FinetuneResult:
+    """What :func:`finetune` returns.
+
+    Attributes:
+        model: the best run's model (see :func:`plm.storage.checkpoint.load_model`), from ``out``.
+        tokenizer: the tokenizer the model reads with (with GPT-1's task tokens added, for a GPT).
+        runs: one dict per (lr, seed) run: its lr, seed, directory, steps, last validation metrics, and its best
+            value of the task's selection metric.
+        best: the run of ``runs`` with the best selection metric.
+        main_process: under torchrun, whether this is the process that writes and reports.
+    """
     model: Any
     tokenizer: Tokenizer
     runs: list[dict[str, Any]]  # one per (lr, seed): its directory and best dev metric
@@ -248,6 +328,22 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
     was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and starts the rest.
     ``out`` is locked throughout; ``definition`` is saved in ``out/run.json`` (see
     :mod:`plm.training.run_directory`).
+
+    Args:
+        setup: what to fine-tune on what.
+        out: the run directory; with several runs, each is in a subdirectory and the best is copied to
+            ``out/best``.
+        overwrite: replace a run already in ``out``.
+        resume: continue the runs in ``out``.
+        definition: the command's definition, for ``out/run.json``; None writes none.
+
+    Returns:
+        The best model, its tokenizer and every run's result.
+
+    Raises:
+        PLMError: an invalid ``setup`` (see :meth:`FinetuneSetup.validate`), data files that cannot be read or
+            whose validation labels no training example holds, a model that cannot be loaded or fine-tuned,
+            or an ``out`` that cannot take the run (see :func:`check_finetune_directory`).
     """
     setup.validate()
     out = Path(out)
@@ -274,6 +370,18 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
 
 
 def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse an ``out`` that cannot take the fine-tuning, before anything is written.
+
+    Args:
+        out: the run directory.
+        resume: the runs continue those in ``out``.
+        overwrite: the runs may replace what ``out`` holds.
+
+    Raises:
+        PLMError: both ``resume`` and ``overwrite``; without ``resume``, a directory that
+            :func:`plm.training.run_directory.check_run_directory` refuses; with it, an ``out`` that holds no
+            fine-tuning run (neither itself nor a run of its sweep).
+    """
     if resume and overwrite:
         raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     if not resume:
@@ -285,8 +393,23 @@ def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
 def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool,
                   data: tuple[list[Any], list[Any], tuple[str, ...]], definition: dict[str, Any] | None
                   ) -> FinetuneResult:
-    """:func:`finetune`'s runs, in a run directory checked and locked, on its (training, validation, labels)
-    ``data``; ``definition`` is a single run's, written by its trainer."""
+    """:func:`finetune`'s runs, in a run directory already checked and locked.
+
+    Args:
+        setup: what to fine-tune on what.
+        out: the run directory.
+        overwrite: replace the runs already there.
+        resume: keep the finished runs, continue an interrupted one and start the rest.
+        data: the training examples, the validation examples and the labels.
+        definition: a single run's definition, written by its trainer; None for a sweep (written by
+            :func:`finetune`).
+
+    Returns:
+        The best model, its tokenizer and every run's result.
+
+    Raises:
+        PLMError: a model that cannot be loaded or fine-tuned as ``setup`` asks.
+    """
     train, validation, labels = data
     world = setup_distributed(resolve_device(setup.device), group_of_one=setup.parallelism.sharded)
     with built_on_first_process(setup.parallelism, world):
@@ -364,7 +487,19 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
 
 def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
               pooling: str | None) -> TaskModel | FeatureTagger:
-    """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based tagger."""
+    """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based tagger.
+
+    Args:
+        setup: the fine-tuning's setup (``features`` chooses the feature-based tagger).
+        backbone: the pretrained model.
+        elmo: a plm ELMo whose layers join the tagger's features, or None.
+        task: the task, for the head and its outputs.
+        labels: the class names.
+        pooling: "cls", "last" or "mean"; None: the backbone's own.
+
+    Returns:
+        The model to train.
+    """
     if setup.features is not None:
         model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
                                mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
@@ -376,7 +511,18 @@ def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels
 
 
 def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenizer]:
-    """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT and a tokenizer of its text."""
+    """The pretrained model and its tokenizer; for the built-in task, a fresh small BERT and a tokenizer of its text.
+
+    Args:
+        setup: the fine-tuning's setup (its ``model``, ``seed`` and ``max_length``).
+        train: the training examples, whose text a fresh model's tokenizer is trained on.
+
+    Returns:
+        The backbone (a task model's backbone, for a fine-tuned model) and its tokenizer.
+
+    Raises:
+        PLMError: a model that cannot be loaded, is not trainable (int8), or takes no task head.
+    """
     if setup.model is not None:
         model, tokenizer = load_pretrained(setup.model)
         check_trainable(model, setup.model)
@@ -397,6 +543,15 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
 
 
 def synthetic_texts(examples: list[Any]) -> list[str]:
+    """The texts of ``examples``, for training a tokenizer on them.
+
+    Args:
+        examples: text examples, tagged sentences, QA or choice examples.
+
+    Returns:
+        Their texts: a sentence's words joined, a question and its context, a context, its prefix and
+        endings, or a text and its pair (empty when there is none).
+    """
     texts = []
     for e in examples:
         if isinstance(e, readers.TaggedSentence):
@@ -411,7 +566,14 @@ def synthetic_texts(examples: list[Any]) -> list[str]:
 
 
 def task_name(head: Any) -> str:
-    """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses)."""
+    """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses).
+
+    Args:
+        head: the task model's head config.
+
+    Returns:
+        classify, regress, tag, qa or choice.
+    """
     if head.task == "classify":
         return "regress" if head.labels == 1 and not head.label_names else "classify"
     return {"tag": "tag", "span": "qa", "choice": "choice"}[head.task]
@@ -420,8 +582,21 @@ def task_name(head: Any) -> str:
 def load_task_model(
     path: str | Path, device: str = "cpu", max_length: int | None = None, **options: Any
 ) -> tuple[Any, Task]:
-    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data
-    (``max_length`` None: the task's default, see :func:`plm.tasks.task_objective.build_task`)."""
+    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data.
+
+    Args:
+        path: the model's directory or run.
+        device: where the weights go ("auto" picks one).
+        max_length: tokens per sequence; None: the task's default (see
+            :func:`plm.tasks.task_objective.build_task`).
+        **options: further options of the task (see :func:`model_task`).
+
+    Returns:
+        The model and its task.
+
+    Raises:
+        PLMError: a model that cannot be loaded, or one without a task head.
+    """
     model, tokenizer = load_pretrained(path, resolve_device(device))
     if not isinstance(model, (TaskModel, FeatureTagger)):
         raise PLMError(
@@ -432,7 +607,21 @@ def load_task_model(
 
 def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_length: int | None = None,
                **options: Any) -> Task:
-    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see :func:`load_task_model`)."""
+    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see :func:`load_task_model`).
+
+    A QA model answers with the no-answer threshold its dev set chose; a symmetric pair head reads pairs in both
+    orders.
+
+    Args:
+        model: the fine-tuned model.
+        tokenizer: its tokenizer.
+        max_length: tokens per sequence; None: the task's default.
+        **options: further options of a QA task (its ``threshold`` and ``fit_threshold`` are the model's); other
+            tasks take none.
+
+    Returns:
+        The task.
+    """
     if isinstance(model, FeatureTagger):
         tagger = model.config.tagger
         characters = model.elmo is not None

@@ -35,7 +35,13 @@ START, DELIMITER, EXTRACT = "_start_", "_delimiter_", "_classify_"
 
 @dataclass(frozen=True)
 class TaskTokens:
-    """The ids of the start, delimiter and extract tokens."""
+    """The ids of the start, delimiter and extract tokens.
+
+    Attributes:
+        start: the start token's id.
+        delimiter: the delimiter's ($) id.
+        extract: the extract token's id.
+    """
 
     start: int
     delimiter: int
@@ -47,6 +53,14 @@ def add_task_tokens(model: PretrainedModel, tokenizer: Tokenizer, std: float = 0
 
     The new rows are N(0, std) (GPT-1 initialises its weights N(0, 0.02)); the tied
     output layer of a GPT grows with them.
+
+    Args:
+        model: the model, whose embeddings grow when the tokenizer outgrows them.
+        tokenizer: the tokenizer, which gets the tokens (if it lacks them).
+        std: the standard deviation of the new rows.
+
+    Returns:
+        The tokens' ids.
     """
     start, delimiter, extract = tokenizer.add_special_tokens([START, DELIMITER, EXTRACT])
     if len(tokenizer) > model.config.vocab_size:
@@ -55,7 +69,17 @@ def add_task_tokens(model: PretrainedModel, tokenizer: Tokenizer, std: float = 0
 
 
 def task_tokens(tokenizer: Tokenizer) -> TaskTokens:
-    """The task tokens of a tokenizer that has them (one saved after :func:`add_task_tokens`)."""
+    """The task tokens of a tokenizer that has them (one saved after :func:`add_task_tokens`).
+
+    Args:
+        tokenizer: the tokenizer.
+
+    Returns:
+        The tokens' ids.
+
+    Raises:
+        PLMError: a tokenizer without them.
+    """
     start, delimiter, extract = (tokenizer.token_to_id(token) for token in (START, DELIMITER, EXTRACT))
     if start is None or delimiter is None or extract is None:
         raise PLMError(f"{tokenizer!r} has no GPT-1 task tokens; add them with add_task_tokens(model, tokenizer)")
@@ -67,6 +91,13 @@ class TaskInputs:
 
     A form too long loses tokens at the end of its longest part, one at a time, so a
     short hypothesis or answer is kept whole while a long premise or context is cut.
+
+    Args:
+        tokenizer: a tokenizer with the task tokens (see :func:`add_task_tokens`).
+        max_length: the most tokens of a sequence.
+
+    Raises:
+        PLMError: a tokenizer without the task tokens.
     """
 
     def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
@@ -75,27 +106,81 @@ class TaskInputs:
         self.max_length = max_length
 
     def classification(self, text: str) -> list[int]:
-        """``start text extract``."""
+        """``start text extract``.
+
+        Args:
+            text: the text.
+
+        Returns:
+            The ids.
+
+        Raises:
+            PLMError: as :meth:`join`.
+        """
         return self.join([self.tokenizer.encode(text)])
 
     def entailment(self, premise: str, hypothesis: str) -> list[int]:
-        """``start premise $ hypothesis extract``."""
+        """``start premise $ hypothesis extract``.
+
+        Args:
+            premise: the premise.
+            hypothesis: the hypothesis.
+
+        Returns:
+            The ids.
+
+        Raises:
+            PLMError: as :meth:`join`.
+        """
         return self.join([self.tokenizer.encode(premise), self.tokenizer.encode(hypothesis)])
 
     def similarity(self, a: str, b: str) -> list[list[int]]:
-        """Both orders, ``start a $ b extract`` and ``start b $ a extract``: no order is imposed on the pair."""
+        """Both orders, ``start a $ b extract`` and ``start b $ a extract``: no order is imposed on the pair.
+
+        Args:
+            a: the first text.
+            b: the second text.
+
+        Returns:
+            The ids of the two sequences.
+
+        Raises:
+            PLMError: as :meth:`join`.
+        """
         first, second = self.tokenizer.encode(a), self.tokenizer.encode(b)
         return [self.join([first, second]), self.join([second, first])]
 
     def choice(self, context: str, answers: Sequence[str], question: str | None = None) -> list[list[int]]:
-        """``start z q $ a_k extract`` for each answer a_k (z the document, q the question, if any)."""
+        """``start z q $ a_k extract`` for each answer a_k (z the document, q the question, if any).
+
+        Args:
+            context: z, the document.
+            answers: the answers.
+            question: q, or None.
+
+        Returns:
+            The ids of one sequence per answer.
+
+        Raises:
+            PLMError: no answers, or as :meth:`join`.
+        """
         if not answers:
             raise PLMError("a multiple-choice example needs at least one answer")
         context_ids = self.tokenizer.encode(context) + (self.tokenizer.encode(question) if question else [])
         return [self.join([context_ids, self.tokenizer.encode(answer)]) for answer in answers]
 
     def join(self, parts: list[list[int]]) -> list[int]:
-        """start, the parts separated by the delimiter, extract; cut to ``max_length``."""
+        """Start, the parts separated by the delimiter, extract; cut to ``max_length``.
+
+        Args:
+            parts: the parts' ids.
+
+        Returns:
+            The ids.
+
+        Raises:
+            PLMError: a ``max_length`` that leaves no room for a token of each part beside the task tokens.
+        """
         budget = self.max_length - len(parts) - 1  # start, extract and a delimiter between parts
         if budget < len(parts):
             raise PLMError(f"max_length {self.max_length} leaves no room for the text beside the task tokens")
@@ -113,6 +198,16 @@ def pad_batch(examples: Sequence[list[int]] | Sequence[list[list[int]]], pad_id:
 
     One sequence per example gives (batch, time); several (similarity's two orders, the
     answers of a multiple-choice example, as many for every example) give (batch, K, time).
+
+    Args:
+        examples: one id list per example, or K id lists per example.
+        pad_id: the padding id.
+
+    Returns:
+        The int64 tensors.
+
+    Raises:
+        PLMError: examples with different numbers of sequences.
     """
     several = bool(examples) and isinstance(examples[0][0], list)
     # Which of the two shapes the examples have is read from the first one, here at run time.

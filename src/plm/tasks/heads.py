@@ -39,20 +39,28 @@ POOLINGS = ("cls", "last", "mean")
 class HeadConfig:
     """What a task model puts on its backbone.
 
-    ``task``: classify (or regress, with ``labels`` 1), tag, span or choice.
-    ``labels``: classes of a classifier or tagger (a span head has start and end, a
-    choice scorer one score per choice; both ignore it). ``label_names`` optionally
-    name them, in id order. ``pooling``: see :data:`POOLINGS` (read by classify and
-    choice). ``pooler_activation``: when set, the task model has a pooler of its own,
-    act(W h_[CLS] + b), for a backbone without one (DeBERTa's classifier: "gelu").
-    ``dropout`` before the output layer; ``bias`` of the output layer (GPT-2's
-    classifier in Hugging Face has none). ``pad_token_id``: what batches are padded
-    with, kept for the Hugging Face format (its GPT-2 classifier finds the last token by it).
-    ``symmetric``: a classifier's pairs are read in both orders and the two pooled vectors
-    added (GPT-1's similarity form); kept so that prediction reads pairs as training did.
-    ``null_threshold``: a span head's tau for SQuAD v2.0, chosen on the dev set while
-    fine-tuning: a span is the answer only when it beats no-answer by more (None: always a
-    span); kept so that predictions on other files use it rather than fit one to their answers.
+    An unknown task, pooling or pooler activation, fewer than one label, label names that are not one per
+    label, a dropout outside [0, 1), ``symmetric`` for a head other than classify, or a pooler of its own for
+    anything but a classify or choice head pooling [CLS] is a PLMError.
+
+    Attributes:
+        ADDED_FIELDS: fields added since heads were first saved, with the value a head saved before them had.
+        task: classify (or regress, with ``labels`` 1), tag, span or choice.
+        labels: classes of a classifier or tagger (a span head has start and end, a choice scorer one score per
+            choice; both ignore it).
+        pooling: see :data:`POOLINGS` (read by classify and choice).
+        dropout: the dropout before the output layer.
+        bias: the output layer has a bias (GPT-2's classifier in Hugging Face has none).
+        pooler_activation: when set, the task model has a pooler of its own, act(W h_[CLS] + b), for a backbone
+            without one (DeBERTa's classifier: "gelu").
+        label_names: optionally the labels' names, in id order.
+        pad_token_id: what batches are padded with, kept for the Hugging Face format (its GPT-2 classifier finds
+            the last token by it).
+        symmetric: a classifier's pairs are read in both orders and the two pooled vectors added (GPT-1's
+            similarity form); kept so that prediction reads pairs as training did.
+        null_threshold: a span head's tau for SQuAD v2.0, chosen on the dev set while fine-tuning: a span is
+            the answer only when it beats no-answer by more (None: always a span); kept so that predictions on
+            other files use it rather than fit one to their answers.
     """
 
     # Heads saved before these fields read pairs in one order and always answered with a span.
@@ -102,9 +110,9 @@ class HeadConfig:
 class TaskOutput:
     """What every task head's output carries besides its own fields.
 
-    ``backbone``: the backbone's own output for the same pass (for GPT-1's auxiliary LM
-    loss, its ``logits``); with (batch, choices, time) inputs its tensors are
-    (batch * choices, time, ...).
+    Attributes:
+        backbone: the backbone's own output for the same pass (for GPT-1's auxiliary LM loss, its ``logits``);
+            with (batch, choices, time) inputs its tensors are (batch * choices, time, ...).
     """
 
     backbone: ModelOutput | None = field(default=None, kw_only=True)
@@ -112,22 +120,43 @@ class TaskOutput:
 
 @dataclass
 class SequenceClassifierOutput(TaskOutput):
+    """A sequence classifier's output.
+
+    Attributes:
+        logits: (batch, labels); with one label, a regression's value.
+    """
     logits: torch.Tensor  # (batch, labels)
 
 
 @dataclass
 class TokenClassifierOutput(TaskOutput):
+    """A token classifier's output.
+
+    Attributes:
+        logits: (batch, time, labels).
+    """
     logits: torch.Tensor  # (batch, time, labels)
 
 
 @dataclass
 class SpanOutput(TaskOutput):
+    """A span head's output.
+
+    Attributes:
+        start_logits: (batch, time), each token's score as the answer's start.
+        end_logits: (batch, time), each token's score as the answer's end.
+    """
     start_logits: torch.Tensor  # (batch, time)
     end_logits: torch.Tensor  # (batch, time)
 
 
 @dataclass
 class MultipleChoiceOutput(TaskOutput):
+    """A multiple-choice scorer's output.
+
+    Attributes:
+        logits: (batch, choices).
+    """
     logits: torch.Tensor  # (batch, choices)
 
 
@@ -135,7 +164,12 @@ class MultipleChoiceOutput(TaskOutput):
 
 
 class SequenceClassifier(nn.Module):
-    """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added."""
+    """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added.
+
+    Args:
+        config: the head's config (its labels, dropout and bias).
+        dim: H, the backbone's width.
+    """
 
     pools: ClassVar[bool] = True
 
@@ -145,11 +179,24 @@ class SequenceClassifier(nn.Module):
         self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
 
     def forward(self, pooled: torch.Tensor) -> SequenceClassifierOutput:
+        """Classify each example from the sum of its sequences' pooled vectors.
+
+        Args:
+            pooled: (B, K, H), K pooled vectors per example.
+
+        Returns:
+            Logits (B, labels).
+        """
         return SequenceClassifierOutput(logits=self.classifier(self.dropout(pooled.sum(dim=1))))
 
 
 class TokenClassifier(nn.Module):
-    """Logits (B, T, labels) from every token's final state (B, T, H)."""
+    """Logits (B, T, labels) from every token's final state (B, T, H).
+
+    Args:
+        config: the head's config (its labels, dropout and bias).
+        dim: H, the backbone's width.
+    """
 
     pools: ClassVar[bool] = False
 
@@ -159,11 +206,24 @@ class TokenClassifier(nn.Module):
         self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
 
     def forward(self, hidden: torch.Tensor) -> TokenClassifierOutput:
+        """Classify every token.
+
+        Args:
+            hidden: (B, T, H) final states.
+
+        Returns:
+            Logits (B, T, labels).
+        """
         return TokenClassifierOutput(logits=self.classifier(self.dropout(hidden)))
 
 
 class SpanHead(nn.Module):
-    """Start and end logits (B, T): S . T_i and E . T_i, S and E the rows of ``start_end``."""
+    """Start and end logits (B, T): S . T_i and E . T_i, S and E the rows of ``start_end``.
+
+    Args:
+        config: the head's config (its labels, dropout and bias).
+        dim: H, the backbone's width.
+    """
 
     pools: ClassVar[bool] = False
 
@@ -172,12 +232,25 @@ class SpanHead(nn.Module):
         self.start_end = nn.Linear(dim, 2, bias=config.bias)
 
     def forward(self, hidden: torch.Tensor) -> SpanOutput:
+        """Score every token as an answer's start and end.
+
+        Args:
+            hidden: (B, T, H) final states.
+
+        Returns:
+            Start and end logits, each (B, T).
+        """
         start, end = self.start_end(hidden).unbind(dim=-1)  # (B, T, 2) -> 2 x (B, T)
         return SpanOutput(start_logits=start, end_logits=end)
 
 
 class MultipleChoiceScorer(nn.Module):
-    """One score per choice (B, C) from the pooled vector of each (context, choice) sequence (B, C, H)."""
+    """One score per choice (B, C) from the pooled vector of each (context, choice) sequence (B, C, H).
+
+    Args:
+        config: the head's config (its labels, dropout and bias).
+        dim: H, the backbone's width.
+    """
 
     pools: ClassVar[bool] = True
 
@@ -187,6 +260,14 @@ class MultipleChoiceScorer(nn.Module):
         self.classifier = nn.Linear(dim, 1, bias=config.bias)
 
     def forward(self, pooled: torch.Tensor) -> MultipleChoiceOutput:
+        """Score every choice.
+
+        Args:
+            pooled: (B, C, H), the pooled vector of each (context, choice) sequence.
+
+        Returns:
+            Logits (B, C).
+        """
         return MultipleChoiceOutput(logits=self.classifier(self.dropout(pooled)).squeeze(-1))
 
 
@@ -199,5 +280,14 @@ HEADS: dict[str, type[SequenceClassifier | TokenClassifier | SpanHead | Multiple
 
 
 def build_head(config: HeadConfig, dim: int) -> nn.Module:
-    """The head module of ``config.task`` over ``dim``-wide states."""
+    """The head module of ``config.task`` over ``dim``-wide states.
+
+    Args:
+        config: the head's config.
+        dim: H, the backbone's width.
+
+    Returns:
+        A :class:`SequenceClassifier`, :class:`TokenClassifier`, :class:`SpanHead` or
+        :class:`MultipleChoiceScorer`.
+    """
     return HEADS[config.task](config, dim)

@@ -17,12 +17,36 @@ from collections.abc import Hashable, Mapping, Sequence
 
 
 def accuracy(predictions: Sequence[Hashable], labels: Sequence[Hashable]) -> float:
+    """The share of predictions equal to their label.
+
+    Args:
+        predictions: the predicted classes.
+        labels: the gold classes, as many.
+
+    Returns:
+        The accuracy, in [0, 1].
+
+    Raises:
+        ValueError: not as many predictions as labels, or none.
+    """
     _same_length(predictions, labels)
     return sum(p == y for p, y in zip(predictions, labels)) / len(labels)
 
 
 def f1(predictions: Sequence[Hashable], labels: Sequence[Hashable], positive: Hashable = 1) -> float:
-    """F1 of the ``positive`` class (GLUE's for MRPC and QQP); 0 when it is never predicted nor gold."""
+    """F1 of the ``positive`` class (GLUE's for MRPC and QQP); 0 when it is never predicted nor gold.
+
+    Args:
+        predictions: the predicted classes.
+        labels: the gold classes, as many.
+        positive: the positive class.
+
+    Returns:
+        The F1, in [0, 1].
+
+    Raises:
+        ValueError: not as many predictions as labels, or none.
+    """
     _same_length(predictions, labels)
     true_positive = sum(p == positive and y == positive for p, y in zip(predictions, labels))
     predicted = sum(p == positive for p in predictions)
@@ -31,8 +55,20 @@ def f1(predictions: Sequence[Hashable], labels: Sequence[Hashable], positive: Ha
 
 
 def matthews_correlation(predictions: Sequence[Hashable], labels: Sequence[Hashable]) -> float:
-    """Matthews correlation over K classes (Gorodkin's R_K); for two classes
-    (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)). 0 when a marginal is constant."""
+    """Matthews correlation over K classes (Gorodkin's R_K); 0 when a marginal is constant.
+
+    For two classes it is (TP*TN - FP*FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)).
+
+    Args:
+        predictions: the predicted classes.
+        labels: the gold classes, as many.
+
+    Returns:
+        The correlation, in [-1, 1].
+
+    Raises:
+        ValueError: not as many predictions as labels, or none.
+    """
     _same_length(predictions, labels)
     n = len(labels)
     correct = sum(p == y for p, y in zip(predictions, labels))
@@ -44,6 +80,18 @@ def matthews_correlation(predictions: Sequence[Hashable], labels: Sequence[Hasha
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson's correlation of ``x`` and ``y``; 0 when either is constant.
+
+    Args:
+        x: the first values.
+        y: the second values, as many.
+
+    Returns:
+        The correlation, in [-1, 1].
+
+    Raises:
+        ValueError: not as many ``x`` as ``y``, or none.
+    """
     _same_length(x, y)
     mean_x, mean_y = sum(x) / len(x), sum(y) / len(y)
     covariance = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y))
@@ -52,7 +100,18 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Pearson correlation of the ranks; tied values share the mean of their ranks."""
+    """Pearson correlation of the ranks; tied values share the mean of their ranks.
+
+    Args:
+        x: the first values.
+        y: the second values, as many.
+
+    Returns:
+        The correlation, in [-1, 1].
+
+    Raises:
+        ValueError: not as many ``x`` as ``y``, or none.
+    """
     return pearson(_ranks(x), _ranks(y))
 
 
@@ -73,7 +132,19 @@ def _ranks(values: Sequence[float]) -> list[float]:
 def confusion_matrix(
     predictions: Sequence[Hashable], labels: Sequence[Hashable], classes: Sequence[Hashable]
 ) -> list[list[int]]:
-    """``matrix[g][p]``: how many examples of gold class ``classes[g]`` were predicted ``classes[p]``."""
+    """``matrix[g][p]``: how many examples of gold class ``classes[g]`` were predicted ``classes[p]``.
+
+    Args:
+        predictions: the predicted classes.
+        labels: the gold classes, as many.
+        classes: every class that occurs, in the matrix's order.
+
+    Returns:
+        The len(classes) x len(classes) counts.
+
+    Raises:
+        ValueError: not as many predictions as labels, or none.
+    """
     _same_length(predictions, labels)
     index = {c: i for i, c in enumerate(classes)}
     matrix = [[0] * len(classes) for _ in classes]
@@ -87,6 +158,18 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
 
     An entity counts as found only when its type and both boundaries match. Tags are
     BIO or IOB1 (conlleval's reading: an I-X that does not continue X starts an entity).
+
+    Args:
+        gold: each sentence's gold tags.
+        predicted: each sentence's predicted tags, one per gold tag.
+
+    Returns:
+        For each entity type and ``micro avg``: its ``precision``, ``recall``, ``f1`` (in [0, 1]) and
+        ``support`` (gold entities).
+
+    Raises:
+        ValueError: not as many predicted sentences as gold ones, none, or a sentence with another number of
+            tags.
     """
     _same_length(predicted, gold)
     for sentence, (p, y) in enumerate(zip(predicted, gold)):
@@ -108,7 +191,14 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
 
 
 def normalize_answer(text: str) -> str:
-    """The official script's normalisation: lower case, no punctuation, no a/an/the, single spaces."""
+    """The official script's normalisation: lower case, no punctuation, no a/an/the, single spaces.
+
+    Args:
+        text: an answer.
+
+    Returns:
+        The normalised answer.
+    """
     text = text.lower()
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
@@ -119,11 +209,28 @@ _PUNCTUATION = set(string.punctuation)
 
 
 def exact_match(prediction: str, gold: str) -> float:
+    """Whether the answers are equal once normalised (see :func:`normalize_answer`).
+
+    Args:
+        prediction: the predicted answer.
+        gold: a gold answer.
+
+    Returns:
+        1.0 or 0.0.
+    """
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
 def token_f1(prediction: str, gold: str) -> float:
-    """F1 of the normalised tokens' multiset overlap; v2.0: an empty answer matches only an empty one."""
+    """F1 of the normalised tokens' multiset overlap; v2.0: an empty answer matches only an empty one.
+
+    Args:
+        prediction: the predicted answer.
+        gold: a gold answer.
+
+    Returns:
+        The F1, in [0, 1].
+    """
     predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
     if not predicted or not expected:
         return float(predicted == expected)
@@ -140,6 +247,13 @@ def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str
     Each question scores its best match over its gold answers; an unanswerable one
     (or one whose answers all normalise to nothing) has the empty string as its gold
     answer. A question without a prediction scores 0, as in the official script.
+
+    Args:
+        predictions: the predicted answer of each question id.
+        gold: the gold answers of each question id.
+
+    Returns:
+        ``exact_match`` and ``f1``, each in [0, 100].
     """
     em = f1_total = 0.0
     for question, answers in gold.items():

@@ -33,7 +33,13 @@ from plm.tasks.heads import CHOICE, HEADS, HeadConfig, TaskOutput, build_head
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """The backbone's family and config, and the head's config."""
+    """The backbone's family and config, and the head's config.
+
+    Attributes:
+        backbone_family: the backbone's family (a key of :data:`plm.models.FAMILIES`).
+        backbone: the backbone's config.
+        head: the head's config.
+    """
 
     backbone_family: str
     backbone: Any
@@ -82,7 +88,14 @@ class TaskConfig:
 
 
 class TaskModel(PretrainedModel):
-    """A backbone with a task head; forward returns the head's output (see :mod:`plm.tasks.heads`)."""
+    """A backbone with a task head; forward returns the head's output (see :mod:`plm.tasks.heads`).
+
+    Args:
+        config: the model's config.
+
+    Raises:
+        PLMError: a head config that asks for a pooler of its own on a backbone that has one.
+    """
 
     family = "task"
     config_class = TaskConfig

@@ -27,7 +27,14 @@ from plm.tokenization.tokenizer import Tokenizer
 
 
 def answer_start(example: QAExample) -> int | None:
-    """The first gold answer's character offset; found in the context (ignoring case) when the file gives none."""
+    """The first gold answer's character offset; found in the context (ignoring case) when the file gives none.
+
+    Args:
+        example: the question.
+
+    Returns:
+        The offset, or None when the question has no answer or the answer is not in the context.
+    """
     if not example.answers:
         return None
     answer = example.answers[0]
@@ -46,6 +53,20 @@ def encode_windows(
     first and last token in the window, or 0 (the [CLS] token, the null answer) when
     the question is unanswerable or the answer is not wholly in the window. An answer
     that cannot be found in the context gives no positions: nothing to train on.
+
+    Args:
+        tokenizer: the model's tokenizer, with [CLS] and [SEP].
+        example: the question and its context.
+        max_length: the tokens of a window, special tokens and question included.
+        stride: the context tokens between the starts of two windows.
+        max_question: the question's tokens kept (the rest is cut).
+
+    Returns:
+        One feature per window: ``input_ids``, ``token_type_ids`` and ``offsets``, and the positions when there
+        are some to train on.
+
+    Raises:
+        PLMError: a tokenizer without [CLS] or [SEP], or a ``max_length`` that leaves no room for the context.
     """
     if tokenizer.cls_id is None or tokenizer.sep_id is None:
         raise PLMError(f"extractive QA reads [CLS] question [SEP] context [SEP]; {tokenizer!r} has no [CLS] or [SEP]")
@@ -79,6 +100,13 @@ def encode_windows(
 
 @dataclass(frozen=True)
 class AnswerSpan:
+    """A span of a window and its score.
+
+    Attributes:
+        score: S . T_start + E . T_end.
+        start: the span's first token's position in the window.
+        end: its last token's position (inclusive).
+    """
     score: float
     start: int  # token positions in the window, end inclusive
     end: int
@@ -93,7 +121,15 @@ def best_spans(
 ) -> list[AnswerSpan]:
     """The ``n_best`` spans (i, j) of one window by S.T_i + E.T_j, j >= i, j - i < max_answer_length.
 
-    ``allowed`` (time,) marks the positions an answer may cover (the context's tokens).
+    Args:
+        start_logits: (time,) the start logits S.T_i.
+        end_logits: (time,) the end logits E.T_j.
+        allowed: (time,) bool, the positions an answer may cover (the context's tokens).
+        max_answer_length: the most tokens of a span.
+        n_best: the most spans returned.
+
+    Returns:
+        The best spans, best first.
     """
     time = start_logits.shape[0]
     scores = start_logits[:, None] + end_logits[None, :]  # (T, T): row i is the start, column j the end
@@ -107,7 +143,14 @@ def best_spans(
 
 @dataclass(frozen=True)
 class QAPrediction:
-    """A question's best span (its text, its score) and its null score; n-best texts with their scores."""
+    """A question's best span (its text, its score) and its null score; n-best texts with their scores.
+
+    Attributes:
+        text: the best span's text ("" when no span was found).
+        score: its score S . T_i + E . T_j (-inf when no span was found).
+        null_score: the smallest null score S . C + E . C of the question's windows.
+        n_best: the best spans' texts and scores, best first.
+    """
 
     text: str
     score: float
@@ -115,7 +158,14 @@ class QAPrediction:
     n_best: tuple[tuple[str, float], ...]
 
     def answer(self, threshold: float | None) -> str:
-        """The span's text, or "" (no answer) when ``threshold`` is given and the span does not beat null by it."""
+        """The span's text, or "" (no answer) when ``threshold`` is given and the span does not beat null by it.
+
+        Args:
+            threshold: tau, the margin by which the span's score must beat the null score; None: always the span.
+
+        Returns:
+            The answer.
+        """
         if threshold is not None and not self.score - self.null_score > threshold:
             return ""
         return self.text
@@ -129,7 +179,20 @@ def predict_answer(
     max_answer_length: int = 30,
     n_best: int = 20,
 ) -> QAPrediction:
-    """Merge the spans of a question's windows (overlapping windows give a span once, at its best score)."""
+    """Merge the spans of a question's windows (overlapping windows give a span once, at its best score).
+
+    Args:
+        context: the question's context.
+        windows: its windows (see :func:`encode_windows`), for their offsets.
+        start_logits: each window's start logits, (time,) (a padded row is cut to the window).
+        end_logits: each window's end logits, (time,).
+        max_answer_length: the most tokens of a span.
+        n_best: the most spans kept.
+
+    Returns:
+        The best span's text and score, the smallest null score of the windows, and the n-best texts (no
+        span: an empty text scoring -inf).
+    """
     candidates: dict[tuple[int, int], float] = {}
     null_score = float("inf")
     for window, start, end in zip(windows, start_logits, end_logits):
@@ -153,11 +216,19 @@ Key = TypeVar("Key")  # what names a question: its id, or its index
 def best_threshold(
     predictions: Mapping[Key, QAPrediction], gold: Mapping[Key, Sequence[str]], metric: str = "f1"
 ) -> float:
-    """tau that maximises the dev set's total EM or F1 when spans must beat null by more than tau.
+    """The threshold tau that maximises the dev set's total EM or F1 when spans must beat null by more than tau.
 
     Raising tau past a question's margin (span - null) turns its answer from the span
     into "": the total only changes at the margins, so they (and one below them all)
     are the only thresholds to try; sorted, each step changes one question.
+
+    Args:
+        predictions: each question's prediction.
+        gold: each question's gold answers (the questions without a prediction are left out).
+        metric: "exact_match"; anything else is token F1.
+
+    Returns:
+        tau (0.0 when no question has a prediction).
     """
     score = exact_match if metric == "exact_match" else token_f1
 

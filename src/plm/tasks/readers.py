@@ -27,8 +27,12 @@ Path = str | os.PathLike[str]
 class TextExample:
     """One sentence (or sentence pair) and its label: a class name, a score, or None when unlabelled.
 
-    ``line`` is the example's line in the file it was read from (None when it was not read from one), for
-    messages about it; it takes no part in comparing examples.
+    Attributes:
+        text: the sentence.
+        text_pair: the pair's second sentence, or None.
+        label: a class name, a score, or None.
+        line: the example's line in the file it was read from (None when it was not read from one), for
+            messages about it; it takes no part in comparing examples.
     """
 
     text: str
@@ -41,8 +45,11 @@ class TextExample:
 class TaggedSentence:
     """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word.
 
-    ``line`` is the first word's line in the CoNLL file it was read from (word ``i`` is on line
-    ``line + i``), None when it was not read from one; it takes no part in comparing sentences.
+    Attributes:
+        words: the words.
+        tags: their tags.
+        line: the first word's line in the CoNLL file it was read from (word ``i`` is on line ``line + i``), None
+            when it was not read from one; it takes no part in comparing sentences.
     """
 
     words: tuple[str, ...]
@@ -52,7 +59,12 @@ class TaggedSentence:
 
 @dataclass(frozen=True)
 class Answer:
-    """A gold answer; ``start`` is its character offset in the context, None when the file does not say."""
+    """A gold answer.
+
+    Attributes:
+        text: the answer's text.
+        start: its character offset in the context, None when the file does not say.
+    """
 
     text: str
     start: int | None
@@ -60,7 +72,15 @@ class Answer:
 
 @dataclass(frozen=True)
 class QAExample:
-    """A SQuAD question; v2.0's unanswerable ones have ``impossible`` set and no answers."""
+    """A SQuAD question; v2.0's unanswerable ones have ``impossible`` set and no answers.
+
+    Attributes:
+        id: the question's id.
+        question: the question.
+        context: the paragraph that holds the answer.
+        answers: the gold answers (none when unlabelled or impossible).
+        impossible: the question has no answer in the context (SQuAD v2.0).
+    """
 
     id: str
     question: str
@@ -71,7 +91,14 @@ class QAExample:
 
 @dataclass(frozen=True)
 class ChoiceExample:
-    """A SWAG item: the context, the start of the ending all choices share, the endings, the right one's index."""
+    """A SWAG item: the context, the start of the ending all choices share, the endings, the right one's index.
+
+    Attributes:
+        context: the first sentence.
+        prefix: the start of the second sentence, which every ending continues.
+        endings: the candidate endings.
+        label: the right ending's index, or None (the test split).
+    """
 
     context: str
     prefix: str
@@ -98,6 +125,18 @@ def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
     Quotes are not special (GLUE's files are plain tab-separated). The label stays a
     string (a class name) unless ``regression``; a file without a label column gives
     unlabelled examples.
+
+    Args:
+        path: the file.
+        regression: read the labels as numbers (STS-B).
+
+    Returns:
+        The examples, with their lines.
+
+    Raises:
+        PLMError: no known sentence column in the header, a row with another number of fields, an empty
+            sentence or label, a label that is not a number (``regression``), no examples, or
+            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
     """
     lines = read_text(path).split("\n")
     header = lines[0].split("\t")
@@ -124,7 +163,20 @@ def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
 
 
 def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
-    """One JSON object a line: ``{"text": ..., "text_pair": ..., "label": ...}`` (pair and label optional)."""
+    """One JSON object a line: ``{"text": ..., "text_pair": ..., "label": ...}`` (pair and label optional).
+
+    Args:
+        path: the file.
+        regression: read the labels as numbers.
+
+    Returns:
+        The examples, with their lines.
+
+    Raises:
+        PLMError: a line that is not a JSON object, a text or pair that is not a string or is empty, an empty
+            label, a label that is not a number (``regression``), no examples, or
+            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+    """
     examples = []
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
@@ -153,6 +205,16 @@ def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence
     """CoNLL columns: a word first and its tag in ``tag_column``, sentences between blank lines.
 
     See :func:`read_conll_layout`, which also says which column the tags came from.
+
+    Args:
+        path: the file.
+        tag_column: the (1-based) column of the tags; None: the last, in the layouts that put it there.
+
+    Returns:
+        The sentences.
+
+    Raises:
+        PLMError: as :func:`read_conll_layout`.
     """
     return read_conll_layout(path, tag_column)[0]
 
@@ -166,6 +228,19 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
     (CoNLL-2003's, where B- only separates two touching entities of one type); both come
     back as BIO: an I-X that does not continue an X entity starts one. For valid BIO
     that changes nothing, so the scheme need not be given.
+
+    Args:
+        path: the file.
+        tag_column: the (1-based) column of the tags, or None.
+
+    Returns:
+        The sentences (tags as BIO), the tag column and the number of columns.
+
+    Raises:
+        PLMError: a word without a tag, a line with another number of columns than those before, a tag that is
+            neither O nor B-TYPE / I-TYPE, a tag column that is not given where it must be or is out of range,
+            no sentences, or
+            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
     """
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -197,6 +272,20 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
 
 
 def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None) -> int:
+    """The column that holds the tags, for a file whose lines have ``columns`` columns.
+
+    Args:
+        path: the file, for the messages.
+        number: the line the layout was read from, for the messages.
+        columns: the number of columns.
+        tag_column: the column asked for, or None.
+
+    Returns:
+        ``tag_column``, or the last column in the layouts of :data:`TAG_LAST_LAYOUTS`.
+
+    Raises:
+        PLMError: no ``tag_column`` for another layout, or one that is not from 2 to ``columns``.
+    """
     if tag_column is None:
         if columns not in TAG_LAST_LAYOUTS:
             raise PLMError(f"{path}:{number}: lines of {columns} columns; say which holds the tags with --tag-column "
@@ -209,7 +298,14 @@ def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None)
 
 
 def to_bio(tags: Sequence[str]) -> list[str]:
-    """IOB1 (or BIO) tags as BIO: an I-X after anything but B-X or I-X becomes B-X."""
+    """IOB1 (or BIO) tags as BIO: an I-X after anything but B-X or I-X becomes B-X.
+
+    Args:
+        tags: a sentence's tags.
+
+    Returns:
+        The tags as BIO.
+    """
     bio = []
     for index, tag in enumerate(tags):
         previous = tags[index - 1] if index else "O"
@@ -222,7 +318,19 @@ def to_bio(tags: Sequence[str]) -> list[str]:
 def read_squad(path: Path, labelled: bool = True) -> list[QAExample]:
     """SQuAD v1.1 or v2.0 JSON: ``data[].paragraphs[].{context, qas[].{id, question, answers, is_impossible}}``.
 
-    ``labelled`` False (questions to answer, not to train or score on): ``answers`` may be missing or empty.
+    Args:
+        path: the file.
+        labelled: the questions are to train or score on; False (questions to answer): ``answers`` may be
+            missing or empty.
+
+    Returns:
+        The questions.
+
+    Raises:
+        PLMError: invalid JSON, not SQuAD's layout, a missing or ill-typed field, an ``answer_start`` that does
+            not point at its answer, a labelled question without answers that is not impossible, no questions,
+            or
+            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
     """
     try:
         document = json.loads(read_text(path))
@@ -259,7 +367,19 @@ SWAG_ENDINGS = ("ending0", "ending1", "ending2", "ending3")
 
 
 def read_swag(path: Path) -> list[ChoiceExample]:
-    """SWAG CSV (``sent1``, ``sent2``, ``ending0``..``ending3``, ``label``); the test split has no label."""
+    """SWAG CSV (``sent1``, ``sent2``, ``ending0``..``ending3``, ``label``); the test split has no label.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The examples.
+
+    Raises:
+        PLMError: a header without SWAG's columns, a row with another number of fields, a label that is not
+            0 to 3, no examples, or
+            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+    """
     reader = csv.reader(io.StringIO(read_text(path)))
     header = next(reader)
     missing = [name for name in ("sent1", "sent2", *SWAG_ENDINGS) if name not in header]

@@ -22,11 +22,27 @@ PLACES = ["paris", "lima", "oslo", "cairo", "delhi", "quito"]
 
 
 def filler(rng: random.Random, count: int) -> list[str]:
+    """Words that decide nothing.
+
+    Args:
+        rng: the random numbers.
+        count: how many.
+
+    Returns:
+        ``count`` words drawn from :data:`FILLER`.
+    """
     return [rng.choice(FILLER) for _ in range(count)]
 
 
 def classify(rng: random.Random) -> TextExample:
-    """Sentiment by one word among fillers."""
+    """Sentiment by one word among fillers.
+
+    Args:
+        rng: the random numbers.
+
+    Returns:
+        The example.
+    """
     good = rng.random() < 0.5
     words = filler(rng, 5)
     words.insert(rng.randrange(6), rng.choice(GOOD if good else BAD))
@@ -34,7 +50,14 @@ def classify(rng: random.Random) -> TextExample:
 
 
 def pair(rng: random.Random) -> TextExample:
-    """Which of the two sentences holds the name: read from the segments."""
+    """Which of the two sentences holds the name: read from the segments.
+
+    Args:
+        rng: the random numbers.
+
+    Returns:
+        The example.
+    """
     a, b = filler(rng, 4), filler(rng, 3)
     in_first = rng.random() < 0.5
     words = a if in_first else b
@@ -43,7 +66,14 @@ def pair(rng: random.Random) -> TextExample:
 
 
 def regress(rng: random.Random) -> TextExample:
-    """The number of positive words, 0 to 3."""
+    """The number of positive words, 0 to 3.
+
+    Args:
+        rng: the random numbers.
+
+    Returns:
+        The example.
+    """
     count = rng.randrange(4)
     words = filler(rng, 4) + [rng.choice(GOOD) for _ in range(count)]
     rng.shuffle(words)
@@ -51,7 +81,14 @@ def regress(rng: random.Random) -> TextExample:
 
 
 def tag(rng: random.Random) -> TaggedSentence:
-    """People (B-PER) and places, some of two words (B-LOC I-LOC), among fillers."""
+    """People (B-PER) and places, some of two words (B-LOC I-LOC), among fillers.
+
+    Args:
+        rng: the random numbers.
+
+    Returns:
+        The example.
+    """
     words, tags = [], []
     for _ in range(rng.randrange(3, 7)):
         kind = rng.random()
@@ -79,13 +116,29 @@ KINDS = {  # the kind of word a question or a context asks for, and the words of
 
 
 def word_of_kind(rng: random.Random, kind: str) -> str:
-    """A word of ``kind``; a third of the cities have two words ("New Lima"), so the span's end must be found too."""
+    """A word of ``kind``; a third of the cities have two words ("New Lima"), so the span's end must be found too.
+
+    Args:
+        rng: the random numbers.
+        kind: a key of :data:`KINDS`.
+
+    Returns:
+        The word (or two).
+    """
     word = rng.choice(KINDS[kind])
     return f"New {word.title()}" if kind == "city" and rng.random() < 1 / 3 else word
 
 
 def qa(rng: random.Random, index: int = 0) -> QAExample:
-    """Which pet (city, colour, number) did X see? Read from what X saw: one of each kind, in any order."""
+    """Which pet (city, colour, number) did X see? Read from what X saw: one of each kind, in any order.
+
+    Args:
+        rng: the random numbers.
+        index: the question's number, for its id (``q<index>``).
+
+    Returns:
+        The example.
+    """
     name = rng.choice(NAMES)
     kinds = rng.sample(list(KINDS), len(KINDS))  # the order the context lists them in
     asked = rng.choice(kinds)
@@ -100,7 +153,14 @@ def qa(rng: random.Random, index: int = 0) -> QAExample:
 
 
 def choice(rng: random.Random) -> ChoiceExample:
-    """Which ending is of the kind the context names: a pet, a city, a colour or a number, one ending of each."""
+    """Which ending is of the kind the context names: a pet, a city, a colour or a number, one ending of each.
+
+    Args:
+        rng: the random numbers.
+
+    Returns:
+        The example.
+    """
     kinds = rng.sample(list(KINDS), len(KINDS))
     label = rng.randrange(len(kinds))
     name = rng.choice(NAMES)
@@ -112,7 +172,16 @@ GENERATORS = {"classify": classify, "pair": pair, "regress": regress, "tag": tag
 
 
 def synthetic_task(task: str, count: int, seed: int) -> list[Any]:
-    """``count`` examples of the toy ``task`` (one of plm.tasks.task_objective.TASKS)."""
+    """``count`` examples of the toy ``task`` (one of plm.tasks.task_objective.TASKS).
+
+    Args:
+        task: the task.
+        count: how many examples.
+        seed: the seed of the random numbers: the same seed, the same examples.
+
+    Returns:
+        The examples.
+    """
     rng = random.Random(seed)
     if task == "qa":
         return [qa(rng, i) for i in range(count)]

@@ -29,8 +29,15 @@ COMBINATIONS = ("concat", "sum", "mix")
 
 @dataclass(frozen=True)
 class MixOptions:
-    """ELMo's options for a scalar mix (Peters et al., 2018, section 3.2): normalise each layer first
-    (``layer_norm``), drop out of the mix (``dropout``), and add lambda * ||s||^2 to the task loss (``l2``)."""
+    """ELMo's options for a scalar mix (Peters et al., 2018, section 3.2).
+
+    A dropout outside [0, 1) or an ``l2`` that is negative or not finite is a PLMError.
+
+    Attributes:
+        layer_norm: normalise each layer before the mix.
+        dropout: the dropout on the mix.
+        l2: lambda of the penalty lambda * ||s||^2 added to the task loss (0: none).
+    """
 
     layer_norm: bool = False
     dropout: float = 0.0
@@ -44,7 +51,17 @@ class MixOptions:
 
 
 class LayerCombination(nn.Module):
-    """One source's layers as one vector per word: concatenated (L * D), summed (D) or scalar-mixed (D)."""
+    """One source's layers as one vector per word: concatenated (L * D), summed (D) or scalar-mixed (D).
+
+    Args:
+        layers: L, the source's layers.
+        dim: D, the width of each layer.
+        how: concat, sum or mix.
+        mix: the scalar mix's options (for ``how`` mix).
+
+    Raises:
+        PLMError: an unknown ``how``.
+    """
 
     def __init__(self, layers: int, dim: int, how: str, mix: MixOptions = MixOptions()) -> None:
         super().__init__()
@@ -55,6 +72,14 @@ class LayerCombination(nn.Module):
         self.width = layers * dim if how == "concat" else dim
 
     def forward(self, layered: torch.Tensor) -> torch.Tensor:
+        """Combine the layers of each word.
+
+        Args:
+            layered: (batch, L, words, D) features.
+
+        Returns:
+            (batch, words, L * D) for concat, (batch, words, D) for sum and mix.
+        """
         if self.how == "concat":
             return layered.permute(0, 2, 1, 3).flatten(2)  # (B, L, W, D) -> (B, W, L * D)
         if self.how == "sum":
@@ -66,9 +91,18 @@ class LayerCombination(nn.Module):
 class BiLSTMTagger(nn.Module):
     """Tags from per-word features: combine each source's layers, concatenate, BiLSTM, linear.
 
-    ``sources``: (layers, dim) of each feature source, in the order forward receives them;
-    ``combine``: how every source's layers are combined, or one way per source (ELMo's
-    own scalar mix beside a BERT's concatenated layers); ``mix``: the options of every scalar mix.
+    Args:
+        sources: (layers, dim) of each feature source, in the order forward receives them.
+        labels: the tags to score.
+        combine: how every source's layers are combined, or one way per source (ELMo's own scalar mix beside
+            a BERT's concatenated layers).
+        hidden: the LSTM's units per direction.
+        lstm_layers: the LSTM's layers.
+        dropout: the dropout on the LSTM's input and output (and between its layers).
+        mix: the options of every scalar mix.
+
+    Raises:
+        PLMError: not one way of combining per source, or an unknown one.
     """
 
     def __init__(
@@ -88,13 +122,28 @@ class BiLSTMTagger(nn.Module):
         self.classifier = nn.Linear(2 * hidden, labels)
 
     def penalty(self) -> torch.Tensor:
-        """The scalar mixes' L2 terms lambda * ||s||^2 added up (0 without a mix): what training adds to the loss."""
+        """The scalar mixes' L2 terms lambda * ||s||^2 added up (0 without a mix): what training adds to the loss.
+
+        Returns:
+            The penalty, a scalar.
+        """
         combinations = cast(Iterable[LayerCombination], self.combinations)  # a ModuleList does not type its modules
         mixes = [c.mix for c in combinations if c.mix is not None]
         return sum((mix.penalty() for mix in mixes), torch.zeros(()))
 
     def forward(self, sources: Sequence[torch.Tensor], word_mask: torch.Tensor) -> torch.Tensor:
-        """``sources``: each (B, L, W, D); ``word_mask`` (B, W), 1 for words. Returns logits (B, W, labels)."""
+        """Tag the words.
+
+        Args:
+            sources: the feature sources, each (batch, L, words, D) as declared in ``sources``.
+            word_mask: (batch, words), 1 for words, 0 for padding.
+
+        Returns:
+            Logits (batch, words, labels).
+
+        Raises:
+            PLMError: not as many sources as declared, or features of another width.
+        """
         if len(sources) != len(self.combinations):
             raise PLMError(f"the tagger reads {len(self.combinations)} feature sources, got {len(sources)}")
         features = torch.cat([c(s) for c, s in zip(self.combinations, sources)], dim=-1)  # (B, W, width)
@@ -117,10 +166,20 @@ def encoder_word_features(
     encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, word_ids: Sequence[Sequence[int | None]],
     layers: Sequence[int] = LAST_FOUR,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The frozen encoder's states at each word's first sub-word, for ``layers`` (indices into the embedding
-    output followed by every block's: -1 is the last layer).
+    """The frozen encoder's states at each word's first sub-word, for ``layers``.
 
-    Returns features (B, len(layers), W, dim) and the word mask (B, W); W is the most words in a row.
+    The encoder runs in eval mode without gradients, and goes back to its mode after.
+
+    Args:
+        encoder: the encoder; its forward takes ``output_hidden_states``.
+        input_ids: (batch, time).
+        attention_mask: (batch, time), 1 = token, 0 = padding.
+        word_ids: each row's tokens' word indices, None for special tokens (see
+            :func:`plm.tasks.encoding.encode_words`).
+        layers: indices into the embedding output followed by every block's (-1 is the last layer).
+
+    Returns:
+        Features (batch, len(layers), W, dim) and the word mask (batch, W); W is the most words in a row.
     """
     was_training = encoder.training
     encoder.eval()
@@ -134,8 +193,16 @@ def encoder_word_features(
 
 
 def first_piece_positions(word_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where each word starts: ``word_starts`` (B, T), 1 at a word's first piece, -> positions (B, W) and the
-    word mask (B, W), W the most words in a row. A padding word's position is one of the row's other tokens."""
+    """Where each word starts, and which words are real.
+
+    A padding word's position is one of the row's other tokens.
+
+    Args:
+        word_starts: (batch, time), 1 at a word's first piece.
+
+    Returns:
+        The positions (batch, W) and the word mask (batch, W), W the most words in a row.
+    """
     counts = word_starts.sum(1)
     words = int(counts.max()) if len(counts) else 0
     # A stable sort of (1 - start) brings each row's first pieces to the front, in their order.
@@ -145,6 +212,14 @@ def first_piece_positions(word_starts: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def gather_words(layered: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """(B, L, T, D) states at positions ``index`` (B, W) -> (B, L, W, D)."""
+    """The states at each word's position.
+
+    Args:
+        layered: (batch, L, time, D) states.
+        index: (batch, W) positions.
+
+    Returns:
+        (batch, L, W, D).
+    """
     index = index[:, None, :, None].expand(-1, layered.shape[1], -1, layered.shape[-1])
     return layered.gather(2, index)

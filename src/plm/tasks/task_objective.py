@@ -55,7 +55,23 @@ GPT_TASKS = ("classify", "pair", "regress", "choice")  # those with a GPT-1 inpu
 
 
 class Task:
-    """What one kind of task needs; ``labels`` names the classes (tags for a tagger) in id order."""
+    """What one kind of task needs; ``labels`` names the classes (tags for a tagger) in id order.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        max_length: tokens per sequence (QA: per window).
+        labels: the class names (tags), in id order.
+        causal: the backbone is a GPT: inputs take GPT-1's forms (see :mod:`plm.tasks.gpt_inputs`).
+
+    Raises:
+        PLMError: ``causal`` with a tokenizer without GPT-1's task tokens.
+
+    Attributes:
+        name: the task's name (see :data:`TASKS`).
+        head: the head of :mod:`plm.tasks.heads` it trains.
+        selection: the validation metric that picks the best model.
+        default_length: tokens per sequence when none is given (BERT's fine-tuning length).
+    """
 
     name: str
     head: str  # the head of plm.tasks.heads it trains
@@ -75,37 +91,101 @@ class Task:
         return len(self.labels)
 
     def encode(self, example: Any) -> list[Feature]:
-        """An example's features (several for a QA example's windows), each tagged with its example's index."""
+        """An example's features (several for a QA example's windows); each kind of task implements it.
+
+        Args:
+            example: one of the task's examples (see :mod:`plm.tasks.readers`).
+
+        Returns:
+            The features: token ids and, for a labelled example, its targets.
+        """
         raise NotImplementedError
 
     def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The task loss of a batch, summed over its targets."""
+        """The task loss of a batch, summed over its targets; each kind of task implements it.
+
+        Args:
+            output: the task model's output on the batch.
+            batch: the batch, with its targets.
+
+        Returns:
+            The summed loss, a float32 scalar.
+        """
         raise NotImplementedError
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
-        """The number of targets in a batch: its examples (a tagger's: its labelled words)."""
+        """The number of targets in a batch: its examples (a tagger's: its labelled words).
+
+        Args:
+            batch: the batch.
+
+        Returns:
+            The count the summed loss is divided by.
+        """
         return len(batch["input_ids"])
 
     def logits(self, output: Any) -> torch.Tensor:
-        """What SiFT compares: the class logits (the last axis is the distribution)."""
+        """What SiFT compares: the class logits (the last axis is the distribution).
+
+        Args:
+            output: the task model's output.
+
+        Returns:
+            The logits.
+        """
         return output.logits
 
     def predict(
         self, outputs: list[tuple[Any, dict[str, torch.Tensor]]], features: list[Feature], examples: Sequence[Any]
     ) -> list[Any]:
-        """One prediction per example from the model's outputs over ``features``, batch by batch."""
+        """One prediction per example from the model's outputs over ``features``, batch by batch.
+
+        Each kind of task implements it.
+
+        Args:
+            outputs: the model's output on each batch of ``features``, with the batch (see :func:`model_outputs`).
+            features: the examples' features, in order, each with its example's index (see :func:`encode_all`).
+            examples: the examples.
+
+        Returns:
+            The predictions, one per example.
+        """
         raise NotImplementedError
 
     def score(self, predictions: Sequence[Any], examples: Sequence[Any]) -> dict[str, float]:
+        """The task's metrics of ``predictions`` against the labelled ``examples``; each kind of task implements it.
+
+        Args:
+            predictions: one per example (see :meth:`predict`).
+            examples: the labelled examples.
+
+        Returns:
+            The metrics by name (``accuracy``, ``f1`` ...), without the ``val_`` prefix.
+        """
         raise NotImplementedError
 
     def calibrate(self, model: torch.nn.Module) -> None:
-        """Write into ``model``'s config what the last :meth:`predict` on the dev set chose (none by default)."""
+        """Write into ``model``'s config what the last :meth:`predict` on the dev set chose (none by default).
+
+        Args:
+            model: the model being fine-tuned (or its DDP wrapper).
+        """
 
 
 class Classification(Task):
-    """``symmetric`` (a GPT only): every example is a pair without an order, read in both (GPT-1's similarity
-    form: QQP, MRPC, STS-B); otherwise a pair is GPT-1's entailment form or BERT's ``[CLS] A [SEP] B [SEP]``."""
+    """Classification of a sentence or a pair: one logit per label, cross-entropy.
+
+    ``symmetric`` (a GPT only): every example is a pair without an order, read in both (GPT-1's similarity
+    form: QQP, MRPC, STS-B); otherwise a pair is GPT-1's entailment form or BERT's ``[CLS] A [SEP] B [SEP]``.
+
+    Args:
+        *args: :class:`Task`'s arguments.
+        symmetric: read every pair in both orders.
+        **kwargs: :class:`Task`'s keyword arguments.
+
+    Raises:
+        PLMError: ``symmetric`` for an encoder, or as :class:`Task`.
+    """
 
     name, head, selection = "classify", "classify", "val_accuracy"
 
@@ -116,6 +196,19 @@ class Classification(Task):
         self.symmetric = symmetric
 
     def encode(self, example: TextExample) -> list[Feature]:
+        """The example's ids (GPT-1's form on a GPT, ``[CLS] A [SEP] B [SEP]`` otherwise) and its target if labelled.
+
+        Args:
+            example: the sentence or pair.
+
+        Returns:
+            One feature: ``input_ids`` (two rows for a symmetric pair), ``token_type_ids`` on an encoder, and
+            ``labels``.
+
+        Raises:
+            PLMError: a ``symmetric`` task's example without a pair, a label that is not the task's, or (GPT) a
+                ``max_length`` too small for the task tokens.
+        """
         if self.symmetric and example.text_pair is None:
             raise PLMError(f"--symmetric reads sentence pairs; {example.text!r} has no second sentence")
         if self.gpt_inputs is not None:
@@ -134,17 +227,57 @@ class Classification(Task):
         return [feature]
 
     def target(self, label: Any) -> Any:
+        """The label's class id.
+
+        Args:
+            label: the example's label.
+
+        Returns:
+            Its index in ``labels``.
+
+        Raises:
+            PLMError: a label that is not one of the task's.
+        """
         if label not in self.labels:
             raise PLMError(f"label {label!r} is not one of the task's labels ({', '.join(self.labels)})")
         return self.labels.index(label)
 
     def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy of the logits against the class ids, summed over the batch.
+
+        Args:
+            output: the head's output, its logits (batch, labels).
+            batch: the batch, with its ``labels`` (batch,).
+
+        Returns:
+            The summed loss.
+        """
         return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
 
     def predict(self, outputs, features, examples):
+        """The most likely class of each example.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[TextExample]): the examples.
+
+        Returns:
+            (list[str]): the predicted labels, one per example.
+        """
         return [self.labels[i] for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
 
     def score(self, predictions, examples):
+        """Accuracy and Matthews correlation, and with two labels the second one's F1.
+
+        Args:
+            predictions (Sequence[str]): the predicted labels.
+            examples (Sequence[TextExample]): the labelled examples.
+
+        Returns:
+            (dict[str, float]): ``accuracy``, ``matthews`` and, for two labels, ``f1``.
+        """
         gold = [e.label for e in examples]
         scores = {"accuracy": metrics.accuracy(predictions, gold),
                   "matthews": metrics.matthews_correlation(predictions, gold)}
@@ -154,32 +287,90 @@ class Classification(Task):
 
 
 class Regression(Classification):
+    """Regression of one value (STS-B) from a sentence or pair, read as :class:`Classification` reads them.
+
+    The loss is the squared error.
+    """
     name, head, selection = "regress", "classify", "val_pearson"
 
     @property
     def outputs(self) -> int:
+        """One output: the value."""
         return 1
 
     def target(self, label: Any) -> float:
+        """The label as a number.
+
+        Args:
+            label: the example's score.
+
+        Returns:
+            The score as a float.
+        """
         return float(label)
 
     def loss(self, output, batch):
+        """Squared error of the values, summed over the batch.
+
+        Args:
+            output (SequenceClassifierOutput): the head's output, its logits (batch, 1).
+            batch (dict[str, torch.Tensor]): the batch the output is of.
+
+        Returns:
+            (torch.Tensor): the summed loss.
+        """
         return F.mse_loss(output.logits.float().squeeze(-1), batch["labels"], reduction="sum")
 
     def logits(self, output):
+        """Refuse SiFT, which compares class distributions: a regression has none.
+
+        Args:
+            output (SequenceClassifierOutput): the head's output.
+
+        Raises:
+            PLMError: always.
+        """
         raise PLMError("SiFT compares class distributions; a regression has none")
 
     def predict(self, outputs, features, examples):
+        """The predicted value of each example.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[TextExample]): the examples.
+
+        Returns:
+            (list[float]): the values, one per example.
+        """
         return [v for output, _ in outputs for v in output.logits.squeeze(-1).tolist()]
 
     def score(self, predictions, examples):
+        """Pearson and Spearman correlation of the values with the gold scores.
+
+        Args:
+            predictions (Sequence[float]): the predicted values.
+            examples (Sequence[TextExample]): the labelled examples.
+
+        Returns:
+            (dict[str, float]): ``pearson`` and ``spearman``.
+        """
         gold = [float(e.label) for e in examples]
         return {"pearson": metrics.pearson(predictions, gold), "spearman": metrics.spearman(predictions, gold)}
 
 
 class Tagging(Task):
-    """Every feature marks its words' first pieces (``word_starts``, what a tagger over words reads); with
-    ``characters`` (a feature-based tagger with ELMo) it also carries those words' ELMo ``char_ids``."""
+    """Tagging: a label per word, on its first sub-word.
+
+    Every feature marks its words' first pieces (``word_starts``, what a tagger over words reads); with
+    ``characters`` (a feature-based tagger with ELMo) it also carries those words' ELMo ``char_ids``.
+
+    Args:
+        *args: :class:`Task`'s arguments.
+        characters: add the ELMo ``char_ids`` of the words.
+        **kwargs: :class:`Task`'s keyword arguments.
+    """
 
     name, head, selection = "tag", "tag", "val_f1"
 
@@ -188,6 +379,17 @@ class Tagging(Task):
         self.characters = characters
 
     def encode(self, example: TaggedSentence) -> list[Feature]:
+        """The sentence's ids, each word's tag id on its first piece, ``word_ids`` and ``word_starts``.
+
+        Args:
+            example: the sentence.
+
+        Returns:
+            One feature (see :func:`plm.tasks.encoding.encode_tagged`), with ``char_ids`` when ``characters``.
+
+        Raises:
+            PLMError: tags that are not the task's, or a ``max_length`` that leaves no room for the words.
+        """
         unknown = set(example.tags) - set(self.labels)
         if unknown:
             raise PLMError(f"tags {', '.join(sorted(unknown))} are not among the task's ({', '.join(self.labels)})")
@@ -198,13 +400,41 @@ class Tagging(Task):
         return [feature]
 
     def loss(self, output, batch):
+        """Cross-entropy over the labelled pieces (the words' first), summed.
+
+        Args:
+            output (TokenClassifierOutput): the head's output, its logits (batch, time, labels).
+            batch (dict[str, torch.Tensor]): the batch the output is of.
+
+        Returns:
+            (torch.Tensor): the summed loss.
+        """
         logits, labels = output.logits.float().flatten(0, 1), batch["labels"].flatten()
         return F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
 
     def count(self, batch):
+        """The labelled pieces of a batch: one per word.
+
+        Args:
+            batch (dict[str, torch.Tensor]): the batch.
+
+        Returns:
+            (int): the count.
+        """
         return int((batch["labels"] != IGNORE).sum())
 
     def predict(self, outputs, features, examples):
+        """Each word's tag, read at its first piece; a word cut off by truncation gets ``O`` (or the first tag).
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[TaggedSentence]): the sentences.
+
+        Returns:
+            (list[list[str]]): one tag per word of each sentence.
+        """
         tokens = [row for output, _ in outputs for row in output.logits.argmax(-1).tolist()]
         outside = self.labels.index("O") if "O" in self.labels else 0
         return [
@@ -213,6 +443,15 @@ class Tagging(Task):
         ]
 
     def score(self, predictions, examples):
+        """Entity-level F1, precision and recall, micro-averaged (see :func:`plm.tasks.metrics.entity_scores`).
+
+        Args:
+            predictions (Sequence[Sequence[str]]): each sentence's predicted tags.
+            examples (Sequence[TaggedSentence]): the tagged sentences.
+
+        Returns:
+            (dict[str, float]): ``f1``, ``precision`` and ``recall``, in [0, 1].
+        """
         total = metrics.entity_scores([e.tags for e in examples], predictions)["micro avg"]
         return {"f1": total["f1"], "precision": total["precision"], "recall": total["recall"]}
 
@@ -222,6 +461,17 @@ class QuestionAnswering(Task):
 
     ``fit_threshold``: choose tau on the labelled examples being predicted, as fine-tuning does on the
     dev set (:meth:`calibrate` then writes it into the model); a fine-tuned model's task keeps its saved tau.
+
+    Args:
+        *args: :class:`Task`'s arguments.
+        stride: context tokens between the starts of two windows.
+        max_answer_length: the most tokens of an answer.
+        threshold: tau, or None.
+        fit_threshold: choose tau on the examples predicted when some are unanswerable.
+        **kwargs: :class:`Task`'s keyword arguments.
+
+    Raises:
+        PLMError: a GPT backbone (``causal``).
     """
 
     name, head, selection = "qa", "span", "val_exact_match"
@@ -237,12 +487,36 @@ class QuestionAnswering(Task):
 
     @property
     def outputs(self) -> int:
+        """Two outputs: start and end."""
         return 2
 
     def encode(self, example: QAExample) -> list[Feature]:
+        """The question's windows (see :func:`plm.tasks.qa.encode_windows`).
+
+        Args:
+            example: the question.
+
+        Returns:
+            One feature per window.
+
+        Raises:
+            PLMError: as :func:`plm.tasks.qa.encode_windows`.
+        """
         return encode_windows(self.tokenizer, example, self.max_length, self.stride)
 
     def loss(self, output, batch):
+        """Cross-entropy of the start positions plus that of the end positions, halved, summed over the windows.
+
+        Padding positions are masked out.
+
+        Args:
+            output (SpanOutput): the head's output, its start and end logits (batch, time).
+            batch (dict[str, torch.Tensor]): the batch, with ``attention_mask``, ``start_positions`` and
+                ``end_positions``.
+
+        Returns:
+            (torch.Tensor): the summed loss.
+        """
         padding = batch["attention_mask"] == 0  # no answer starts or ends in the padding
         start = output.start_logits.float().masked_fill(padding, -1e4)
         end = output.end_logits.float().masked_fill(padding, -1e4)
@@ -251,9 +525,28 @@ class QuestionAnswering(Task):
         return loss / 2
 
     def logits(self, output):
+        """Refuse SiFT, which is for classification and multiple choice.
+
+        Args:
+            output (SpanOutput): the head's output.
+
+        Raises:
+            PLMError: always.
+        """
         raise PLMError("SiFT is for classification and multiple choice")
 
     def spans(self, outputs, features, examples) -> list[QAPrediction]:
+        """Each question's best span, merged over its windows (see :func:`plm.tasks.qa.predict_answer`).
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[QAExample]): the questions.
+
+        Returns:
+            One prediction per question.
+        """
         # The span search is many small ops per window: on the CPU, after one copy per batch.
         starts = [row for output, _ in outputs for row in output.start_logits.float().cpu()]
         ends = [row for output, _ in outputs for row in output.end_logits.float().cpu()]
@@ -267,6 +560,20 @@ class QuestionAnswering(Task):
         ]
 
     def predict(self, outputs, features, examples):
+        """Each question's answer; "" where the span does not beat null by ``threshold``.
+
+        With ``fit_threshold`` and unanswerable questions among ``examples`` (a v2.0 dev set), ``threshold`` is
+        first chosen on them (see :func:`plm.tasks.qa.best_threshold`).
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[QAExample]): the questions.
+
+        Returns:
+            (list[str]): one answer per question.
+        """
         spans = self.spans(outputs, features, examples)
         if self.fit_threshold and any(e.impossible for e in examples):  # v2.0 dev: choose tau here
             gold = {i: [a.text for a in e.answers] for i, e in enumerate(examples)}
@@ -274,7 +581,11 @@ class QuestionAnswering(Task):
         return [span.answer(self.threshold) for span in spans]
 
     def calibrate(self, model: torch.nn.Module) -> None:
-        """Keep the tau chosen on the dev set in the model's head config, so its saves predict with it."""
+        """Keep the tau chosen on the dev set in the model's head config, so its saves predict with it.
+
+        Args:
+            model: the task model (or its DDP wrapper).
+        """
         model = getattr(model, "module", model)  # the model inside a DDP wrapper
         assert isinstance(model, TaskModel)  # a span head's
         if self.fit_threshold and self.threshold is not None:
@@ -282,18 +593,43 @@ class QuestionAnswering(Task):
             model.config = dataclasses.replace(model.config, head=head)
 
     def score(self, predictions, examples):
+        """SQuAD's exact match and F1, in percent (see :func:`plm.tasks.metrics.squad_scores`).
+
+        Args:
+            predictions (Sequence[str]): one answer per question.
+            examples (Sequence[QAExample]): the labelled questions.
+
+        Returns:
+            (dict[str, float]): ``exact_match`` and ``f1``.
+        """
         gold = {e.id: [a.text for a in e.answers] for e in examples}
         return metrics.squad_scores({e.id: p for e, p in zip(examples, predictions)}, gold)
 
 
 class MultipleChoice(Task):
+    """Multiple choice (SWAG): one score per (context, ending) sequence, cross-entropy across the choices."""
     name, head, selection = "choice", "choice", "val_accuracy"
 
     @property
     def outputs(self) -> int:
+        """One output: a choice's score."""
         return 1
 
     def encode(self, example: ChoiceExample) -> list[Feature]:
+        """One sequence per ending, each reading the context and the prefix first.
+
+        On a GPT, GPT-1's ``start context prefix $ ending extract``; on an encoder, ``[CLS] context [SEP] prefix
+        ending [SEP]``.
+
+        Args:
+            example: the context, the prefix and the endings.
+
+        Returns:
+            One feature: (choices, time) ids and the right ending's index as ``labels``.
+
+        Raises:
+            PLMError: (GPT) no endings, or a ``max_length`` too small for the task tokens.
+        """
         if self.gpt_inputs is not None:
             ids = self.gpt_inputs.choice(example.context, example.endings, example.prefix or None)
             feature: Feature = {"input_ids": ids}
@@ -304,12 +640,41 @@ class MultipleChoice(Task):
         return [feature]
 
     def loss(self, output, batch):
+        """Cross-entropy of the choices' scores against the right one, summed over the batch.
+
+        Args:
+            output (MultipleChoiceOutput): the head's output, its logits (batch, choices).
+            batch (dict[str, torch.Tensor]): the batch the output is of.
+
+        Returns:
+            (torch.Tensor): the summed loss.
+        """
         return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
 
     def predict(self, outputs, features, examples):
+        """The best-scoring ending of each example.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
+                with the batch (see :func:`model_outputs`).
+            features (list[Feature]): the examples' features, in order.
+            examples (Sequence[ChoiceExample]): the examples.
+
+        Returns:
+            (list[int]): the endings' indices.
+        """
         return [i for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
 
     def score(self, predictions, examples):
+        """Accuracy of the chosen endings.
+
+        Args:
+            predictions (Sequence[int]): the chosen endings' indices.
+            examples (Sequence[ChoiceExample]): the labelled examples.
+
+        Returns:
+            (dict[str, float]): ``accuracy``.
+        """
         return {"accuracy": metrics.accuracy(predictions, [e.label for e in examples])}
 
 
@@ -320,17 +685,45 @@ TASK_CLASSES: dict[str, type[Task]] = {
 
 
 def encode_all(task: Task, examples: Sequence[Any]) -> list[Feature]:
-    """Every example's features, each knowing its example's index (``example``)."""
+    """Every example's features, each knowing its example's index (``example``).
+
+    Args:
+        task: the task.
+        examples: its examples.
+
+    Returns:
+        The features, in the examples' order.
+
+    Raises:
+        PLMError: an example the task cannot encode.
+    """
     return [feature | {"example": i} for i, example in enumerate(examples) for feature in task.encode(example)]
 
 
 def batches(task: Task, features: Sequence[Feature], batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+    """The features as collated batches of ``batch_size``, in order.
+
+    Args:
+        task: the task (for its tokenizer's padding id).
+        features: the features.
+        batch_size: features per batch.
+
+    Yields:
+        Each batch (see :func:`plm.tasks.encoding.collate`), without the keys kept for reading predictions.
+    """
     for first in range(0, len(features), batch_size):
         yield collate([model_inputs(f) for f in features[first:first + batch_size]], task.tokenizer.padding_id)
 
 
 def model_inputs(feature: Feature) -> Feature:
-    """What a batch carries: ids and targets; not the offsets and word numbers kept for reading predictions."""
+    """What a batch carries: ids and targets; not the offsets and word numbers kept for reading predictions.
+
+    Args:
+        feature: a feature.
+
+    Returns:
+        The feature without ``offsets``, ``word_ids`` and ``example``.
+    """
     return {k: v for k, v in feature.items() if k not in ("offsets", "word_ids", "example")}
 
 
@@ -338,7 +731,15 @@ ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a mod
 
 
 def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
-    """``model``'s output on the batch inputs it takes (its ``inputs``; a DDP wrapper's ``module``'s)."""
+    """``model``'s output on the batch inputs it takes (its ``inputs``; a DDP wrapper's ``module``'s).
+
+    Args:
+        model: the model, or its DDP wrapper; one without ``inputs`` reads :data:`ENCODER_INPUTS`.
+        batch: the batch.
+
+    Returns:
+        The model's output.
+    """
     names = getattr(getattr(model, "module", model), "inputs", ENCODER_INPUTS)
     return model(**{k: batch[k] for k in names if k in batch})
 
@@ -347,8 +748,20 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
 def model_outputs(
     model: torch.nn.Module, task: Task, features: Sequence[Feature], batch_size: int = 32
 ) -> list[tuple[Any, dict[str, torch.Tensor]]]:
-    """The model's output (in eval mode) on each batch of ``features``, with the batch: what :meth:`Task.predict`
-    reads, and what a caller that wants more than the predictions (their probabilities) reads too."""
+    """The model's output (in eval mode) on each batch of ``features``, with the batch.
+
+    What :meth:`Task.predict` reads, and what a caller that wants more than the predictions (their
+    probabilities) reads too. The model goes back to its mode after.
+
+    Args:
+        model: the model.
+        task: the task.
+        features: the features.
+        batch_size: features per batch.
+
+    Returns:
+        (output, batch) for each batch, the batch on the model's device.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -367,14 +780,35 @@ def run(
     batch_size: int = 32,
     features: list[Feature] | None = None,
 ) -> tuple[list[Any], dict[str, float] | None]:
-    """Predictions for ``examples`` and, when they are labelled, the task's metrics (``features``: already encoded)."""
+    """Predictions for ``examples`` and, when they are labelled, the task's metrics.
+
+    Args:
+        model: the task model.
+        task: the task.
+        examples: the examples.
+        batch_size: features per batch.
+        features: the examples' features, already encoded (see :func:`encode_all`); None encodes them.
+
+    Returns:
+        The predictions, one per example, and the metrics (None for unlabelled examples).
+
+    Raises:
+        PLMError: an example the task cannot encode.
+    """
     features = encode_all(task, examples) if features is None else features
     predictions = task.predict(model_outputs(model, task, features, batch_size), features, examples)
     return predictions, task.score(predictions, examples) if labelled(examples) else None
 
 
 def labelled(examples: Sequence[Any]) -> bool:
-    """Whether every example carries its answer: a label, tags, or (SQuAD) answers or v2.0's no-answer mark."""
+    """Whether every example carries its answer: a label, tags, or (SQuAD) answers or v2.0's no-answer mark.
+
+    Args:
+        examples: the examples.
+
+    Returns:
+        True when all are labelled.
+    """
     return all(getattr(e, "label", 0) is not None and (not hasattr(e, "tags") or e.tags)
                and (not hasattr(e, "answers") or e.answers or e.impossible) for e in examples)
 
@@ -394,6 +828,20 @@ class TaskObjective:
 
     Only ``lm`` is a perplexity: a class, tag, span or choice distribution's exp(loss)
     means nothing next to a language model's, so those runs log no ``val_perplexity``.
+
+    Args:
+        task: the task.
+        train: the training examples (the unlabelled ones are left out).
+        validation: the dev examples.
+        batch_size: examples (QA: windows) per micro-batch.
+        seed: the seed of the batches' order.
+        micro_batches_per_step: micro-batches in an optimizer step (under torchrun, the processes).
+        lm_weight: lambda of GPT-1's auxiliary LM loss; 0 (or an encoder) adds none.
+        sift: SiFT's settings, or None.
+        mix_penalty: returns the scalar mixes' L2 penalty, or None.
+
+    Raises:
+        PLMError: a training set without labelled examples, or an example the task cannot encode.
     """
 
     def __init__(
@@ -429,6 +877,17 @@ class TaskObjective:
         self._validation_outputs: list[tuple[Any, dict[str, torch.Tensor]]] | None = None
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
+        """Micro-batch ``index`` of optimizer step ``step``.
+
+        It is slice m of its epoch's order, m = ``step * micro_batches_per_step + index``.
+
+        Args:
+            step: the optimizer step.
+            index: the micro-batch within the step.
+
+        Returns:
+            The collated batch.
+        """
         number = step * self.per_step + index
         epoch, position = divmod(number, self.batches_per_epoch)
         if self._order is None or self._order[0] != epoch:
@@ -438,9 +897,26 @@ class TaskObjective:
         return collate([model_inputs(self.features[r]) for r in rows], self.task.tokenizer.padding_id)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
+        """The tokens of a batch (padding not counted), for the trainer's count of tokens read.
+
+        Args:
+            batch: the batch.
+
+        Returns:
+            The number of ones in its attention mask.
+        """
         return int(batch["attention_mask"].sum())
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The targets each loss term of a batch is summed over.
+
+        Args:
+            batch: the batch.
+
+        Returns:
+            ``task``: the task's count (see :meth:`Task.count`); ``lm``: the real next tokens; ``sift``: the rows;
+            ``mix_l2``: 1; each only for the terms the objective adds.
+        """
         counts = {"task": self.task.count(batch)}
         if self.lm:
             counts["lm"] = int(lm_mask(batch["attention_mask"]).sum())
@@ -451,11 +927,32 @@ class TaskObjective:
         return counts
 
     def adversarial(self) -> bool:
-        """Whether the SiFT term is added: in training only, since its ascent step needs gradients (validation
-        runs without them, and its loss is the task's alone)."""
+        """Whether the SiFT term is added: in training only, since its ascent step needs gradients.
+
+        Validation runs without them, and its loss is the task's alone.
+
+        Returns:
+            True with SiFT and gradients enabled.
+        """
         return self.sift is not None and torch.is_grad_enabled()
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The summed loss terms of a batch.
+
+        Without gradients (validation), the output is kept for :meth:`validation_metrics` when
+        :meth:`validation_batches` asked for it.
+
+        Args:
+            model: the model (or its DDP wrapper).
+            batch: the batch.
+
+        Returns:
+            ``task``, and ``lm``, ``sift`` and ``mix_l2`` where the objective adds them; each a sum over its targets
+            (see :meth:`target_counts`).
+
+        Raises:
+            PLMError: SiFT on a regression or QA task, or on a model without normalised embeddings.
+        """
         output = forward(model, batch)
         if self._validation_outputs is not None and not torch.is_grad_enabled():
             self._validation_outputs.append((output, batch))
@@ -472,14 +969,27 @@ class TaskObjective:
         return losses
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """The labelled dev features in order. When they are all of them, the outputs that their losses
-        compute are kept for :meth:`validation_metrics`, so an evaluation runs the dev set once, not twice."""
+        """The labelled dev features in order, as batches.
+
+        When they are all of them, the outputs that their losses compute are kept for :meth:`validation_metrics`, so
+        an evaluation runs the dev set once, not twice.
+
+        Returns:
+            The batches.
+        """
         labelled_features = [f for f in self.validation_features if "labels" in f or "start_positions" in f]
         self._validation_outputs = [] if len(labelled_features) == len(self.validation_features) else None
         return batches(self.task, labelled_features, self.batch_size)
 
     def validation_metrics(self, model: torch.nn.Module) -> dict[str, float]:
-        """The task's metrics on the dev set; what the dev set calibrates (SQuAD v2.0's tau) goes into the model."""
+        """The task's metrics on the dev set; what the dev set calibrates (SQuAD v2.0's tau) goes into the model.
+
+        Args:
+            model: the model being fine-tuned.
+
+        Returns:
+            The metrics by name (none for an unlabelled dev set).
+        """
         outputs, self._validation_outputs = self._validation_outputs, None
         if outputs is None or sum(len(batch["input_ids"]) for _, batch in outputs) != len(self.validation_features):
             scores = run(model, self.task, self.validation, self.batch_size, self.validation_features)[1] or {}
@@ -500,7 +1010,16 @@ def length_grouped_order(
     The rows are shuffled, cut into windows of ``window`` batches, each window sorted by length and cut
     into batches, and the batches shuffled (the last, possibly short one stays last). Every row comes once
     an epoch, and a batch is a random draw among rows of about its length, as with Hugging Face's
-    ``group_by_length``. ``lengths`` is (N,) of a row's tokens, multiple-choice rows their longest.
+    ``group_by_length``.
+
+    Args:
+        lengths: (N,) each row's tokens, a multiple-choice row's its longest choice's.
+        batch_size: rows per batch.
+        generator: the random numbers.
+        window: batches per window sorted by length.
+
+    Returns:
+        (N,) the rows' order.
     """
     shuffled = torch.randperm(len(lengths), generator=generator)
     span = batch_size * window
@@ -512,14 +1031,27 @@ def length_grouped_order(
 
 
 def lm_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Which next-token targets are real: positions 1.. of each (flattened) row that are not padding."""
+    """Which next-token targets are real: positions 1.. of each (flattened) row that are not padding.
+
+    Args:
+        attention_mask: (batch, time) or (batch, K, time), 1 = token, 0 = padding.
+
+    Returns:
+        (N, time - 1) bool, N = batch (* K).
+    """
     return attention_mask.reshape(-1, attention_mask.shape[-1])[:, 1:] != 0
 
 
 def auxiliary_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """GPT-1's L1 on the task text: the summed next-token loss over every real token after the first.
 
-    ``logits`` (N, T, V) are the backbone's for the N = batch (* K) sequences.
+    Args:
+        logits: (N, T, V), the backbone's for the N = batch (* K) sequences.
+        input_ids: (batch, T) or (batch, K, T).
+        attention_mask: shaped as ``input_ids``, 1 = token, 0 = padding.
+
+    Returns:
+        The summed cross-entropy, a scalar.
     """
     targets = input_ids.reshape(-1, input_ids.shape[-1])[:, 1:]  # (N, T - 1)
     mask = lm_mask(attention_mask)
@@ -536,8 +1068,20 @@ def build_task(
 ) -> Task:
     """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``.
 
-    ``max_length``: tokens per sequence (QA: per window); None takes the task's ``default_length``
-    (384 for QA, 128 otherwise); never more than the backbone's context.
+    Args:
+        name: the task.
+        tokenizer: the model's tokenizer.
+        model: the backbone, or a task model (its backbone is read).
+        labels: the class names (tags), in id order.
+        max_length: tokens per sequence (QA: per window); None takes the task's ``default_length`` (384 for QA,
+            128 otherwise); never more than the backbone's context.
+        **options: the task class's own options (``symmetric``, ``characters``, ``stride`` ...).
+
+    Returns:
+        The task.
+
+    Raises:
+        PLMError: an unknown task, tag or qa on a GPT, or options the task refuses.
     """
     if name not in TASK_CLASSES:
         raise PLMError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
@@ -551,8 +1095,15 @@ def build_task(
 
 @dataclass(frozen=True)
 class FinetuningRecipe:
-    """The papers' fine-tuning learning rate and warmup (a fraction of training); both use batch 32, 3 epochs
-    and Adam's betas (0.9, 0.999), as in pre-training."""
+    """The papers' fine-tuning learning rate and warmup (a fraction of training).
+
+    Both papers use batch 32, 3 epochs and Adam's betas (0.9, 0.999), as in pre-training.
+
+    Attributes:
+        lr: the learning rate.
+        warmup_fraction: the fraction of the steps over which the learning rate warms up.
+        betas: Adam's betas.
+    """
 
     lr: float
     warmup_fraction: float

@@ -33,12 +33,26 @@ _SPLITTER = pre_tokenizers.Whitespace()  # runs of word characters, and runs of 
 
 
 def split_words(text: str) -> list[str]:
-    """The words of ``text``: what the vocabulary counts and the biLM reads (``don't`` -> ``don ' t``)."""
+    """The words of ``text``: what the vocabulary counts and the biLM reads (``don't`` -> ``don ' t``).
+
+    Args:
+        text: the text.
+
+    Returns:
+        Its runs of word characters and of punctuation, in order.
+    """
     return [word for word, _ in _SPLITTER.pre_tokenize_str(text)]
 
 
 def character_ids(word: str) -> list[int]:
-    """The :data:`MAX_CHARACTERS` character ids of ``word``; ``<S>`` and ``</S>`` get marks of their own."""
+    """The :data:`MAX_CHARACTERS` character ids of ``word``; ``<S>`` and ``</S>`` get marks of their own.
+
+    Args:
+        word: the word.
+
+    Returns:
+        Begin-of-word, its UTF-8 bytes (at most ``MAX_CHARACTERS - 2``), end-of-word, then padding.
+    """
     if word == SENTENCE_START:
         inner = [BEGIN_OF_SENTENCE]
     elif word == SENTENCE_END:
@@ -50,7 +64,14 @@ def character_ids(word: str) -> list[int]:
 
 
 def character_table(words: Sequence[str]) -> np.ndarray:
-    """(len(words), MAX_CHARACTERS) int16: :func:`character_ids` of each word."""
+    """(len(words), MAX_CHARACTERS) int16: :func:`character_ids` of each word.
+
+    Args:
+        words: the words of a sentence.
+
+    Returns:
+        The table, one row per word.
+    """
     table = np.full((len(words), MAX_CHARACTERS), PADDING, dtype=np.int16)
     for row, word in enumerate(words):
         table[row] = character_ids(word)
@@ -61,14 +82,31 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torc
     """Sentences (lists of words) as char ids (batch, max_words, MAX_CHARACTERS) and a mask (batch, max_words).
 
     The mask is 1 at words, 0 at padding; padding words are all padding characters.
+
+    Args:
+        sentences: the sentences, each a list of words.
+
+    Returns:
+        The int64 character ids and mask.
+
+    Raises:
+        PLMError: ``sentences`` is not a list of lists of non-empty strings.
     """
     check_sentences(sentences)
     return pad_character_tables([character_table(sentence) for sentence in sentences])
 
 
 def pad_character_tables(tables: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sentences' :func:`character_table` s (words, MAX_CHARACTERS) as one batch (batch, most words,
-    MAX_CHARACTERS), padding words all PADDING, and the mask (batch, most words), 1 at words."""
+    """Sentences' character tables (words, MAX_CHARACTERS) as one batch (batch, most words, MAX_CHARACTERS).
+
+    Padding words are all PADDING characters.
+
+    Args:
+        tables: each sentence's :func:`character_table`.
+
+    Returns:
+        The int64 character ids (batch, most words, MAX_CHARACTERS) and the mask (batch, most words), 1 at words.
+    """
     width = max((len(table) for table in tables), default=0)
     chars = torch.full((len(tables), width, MAX_CHARACTERS), PADDING, dtype=torch.long)
     mask = torch.zeros((len(tables), width), dtype=torch.long)
@@ -79,7 +117,15 @@ def pad_character_tables(tables: Sequence[np.ndarray]) -> tuple[torch.Tensor, to
 
 
 def check_sentences(sentences: Sequence[Sequence[str]]) -> None:
-    """A PLMError unless ``sentences`` is a list of lists of non-empty strings."""
+    """Raise a PLMError unless ``sentences`` is a list of lists of non-empty strings.
+
+    Args:
+        sentences: what the caller passed as sentences.
+
+    Raises:
+        PLMError: a string or non-sequence in place of the sentences or of a sentence, or a word that is not
+            a non-empty string; the message names the sentence.
+    """
     if isinstance(sentences, str) or not isinstance(sentences, Sequence):
         raise PLMError(f"ELMo embeds a list of sentences, each a list of words; got {type(sentences).__name__}")
     for index, sentence in enumerate(sentences):
@@ -98,6 +144,16 @@ def train_word_vocabulary(texts: Iterable[str], vocab_size: int) -> tuple[tokeni
 
     Ties in frequency are broken by the word, so the same texts always give the same ids;
     ids run from the most frequent word down, the order an adaptive softmax needs.
+
+    Args:
+        texts: the training texts.
+        vocab_size: the vocabulary's size, ``<S>``, ``</S>`` and ``<UNK>`` included.
+
+    Returns:
+        The ``tokenizers`` model (ids 0 to 2 the special words) and the roles bos, eos and unk.
+
+    Raises:
+        PLMError: ``vocab_size`` leaves no room for a word.
     """
     if vocab_size <= len(WORD_ROLES):
         raise PLMError(

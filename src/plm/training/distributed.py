@@ -14,25 +14,52 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Distributed:
+    """This process's place among the run's processes; the default is a run of one.
+
+    Each collective is a no-op, returning its input, in a run of one.
+
+    Attributes:
+        rank: this process's rank in the run.
+        local_rank: its rank on its machine, which picks its GPU.
+        world_size: the number of processes.
+    """
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
 
     @property
     def enabled(self) -> bool:
+        """Whether the run has more than one process."""
         return self.world_size > 1
 
     @property
     def is_main(self) -> bool:
+        """Whether this is the first process, the one that writes the run directory."""
         return self.rank == 0
 
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of ``value`` over every process, in place, on every process.
+
+        Args:
+            value: this process's tensor.
+
+        Returns:
+            ``value``, now the sum.
+        """
         if self.enabled:
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
         return value
 
     def max(self, value: int, device: torch.device) -> int:
-        """The largest ``value`` of any process, on every process."""
+        """The largest ``value`` of any process, on every process.
+
+        Args:
+            value: this process's value.
+            device: where the collective's tensor lives (the process group's device).
+
+        Returns:
+            The largest value.
+        """
         if not self.enabled:
             return value
         tensor = torch.tensor([value], device=device)
@@ -40,7 +67,14 @@ class Distributed:
         return int(tensor.item())
 
     def all_gather_object(self, value: Any) -> list[Any]:
-        """``value`` of every process, in rank order."""
+        """``value`` of every process, in rank order.
+
+        Args:
+            value: this process's value; it must pickle.
+
+        Returns:
+            The values of all processes.
+        """
         if not self.enabled:
             return [value]
         values: list[Any] = [None] * self.world_size
@@ -48,11 +82,19 @@ class Distributed:
         return values
 
     def barrier(self) -> None:
+        """Wait until every process gets here."""
         if self.enabled:
             dist.barrier()
 
     def broadcast(self, value: T) -> T:
-        """The first process's ``value``, on every process (pickled between our own processes)."""
+        """The first process's ``value``, on every process (pickled between our own processes).
+
+        Args:
+            value: this process's value; only the first process's is kept.
+
+        Returns:
+            The first process's value.
+        """
         if not self.enabled:
             return value
         holder = [value]
@@ -61,7 +103,11 @@ class Distributed:
 
 
 def is_first_process() -> bool:
-    """Whether this is torchrun's first process (or the only one), before the process group exists."""
+    """Whether this is torchrun's first process (or the only one), before the process group exists.
+
+    Returns:
+        True when the environment's ``RANK`` is 0 or unset.
+    """
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -70,6 +116,14 @@ def setup_distributed(device: torch.device, group_of_one: bool = False) -> Distr
 
     ``group_of_one`` makes a group of this process alone where torchrun started none:
     FSDP shards over a process group, and a sharded run may resume on one process.
+    On a GPU each process takes the device of its local rank.
+
+    Args:
+        device: the run's device: NCCL on a GPU, gloo otherwise.
+        group_of_one: make a process group even for one process.
+
+    Returns:
+        This process's place in the run.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -86,5 +140,6 @@ def setup_distributed(device: torch.device, group_of_one: bool = False) -> Distr
 
 
 def teardown_distributed() -> None:
+    """Leave the process group, if there is one."""
     if dist.is_initialized():
         dist.destroy_process_group()

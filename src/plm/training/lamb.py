@@ -27,7 +27,19 @@ from plm.errors import PLMError
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB over ``params`` (tensors or parameter groups, as for any torch optimizer)."""
+    """LAMB over ``params`` (tensors or parameter groups, as for any torch optimizer).
+
+    Args:
+        params: the parameters, or parameter groups (dicts that may set any of the options below).
+        lr: the learning rate.
+        betas: the decay rates of the first and second moment estimates.
+        eps: added to the second moment's square root.
+        weight_decay: the decoupled weight decay, added to the step before the trust ratio.
+        layer_adaptation: scale each tensor's step by the trust ratio; False takes AdamW's step.
+
+    Raises:
+        PLMError: a negative lr, eps or weight decay, or a beta outside [0, 1).
+    """
 
     def __init__(
         self,
@@ -59,6 +71,17 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Take one LAMB step on every parameter that has a gradient.
+
+        Args:
+            closure: re-evaluates the model and returns the loss, run with gradients enabled before the step.
+
+        Returns:
+            The closure's loss, or None without a closure.
+
+        Raises:
+            PLMError: a sparse gradient.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -92,7 +115,15 @@ class Lamb(torch.optim.Optimizer):
 
 
 def trust_ratio(weight: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-    """||w|| / ||r||, or 1 when either norm is 0 (a zero-initialised bias, a zero step); a 0-d tensor."""
+    """The trust ratio ||w|| / ||r||, or 1 when either norm is 0 (a zero-initialised bias, a zero step).
+
+    Args:
+        weight: a parameter tensor, w.
+        update: its Adam step with weight decay, r.
+
+    Returns:
+        The ratio, a 0-d tensor.
+    """
     weight_norm, update_norm = weight.norm(), update.norm()
     usable = (weight_norm > 0) & (update_norm > 0)
     return torch.where(usable, weight_norm / update_norm.clamp(min=torch.finfo(update_norm.dtype).tiny), 1.0)

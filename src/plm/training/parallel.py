@@ -49,7 +49,14 @@ STRATEGIES = ("ddp", "fsdp")
 
 @dataclass(frozen=True)
 class Parallelism:
-    """``strategy`` over the processes torchrun starts (``ddp`` on one process is plain training)."""
+    """``strategy`` over the processes torchrun starts (``ddp`` on one process is plain training).
+
+    Attributes:
+        strategy: "ddp" (replicas, gradients averaged) or "fsdp" (parameters, gradients and optimizer state
+            sharded).
+        offload: FSDP: keep parameter and optimizer shards in CPU memory (a GPU run).
+        checkpoint_activations: keep only each block's input and recompute the block in backward.
+    """
 
     strategy: str = "ddp"
     offload: bool = False  # FSDP: parameter and optimizer shards in CPU memory
@@ -57,10 +64,19 @@ class Parallelism:
 
     @property
     def sharded(self) -> bool:
+        """Whether the strategy shards the model (FSDP)."""
         return self.strategy == "fsdp"
 
     def validate(self, device: torch.device, dtype: torch.dtype) -> None:
-        """Raise a PLMError for a combination this device cannot train with."""
+        """Raise a PLMError for a combination this device cannot train with.
+
+        Args:
+            device: the run's device.
+            dtype: the run's precision.
+
+        Raises:
+            PLMError: an unknown strategy, ``offload`` without FSDP or off a GPU, or FSDP in fp16.
+        """
         if self.strategy not in STRATEGIES:
             raise PLMError(f"unknown --strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.offload and not self.sharded:
@@ -73,7 +89,14 @@ class Parallelism:
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The Transformer blocks of ``model``, each once (ALBERT runs one block many times)."""
+    """The Transformer blocks of ``model``, each once (ALBERT runs one block many times).
+
+    Args:
+        model: the model.
+
+    Returns:
+        Its distinct blocks, in module order.
+    """
     blocks: dict[int, nn.Module] = {}
     for module in model.modules():
         if isinstance(module, TransformerBlock):
@@ -82,12 +105,18 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
-    """The FSDP units of ``model`` below its root, in the order to shard them: the modules that several
-    blocks hold, then the blocks.
+    """The FSDP units of ``model`` below its root, in the order to shard them.
 
-    FSDP2 needs each parameter in exactly one unit, and a unit takes what its units below have not.
-    Distinct blocks may hold the same sub-layer (ALBERT sharing only the attention or only the
-    feed-forward): that sub-layer becomes a unit of its own, gathered wherever a block runs it.
+    The modules that several blocks hold come first, then the blocks. FSDP2 needs each parameter in exactly one
+    unit, and a unit takes what its units below have not. Distinct blocks may hold the same sub-layer (ALBERT
+    sharing only the attention or only the feed-forward): that sub-layer becomes a unit of its own, gathered
+    wherever a block runs it.
+
+    Args:
+        model: the model.
+
+    Returns:
+        The units: shared sub-layers, then blocks.
     """
     blocks = transformer_blocks(model)
     holders = Counter(id(module) for block in blocks for module in block.modules() if module is not block)
@@ -99,7 +128,15 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 
 def outermost(module: nn.Module, chosen: Callable[[nn.Module], bool]) -> Iterator[nn.Module]:
-    """The submodules of ``module`` that are ``chosen`` and lie inside no other chosen one."""
+    """The submodules of ``module`` that are ``chosen`` and lie inside no other chosen one.
+
+    Args:
+        module: the module to search below.
+        chosen: whether a submodule is one of those sought.
+
+    Yields:
+        The outermost chosen submodules, in module order.
+    """
     for child in module.children():
         if chosen(child):
             yield child
@@ -114,6 +151,13 @@ def built_on_first_process(parallelism: Parallelism, world: Distributed) -> cont
     a saved model's weights left unread: see :func:`plm.storage.checkpoint.reads_no_weights`), and
     :func:`prepare_model` fills its shards from the first process's weights. Without it every
     process would hold a whole model at start-up, however few of its shards it keeps.
+
+    Args:
+        parallelism: how the run spreads the model.
+        world: this process's place in the run.
+
+    Returns:
+        The meta device as a context on the other processes of a sharded run, else a context that does nothing.
     """
     return torch.device("meta") if parallelism.sharded and not world.is_main else contextlib.nullcontext()
 
@@ -126,7 +170,17 @@ def prepare_model(model: ModelT, parallelism: Parallelism, device: torch.device,
 
     FSDP replaces the parameters by sharded ones: the optimizer is built after this. Their
     values are the first process's on every process, whether the others built ``model`` on
-    the meta device (:func:`built_on_first_process`) or whole.
+    the meta device (:func:`built_on_first_process`) or whole. On a GPU in bf16, FSDP gathers
+    parameters in bf16 and reduces gradients in fp32.
+
+    Args:
+        model: the model, whole or on the meta device.
+        parallelism: how the run spreads the model.
+        device: the run's device.
+        dtype: the run's precision.
+
+    Returns:
+        The model itself, prepared.
     """
     if parallelism.checkpoint_activations:
         for block in transformer_blocks(model):
@@ -163,6 +217,10 @@ def copy_first_process(model: nn.Module, whole: dict[str, Any]) -> None:
     ``whole`` is the first process's state dict before sharding (empty on the others): torch
     broadcasts it one tensor at a time and each process keeps its slices. The state dict leaves
     out non-persistent buffers (the Transformer's sinusoidal table), so every buffer is sent too.
+
+    Args:
+        model: the sharded model.
+        whole: the first process's whole state dict; empty on the others.
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -172,6 +230,14 @@ def copy_first_process(model: nn.Module, whole: dict[str, Any]) -> None:
 
 
 def is_sharded(model: object) -> TypeIs[FSDPModule]:
+    """Whether ``model`` is an FSDP module (a sharded model or one of its units).
+
+    Args:
+        model: the object to test.
+
+    Returns:
+        True for an FSDP module; False whenever FSDP was never imported.
+    """
     fsdp = sys.modules.get(FSDP_MODULE)  # never imported: nothing was sharded in this process
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
@@ -181,6 +247,13 @@ def gradient_sync(model: nn.Module, sync: bool) -> contextlib.AbstractContextMan
 
     Micro-batches before the last of an accumulated step keep their gradients local,
     so that the processes communicate once per optimizer step.
+
+    Args:
+        model: the model, DDP-wrapped or sharded when there are several processes.
+        sync: reduce the gradients in this backward.
+
+    Returns:
+        The context.
     """
     if sync or not dist.is_initialized() or dist.get_world_size() == 1:
         return contextlib.nullcontext()
@@ -204,6 +277,9 @@ def reshard(model: nn.Module) -> None:
 
     FSDP keeps the root's parameters gathered from forward to backward; with no backward
     they would stay so, and the model's parameters would not be the optimizer's.
+
+    Args:
+        model: the model; one that is not sharded is left as it is.
     """
     if is_sharded(model):
         for unit in model.modules():
@@ -218,6 +294,12 @@ def unsharded(model: nn.Module) -> Iterator[nn.Module]:
     Decoding held-out translations, or any other method than ``forward``, reads the
     parameters directly; FSDP gathers them only around ``forward``. Every process must
     enter this together; it costs the whole model's memory while inside.
+
+    Args:
+        model: the model; one that is not sharded is yielded as it is.
+
+    Yields:
+        The model, its parameters whole until the context ends.
     """
     if not is_sharded(model):
         yield model

@@ -72,7 +72,19 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 
 @dataclass(frozen=True)
 class PlanSetup:
-    """What to plan: a preset, its batch shape, and how the processes share the work."""
+    """What to plan: a preset, its batch shape, and how the processes share the work.
+
+    Attributes:
+        model: the preset.
+        processes: the training processes (one per GPU on CUDA).
+        batch: the sequences per process and micro-batch.
+        block: the tokens per sequence; None: the recipe's block size, at most the context.
+        strategy: "ddp" or "fsdp".
+        offload: FSDP: keep parameter and optimizer shards in CPU memory.
+        checkpoint_activations: keep only each block's input for backward.
+        optimizer: "adamw", "lamb" or "adagrad", for its state's size.
+        device: where it trains: "cuda" or "cpu"; "auto": CUDA when present, as training picks.
+    """
 
     model: str
     processes: int = 1
@@ -87,7 +99,12 @@ class PlanSetup:
 
 @dataclass(frozen=True)
 class Memory:
-    """The bytes one process may use, and where the number comes from."""
+    """The bytes one process may use, and where the number comes from.
+
+    Attributes:
+        bytes: the bytes.
+        source: where the number comes from, for the report ("free on ...", "available RAM", or the user's).
+    """
 
     bytes: int
     source: str
@@ -95,7 +112,18 @@ class Memory:
 
 @dataclass(frozen=True)
 class Plan:
-    """Bytes per process, each kind on the accelerator (``device``) or in CPU memory (``cpu``)."""
+    """Bytes per process, each kind on the accelerator (``device``) or in CPU memory (``cpu``).
+
+    Attributes:
+        setup: what was planned.
+        target: the device it trains on: "cuda" or "cpu".
+        block: the tokens per sequence.
+        parameters: the model's distinct parameters.
+        device: row name (see ``ROWS``) -> bytes on the device it trains on.
+        cpu: row name -> bytes in CPU memory (FSDP's offloaded shards).
+        activations: one step's activation bytes, "without" and "with" activation checkpointing.
+        memory: the bytes one process may use.
+    """
 
     setup: PlanSetup
     target: str  # the device it trains on: "cuda" or "cpu"
@@ -108,23 +136,41 @@ class Plan:
 
     @property
     def device_total(self) -> int:
+        """The bytes per process on the device it trains on."""
         return sum(self.device.values())
 
     @property
     def cpu_total(self) -> int:
+        """The bytes per process offloaded to CPU memory."""
         return sum(self.cpu.values())
 
     @property
     def fits(self) -> bool:
+        """Whether the device's bytes fit in ``memory``."""
         return self.device_total <= self.memory.bytes
 
     def as_dict(self) -> dict:
+        """The plan as JSON-ready values, with the totals and the verdict.
+
+        Returns:
+            The fields, and ``device_total``, ``cpu_total`` and ``fits``.
+        """
         return {**dataclasses.asdict(self), "device_total": self.device_total, "cpu_total": self.cpu_total,
                 "fits": self.fits}
 
 
 def parse_bytes(text: str) -> int:
-    """``16GB``, ``1.5GiB``, ``2e9``: a byte count (decimal and binary units, any case)."""
+    """Read a byte count: ``16GB``, ``1.5GiB``, ``2e9`` (decimal and binary units, any case).
+
+    Args:
+        text: the count, as ``--memory`` takes it.
+
+    Returns:
+        The bytes.
+
+    Raises:
+        PLMError: text that is not a number with an optional known unit.
+    """
     match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
     unit = match and match.group(2).upper()
     if not match or unit not in UNITS:
@@ -136,7 +182,17 @@ def parse_bytes(text: str) -> int:
 
 
 def planned_device(name: str) -> str:
-    """"cuda" or "cpu": auto is CUDA when this machine has it; a plan for a GPU may be made without one."""
+    """"cuda" or "cpu": auto is CUDA when this machine has it; a plan for a GPU may be made without one.
+
+    Args:
+        name: a device name of :data:`plm.device.DEVICES`.
+
+    Returns:
+        The device type the plan is for.
+
+    Raises:
+        PLMError: an unknown device name.
+    """
     if name not in DEVICES:
         raise PLMError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
     if name == "auto":
@@ -145,7 +201,18 @@ def planned_device(name: str) -> str:
 
 
 def auto_memory(device: str, processes: int) -> Memory:
-    """A GPU's free memory (one GPU per process), or the available RAM that the processes share."""
+    """A GPU's free memory (one GPU per process), or the available RAM that the processes share.
+
+    Args:
+        device: "cuda" or "cpu".
+        processes: the processes that share the RAM on the CPU.
+
+    Returns:
+        The bytes one process may use.
+
+    Raises:
+        PLMError: a plan for CUDA on a machine without a CUDA GPU.
+    """
     if device == "cuda":
         if not torch.cuda.is_available():
             raise PLMError("no CUDA GPU here to read free memory from; give --memory (e.g. 80GB) to plan for one")
@@ -164,6 +231,17 @@ def activation_bytes(config: Any, predicted: float, batch: int, block: int, chec
 
     ``config`` is the one the model is built from, with its objective's heads (DeBERTa's
     enhanced mask decoder runs only under an MLM head).
+
+    Args:
+        config (Any): the model's config, heads included.
+        predicted: the fraction of tokens the objective predicts (1 for a causal LM, 0.15 for a masked LM).
+        batch: the sequences per process.
+        block: the tokens per sequence.
+        checkpoint: with activation checkpointing.
+        device: "cuda" or "cpu".
+
+    Returns:
+        The bytes at the step's peak.
     """
     shape = BlockConfig.of(config)
     extra = model_class(config).extra_activations(config, batch, block, device)
@@ -186,7 +264,17 @@ def activation_bytes(config: Any, predicted: float, batch: int, block: int, chec
 
 
 def block_values(shape: BlockConfig, block: int, device: str, score_bias: bool = False) -> float:
-    """Per token, what one block pass keeps for backward: 10 dim-wide (8 without dropout), 2 ffn-wide, the scores."""
+    """Per token, what one block pass keeps for backward: 10 dim-wide (8 without dropout), 2 ffn-wide, the scores.
+
+    Args:
+        shape: the block's shape.
+        block: the tokens per sequence (the length of a score row).
+        device: "cuda" or "cpu".
+        score_bias: the scores get a bias that needs a gradient (DeBERTa's).
+
+    Returns:
+        The fp32 values per token.
+    """
     dim_wide = 10 if shape.dropout > 0 else 8  # two are the residual dropouts' masks
     return dim_wide * shape.dim + 2 * shape.ffn_dim + score_rows(shape, device, score_bias) * shape.heads * block
 
@@ -199,6 +287,14 @@ def score_rows(shape: BlockConfig, device: str, score_bias: bool) -> int:
     fused kernels keep none, unless the scores get a bias that needs a gradient: the
     CPU's fused kernel gives it none, so the plain path runs and keeps the
     probabilities; CUDA's memory-efficient kernel keeps the bias to recompute them.
+
+    Args:
+        shape: the block's shape.
+        device: "cuda" or "cpu".
+        score_bias: the scores get a bias that needs a gradient.
+
+    Returns:
+        3, 1 or 0.
     """
     if device == "cpu" and shape.attention_dropout > 0:
         return 3
@@ -206,7 +302,14 @@ def score_rows(shape: BlockConfig, device: str, score_bias: bool) -> int:
 
 
 def gradient_values(shape: BlockConfig) -> float:
-    """Per token, the gradients live at once in a block's backward: the arriving one, the residual dropout's, FFN's."""
+    """Per token, the gradients live at once in a block's backward: the arriving one, the residual dropout's, FFN's.
+
+    Args:
+        shape: the block's shape.
+
+    Returns:
+        The fp32 values per token.
+    """
     return 2 * shape.dim + shape.ffn_dim
 
 
@@ -217,11 +320,26 @@ def word_table_values(config: Any, shape: BlockConfig) -> int:
     until the embedding lookup, the last step of backward, adds its own: one table from
     the end of the head's backward on, two at the lookup (three when autograd sums them
     out of place, which it does or not by whether it may reuse the first: not counted).
+
+    Args:
+        config (Any): the model's config.
+        shape: its block's shape.
+
+    Returns:
+        The values of the table.
     """
     return config.vocab_size * (getattr(config, "embedding_dim", None) or shape.dim)
 
 
 def check_setup(setup: PlanSetup) -> None:
+    """Raise a PLMError for a setup that cannot be planned.
+
+    Args:
+        setup: what to plan.
+
+    Raises:
+        PLMError: processes, batch or block below 1, an unknown strategy or optimizer, or offload without FSDP.
+    """
     if setup.processes < 1 or setup.batch < 1 or (setup.block is not None and setup.block < 1):
         raise PLMError("--processes, --batch and --block must be at least 1")
     if setup.strategy not in STRATEGIES:
@@ -233,7 +351,19 @@ def check_setup(setup: PlanSetup) -> None:
 
 
 def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
-    """The bytes each process of ``setup`` holds, against ``memory`` (None: what this machine has free)."""
+    """The bytes each process of ``setup`` holds, against ``memory`` (None: what this machine has free).
+
+    Args:
+        setup: what to plan.
+        memory: the bytes one process may use (default: :func:`auto_memory`).
+
+    Returns:
+        The plan.
+
+    Raises:
+        PLMError: a setup :func:`check_setup` refuses, an unknown preset or device, a model that is not a stack
+            of Transformer blocks, a block longer than the context, or no CUDA GPU to read free memory from.
+    """
     check_setup(setup)
     config = preset_config(setup.model)
     missing = [name for name in BLOCK_FIELDS if not hasattr(config, name)]
@@ -275,7 +405,14 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
 
 
 def human_bytes(count: float) -> str:
-    """``1.23 GiB``: binary units, three significant digits."""
+    """Write a byte count as ``1.23 GiB``: binary units, three significant digits.
+
+    Args:
+        count: the bytes.
+
+    Returns:
+        The text.
+    """
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(count) < 1024:
             return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"
@@ -284,7 +421,14 @@ def human_bytes(count: float) -> str:
 
 
 def report(result: Plan) -> str:
-    """The table of bytes per process and the verdict, as ``plm plan`` prints them."""
+    """The table of bytes per process and the verdict, as ``plm plan`` prints them.
+
+    Args:
+        result: the plan.
+
+    Returns:
+        The report, one line per row.
+    """
     setup = result.setup
     lines = [
         f"{setup.model}: {result.parameters:,} parameters; {setup.processes} process(es), {setup.strategy}"

@@ -51,6 +51,26 @@ class Seq2SeqSetup:
 
     Validation pairs come from ``validation_source`` + ``validation_target`` (or
     ``validation_tsv``), else the last ``validation_fraction`` of the training pairs.
+
+    Attributes:
+        model: a family, preset or model directory (an encoder-decoder's).
+        source: the file of source sentences, one per line.
+        target: the file of their translations, line for line.
+        tsv: a file of ``source<TAB>target`` lines, instead of ``source`` and ``target``.
+        validation_source: the file of validation source sentences.
+        validation_target: the file of their translations.
+        validation_tsv: a TSV file of validation pairs.
+        validation_fraction: the part of the training pairs held out when no validation files are given.
+        tokenizer: a saved tokenizer directory to use (default: the model's, or new ones trained on the pairs).
+        vocab_size: the size of new vocabularies; None: 8000 for the user's text, 400 for the dates task.
+        joint_vocabulary: one vocabulary for both sides.
+        max_tokens: the budget of padded tokens per batch.
+        label_smoothing: None: the family's recipe (the Transformer's 0.1, the RNNs' 0).
+        metric_examples: how many validation pairs are translated for the metrics at each evaluation (0: none).
+        select_by: the metric that picks the best checkpoint ("bleu", "chrf" or "exact_match"); None: the loss.
+        dropout: every dropout of a new preset's config; None: the preset's own.
+        hyperparameters: "cpu": the recipe's CPU-scale values; "paper": the paper's.
+        beam: the beam size of the validation metrics' decoding (1: greedy).
     """
 
     model: str = DEFAULT_MODEL
@@ -74,7 +94,18 @@ class Seq2SeqSetup:
 
 
 def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePair]]:
-    """Training and validation pairs, checked."""
+    """Training and validation pairs, checked.
+
+    Args:
+        setup: the files to read, or none for the dates task.
+
+    Returns:
+        The training pairs and the validation pairs.
+
+    Raises:
+        PLMError: files given in a combination that does not go together, a file :func:`plm.data.parallel.read_tsv`
+            or :func:`plm.data.parallel.read_parallel` refuses, or too few pairs to hold out validation.
+    """
     if setup.tsv and (setup.source or setup.target):
         raise PLMError("give either --tsv or --src and --tgt, not both")
     if bool(setup.source) != bool(setup.target):
@@ -107,6 +138,15 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
 
 
 def check_setup(setup: Seq2SeqSetup) -> None:
+    """Raise a PLMError for the first value of ``setup`` that cannot train.
+
+    Args:
+        setup: the run's setup.
+
+    Raises:
+        PLMError: a dropout or label smoothing outside [0, 1), an unknown hyperparameter set or metric, or
+            ``max_tokens``, ``beam``, ``vocab_size`` below 1 or ``metric_examples`` below 0.
+    """
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
         raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
     if setup.hyperparameters not in HYPERPARAMETER_SETS:
@@ -127,7 +167,21 @@ def check_setup(setup: Seq2SeqSetup) -> None:
 
 def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair], out: Path,
                        resume: bool) -> Seq2SeqTokenizers:
-    """The run's own tokenizers when resuming, else the ones given, the model's, or new ones trained on ``train``."""
+    """The run's own tokenizers when resuming, else the ones given, the model's, or new ones trained on ``train``.
+
+    Args:
+        setup: the run's setup.
+        model: the preset or model directory.
+        train: the training pairs.
+        out: the run directory.
+        resume: continue the run in ``out``.
+
+    Returns:
+        The tokenizers.
+
+    Raises:
+        PLMError: a tokenizer directory that cannot be loaded.
+    """
     if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
         return Seq2SeqTokenizers.load(out / CHECKPOINT_DIR)
     if setup.tokenizer:
@@ -139,7 +193,20 @@ def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair
 
 
 def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) -> PretrainedModel:
-    """A fresh preset sized to the tokenizers, or a saved model to continue."""
+    """A fresh preset sized to the tokenizers, or a saved model to continue.
+
+    Args:
+        setup: the run's setup (its ``dropout``, for a preset).
+        model: the preset or model directory.
+        tokenizers: the run's tokenizers.
+
+    Returns:
+        The model.
+
+    Raises:
+        PLMError: a saved model that cannot be loaded, an int8 one, or one with fewer target embeddings than
+            tokens.
+    """
     if model not in PRESETS:
         loaded = load_model(model)
         check_trainable(loaded, model)
@@ -160,7 +227,22 @@ def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) 
 def prepare_seq2seq(
     setup: Seq2SeqSetup, training: TrainingConfig, out: str | Path, resume: bool = False, overwrite: bool = False
 ) -> tuple[Trainer, Seq2SeqTokenizers]:
-    """Build the trainer (without training); every argument is checked first and nothing is written."""
+    """Build the trainer (without training); every argument is checked first and nothing is written.
+
+    Args:
+        setup: what the run trains on.
+        training: how long and how to train (optimizer fields left None take the recipe's).
+        out: the run directory.
+        resume: continue the run in ``out``.
+        overwrite: let a new run replace the run (or other files) in ``out``.
+
+    Returns:
+        The trainer and the tokenizers.
+
+    Raises:
+        PLMError: an argument that cannot train, a model that is not an encoder-decoder, unreadable pairs,
+            or a run directory that cannot take this run.
+    """
     out = Path(out)
     check_setup(setup)
     model_name = check_model_name(setup.model)
@@ -204,7 +286,22 @@ def train_seq2seq(
 ) -> tuple[PretrainedModel, Seq2SeqTokenizers, dict[str, float]]:
     """Train an encoder-decoder with its family's recipe; returns the model, tokenizers and last metrics.
 
-    ``definition``: see :meth:`plm.training.trainer.Trainer.train`; the run directory is locked from the start.
+    The run directory is locked from the start, so that a second process is refused before any work.
+
+    Args:
+        setup: what the run trains on.
+        training: how long and how to train.
+        out: the run directory.
+        resume: continue the run in ``out``.
+        overwrite: let a new run replace the run (or other files) in ``out``.
+        definition: saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`).
+
+    Returns:
+        The model, tokenizers and last metrics.
+
+    Raises:
+        PLMError: an argument that cannot train, or a run directory that cannot take this run.
+        RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
     with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
         trainer, tokenizers = prepare_seq2seq(setup, training, out, resume, overwrite)

@@ -30,6 +30,14 @@ SCORINGS = ("full", "partial")
 
 @dataclass(frozen=True)
 class ClozeItem:
+    """One cloze item, cut at its blank.
+
+    Attributes:
+        before: the text up to the blank.
+        after: the text after it.
+        options: the candidates.
+        answer: the index of the right one in ``options``.
+    """
     before: str  # the text up to the blank
     after: str  # the text after it
     options: list[str]
@@ -38,6 +46,16 @@ class ClozeItem:
 
 @dataclass(frozen=True)
 class ClozeResult:
+    """The accuracy of a cloze evaluation, and each item's choice and scores.
+
+    Attributes:
+        accuracy: the share of items answered right.
+        items: the items.
+        correct: those answered right.
+        scoring: "full" or "partial".
+        choices: the option each item chose.
+        scores: log p of each option's scored part, in nats.
+    """
     accuracy: float
     items: int
     correct: int
@@ -46,11 +64,28 @@ class ClozeResult:
     scores: list[list[float]]  # log p of each option's scored part, in nats
 
     def as_dict(self) -> dict[str, float | int | str]:
+        """The summary numbers as JSON values (without the per-item choices and scores).
+
+        Returns:
+            ``accuracy``, ``items``, ``correct`` and ``scoring``.
+        """
         return {"accuracy": self.accuracy, "items": self.items, "correct": self.correct, "scoring": self.scoring}
 
 
 def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
-    """The items of a cloze JSONL file (format in the module docstring)."""
+    """The items of a cloze JSONL file (format in the module docstring).
+
+    Args:
+        path: the JSONL file.
+        blank: the marker of the blank in the query.
+
+    Returns:
+        The items, in file order.
+
+    Raises:
+        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, fewer than two options or an empty
+            one, an answer that is not an option, or a query without exactly one blank.
+    """
     items = []
     schema: dict[str, type | tuple[type, ...]] = {"query": str, "options": list, "answer": (str, int)}
     for number, row in read_jsonl(path, schema, optional={"context": str}):
@@ -76,7 +111,19 @@ def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
 
 
 def candidate_pair(item: ClozeItem, option: str, scoring: str) -> tuple[str, str]:
-    """(context, continuation) to score for one candidate."""
+    """(context, continuation) to score for one candidate.
+
+    Args:
+        item: the cloze item.
+        option: the candidate.
+        scoring: "full" scores the candidate and the rest; "partial" only the rest, after the candidate.
+
+    Returns:
+        The context and the continuation.
+
+    Raises:
+        PLMError: partial scoring of an item with no text after the blank.
+    """
     if scoring == "full":
         return item.before, option + item.after
     if not item.after.strip():
@@ -93,7 +140,23 @@ def evaluate_cloze(
     batch_size: int = 16,
     progress: bool = False,
 ) -> ClozeResult:
-    """Accuracy of choosing, for each item, the option with the highest log-probability."""
+    """Accuracy of choosing, for each item, the option with the highest log-probability.
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer.
+        path: the cloze JSONL file.
+        scoring: "full" or "partial" (see the module docstring).
+        blank: the marker of the blank in the query.
+        batch_size: the continuations scored per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        The result.
+
+    Raises:
+        PLMError: an unknown scoring, a file :func:`read_cloze` refuses, or an item that cannot be scored.
+    """
     if scoring not in SCORINGS:
         raise PLMError(f"unknown scoring {scoring!r}; use {' or '.join(SCORINGS)}")
     items = read_cloze(path, blank)

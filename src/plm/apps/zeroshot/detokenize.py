@@ -34,7 +34,17 @@ _LINE_EDGES = re.compile(r"(?m)^ +| +$")
 
 
 def wikitext(text: str) -> str:
-    """WikiText-2/103 as ordinary text: ``He said " hi " , 1 @,@ 000 times .`` -> ``He said "hi", 1,000 times.``"""
+    """WikiText-2/103 as ordinary text.
+
+    ``He said " hi " , 1 @,@ 000 times .`` becomes ``He said "hi", 1,000 times.``; headings
+    ``= = Title = =`` become ``== Title ==``.
+
+    Args:
+        text: the tokenised text.
+
+    Returns:
+        The detokenised text.
+    """
     text = _LINE_EDGES.sub("", text)
     for pattern, replacement in _WIKITEXT:
         text = pattern.sub(replacement, text)
@@ -42,7 +52,14 @@ def wikitext(text: str) -> str:
 
 
 def ptb(text: str) -> str:
-    """Penn Treebank (Mikolov's LM version) as ordinary text: contractions joined, line edges trimmed."""
+    """Penn Treebank (Mikolov's LM version) as ordinary text: contractions joined, line edges trimmed.
+
+    Args:
+        text: the tokenised text.
+
+    Returns:
+        The detokenised text.
+    """
     text = _LINE_EDGES.sub("", text)
     for pattern, replacement in _CONTRACTIONS:
         text = pattern.sub(replacement, text)

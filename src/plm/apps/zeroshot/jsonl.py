@@ -19,7 +19,20 @@ def read_jsonl(
     required: dict[str, type | tuple[type, ...]],
     optional: dict[str, type | tuple[type, ...]] | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) for each non-blank line of ``path``; each row has the ``required`` fields."""
+    """(line number, row) for each non-blank line of ``path``; each row has the ``required`` fields.
+
+    Args:
+        path: the JSONL file.
+        required: field -> the type (or types) its value must have.
+        optional: fields a row may lack, and the types of their values when present.
+
+    Returns:
+        The line numbers (from 1) and rows.
+
+    Raises:
+        PLMError: a missing, non-UTF-8 or empty file, or a line that is not a JSON object with the fields and
+            types asked for (booleans never count as numbers).
+    """
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -53,6 +66,14 @@ def read_jsonl(
 
 
 def type_name(kind: type | tuple[type, ...]) -> str:
+    """How an error message names the types a field takes: "a string or an integer".
+
+    Args:
+        kind: a type, or a tuple of them.
+
+    Returns:
+        The names, joined by "or".
+    """
     names = {str: "a string", int: "an integer", list: "a list", float: "a number"}
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)

@@ -42,6 +42,16 @@ _LAST_WORD = re.compile(r"(?s)^(.*\S)(\s+)(\S+)\s*$")
 
 @dataclass(frozen=True)
 class LambadaResult:
+    """LAMBADA's accuracy and last-word perplexity.
+
+    Attributes:
+        accuracy: the share of passages whose target greedy decoding gives in full.
+        perplexity: per target word.
+        passages: the passages.
+        correct: those predicted right.
+        target_tokens: the sub-word tokens of all targets.
+        stop_word_filter: whether the stop-word filter was on.
+    """
     accuracy: float
     perplexity: float  # per target word
     passages: int
@@ -50,11 +60,26 @@ class LambadaResult:
     stop_word_filter: bool
 
     def as_dict(self) -> dict[str, float | int | bool]:
+        """The result as JSON values.
+
+        Returns:
+            Its fields by name.
+        """
         return asdict(self)
 
 
 def split_last_word(text: str) -> tuple[str, str]:
-    """(passage without its last word, whitespace + last word); ValueError for a text of one word."""
+    """(passage without its last word, whitespace + last word); ValueError for a text of one word.
+
+    Args:
+        text: the passage.
+
+    Returns:
+        The context and the target.
+
+    Raises:
+        ValueError: a text of fewer than two words.
+    """
     match = _LAST_WORD.match(text)
     if match is None:
         raise ValueError("a passage needs at least two words")
@@ -62,7 +87,17 @@ def split_last_word(text: str) -> tuple[str, str]:
 
 
 def read_lambada(path: str | Path) -> list[tuple[str, str]]:
-    """(context, " target") of each passage of a LAMBADA JSONL file."""
+    """(context, " target") of each passage of a LAMBADA JSONL file.
+
+    Args:
+        path: the JSONL file, one ``{"text": ...}`` per line.
+
+    Returns:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, or a passage of one word.
+    """
     pairs = []
     for number, row in read_jsonl(path, {"text": str}):
         try:
@@ -73,7 +108,14 @@ def read_lambada(path: str | Path) -> list[tuple[str, str]]:
 
 
 def stop_word_tokens(tokenizer: Tokenizer) -> torch.Tensor:
-    """(vocab,) bool: the tokens that decode to a stop word (case and surrounding spaces aside)."""
+    """(vocab,) bool: the tokens that decode to a stop word (case and surrounding spaces aside).
+
+    Args:
+        tokenizer: the tokenizer.
+
+    Returns:
+        The mask, True at stop words.
+    """
     words = tokenizer.decode_batch([[index] for index in range(len(tokenizer))])
     return torch.tensor([word.strip().lower() in STOP_WORDS for word in words])
 
@@ -86,7 +128,22 @@ def evaluate_lambada(
     batch_size: int = 16,
     progress: bool = False,
 ) -> LambadaResult:
-    """Accuracy and last-word perplexity of ``model`` on a LAMBADA JSONL file."""
+    """Accuracy and last-word perplexity of ``model`` on a LAMBADA JSONL file.
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer.
+        path: the JSONL file.
+        stop_words: apply the stop-word filter to the target's first token in the greedy check.
+        batch_size: the passages scored per forward pass.
+        progress: show a progress bar.
+
+    Returns:
+        The result.
+
+    Raises:
+        PLMError: a file :func:`read_lambada` refuses, or a passage that cannot be scored.
+    """
     pairs = read_lambada(path)
     banned = stop_word_tokens(tokenizer) if stop_words else None
     scored = score_continuations(model, tokenizer, pairs, batch_size, banned, progress, desc="lambada")

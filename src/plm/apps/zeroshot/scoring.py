@@ -24,22 +24,53 @@ from plm.tokenization.tokenizer import Tokenizer
 
 @dataclass(frozen=True)
 class Continuation:
+    """How a model scores one continuation.
+
+    Attributes:
+        logprobs: log p of each continuation token, in nats.
+        greedy: every continuation token is the model's most likely next token.
+    """
     logprobs: list[float]  # log p of each continuation token, in nats
     greedy: bool  # every continuation token is the model's most likely next token
 
     @property
     def logprob(self) -> float:
+        """Log p of the whole continuation, in nats."""
         return sum(self.logprobs)
 
 
 def split_whitespace(context: str, continuation: str) -> tuple[str, str]:
-    """Move the whitespace that ends ``context`` to the start of ``continuation``."""
+    """Move the whitespace that ends ``context`` to the start of ``continuation``.
+
+    Args:
+        context: the context.
+        continuation: the continuation.
+
+    Returns:
+        The context without its trailing whitespace, and the continuation with it.
+    """
     stripped = context.rstrip()
     return stripped, context[len(stripped) :] + continuation
 
 
 def encode_pair(tokenizer: Tokenizer, context: str, continuation: str, room: int) -> tuple[list[int], int]:
-    """Context + continuation ids cut from the left to ``room + 1`` tokens, and the continuation's length."""
+    """Context + continuation ids cut from the left to ``room + 1`` tokens, and the continuation's length.
+
+    An empty context becomes the beginning-of-text token (else end-of-text).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        context: the context.
+        continuation: the continuation to score.
+        room: the model's context length.
+
+    Returns:
+        The ids, and the number of continuation tokens at their end.
+
+    Raises:
+        PLMError: a continuation without tokens or longer than ``room``, or an empty context with a tokenizer
+            that has neither a beginning- nor an end-of-text token.
+    """
     context, continuation = split_whitespace(context, continuation)
     target = tokenizer.encode(continuation)
     if not target:
@@ -70,6 +101,21 @@ def score_continuations(
     ``banned_first`` (vocab,) bool: tokens the greedy check never picks as the
     continuation's first token (the LAMBADA stop-word filter); the log-probabilities
     are the model's own.
+
+    Args:
+        model: the causal LM, put in eval mode.
+        tokenizer: its tokenizer.
+        pairs: the (context, continuation) pairs.
+        batch_size: the pairs per forward pass.
+        banned_first: (vocab,) bool, or None.
+        progress: show a progress bar.
+        desc: the progress bar's label.
+
+    Returns:
+        The scores, in the order of ``pairs``.
+
+    Raises:
+        PLMError: a pair :func:`encode_pair` refuses.
     """
     room = model.context_length()
     encoded = [encode_pair(tokenizer, context, continuation, room) for context, continuation in pairs]

@@ -1,7 +1,7 @@
-"""Summarisation by prompting (GPT-2 §3.6): the article, then "TL;DR:", and the model goes on.
+r"""Summarisation by prompting (GPT-2 §3.6): the article, then "TL;DR:", and the model goes on.
 
 The input is JSONL, one ``{"article": ..., "summary": ...}`` per line (the summary is
-the reference). As in the paper: the prompt is the article followed by ``\\nTL;DR:``,
+the reference). As in the paper: the prompt is the article followed by ``\nTL;DR:``,
 the model samples 100 tokens with top-k 2, the first three sentences of what it wrote
 are its summary, and ROUGE-1, ROUGE-2 and ROUGE-L F1 (``rouge-score``, with stemming)
 compare that with the reference. An article too long for the context loses its beginning.
@@ -27,13 +27,32 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def first_sentences(text: str, count: int = 3) -> str:
-    """The first ``count`` sentences (ending in . ! or ? before whitespace), joined by spaces."""
+    """The first ``count`` sentences (ending in . ! or ? before whitespace), joined by spaces.
+
+    Runs of whitespace within a sentence become one space.
+
+    Args:
+        text: the text.
+        count: the sentences to keep.
+
+    Returns:
+        The sentences.
+    """
     sentences = [sentence for sentence in _SENTENCE_END.split(text.strip()) if sentence]
     return " ".join(" ".join(sentence.split()) for sentence in sentences[:count])
 
 
 @dataclass(frozen=True)
 class SummaryResult:
+    """ROUGE F1 of the summaries, and the summaries.
+
+    Attributes:
+        rouge1: ROUGE-1 F1 x 100, the mean over articles.
+        rouge2: ROUGE-2 F1 x 100.
+        rougeL: ROUGE-L F1 x 100.
+        articles: the articles summarised.
+        summaries: the model's summary of each article.
+    """
     rouge1: float  # F1 x 100, the mean over articles
     rouge2: float
     rougeL: float
@@ -41,11 +60,26 @@ class SummaryResult:
     summaries: list[str]
 
     def as_dict(self) -> dict[str, float | int]:
+        """The scores as JSON values (without the summaries).
+
+        Returns:
+            ``rouge1``, ``rouge2``, ``rougeL`` and ``articles``.
+        """
         return {"rouge1": self.rouge1, "rouge2": self.rouge2, "rougeL": self.rougeL, "articles": self.articles}
 
 
 def read_articles(path: str | Path) -> list[tuple[str, str]]:
-    """(article, reference summary) of each row."""
+    """(article, reference summary) of each row.
+
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, or an empty article or summary.
+    """
     rows = []
     for number, row in read_jsonl(path, {"article": str, "summary": str}):
         if not row["article"].strip() or not row["summary"].strip():
@@ -65,7 +99,25 @@ def evaluate_summaries(
     batch_size: int = 8,
     progress: bool = False,
 ) -> SummaryResult:
-    """ROUGE F1 of the model's TL;DR summaries against the references."""
+    """ROUGE F1 of the model's TL;DR summaries against the references.
+
+    Args:
+        model: the causal LM.
+        tokenizer: its tokenizer.
+        path: the JSONL file.
+        max_new_tokens: the tokens sampled after each prompt.
+        top_k: sample from the k likeliest tokens.
+        sentences: the sentences of the output kept as the summary.
+        seed: the seed of the sampling (each batch its own, from it); None: unseeded.
+        batch_size: the articles per batch.
+        progress: show a progress bar.
+
+    Returns:
+        The result.
+
+    Raises:
+        PLMError: a file :func:`read_articles` refuses, or ``max_new_tokens`` that leave no room for the article.
+    """
     rows = read_articles(path)
     room = model.context_length() - max_new_tokens
     if room < 1:
