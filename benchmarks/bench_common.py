@@ -15,6 +15,7 @@ into ``benchmarks/results.json`` (with the machine, its limits and the versions)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,11 @@ import torch
 
 # PLM_RESULTS names another file: benchmarks/gpu.sh keeps a GPU machine's figures apart from the CPU's.
 RESULTS = Path(os.environ.get("PLM_RESULTS") or Path(__file__).resolve().parent / "results.json")
+
+
+def bf16_autocast(device: torch.device, bf16: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    """What a benchmark step runs under: bf16 autocast on ``device`` when asked, else nothing."""
+    return (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
 
 
 def synchronize(device: torch.device) -> None:

@@ -13,13 +13,19 @@ second (the median).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import tempfile
 
 import torch
 import torch.nn.functional as F
 
-from bench_common import Report, interleaved_medians, linear_weights, quiet_transformers, training_flops_per_token
+from bench_common import (
+    Report,
+    bf16_autocast,
+    interleaved_medians,
+    linear_weights,
+    quiet_transformers,
+    training_flops_per_token,
+)
 from plm.hf import load_hf
 
 CONFIGS = {
@@ -54,7 +60,7 @@ def bench(name: str, args: argparse.Namespace, device: torch.device, report: Rep
     mask = torch.ones_like(ids)
     mask[batch // 2 :, length // 2 :] = 0  # half the batch padded to half the length, as real sentences are
     labels = torch.randint(0, 2, (batch,), generator=generator).to(device)
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
+    autocast = bf16_autocast(device, args.bf16)
     with torch.inference_mode():
         ours.eval(), hf.eval()
         difference = (ours(ids, mask).logits - hf(ids, attention_mask=mask).logits).abs().max().item()

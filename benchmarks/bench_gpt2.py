@@ -18,7 +18,6 @@ against its measured memory bandwidth. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import tempfile
@@ -27,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from bench_common import Report, interleaved_medians, quiet_transformers, training_flops_per_token
+from bench_common import Report, bf16_autocast, interleaved_medians, quiet_transformers, training_flops_per_token
 from plm.cpu.int8 import quantize
 from plm.decoding.generation import generate
 from plm.hf import load_hf
@@ -105,7 +104,7 @@ def training_kernels(model: torch.nn.Module, train_ids: torch.Tensor, top: int =
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step = train_step_fn(model, optimizer, train_ids, lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+    step = train_step_fn(model, optimizer, train_ids, bf16_autocast(train_ids.device, True))
     step()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
@@ -179,9 +178,7 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     forward_steps = args.forward_steps or work.forward_steps
     generate_runs = args.generate_runs or work.generate_runs
     new_tokens = args.new_tokens or work.new_tokens
-    autocast = (
-        (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
-    )
+    autocast = bf16_autocast(device, args.bf16)
     ours, hf = build_models(config, device, args.seed, args.dropout)
     models = {"plm": ours, "hf": hf}
     generator = torch.Generator().manual_seed(args.seed)

@@ -9,7 +9,8 @@
 #   gpt2      GPT-2 124M against Hugging Face: bf16 training at 16x1024 (eager and compiled, with the top
 #             kernels of one step), the forward pass, greedy decoding at batch 1 (eager, CUDA graph, bf16)
 #   finetune  BERT-base classifier fine-tuning steps against Hugging Face's, bf16, batch 32x128
-#   multi30k  the Transformer recipe of docs/published-quality.md, timed from tokenizer to BLEU
+#   multi30k  examples/quality/multi30k.sh transformer: the recipe of docs/published-quality.md, timed from
+#             tokenizer to BLEU
 # PARTS="gpt2 multi30k" runs only those. Figures go to PLM_RESULTS (default benchmarks/results_cuda.json) with the GPU's name.
 set -uo pipefail
 data=${1:-../shared/data/multi30k}
@@ -22,6 +23,8 @@ python=${PYTHON:-python3}
 failed=()
 
 plm() { "$python" -c 'import sys; from plm.cli.main import main; sys.exit(main())' "$@"; }
+export -f plm  # for the example scripts this runs
+export python
 
 part() {  # part NAME COMMAND...: run it into its log; on failure show the log's end and go on
   local name=$1 start=$SECONDS
@@ -38,17 +41,10 @@ part() {  # part NAME COMMAND...: run it into its log; on failure show the log's
 }
 
 multi30k() {
-  local out=$runs/multi30k start=$SECONDS
-  plm seq2seq train --model transformer-small --steps 6000 --eval-every 1000 --save-every 250 --keep-last 5 \
-    --src "$data/train.de" --tgt "$data/train.en" --valid-src "$data/val.de" --valid-tgt "$data/val.en" \
-    --no-progress --out "$out" --overwrite || return
-  local trained=$((SECONDS - start))
-  plm seq2seq average --model "$out" --last 5 --out "$out-avg5" --overwrite || return
-  plm eval bleu --model "$out-avg5" --src "$data/test_2016_flickr.de" --ref "$data/test_2016_flickr.en" \
-    --json "$out-avg5/test-scores.json" --no-progress || return
-  "$python" benchmarks/record_run.py multi30k "$out-avg5/test-scores.json" \
-    --seconds "$((SECONDS - start))" --train-seconds "$trained" \
-    --command "benchmarks/gpu.sh: plm seq2seq train --model transformer-small --steps 6000, average --last 5, eval bleu"
+  local start=$SECONDS
+  OUT=$runs examples/quality/multi30k.sh transformer "$data" || return
+  "$python" benchmarks/record_run.py multi30k "$runs/transformer-avg5/test-scores.json" \
+    --seconds "$((SECONDS - start))" --command "examples/quality/multi30k.sh transformer (from benchmarks/gpu.sh)"
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

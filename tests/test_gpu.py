@@ -18,32 +18,17 @@ import torch.distributed as dist
 import plm
 from plm.decoding.generation import GenerationConfig, decode_steps
 from plm.decoding.static_step import StaticStep
-from plm.objectives.clm import CausalLMObjective
 from plm.tasks.qa import encode_windows, predict_answer
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import Parallelism
 from plm.training.pretrain import pretrain
-from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.trainer import TrainingConfig
 from test_resume import IN_PROCESS, gpt_setup, interrupted_then_resumable, logged_losses
 from test_task_qa import WORDS, long_example
+from test_training import assert_updates_follow, gain_updates
+from test_training import train_micro_gpt as train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def objective() -> CausalLMObjective:
-    tokens = torch.randint(0, 512, (4000,), generator=torch.Generator().manual_seed(0)).numpy()
-    return CausalLMObjective(tokens, tokens[:200], block_size=32, batch_size=4)
-
-
-def train(out: Path, device: str, precision: str = "auto", parallelism: Parallelism = Parallelism(),
-          compile: bool = False) -> Trainer:
-    torch.manual_seed(0)
-    model = plm.from_preset("gpt2-micro", dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0)
-    config = TrainingConfig(steps=6, device=device, precision=precision, progress=False, log_every=1, eval_every=6,
-                            save_every=6, parallelism=parallelism, compile=compile)
-    trainer = Trainer(model, objective(), config, out)
-    trainer.train()
-    return trainer
 
 
 @pytest.fixture
@@ -56,9 +41,10 @@ def group_of_one():
 def test_bf16_on_the_gpu_follows_fp32_on_the_cpu_with_fused_adamw(tmp_path: Path) -> None:
     gpu = train(tmp_path / "gpu", "cuda")
     assert gpu.dtype == torch.bfloat16 and gpu.optimizer.defaults["fused"]
-    train(tmp_path / "cpu", "cpu")
+    cpu = train(tmp_path / "cpu", "cpu")
     for got, want in zip(logged_losses(tmp_path / "gpu"), logged_losses(tmp_path / "cpu")):
         assert got["loss"] == pytest.approx(want["loss"], rel=2e-2)
+    assert_updates_follow(gain_updates(gpu), gain_updates(cpu))  # the fp32 master weights
 
 
 def test_fsdp_with_cpu_offload_trains_as_plain_gpu_training(tmp_path: Path, group_of_one) -> None:

@@ -13,10 +13,12 @@ import torch
 
 import plm
 from plm.errors import PLMError
+from plm.objectives.clm import CausalLMObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model
 from plm.training.optim import parameter_groups
+from plm.training.parallel import Parallelism
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
-from plm.training.trainer import TrainingConfig
+from plm.training.trainer import Trainer, TrainingConfig
 
 TINY = dict(
     steps=8, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=4, save_every=4, log_every=1, progress=False, device="cpu"
@@ -94,3 +96,44 @@ def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path,
     losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
               for run in ("eager", "compiled")]
     assert losses[1] == pytest.approx(losses[0], abs=1e-5)
+
+
+def random_token_objective() -> CausalLMObjective:
+    tokens = torch.randint(0, 512, (4000,), generator=torch.Generator().manual_seed(0)).numpy()
+    return CausalLMObjective(tokens, tokens[:200], block_size=32, batch_size=4)
+
+
+def train_micro_gpt(out: Path, device: str, precision: str = "auto", parallelism: Parallelism = Parallelism(),
+                    compile: bool = False) -> Trainer:
+    """Six steps of gpt2-micro, no dropout, on random tokens: the same run on any device and precision."""
+    torch.manual_seed(0)
+    model = plm.from_preset("gpt2-micro", dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0)
+    config = TrainingConfig(steps=6, device=device, precision=precision, progress=False, log_every=1, eval_every=6,
+                            save_every=6, parallelism=parallelism, compile=compile)
+    trainer = Trainer(model, random_token_objective(), config, out)
+    trainer.train()
+    return trainer
+
+
+def gain_updates(trainer: Trainer) -> torch.Tensor:
+    """How far training moved every LayerNorm gain of the model from its initial 1.0, flat, in fp32 on the CPU."""
+    return torch.cat([parameter.detach().float().cpu().flatten() - 1.0
+                      for name, parameter in trainer.model.named_parameters()
+                      if "norm" in name and name.endswith("weight")])
+
+
+def assert_updates_follow(got: torch.Tensor, want: torch.Tensor) -> None:
+    """``got`` within 10% of ``want`` (as vectors): bf16 arithmetic moves Adam's steps by about 1%."""
+    assert torch.linalg.vector_norm(got - want) <= 0.1 * torch.linalg.vector_norm(want)
+
+
+def test_bf16_training_keeps_fp32_master_weights(tmp_path: Path) -> None:
+    """bf16 autocast computes in bf16, but the weights and their updates stay fp32.
+
+    A gain's Adam step (about lr) is below bf16's spacing at 1.0 (2^-7): gains kept in bf16
+    would not move at all, and their updates would miss fp32's by 100%.
+    """
+    bf16 = train_micro_gpt(tmp_path / "bf16", "cpu", "bf16")
+    fp32 = train_micro_gpt(tmp_path / "fp32", "cpu", "fp32")
+    assert bf16.dtype == torch.bfloat16 and next(bf16.model.parameters()).dtype == torch.float32
+    assert_updates_follow(gain_updates(bf16), gain_updates(fp32))

@@ -4,8 +4,8 @@
 #   examples/quality/multi30k.sh transformer [DATA]    # transformer-small, 6,000 steps (about 55 CPU-minutes)
 #   examples/quality/multi30k.sh rnn [DATA]            # rnn-bahdanau-base, 5,000 steps (about 110 CPU-minutes)
 #
-# One thread, so that CPU-minutes are wall-clock minutes on an idle core; /usr/bin/time prints
-# each stage's CPU seconds (user + system). DATA holds train/val/test_2016_flickr .de and .en
+# One thread, so that CPU-minutes are wall-clock minutes on an idle core; bash's time prints
+# each stage's CPU seconds (user + system) and wall-clock seconds. benchmarks/gpu.sh runs it on a GPU. DATA holds train/val/test_2016_flickr .de and .en
 # (default ../shared/data/multi30k). Results go to ${OUT:-runs/multi30k}/MODEL.
 set -euo pipefail
 kind=${1:?transformer or rnn}; data=${2:-../shared/data/multi30k}
@@ -21,9 +21,12 @@ case $kind in
        search=(--beam 4) ;;
   *) echo "unknown model kind $kind: transformer or rnn" >&2; exit 2 ;;
 esac
-/usr/bin/time -f "train: %U + %S CPU seconds, %e s wall" plm seq2seq train "${train[@]}" \
+TIMEFORMAT="train: %U + %S CPU seconds, %R s wall"
+time plm seq2seq train "${train[@]}" \
   --src "$data/train.de" --tgt "$data/train.en" --valid-src "$data/val.de" --valid-tgt "$data/val.en" \
   --save-every 250 --keep-last 5 --no-progress --out "$out" --overwrite
-/usr/bin/time -f "average: %U + %S CPU seconds, %e s wall" plm seq2seq average --model "$out" --last 5 --out "$out-avg5"
-/usr/bin/time -f "score: %U + %S CPU seconds, %e s wall" plm eval bleu --model "$out-avg5" "${search[@]}" \
+TIMEFORMAT="average: %U + %S CPU seconds, %R s wall"
+time plm seq2seq average --model "$out" --last 5 --out "$out-avg5" --overwrite
+TIMEFORMAT="score: %U + %S CPU seconds, %R s wall"
+time plm eval bleu --model "$out-avg5" "${search[@]}" \
   --src "$data/test_2016_flickr.de" --ref "$data/test_2016_flickr.en" --json "$out-avg5/test-scores.json" --no-progress

@@ -107,7 +107,7 @@ class Packing:
         Returns:
             The packing, or None without padding, without a mask, or under torch.compile.
         """
-        if padding_mask is None or torch.compiler.is_compiling() or bool(padding_mask.all()):
+        if padding_mask is None or not host_may_read(padding_mask) or bool(padding_mask.all()):
             return None
         batch, time = padding_mask.shape
         return cls(padding_mask.flatten().nonzero().squeeze(1), batch, time)

@@ -50,7 +50,7 @@ class StaticStep:
         else:
             self.mask = prompt_mask.to(device=device, dtype=torch.long, copy=True)
         # A left-padded row's positions count its real tokens only (as build_position_ids does).
-        self.padding = (written - self.mask[:, :written].sum(-1, keepdim=True)).to(device)  # (batch, 1)
+        self.padding = written - self.mask[:, :written].sum(-1, keepdim=True)  # (batch, 1)
         self.mask[:, written:] = 0  # nothing written there yet
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None  # the graph's output buffer
