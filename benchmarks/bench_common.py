@@ -28,6 +28,8 @@ from typing import Callable
 
 import torch
 
+from plm.device import cpu_instruction_set
+
 # PLM_RESULTS names another file: benchmarks/gpu.sh keeps a GPU machine's figures apart from the CPU's.
 RESULTS = Path(os.environ.get("PLM_RESULTS") or Path(__file__).resolve().parent / "results.json")
 
@@ -124,6 +126,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_isa(device: str) -> str:
+    """The CPU's instruction set as the rows' precision depends on it (a GPU's rows run on the GPU)."""
+    return f"CPU {cpu_instruction_set()}" + (f", GPU {torch.cuda.get_device_name()}" if device == "cuda" else "")
+
+
 def figure(value: float) -> str:
     """A measured figure as a table shows it: two decimals below 100, none above."""
     return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
@@ -138,6 +145,7 @@ class Row:
     plm: float
     peer: float | None = None
     limit: str = ""  # e.g. "MFU 63% / 61%" or "95% of the bandwidth limit of 42 tok/s"
+    precision: str = "fp32"  # what both sides compute in: "fp32", "bf16 autocast", "bf16 weights", "int8 weights"
 
     @property
     def ratio(self) -> float | None:
@@ -169,8 +177,11 @@ class Report:
         print(f"memory bandwidth {self.limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
               f"matmul peak {self.limits['flops'] / 1e9:.1f} GFLOP/s ({self.precision} product)")
 
-    def add(self, config: str, measure: str, plm: float, peer: float | None = None, limit: str = "") -> None:
-        self.rows.append(Row(config, measure, plm, peer, limit))
+    def add(self, config: str, measure: str, plm: float, peer: float | None = None, limit: str = "",
+            precision: str | None = None) -> None:
+        """A row; its precision is the report's (autocast, for a bf16 report) unless given."""
+        default = "bf16 autocast" if self.precision == "bf16" else self.precision
+        self.rows.append(Row(config, measure, plm, peer, limit, precision or default))
 
     def mfu(self, flops_per_second: float) -> str:
         """Model FLOPs utilisation: a training rate's FLOP/s as a share of the measured matmul peak."""
@@ -179,12 +190,13 @@ class Report:
     def print(self) -> None:
         width = max([len(row.measure) for row in self.rows] + [20])
         print()
-        print(f"{'config':<13} {'measure':<{width}} {'plm':>10} {'peer':>10} {'plm/peer':>8}  limit")
+        print(f"{'config':<13} {'measure':<{width}} {'precision':<13} {'plm':>10} {'peer':>10} {'plm/peer':>8}  limit")
         for row in self.rows:
             peer = figure(row.peer) if row.peer is not None else ""
             ratio = f"{row.ratio:>7.2f}x" if row.ratio is not None else ""
-            print(f"{row.config:<13} {row.measure:<{width}} {figure(row.plm):>10} {peer:>10} {ratio:>8}  {row.limit}")
-        print(f"peer: {self.peer}")
+            print(f"{row.config:<13} {row.measure:<{width}} {row.precision:<13} {figure(row.plm):>10} {peer:>10} "
+                  f"{ratio:>8}  {row.limit}")
+        print(f"peer: {self.peer}; {machine_isa(self.device)}")
         for note in self.notes:
             print(note)
 
@@ -192,7 +204,7 @@ class Report:
         """Replace this benchmark's section of ``path`` (other benchmarks' stay), atomically."""
         results = json.loads(path.read_text()) if path.is_file() else {"benchmarks": {}}
         results["machine"] = {
-            "cpu": cpu_name(), "device": self.device,
+            "cpu": cpu_name(), "isa": cpu_instruction_set(), "device": self.device,
             **({"gpu": torch.cuda.get_device_name()} if self.device == "cuda" else {}),
             "cores": os.cpu_count(), "threads": torch.get_num_threads(),
             "memory_bandwidth_gb_s": round(self.limits["bandwidth"] / 1e9, 2),

@@ -83,19 +83,26 @@ def decoding_profile(step: Callable[[], None], new_tokens: int) -> dict[str, flo
     return parts
 
 
-def bf16_generation(name: str, report: Report, models: dict[str, torch.nn.Module], plm_generate, hf_generate,
-                    runs: int, new_tokens: int, weights: int, prompt_length: int) -> None:
-    """Greedy decoding with bf16 copies of the weights: plm's graphed step against HF's generate."""
-    halves = {label: copy.deepcopy(model).to(torch.bfloat16) for label, model in models.items()}
-    steps = {"plm graphed": plm_generate("plm graphed bf16", halves["plm graphed"], cuda_graph=True),
-             "hf": hf_generate("hf bf16", halves["hf"])}
-    device = next(halves["hf"].parameters()).device
+def bf16_generation(name: str, report: Report, ours: torch.nn.Module, hf: torch.nn.Module, plm_generate,
+                    hf_generate, runs: int, new_tokens: int, weights: int, prompt_length: int) -> float:
+    """Greedy decoding with bf16 copies of the weights, plm's (graphed on a GPU) against HF's generate.
+
+    Returns:
+        plm's seconds per generate call.
+    """
+    device = next(hf.parameters()).device
+    label = "plm graphed" if device.type == "cuda" else "plm"
+    steps = {label: plm_generate(f"{label} bf16", copy.deepcopy(ours).to(torch.bfloat16),
+                                 cuda_graph=device.type == "cuda"),
+             "hf": hf_generate("hf bf16", copy.deepcopy(hf).to(torch.bfloat16))}
     seconds = interleaved_medians(steps, runs, 1, device)
     limit = report.limits["bandwidth"] / (weights * 2)
-    report.add(name, f"greedy generate tok/s (1x{prompt_length}+{new_tokens}), bf16 weights, plm graphed",
-               new_tokens / seconds["plm graphed"], new_tokens / seconds["hf"],
-               f"{new_tokens / seconds['plm graphed'] / limit:.0%} of {limit:,.0f} tok/s "
-               f"({weights * 2 / 1e6:,.0f} MB a token); hf {new_tokens / seconds['hf'] / limit:.0%}")
+    report.add(name, f"greedy generate tok/s (1x{prompt_length}+{new_tokens})" + (", plm graphed" * (label != "plm")),
+               new_tokens / seconds[label], new_tokens / seconds["hf"],
+               f"{new_tokens / seconds[label] / limit:.0%} of {limit:,.0f} tok/s "
+               f"({weights * 2 / 1e6:,.0f} MB a token); hf {new_tokens / seconds['hf'] / limit:.0%}",
+               precision="bf16 weights")
+    return seconds[label]
 
 
 def training_kernels(model: torch.nn.Module, train_ids: torch.Tensor, top: int = 8) -> str:
@@ -195,13 +202,13 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
     print(f"[{name}] {parameters:,} parameters; max |plm - hf| logits on the same weights: {difference:.2e}")
 
     def add_rows(measure: str, seconds: dict[str, float], work_per_call: float,
-                 limit: Callable[[str], str] = lambda label: "") -> None:
+                 limit: Callable[[str], str] = lambda label: "", precision: str | None = None) -> None:
         """plm's row against hf, and one per plm variant timed (compiled, int8), each with its limit."""
         for label in ("plm", "plm compiled", "plm graphed", "plm int8"):
             if label in seconds:
                 variant = "" if label == "plm" else f", {label}"
                 report.add(name, measure + variant, work_per_call / seconds[label], work_per_call / seconds["hf"],
-                           limit(label))
+                           limit(label), "int8 weights, hf fp32" if label == "plm int8" else precision)
 
     train_ids = tokens(work.train_batch, work.train_length + 1)
     # Training moves the two models' weights apart (and, with --compile, plm's twice as far);
@@ -289,10 +296,14 @@ def bench_config(name: str, device: torch.device, args: argparse.Namespace, repo
         )
         return share + (f"; hf {new_tokens / seconds['hf'] / limit:.0%}" if label == "plm" else "")
 
-    add_rows(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens, bandwidth_share)
-    if on_gpu and args.bf16:
-        bf16_generation(name, report, {"plm graphed": ours, "hf": hf}, plm_generate, hf_generate, generate_runs,
-                        new_tokens, weights, work.prompt_length)
+    # the weights are fp32 (int8 rows: int8), whatever the training rows' autocast
+    add_rows(f"greedy generate tok/s (1x{work.prompt_length}+{new_tokens})", seconds, new_tokens, bandwidth_share,
+             "fp32")
+    if args.bf16:
+        bf16_seconds = bf16_generation(name, report, ours, hf, plm_generate, hf_generate, generate_runs,
+                                       new_tokens, weights, work.prompt_length)
+        report.notes.append(f"[{name}] bf16 weights generate {seconds['plm'] / bf16_seconds:.2f}x plm fp32's "
+                            "tokens/s")
     if on_gpu and args.profile:
         profiled = trained.get("plm compiled", ours)
         which = "plm compiled" if args.compile else "plm"
@@ -330,7 +341,8 @@ def main() -> None:
     parser.add_argument("--generate-runs", type=int, default=None, help="timed generate calls (default: per config)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per generate call (default: per config)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout of both models while training")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models' training and forward rows, "
+                        "and rows of greedy decoding with bf16 weights (on a GPU, or a CPU with AVX512-BF16 or AMX)")
     parser.add_argument(
         "--compile", action="store_true", help="add rows for plm under torch.compile (training, generation)"
     )

@@ -116,7 +116,7 @@ def bench_decoding(name: str, report: Report) -> None:
         calls = {
             f"beam {beam}": (
                 lambda beam=beam: beam_search(
-                    model, start, beam_size=beam, alpha=0.0, max_len_b=new_tokens, source_ids=source
+                    model, start, num_beams=beam, length_penalty=0.0, max_new_tokens=new_tokens, source_ids=source
                 )
             )
             for beam in (1, 4)
@@ -132,7 +132,7 @@ def bench_translation(model_path: Path, sources: Path, sentences: int, beam: int
     fp32, tokenizers = load_seq2seq(model_path)
     models = {"fp32": fp32.eval(), "int8": quantize(copy.deepcopy(fp32), "int8")}
     lines = sources.read_text(encoding="utf-8").splitlines()[:sentences]
-    options = recipe_decoding(fp32.family, beam=beam)
+    options = recipe_decoding(fp32.family, num_beams=beam)
     modes = ("batched", "one at a time")
     outputs: dict[str, list[str]] = {}
 

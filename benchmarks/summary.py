@@ -20,21 +20,24 @@ from bench_common import RESULTS, figure
 
 
 def machine_line(machine: dict) -> str:
-    return (f"{machine['cpu']} ({machine['device']}, {machine['cores']} cores, {machine['threads']} threads): "
-            f"{machine['memory_bandwidth_gb_s']} GB/s, {machine['matmul_peak_gflop_s']} GFLOP/s fp32 matmul")
+    isa = f", {machine['isa']}" if "isa" in machine else ""  # recorded since the bf16 rows
+    precision = machine.get("matmul_peak_precision", "fp32")
+    return (f"{machine['cpu']}{isa} ({machine['device']}, {machine['cores']} cores, {machine['threads']} threads): "
+            f"{machine['memory_bandwidth_gb_s']} GB/s, {machine['matmul_peak_gflop_s']} GFLOP/s {precision} matmul")
 
 
 def table(results: dict) -> str:
     lines = [
-        "| benchmark | config | measure | plm | peer | plm / peer | limit |",
-        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+        "| benchmark | config | measure | precision | plm | peer | plm / peer | limit |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- |",
     ]
     for name, section in results["benchmarks"].items():
         for row in section["rows"]:
             peer = figure(row["peer"]) if row["peer"] is not None else ""
             ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else ""
-            lines.append(f"| {name} | {row['config']} | {row['measure']} | {figure(row['plm'])} | {peer} | {ratio} "
-                         f"| {row['limit']} |")
+            precision = row.get("precision", "fp32")  # rows from before precisions were recorded are fp32
+            lines.append(f"| {name} | {row['config']} | {row['measure']} | {precision} | {figure(row['plm'])} | {peer} "
+                         f"| {ratio} | {row['limit']} |")
     return "\n".join(lines)
 
 

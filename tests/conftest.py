@@ -29,6 +29,19 @@ def plm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fp32_on_every_cpu() -> None:
+    """The tests train in fp32 on every CPU, as their fp32 references do, in this process and those it starts.
+
+    ``--precision auto`` picks bf16 on a CPU with AVX512-BF16 or AMX; the tests of bf16 ask for it by name
+    (or unset ``PLM_CPU_BF16``), so that CI's CPU does not change what a test checks.
+    """
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PLM_CPU_BF16", "0")
+    yield
+    mp.undo()
+
+
 SUBJECTS = ["the cat", "a dog", "the model", "my friend", "the list", "a tokenizer"]
 VERBS = ["reads", "returns", "sees", "likes", "builds", "sorts"]
 OBJECTS = ["the book", "a value", "the answer", "every token", "the data", "a string"]

@@ -15,8 +15,8 @@ import torch
 
 from conftest import StubCausalLM
 from plm.core import CausalLMOutput
-from plm.decoding import DecodingRequest, beam_search
-from plm.decoding.generation import generate
+from plm.decoding import DecodingRequest, GenerationConfig, beam_search, decode_steps, generate
+from plm.errors import PLMError
 from plm.models import from_preset
 
 
@@ -72,7 +72,7 @@ def test_enough_beams_find_the_brute_force_best_sequence(alpha, early_stopping):
     for seed in range(6):
         model = PrefixLM(vocab=3, seed=seed)
         prompts = [[1, 2], [2, 2], [1, 1]]
-        out = beam_search(model, torch.tensor(prompts), beam_size=24, alpha=alpha, max_len_b=4,
+        out = beam_search(model, torch.tensor(prompts), num_beams=24, length_penalty=alpha, max_new_tokens=4,
                           eos_token_id=0, pad_token_id=0, early_stopping=early_stopping)
         for row, prompt in enumerate(prompts):
             score, tokens = brute_force_best(model, prompt, eos=0, limit=4, alpha=alpha)
@@ -110,7 +110,7 @@ def test_two_beams_find_the_sequence_that_greedy_search_misses():
     model, prompt = GardenPathLM(), torch.tensor([[2]])  # the prompt token is only a start symbol
     greedy = generate(model, prompt, 4, eos_token_id=0)
     assert greedy[0, 1:].tolist() == [1, 0]  # greedy commits to token 1 (then EOS, as likely as any)
-    out = beam_search(model, prompt, beam_size=2, alpha=0.0, max_len_b=4, eos_token_id=0)
+    out = beam_search(model, prompt, num_beams=2, length_penalty=0.0, max_new_tokens=4, eos_token_id=0)
     assert out.sequences[0, 1:].tolist() == [2, 0]
     assert out.scores[0].item() == pytest.approx(math.log(0.4 * 0.9))
 
@@ -126,7 +126,8 @@ def test_one_beam_is_greedy_search():
     # An EOS that greedy search emits in one row, so that rows finish at different steps.
     eos = greedy[1, width + 3].item()
     greedy = generate(model, ids, 12, attention_mask=mask, eos_token_id=eos, pad_token_id=7)
-    beam = beam_search(model, ids, mask, beam_size=1, alpha=0.0, max_len_b=12, eos_token_id=eos, pad_token_id=7)
+    beam = beam_search(model, ids, mask, num_beams=1, length_penalty=0.0, max_new_tokens=12, eos_token_id=eos,
+                       pad_token_id=7)
     assert torch.equal(beam.sequences, greedy)
 
 
@@ -136,8 +137,8 @@ def test_one_beam_does_not_keep_an_ending_that_greedy_search_passed_over():
     greedy = generate(model, torch.tensor([[2]]), 4, eos_token_id=0)
     assert greedy[0, 1:].tolist() == [1, 0]
     for early_stopping in (True, False):
-        beam = beam_search(model, torch.tensor([[2]]), beam_size=1, alpha=0.0, max_len_b=4, eos_token_id=0,
-                           early_stopping=early_stopping)
+        beam = beam_search(model, torch.tensor([[2]]), num_beams=1, length_penalty=0.0, max_new_tokens=4,
+                           eos_token_id=0, early_stopping=early_stopping)
         assert torch.equal(beam.sequences, greedy)
 
 
@@ -204,19 +205,19 @@ def test_batched_beam_search_equals_one_sentence_at_a_time(name, early_stopping,
     rows: list[int] = []
     model = recording_rows(ends_after_multiples_of_four(from_preset(name, **DECODERS[name]).eval()), rows)
     sentences = [torch.randint(3, model.config.vocab_size, (n,)).tolist() for n in [1, 9, 3, 12, 5, 2]]
-    options = dict(beam_size=3, alpha=0.6, eos_token_id=EOS, pad_token_id=0, early_stopping=early_stopping,
+    options = dict(num_beams=3, length_penalty=0.6, eos_token_id=EOS, pad_token_id=0, early_stopping=early_stopping,
                    use_cache=use_cache)
     if name.startswith("gpt"):
         ids, mask = left_padded(sentences)
-        batched = beam_search(model, ids, mask, max_len_b=10, **options)
+        batched = beam_search(model, ids, mask, max_new_tokens=10, **options)
         batch_rows = list(rows)
-        alone = [beam_search(model, torch.tensor([s]), max_len_b=10, **options) for s in sentences]
+        alone = [beam_search(model, torch.tensor([s]), max_new_tokens=10, **options) for s in sentences]
         hypotheses = [(batched.sequences[row, ids.shape[1] :], out.sequences[0, len(sentence) :])
                       for row, (sentence, out) in enumerate(zip(sentences, alone))]
     else:  # a limit of 1.0 x source length + 2 new tokens
         source, source_mask = right_padded(sentences)
         start = torch.full((len(sentences), 1), 1)
-        options |= dict(max_len_a=1.0, max_len_b=2)
+        options |= dict(max_len_a=1.0, max_new_tokens=2)
         batched = beam_search(model, start, source_ids=source, source_mask=source_mask, **options)
         batch_rows = list(rows)
         alone = [beam_search(model, start[:1], source_ids=torch.tensor([s]), **options) for s in sentences]
@@ -237,7 +238,7 @@ def test_sentences_leave_the_batch_once_done():
     rows: list[int] = []
     model = recording_rows(from_preset("transformer-micro").eval(), rows)
     source, source_mask = right_padded([[5] * 2, [6] * 7, [7] * 4])
-    beam_search(model, torch.full((3, 1), 1), beam_size=2, max_len_a=1.0, max_len_b=1, source_ids=source,
+    beam_search(model, torch.full((3, 1), 1), num_beams=2, max_len_a=1.0, max_new_tokens=1, source_ids=source,
                 source_mask=source_mask)
     # one row per sentence, then two beams each; the first sentence leaves after 3 steps, the third after 5
     assert rows == [3, 6, 6, 4, 4, 2, 2, 2]
@@ -248,7 +249,7 @@ def test_a_sentence_without_room_keeps_the_empty_hypothesis_and_the_others_are_s
     rows: list[int] = []
     model = recording_rows(from_preset("transformer-micro").eval(), rows)
     source, source_mask = right_padded([[5, 6, 7, 8], [9], [10, 11, 12]])  # limits 0.5 x length: 2, 0 and 1
-    options = dict(beam_size=2, max_len_a=0.5, max_len_b=0, pad_token_id=0)
+    options = dict(num_beams=2, max_len_a=0.5, max_new_tokens=0, pad_token_id=0)
     out = beam_search(model, torch.full((3, 1), 1), source_ids=source, source_mask=source_mask, **options)
     assert rows == [2, 2]  # the second sentence never enters the search, the third leaves after one token
     assert (out.lengths.tolist(), out.scores[1].item(), out.sequences[1].tolist()) == ([2, 0, 1], 0.0, [1, 0, 0])
@@ -264,7 +265,7 @@ def test_beam_search_calls_the_model_once_per_step_for_all_sentences_and_beams()
     model = from_preset("gpt2-micro").eval()
     batches = []
     model.register_forward_pre_hook(lambda module, args: batches.append(tuple(args[0].shape)))
-    beam_search(model, torch.randint(0, 512, (3, 4)), beam_size=5, max_len_b=6)
+    beam_search(model, torch.randint(0, 512, (3, 4)), num_beams=5, max_new_tokens=6)
     assert batches == [(3, 4)] + [(15, 1)] * 5  # the prompts once, then one token per beam
 
 
@@ -292,10 +293,10 @@ def test_length_penalty_changes_the_winner_as_the_formula_says():
     model = ScriptedLM([[0.3, 0.7, 1e-9], [1e-9, 0.6, 0.4], [1e-9, 0.6, 0.4], [1.0, 1e-9, 1e-9]])
     short, long = math.log(0.3), math.log(0.7 * 0.6 * 0.6)
     assert short > long
-    options = dict(beam_size=2, max_len_b=6, eos_token_id=0, early_stopping=False)
+    options = dict(num_beams=2, max_new_tokens=6, eos_token_id=0, early_stopping=False)
     winners = []
     for alpha in (0.0, 0.5, 1.0, 2.0):
-        out = beam_search(model, torch.tensor([[2]]), alpha=alpha, **options)
+        out = beam_search(model, torch.tensor([[2]]), length_penalty=alpha, **options)
         penalised = {1: short / ((5 + 1) / 6) ** alpha, 4: long / ((5 + 4) / 6) ** alpha}
         winner = max(penalised, key=penalised.get)
         assert out.lengths[0].item() == winner, alpha
@@ -310,7 +311,7 @@ def test_early_stopping_ends_a_sentence_once_it_has_beam_size_finished_hypothese
     model = ScriptedLM([[0.5, 0.45, 0.05], [1.0, 1e-9, 1e-9]])
     calls = []
     model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    options = dict(beam_size=1, alpha=2.0, max_len_b=6, eos_token_id=0)
+    options = dict(num_beams=1, length_penalty=2.0, max_new_tokens=6, eos_token_id=0)
     early = beam_search(model, torch.tensor([[2]]), early_stopping=True, **options)
     assert (len(calls), early.lengths[0].item()) == (1, 1)  # stopped with one finished hypothesis
     # Without early stopping the live beam could still score better, so the search goes on and finds it.
@@ -333,3 +334,39 @@ def test_the_transformer_moves_its_memory_only_for_rows_that_change_sentence():
     rows = torch.tensor([1, 1, 0, 0])
     fresh = model.start_decoding(DecodingRequest(start, 4, None, source[rows], source_mask[rows]))
     torch.testing.assert_close(model.decode_step(start, swapped)[0], model.decode_step(start, fresh)[0])
+
+
+def test_generate_with_beams_returns_the_brute_force_best_sequence():
+    # generate takes one GenerationConfig for every search: more than one beam makes it a beam search.
+    model = PrefixLM(vocab=3, seed=4)
+    config = GenerationConfig(max_new_tokens=4, num_beams=24, length_penalty=0.6, eos_token_id=0, pad_token_id=0)
+    out = generate(model, torch.tensor([[1, 2]]), config=config)
+    score, tokens = brute_force_best(model, [1, 2], eos=0, limit=4, alpha=0.6)
+    assert out[0, 2:].tolist() == tokens
+
+
+def test_beam_search_keeps_the_last_prompt_tokens_it_is_asked_to():
+    model = PrefixLM(vocab=3, seed=1)
+    cut = beam_search(model, torch.tensor([[2, 2, 1, 2]]), num_beams=2, max_new_tokens=3, keep_last=2)
+    short = beam_search(model, torch.tensor([[1, 2]]), num_beams=2, max_new_tokens=3)
+    assert torch.equal(cut.sequences, short.sequences)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_beams": 2, "temperature": 0.7}, "beam search neither samples"),
+        ({"num_beams": 2, "repetition_penalty": 1.3}, "beam search neither samples"),
+        ({"num_beams": 0}, "num_beams must be at least 1"),
+        ({"num_beams": 2, "length_penalty": math.nan}, "length_penalty .* must be a finite number"),
+        ({"num_beams": 2, "max_len_a": -1.0}, "max_len_a must be a number >= 0"),
+    ],
+)
+def test_generate_refuses_a_beam_search_it_cannot_run(options, message):
+    with pytest.raises(PLMError, match=message):
+        generate(PrefixLM(vocab=3, seed=0), torch.tensor([[1]]), 3, **options)
+
+
+def test_beam_search_cannot_be_streamed_step_by_step():
+    with pytest.raises(PLMError, match="beam search .* has no steps to stream"):
+        decode_steps(PrefixLM(vocab=3, seed=0), torch.tensor([[1]]), GenerationConfig(num_beams=2))

@@ -7,14 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import StubCausalLM
-from plm.decoding.generation import (
-    GenerationConfig,
-    StopStrings,
-    decode_steps,
-    filter_top_k_top_p,
-    generate,
-    penalize_repetition,
-)
+from plm.decoding import GenerationConfig, StopStrings, decode_steps, generate
+from plm.decoding.generation import filter_top_k_top_p, penalize_repetition
 from plm.errors import PLMError
 from plm.models import from_preset
 

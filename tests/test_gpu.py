@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 import plm
-from plm.decoding.generation import GenerationConfig, decode_steps
+from plm.decoding import GenerationConfig, decode_steps
 from plm.decoding.static_step import StaticStep
 from plm.tasks.qa import encode_windows, predict_answer
 from plm.tokenization.tokenizer import Tokenizer

@@ -15,6 +15,7 @@ from plm.apps.text_pipelines import file_perplexity
 from plm.cli.main import main
 from plm.cpu.int8 import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
 from plm.storage.checkpoint import WEIGHTS_FILE
+from plm.storage.loading import inference_weights
 
 QUICK = ["--batch-size", "8", "--warmup", "10", "--dropout", "0", "--no-progress", "--device", "cpu"]
 
@@ -169,3 +170,31 @@ def test_training_or_converting_int8_weights_is_refused_in_one_line(trained_gpt,
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "again").exists() and not (tmp_path / "hf").exists()
+
+
+def test_a_trained_model_keeps_its_perplexity_within_half_a_percent_with_bf16_weights(trained_gpt, tmp_path,
+                                                                                      capsys) -> None:
+    run, test = trained_gpt
+    fp32, tokenizer = plm.load_pretrained(run)
+    bf16 = inference_weights(plm.load(run), "bf16")
+    assert {parameter.dtype for parameter in bf16.parameters()} == {torch.bfloat16}  # half the bytes per token
+    ppl = {name: file_perplexity(model, tokenizer, test, 64, 32).perplexity for name, model in (("fp32", fp32),
+                                                                                                 ("bf16", bf16))}
+    assert abs(ppl["bf16"] / ppl["fp32"] - 1) < 0.005, ppl
+    # plm eval perplexity --precision bf16 is that same model
+    out = tmp_path / "ppl.json"
+    argv = ["eval", "perplexity", "--model", str(run), str(test), "--window", "64", "--stride", "32",
+            "--device", "cpu", "--json", str(out)]
+    assert main([*argv, "--precision", "bf16"]) == 0
+    assert json.loads(out.read_text())["perplexity"] == pytest.approx(ppl["bf16"], rel=1e-6)
+
+
+def test_bf16_weights_and_int8_weights_are_one_choice(trained_gpt, capsys) -> None:
+    run, _ = trained_gpt
+    argv = ["generate", "--model", str(run), "the", "--precision", "bf16", "--quantize", "int8"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "--quantize: not allowed with argument --precision" in capsys.readouterr().err
+    with pytest.raises(plm.PLMError, match="choose one"):
+        inference_weights(plm.load(run), "bf16", "int8")

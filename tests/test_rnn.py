@@ -175,14 +175,15 @@ def test_greedy_and_beam_search_decode_through_the_interface() -> None:
     for _ in range(5):  # the oracle: teacher-force the history so far, take the argmax of the last position
         history = torch.cat([history, model(ids, history, mask).logits[:, -1].argmax(-1, keepdim=True)], 1)
     assert torch.equal(greedy, history)
-    one = beam_search(model, start, beam_size=1, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)
+    one = beam_search(model, start, num_beams=1, length_penalty=0.0, max_new_tokens=5, source_ids=ids, source_mask=mask)
     assert torch.equal(one.sequences, greedy)
 
     def log_p(sequences: torch.Tensor) -> torch.Tensor:
         logits = model(ids, sequences[:, :-1], mask).logits.log_softmax(-1)
         return logits.gather(2, sequences[:, 1:, None]).squeeze(2).sum(1)
 
-    three = beam_search(model, start, beam_size=3, alpha=0.0, max_len_b=5, source_ids=ids, source_mask=mask)
+    three = beam_search(model, start, num_beams=3, length_penalty=0.0, max_new_tokens=5, source_ids=ids,
+                        source_mask=mask)
     assert torch.all(log_p(three.sequences) >= log_p(greedy) - 1e-5)
     torch.testing.assert_close(three.scores, log_p(three.sequences))
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DATE_PAIRS
-from plm.apps.translation import DecodingOptions
 from plm.cli.main import main
+from plm.decoding import GenerationConfig
 from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
 
@@ -87,12 +87,12 @@ def transformer_run(date_pair_files: Path) -> Path:
     return out
 
 
-def record_searches(monkeypatch: pytest.MonkeyPatch, command: str) -> list[DecodingOptions]:
+def record_searches(monkeypatch: pytest.MonkeyPatch, command: str) -> list[GenerationConfig]:
     """Replace the translation a command calls by one that records the search it was asked for."""
-    searches: list[DecodingOptions] = []
+    searches: list[GenerationConfig] = []
 
-    def spy(model, tokenizers, sentences, options, progress):
-        searches.append(options)
+    def spy(model, tokenizers, sentences, config, **batching):
+        searches.append(config)
         return ["x"] * len(sentences)
 
     monkeypatch.setattr(f"plm.cli.{command.replace('eval ', 'eval_')}.translate", spy)
@@ -103,10 +103,11 @@ def record_searches(monkeypatch: pytest.MonkeyPatch, command: str) -> list[Decod
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        ([], DecodingOptions(beam=4, length_penalty=0.6, max_len_a=1.0, max_len_b=50)),  # Vaswani et al. section 6.1
-        (["--beam", "1"], DecodingOptions(beam=1, length_penalty=0.6, max_len_a=1.0, max_len_b=50)),  # greedy
+        # Vaswani et al. section 6.1
+        ([], GenerationConfig(num_beams=4, length_penalty=0.6, max_len_a=1.0, max_new_tokens=50)),
+        (["--beam", "1"], GenerationConfig(num_beams=1, length_penalty=0.6, max_len_a=1.0, max_new_tokens=50)),
         (["--length-penalty", "1", "--max-len-a", "2", "--max-len-b", "7"],
-         DecodingOptions(beam=4, length_penalty=1.0, max_len_a=2.0, max_len_b=7)),
+         GenerationConfig(num_beams=4, length_penalty=1.0, max_len_a=2.0, max_new_tokens=7)),
     ],
 )
 def test_a_transformer_decodes_as_the_paper_unless_flags_say_otherwise(
@@ -123,7 +124,7 @@ def test_an_rnn_decodes_greedily_by_default(trained: Path, monkeypatch, capsys) 
     searches = record_searches(monkeypatch, "translate")
     monkeypatch.setattr("sys.stdin", io.StringIO("3 May 1999\n"))
     assert main(["translate", "--model", str(trained / "run"), "--device", "cpu"]) == 0
-    assert searches == [DecodingOptions(beam=1, length_penalty=0.6, max_len_a=1.5, max_len_b=10)]
+    assert searches == [GenerationConfig(num_beams=1, length_penalty=0.6, max_len_a=1.5, max_new_tokens=10)]
 
 
 def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
@@ -233,7 +234,7 @@ def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) 
     for beam in (1, 4):
         shapes.clear()
         plm.apps.translation.translate(
-            model, tokenizers, sentences, DecodingOptions(beam=beam, max_tokens=256, max_len_b=2)
+            model, tokenizers, sentences, GenerationConfig(num_beams=beam, max_new_tokens=2), max_tokens=256
         )
         longest = max(map(len, tokenizers.encode_sources(sentences)))
         assert all(rows * width <= max(256 // beam, longest) for rows, width in shapes)

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.apps.translation import DecodingOptions
 from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
 from plm.data.parallel import Seq2SeqTokenizers
+from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
 from plm.objectives.seq2seq import Seq2SeqObjective, cross_entropies
@@ -39,7 +39,8 @@ def test_the_losses_are_torchs_cross_entropy_with_and_without_label_smoothing_ig
 def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
     train, held_out = date_pairs(200, seed=0), date_pairs(8, seed=1, held_out=True)
     tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
-    options = {"max_tokens": 256, "seed": 0, "metric_examples": 8, "decoding": DecodingOptions(max_len_b=12)} | options
+    decoding = GenerationConfig(max_len_a=1.5, max_new_tokens=12)
+    options = {"max_tokens": 256, "seed": 0, "metric_examples": 8, "decoding": decoding} | options
     objective = Seq2SeqObjective(train, held_out, tokenizers, **options)
     torch.manual_seed(0)
     size = len(tokenizers.source)

@@ -28,7 +28,7 @@ from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.decoding.generation import GenerationConfig, generate
+from plm.decoding import GenerationConfig, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
@@ -272,7 +272,7 @@ def test_translate_gives_plm_translates_translation_and_the_attention_that_made_
     for name in ("dates", "rnn"):
         service = services[name]
         answer = post(client, "/translate", model=name, text=source, beam=2)
-        options = recipe_decoding(service.model.family, beam=2)
+        options = recipe_decoding(service.model.family, num_beams=2)
         assert answer["translation"] == translate(service.model, service.tokenizers, [source], options)[0]
         [source_ids] = service.tokenizers.encode_sources([source])
         [target_ids] = translate_ids(service.model, service.tokenizers, [source], options)

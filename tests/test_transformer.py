@@ -162,9 +162,9 @@ def test_encoder_decoder_attention_projects_the_memory_once_per_sentence(monkeyp
     assert calls == [3, 3]  # once per decoder layer, for the 3 sentences together
     assert torch.equal(cached, uncached)
     calls.clear()
-    beams = beam_search(model, start, beam_size=4, max_len_b=8, source_ids=source, source_mask=source_mask)
+    beams = beam_search(model, start, num_beams=4, max_new_tokens=8, source_ids=source, source_mask=source_mask)
     assert calls == [3, 3]  # the beams get copies of each sentence's keys and values
-    slow = beam_search(model, start, beam_size=4, max_len_b=8, source_ids=source, source_mask=source_mask,
+    slow = beam_search(model, start, num_beams=4, max_new_tokens=8, source_ids=source, source_mask=source_mask,
                        use_cache=False)
     assert torch.equal(beams.sequences, slow.sequences)
 
@@ -172,7 +172,7 @@ def test_encoder_decoder_attention_projects_the_memory_once_per_sentence(monkeyp
 def test_batched_beam_search_over_padded_sources_equals_one_sentence_at_a_time():
     model = micro()
     source, source_mask = padded_sources()
-    options = dict(beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=2, eos_token_id=2)
+    options = dict(num_beams=3, length_penalty=0.6, max_len_a=1.0, max_new_tokens=2, eos_token_id=2)
     batched = beam_search(model, torch.full((3, 1), BOS), source_ids=source, source_mask=source_mask, **options)
     for row in range(3):
         length = int(source_mask[row].sum())
@@ -184,7 +184,7 @@ def test_batched_beam_search_over_padded_sources_equals_one_sentence_at_a_time()
 def test_beam_search_stops_each_sentence_at_a_times_its_source_length_plus_b():
     model = micro()
     source, source_mask = padded_sources()  # 7, 4 and 6 real tokens
-    out = beam_search(model, torch.full((3, 1), BOS), beam_size=2, max_len_a=1.5, max_len_b=1,
+    out = beam_search(model, torch.full((3, 1), BOS), num_beams=2, max_len_a=1.5, max_new_tokens=1,
                       source_ids=source, source_mask=source_mask)  # no EOS: every hypothesis runs to its limit
     assert out.lengths.tolist() == [math.floor(1.5 * n + 1) for n in (7, 4, 6)]  # 11, 7, 10
 

@@ -52,8 +52,9 @@ for folder in (HERE, HERE.parent):  # common.py, and references.py
 
 from common import Curve, Row, Settings, StepTimer, group_main  # noqa: E402
 
-from plm.apps.translation import DecodingOptions, translate  # noqa: E402
+from plm.apps.translation import translate  # noqa: E402
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, right_pad  # noqa: E402
+from plm.models.recipe import TRANSLATION  # noqa: E402
 from plm.objectives.seq2seq import Seq2SeqObjective  # noqa: E402
 from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq  # noqa: E402
 from plm.training.trainer import TrainingConfig  # noqa: E402
@@ -218,7 +219,7 @@ def run_row(name: str, files: dict[str, Path], tokenizer: Path, settings: Settin
     print(f"{name}: {steps} steps", flush=True)
     plm_curve, plm_model, objective, tokenizers = train_plm(name, steps, files, tokenizer, settings,
                                                             settings.out / GROUP / name)
-    plm_curve.metric = bleu(translate(plm_model.eval(), tokenizers, [p.source for p in test], DecodingOptions(beam=1)),
+    plm_curve.metric = bleu(translate(plm_model.eval(), tokenizers, [p.source for p in test], TRANSLATION),
                             test)
     torch.manual_seed(settings.seed)
     reference = build_reference(name, len(tokenizers.target))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
 from plm.errors import PLMError
 
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # autocast, for training
+INFERENCE_PRECISIONS = ("fp32", "bf16")  # the weights, for inference
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -33,8 +35,34 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 in hardware: AVX512-BF16 or AMX, as PyTorch's CPU probe reports it.
+
+    Elsewhere bf16 products are emulated and slower than fp32, so ``auto`` keeps fp32 there. The environment
+    variable ``PLM_CPU_BF16=0`` says no on any CPU, for every process a run starts (the tests set it).
+
+    Returns:
+        True on a CPU with AVX512-BF16 or AMX tiles, unless ``PLM_CPU_BF16=0``.
+    """
+    if os.environ.get("PLM_CPU_BF16") == "0":
+        return False
+    probes = (torch.cpu._is_avx512_bf16_supported, torch.cpu._is_amx_tile_supported)
+    return any(probe() for probe in probes)
+
+
+def cpu_instruction_set() -> str:
+    """The widest vector instructions PyTorch's CPU kernels use here, and bf16 support, for benchmark rows.
+
+    Returns:
+        For example ``AVX512 + AMX-BF16``, ``AVX512 + AVX512-BF16`` or ``AVX2``.
+    """
+    extensions = [name for name, probe in (("AVX512-BF16", torch.cpu._is_avx512_bf16_supported),
+                                           ("AMX-BF16", torch.cpu._is_amx_tile_supported)) if probe()]
+    return " + ".join([torch.backends.cpu.get_cpu_capability(), *extensions])
+
+
 def resolve_precision(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 on a GPU that has it, fp16 on older GPUs, fp32 on the CPU.
+    """``auto`` is bf16 on a GPU or CPU that has it (:func:`native_bf16_cpu`), fp16 on older GPUs, else fp32.
 
     Args:
         name: ``auto``, ``fp32``, ``bf16`` or ``fp16``.
@@ -50,7 +78,7 @@ def resolve_precision(name: str, device: torch.device) -> torch.dtype:
         raise PLMError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
     if name == "auto":
         if device.type != "cuda":
-            return torch.float32
+            return torch.bfloat16 if device.type == "cpu" and native_bf16_cpu() else torch.float32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from plm.apps.translation import DecodingOptions, translate_ids
+from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention, attention_weights
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
@@ -133,7 +133,7 @@ def pair_attention(
         PLMError: a model without attention, or a layer or head out of range.
     """
     if target is None:
-        [target_ids] = translate_ids(model, tokenizers, [source], DecodingOptions())
+        [target_ids] = translate_ids(model, tokenizers, [source], recipe_decoding(model.family, num_beams=1))
     else:
         [target_ids] = tokenizers.encode_targets([target])
     return decoder_attention(model, tokenizers, source, target_ids, layer, head)

@@ -10,7 +10,8 @@ import torch
 from plm.apps.perplexity import Perplexity, perplexity
 from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.data.corpus import read_text
-from plm.decoding.generation import StopStrings, generate
+from plm.decoding.generation import generate
+from plm.decoding.generation_config import StopStrings
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder
 from plm.models.pretraining_heads import sentence_embeddings
@@ -254,7 +255,7 @@ def embed_texts(
         normalize: L2-normalise each embedding.
 
     Returns:
-        The (len(texts), hidden) embeddings, on the CPU.
+        The (len(texts), hidden) embeddings, fp32 on the CPU.
     """
     device = next(model.parameters()).device
     model.eval()
@@ -265,8 +266,8 @@ def embed_texts(
         )
         ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
         chunks.append(
-            sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu()
-        )
+            sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu().float()
+        )  # fp32 whatever the weights' precision
     return torch.cat(chunks)
 
 

@@ -13,9 +13,10 @@ model's output against the raw reference lines, with sacrebleu's own tokenisatio
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import sacrebleu
@@ -23,12 +24,11 @@ import torch
 from tqdm.auto import tqdm
 
 from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
-from plm.decoding import beam_search
+from plm.decoding import GenerationConfig, beam_search
 from plm.device import available_memory
 from plm.errors import PLMError, with_article
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
-from plm.models.recipe import Decoding
 from plm.storage.checkpoint import load_model, model_directory
 
 
@@ -56,52 +56,26 @@ def load_seq2seq(
     return model, Seq2SeqTokenizers.load(model_directory(path))
 
 
-@dataclass(frozen=True)
-class DecodingOptions(Decoding):
-    """A search (beam size, length penalty, longest output: see :class:`plm.models.recipe.Decoding`) and its batches.
-
-    Attributes:
-        max_tokens: the source tokens per batch, shared by the beams (a beam of k takes ``max_tokens / k``).
-    """
-
-    max_tokens: int = 4096  # source tokens per batch
-
-    def validate(self) -> None:
-        """Raise a PLMError naming the flag of the first option that cannot search.
-
-        Raises:
-            PLMError: a beam or ``max_tokens`` below 1, a negative ``max_len_a`` or ``max_len_b``, or both 0.
-        """
-        if self.beam < 1:
-            raise PLMError(f"--beam must be at least 1, got {self.beam}")
-        if not (self.max_len_a >= 0 and self.max_len_b >= 0):
-            raise PLMError(f"--max-len-a and --max-len-b must be >= 0, got {self.max_len_a} and {self.max_len_b}")
-        if self.max_len_a == 0 and self.max_len_b == 0:
-            raise PLMError("--max-len-a 0 and --max-len-b 0 leave no room for a single output token")
-        if self.max_tokens < 1:
-            raise PLMError(f"--max-tokens must be at least 1, got {self.max_tokens}")
-
-
-def recipe_decoding(family: str, **given: Any) -> DecodingOptions:
-    """The search of ``family``'s recipe, with the options ``given`` in its place.
-
-    The recipe's search is a :class:`plm.models.recipe.Decoding`.
+def recipe_decoding(family: str, **given: Any) -> GenerationConfig:
+    """The search of ``family``'s recipe (its ``decoding``), with the options ``given`` in its place.
 
     Args:
         family: the model family.
-        **given: options that replace the recipe's (any field of :class:`DecodingOptions`).
+        **given: fields of :class:`plm.decoding.GenerationConfig` that replace the recipe's.
 
     Returns:
-        The options.
+        The search.
     """
-    return DecodingOptions(**(asdict(RECIPES[family].decoding) | given))
+    return dataclasses.replace(RECIPES[family].decoding, **given)
 
 
 def translate(
     model: Seq2SeqModel,
     tokenizers: Seq2SeqTokenizers,
     sentences: Sequence[str],
-    options: DecodingOptions = DecodingOptions(),
+    config: GenerationConfig | None = None,
+    *,
+    max_tokens: int = 4096,
     progress: bool = False,
 ) -> list[str]:
     """The translation of each sentence, in order; ``progress`` shows a bar of the sentences translated.
@@ -110,7 +84,9 @@ def translate(
         model: the encoder-decoder.
         tokenizers: its tokenizers.
         sentences: the source sentences.
-        options: the search and its batches.
+        config: the search: its beams, length penalty and length limits (None: the family's recipe, as
+            :func:`recipe_decoding` gives it). The target tokenizer's end and padding tokens replace the config's.
+        max_tokens: the source tokens per batch, shared by the beams (a beam of k takes ``max_tokens / k``).
         progress: show a progress bar.
 
     Returns:
@@ -120,7 +96,7 @@ def translate(
         PLMError: options that cannot search, a sentence longer than the model reads, a beam over the
             vocabulary, or a search that would not fit in the memory free.
     """
-    searched = translate_ids(model, tokenizers, sentences, options, progress)
+    searched = translate_ids(model, tokenizers, sentences, config, max_tokens=max_tokens, progress=progress)
     return tokenizers.decode_targets([ids[1:] for ids in searched])
 
 
@@ -129,7 +105,9 @@ def translate_ids(
     model: Seq2SeqModel,
     tokenizers: Seq2SeqTokenizers,
     sentences: Sequence[str],
-    options: DecodingOptions = DecodingOptions(),
+    config: GenerationConfig | None = None,
+    *,
+    max_tokens: int = 4096,
     progress: bool = False,
 ) -> list[list[int]]:
     """Each sentence's translation as the search chose it: target ids ``<s> y_1 .. y_m </s>``.
@@ -141,7 +119,8 @@ def translate_ids(
         model: the encoder-decoder.
         tokenizers: its tokenizers.
         sentences: the source sentences.
-        options: the search and its batches.
+        config: the search (None: the family's recipe); see :func:`translate`.
+        max_tokens: the source tokens per batch, shared by the beams.
         progress: show a progress bar.
 
     Returns:
@@ -151,7 +130,9 @@ def translate_ids(
         PLMError: options that cannot search, a sentence longer than the model reads, a beam over the
             vocabulary, or a search that would not fit in the memory free.
     """
-    options.validate()
+    bos, eos, pad = (tokenizers.target.required_id(role) for role in ("bos", "eos", "pad"))  # checked on loading
+    config = dataclasses.replace(config or recipe_decoding(model.family), eos_token_id=eos, pad_token_id=pad)
+    check_search(config, max_tokens)
     if not sentences:
         return []
     device = next(model.parameters()).device
@@ -161,34 +142,48 @@ def translate_ids(
             raise PLMError(f"sentence {number} is {len(source)} tokens long with </s>; the model reads at most "
                            f"{model.context_length()}")
     vocabulary = model.config.vocab_size
-    if options.beam > vocabulary:
-        raise PLMError(f"--beam {options.beam} is more than the {vocabulary:,} target tokens a step chooses from")
+    if config.num_beams > vocabulary:
+        raise PLMError(f"--beam {config.num_beams} is more than the {vocabulary:,} target tokens a step chooses from")
     # Only the sources matter for batching; the empty targets make each pair's cost its source length. A beam
     # of k decodes k hypotheses a sentence, so the budget is max_tokens / k source tokens: the memory a batch
     # takes does not grow with the beam (past one sentence a batch).
-    budget = max(options.max_tokens // options.beam, max(map(len, sources)))
+    budget = max(max_tokens // config.num_beams, max(map(len, sources)))
     batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), budget)
-    check_search_memory(model, options, [[sources[i] for i in batch] for batch in batches])
-    bos, eos, pad = (tokenizers.target.required_id(role) for role in ("bos", "eos", "pad"))  # checked on loading
-    alpha = options.length_penalty if options.beam > 1 else 0.0
+    check_search_memory(model, config, [[sources[i] for i in batch] for batch in batches])
     translations: list[list[int]] = [[] for _ in sentences]
     with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
               dynamic_ncols=True) as bar:
         for batch in batches:
             source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.required_id("pad"))
             start = torch.full((len(batch), 1), bos, dtype=torch.long, device=device)
-            output = beam_search(
-                model, start, beam_size=options.beam, alpha=alpha, max_len_a=options.max_len_a,
-                max_len_b=options.max_len_b, eos_token_id=eos, pad_token_id=pad,
-                source_ids=source_ids.to(device), source_mask=source_mask.to(device),
-            )
+            output = beam_search(model, start, config=config, source_ids=source_ids.to(device),
+                                 source_mask=source_mask.to(device))
             for index, row in zip(batch, output.sequences.tolist()):  # <s> y </s> and padding, or <s> y
                 translations[index] = row[: row.index(eos, 1) + 1] if eos in row[1:] else row
             bar.update(len(batch))
     return translations
 
 
-def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: list[list[list[int]]]) -> None:
+def check_search(config: GenerationConfig, max_tokens: int) -> None:
+    """Refuse a search that cannot translate, naming the ``plm translate`` flag of the first option at fault.
+
+    Args:
+        config: the search.
+        max_tokens: the source tokens per batch.
+
+    Raises:
+        PLMError: an option out of range, no room for a single output token, or ``max_tokens`` below 1.
+    """
+    if config.max_new_tokens < 0:
+        raise PLMError(f"--max-len-b must be >= 0, got {config.max_new_tokens}")
+    config.validate()
+    if config.max_len_a == 0 and config.max_new_tokens == 0:
+        raise PLMError("--max-len-a 0 and --max-len-b 0 leave no room for a single output token")
+    if max_tokens < 1:
+        raise PLMError(f"--max-tokens must be at least 1, got {max_tokens}")
+
+
+def check_search_memory(model: Seq2SeqModel, config: GenerationConfig, batches: list[list[list[int]]]) -> None:
     """Refuse a search whose largest batch would not fit in the memory free now, with the estimate.
 
     Each of its beam x sentences hypotheses holds a decoding state and a row of scores over the vocabulary.
@@ -196,7 +191,7 @@ def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: 
 
     Args:
         model: the encoder-decoder.
-        options: the search.
+        config: the search.
         batches: the source ids of each batch's sentences.
 
     Raises:
@@ -207,12 +202,12 @@ def check_search_memory(model: Seq2SeqModel, options: DecodingOptions, batches: 
         return
     for batch in batches:
         source = max(map(len, batch))
-        target = int(options.max_len_a * source + options.max_len_b) + 1
-        hypotheses = options.beam * len(batch)
+        target = int(config.max_len_a * source + config.max_new_tokens) + 1
+        hypotheses = config.num_beams * len(batch)
         # the state, and the step's logits, log-probabilities and candidate scores (fp32)
         needed = hypotheses * (model.hypothesis_bytes(source, target) + 12 * model.config.vocab_size)
         if needed > free:
-            raise PLMError(f"--beam {options.beam} over {len(batch)} sentence(s) of {source} tokens needs about "
+            raise PLMError(f"--beam {config.num_beams} over {len(batch)} sentence(s) of {source} tokens needs about "
                            f"{needed / 2**30:.1f} GiB for the search, more than the {free / 2**30:.1f} GiB free; "
                            "give a smaller --beam or --max-tokens")
 

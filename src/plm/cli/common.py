@@ -10,14 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from plm.cpu.int8 import QUANTIZATIONS, quantize
-from plm.device import DEVICES, PRECISIONS, resolve_device
+import torch
+
+from plm.cpu.int8 import QUANTIZATIONS
+from plm.device import DEVICES, INFERENCE_PRECISIONS, PRECISIONS, resolve_device
 from plm.errors import PLMError, with_article
 from plm.models import CausalLM, Encoder, PretrainedModel
 from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.storage.atomic_files import make_directory, staging_directory
 from plm.storage.checkpoint import swap_in
-from plm.storage.loading import load_pretrained
+from plm.storage.loading import inference_weights, load_pretrained
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import STRATEGIES, Parallelism
 from plm.training.pretrain import HYPERPARAMETER_SETS
@@ -80,23 +82,29 @@ def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=DEVICES, help="where to run: auto picks CUDA when present")
 
 
-def add_quantize(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quantize", choices=QUANTIZATIONS,
+def add_weights(parser: argparse.ArgumentParser) -> None:
+    """How an inference command holds the weights: fp32, --precision bf16 or --quantize int8."""
+    group = parser.add_argument_group("weights", "fp32 unless one of these says otherwise (one at most)")
+    choice = group.add_mutually_exclusive_group()
+    choice.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32",
+                        help="bf16: bf16 weights and activations, half the bytes read per token; fast where the "
+                        "hardware multiplies bf16 (GPUs, CPUs with AVX512-BF16 or AMX; see docs/speed.md)")
+    choice.add_argument("--quantize", choices=QUANTIZATIONS,
                         help="int8: the linear layers and token embeddings with int8 weights, on the CPU (a quarter "
                         "of the bytes read per token; see docs/huggingface.md, int8 weights)")
 
 
-def inference_device(args: argparse.Namespace) -> str:
+def inference_device(args: argparse.Namespace) -> torch.device:
     """--device, except that --quantize runs on the CPU (its int8 kernel is the CPU's) when the device is auto."""
-    return "cpu" if getattr(args, "quantize", None) and args.device == "auto" else args.device
+    return resolve_device("cpu" if getattr(args, "quantize", None) and args.device == "auto" else args.device)
 
 
 ModelT = TypeVar("ModelT", bound=PretrainedModel)
 
 
-def quantized(model: ModelT, args: argparse.Namespace) -> ModelT:
-    """``model`` with int8 weights when --quantize asks for them (a model saved quantized already is)."""
-    return quantize(model, args.quantize) if getattr(args, "quantize", None) else model
+def with_weights(model: ModelT, args: argparse.Namespace) -> ModelT:
+    """``model`` with the weights --quantize or --precision ask for (a model saved quantized already is int8)."""
+    return inference_weights(model, getattr(args, "precision", "fp32"), getattr(args, "quantize", None))
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
@@ -107,20 +115,23 @@ def add_model(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--model", required=True, help=help)
 
 
-def load_causal_lm(path: str, device: str) -> tuple[CausalLM, Tokenizer]:
-    """A causal model (plm or Hugging Face directory, or a training run) and its tokenizer."""
-    model, tokenizer = load_pretrained(path, resolve_device(device))
+def load_causal_lm(args: argparse.Namespace) -> tuple[CausalLM, Tokenizer]:
+    """--model's causal model (plm or Hugging Face directory, or a training run) on --device, with its weights
+    as the weights flags ask, and its tokenizer."""
+    model, tokenizer = load_pretrained(args.model, inference_device(args))
     if not isinstance(model, CausalLM):
-        raise PLMError(f"{path}: {with_article(model.family)} model does not generate text")
-    return model, tokenizer
+        raise PLMError(f"{args.model}: {with_article(model.family)} model does not generate text")
+    return with_weights(model, args), tokenizer
 
 
-def load_encoder(path: str, device: str) -> tuple[Encoder, Tokenizer]:
-    """An encoder (BERT, ALBERT, DeBERTa; plm or Hugging Face directory) and its tokenizer."""
-    model, tokenizer = load_pretrained(path, resolve_device(device))
+def load_encoder(args: argparse.Namespace) -> tuple[Encoder, Tokenizer]:
+    """--model's encoder (BERT, ALBERT, DeBERTa; plm or Hugging Face directory) on --device, with its weights
+    as the weights flags ask, and its tokenizer."""
+    model, tokenizer = load_pretrained(args.model, inference_device(args))
     if not isinstance(model, Encoder):
-        raise PLMError(f"{path}: {with_article(model.family)} model is not an encoder (BERT, ALBERT or DeBERTa)")
-    return model, tokenizer
+        raise PLMError(f"{args.model}: {with_article(model.family)} model is not an encoder (BERT, ALBERT or "
+                       "DeBERTa)")
+    return with_weights(model, args), tokenizer
 
 
 def add_tag_column(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,15 @@ import argparse
 import numpy as np
 
 from plm.apps.text_pipelines import embed_texts
-from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file, load_encoder, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_weights,
+    check_output_file,
+    load_encoder,
+    positive_int,
+)
 from plm.data.corpus import read_text
 from plm.errors import PLMError
 from plm.storage.atomic_files import atomic_open
@@ -38,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     parser.add_argument("--no-normalize", action="store_true", help="keep the mean-pooled vectors unnormalised")
     add_device(parser)
+    add_weights(parser)
     parser.set_defaults(run=run)
 
 
@@ -49,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
         raise PLMError("give sentences to embed (or --file)")
     if args.out:
         check_output_file(args.out)
-    model, tokenizer = load_encoder(args.model, args.device)
+    model, tokenizer = load_encoder(args)
     vectors = embed_texts(model, tokenizer, sentences, args.batch_size, normalize=not args.no_normalize)
     if args.out:
         with atomic_open(args.out) as handle:

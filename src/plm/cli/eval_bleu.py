@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
 from plm.apps.translation import load_seq2seq, score_translations, translate
 from plm.cli.common import (
@@ -11,14 +10,13 @@ from plm.cli.common import (
     add_device,
     add_model,
     add_no_progress,
-    add_quantize,
+    add_weights,
     inference_device,
-    quantized,
+    with_weights,
 )
 from plm.cli.eval_common import add_json, check_outputs, report
-from plm.cli.translate import add_decoding, decoding_options
+from plm.cli.translate import add_decoding, decoding_config, search_json
 from plm.data.parallel import read_parallel
-from plm.device import resolve_device
 
 EXAMPLES = """examples:
   plm eval bleu --model runs/de-en --src test_2016_flickr.de --ref test_2016_flickr.en
@@ -45,18 +43,18 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_json(parser)
     add_no_progress(parser)
     add_device(parser)
-    add_quantize(parser)
+    add_weights(parser)
     parser.set_defaults(run=run_bleu)
 
 
 def run_bleu(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     pairs = read_parallel(args.src, args.ref)
-    model, tokenizers = load_seq2seq(args.model, resolve_device(inference_device(args)))
-    model = quantized(model, args)
-    options = decoding_options(args, model.family)
-    options.validate()
-    hypotheses = translate(model, tokenizers, [p.source for p in pairs], options, progress=not args.no_progress)
+    model, tokenizers = load_seq2seq(args.model, inference_device(args))
+    model = with_weights(model, args)
+    config = decoding_config(args, model.family)
+    hypotheses = translate(model, tokenizers, [p.source for p in pairs], config, max_tokens=args.max_tokens,
+                           progress=not args.no_progress)
     scores = score_translations(hypotheses, [[p.target for p in pairs]])
-    search = {name: value for name, value in asdict(options).items() if name != "max_tokens"}
-    report(f"{args.src}: {scores}", scores.as_dict() | {"sentences": scores.sentences} | search, args.json)
+    report(f"{args.src}: {scores}", scores.as_dict() | {"sentences": scores.sentences} | search_json(config),
+           args.json)

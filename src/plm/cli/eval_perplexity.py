@@ -10,11 +10,9 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
-    add_quantize,
-    inference_device,
+    add_weights,
     load_causal_lm,
     positive_int,
-    quantized,
 )
 from plm.cli.eval_common import add_json, check_outputs, report
 
@@ -50,14 +48,13 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_json(parser)
     add_device(parser)
-    add_quantize(parser)
+    add_weights(parser)
     parser.set_defaults(run=run_perplexity)
 
 
 def run_perplexity(args: argparse.Namespace) -> None:
     check_outputs(args.json)
-    model, tokenizer = load_causal_lm(args.model, inference_device(args))
-    model = quantized(model, args)
+    model, tokenizer = load_causal_lm(args)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size,
         progress=True, detokenize=args.detokenize,

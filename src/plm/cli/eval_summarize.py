@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.summarize import evaluate_summaries
-from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, load_causal_lm, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, add_weights, load_causal_lm, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.storage.atomic_files import write_json
 
@@ -38,12 +38,13 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_seed(parser)
     add_json(parser)
     add_device(parser)
+    add_weights(parser)
     parser.set_defaults(run=run_summarize)
 
 
 def run_summarize(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.summaries)
-    model, tokenizer = load_causal_lm(args.model, args.device)
+    model, tokenizer = load_causal_lm(args)
     result = evaluate_summaries(
         model, tokenizer, args.file, args.max_new_tokens, args.top_k, args.sentences, args.seed, args.batch_size,
         progress=True,

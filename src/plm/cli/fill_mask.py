@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.text_pipelines import fill_mask
-from plm.cli.common import HelpFormatter, add_device, add_model, load_encoder, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_encoder, positive_int
 
 EXAMPLES = """examples:
   plm fill-mask --model runs/bert "The capital of France is [MASK]."
@@ -26,10 +26,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("text", help="text with the tokenizer's mask token, e.g. [MASK]")
     parser.add_argument("--top-k", type=positive_int, default=5, help="guesses per mask")
     add_device(parser)
+    add_weights(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> None:
-    model, tokenizer = load_encoder(args.model, args.device)
+    model, tokenizer = load_encoder(args)
     for number, guesses in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
         print(f"mask {number}: " + "  ".join(f"{token} ({probability:.3f})" for token, probability in guesses))

@@ -10,12 +10,10 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
-    add_quantize,
     add_seed,
-    inference_device,
+    add_weights,
     load_causal_lm,
     positive_int,
-    quantized,
 )
 from plm.data.corpus import read_text
 from plm.errors import PLMError
@@ -74,7 +72,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_seed(parser, default=None)
     add_device(parser)
-    add_quantize(parser)
+    add_weights(parser)
     parser.set_defaults(run=run)
 
 
@@ -84,8 +82,7 @@ def run(args: argparse.Namespace) -> None:
         prompts += read_text(args.prompt_file).splitlines()
     if not prompts:
         raise PLMError("give at least one prompt (or --prompt-file)")
-    model, tokenizer = load_causal_lm(args.model, inference_device(args))
-    model = quantized(model, args)
+    model, tokenizer = load_causal_lm(args)
     max_new_tokens = args.max_new_tokens or default_new_tokens(model, tokenizer, prompts, args.keep_last)
     texts = generate_text(
         model,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
-from plm.cli.common import HelpFormatter, add_device, add_quantize, inference_device, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_weights, inference_device, positive_int
 from plm.serve import create_app, load_service, serve, service_names
 from plm.serve.app import MAX_BATCH, MAX_BODY
 from plm.serve.server import address, listen
@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="the largest request body; a larger one is answered with 413")
     parser.add_argument("--max-batch", type=positive_int, default=MAX_BATCH, metavar="N",
                         help="generation requests decoded together in one batch (1: one at a time)")
-    add_quantize(parser)
+    add_weights(parser)
     add_device(parser)
     parser.set_defaults(run=run)
 
@@ -62,7 +62,7 @@ def port(text: str) -> int:
 
 def run(args: argparse.Namespace) -> None:
     device = inference_device(args)
-    services = [load_service(path, name, device, args.quantize)
+    services = [load_service(path, name, device, args.quantize, args.precision)
                 for path, name in zip(args.model, service_names(args.model))]
     app = create_app(services, args.max_body, args.max_batch)
     sock = listen(args.host, args.port)

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 
-from plm.apps.translation import DecodingOptions, load_seq2seq, recipe_decoding, translate
+from plm.apps.translation import check_search, load_seq2seq, recipe_decoding, translate
 from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
     add_no_progress,
-    add_quantize,
+    add_weights,
     inference_device,
     positive_int,
-    quantized,
+    with_weights,
 )
 from plm.data.corpus import read_text
-from plm.device import resolve_device
+from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RECIPES
 
@@ -33,8 +32,8 @@ EXAMPLES = """examples:
 def family_defaults() -> str:
     """Each encoder-decoder family's decoding defaults as flags, one family a line, for the help text."""
     return "".join(
-        f"\n  {family}: --beam {r.decoding.beam} --length-penalty {r.decoding.length_penalty:g} "
-        f"--max-len-a {r.decoding.max_len_a:g} --max-len-b {r.decoding.max_len_b}"
+        f"\n  {family}: --beam {r.decoding.num_beams} --length-penalty {r.decoding.length_penalty:g} "
+        f"--max-len-a {r.decoding.max_len_a:g} --max-len-b {r.decoding.max_new_tokens}"
         for family, r in RECIPES.items() if "seq2seq" in r.objectives
     )
 
@@ -51,10 +50,28 @@ def add_decoding(parser: argparse.ArgumentParser) -> None:
                         "so memory does not grow with --beam")
 
 
-def decoding_options(args: argparse.Namespace, family: str) -> DecodingOptions:
-    """The search flags given, and the family's recipe for those not given."""
-    given = {name: getattr(args, name) for name in asdict(RECIPES[family].decoding) if getattr(args, name) is not None}
-    return recipe_decoding(family, **given, max_tokens=args.max_tokens)
+SEARCH_FLAGS = {"beam": "num_beams", "length_penalty": "length_penalty", "max_len_a": "max_len_a",
+                "max_len_b": "max_new_tokens"}  # each search flag's GenerationConfig field
+
+
+def decoding_config(args: argparse.Namespace, family: str) -> GenerationConfig:
+    """The search flags given, and the family's recipe for those not given, checked with ``--max-tokens``."""
+    given = {field: getattr(args, flag) for flag, field in SEARCH_FLAGS.items() if getattr(args, flag) is not None}
+    config = recipe_decoding(family, **given)
+    check_search(config, args.max_tokens)
+    return config
+
+
+def search_json(config: GenerationConfig) -> dict[str, float]:
+    """The search as its flags name it, for the scores' JSON.
+
+    Args:
+        config: the search.
+
+    Returns:
+        Each search flag's value, by the flag's name.
+    """
+    return {flag: getattr(config, field) for flag, field in SEARCH_FLAGS.items()}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -72,7 +89,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_decoding(parser)
     add_no_progress(parser)
     add_device(parser)
-    add_quantize(parser)
+    add_weights(parser)
     parser.set_defaults(run=run)
 
 
@@ -86,9 +103,9 @@ def source_lines(path: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    model, tokenizers = load_seq2seq(args.model, resolve_device(inference_device(args)))
-    model = quantized(model, args)
-    options = decoding_options(args, model.family)
-    options.validate()
-    for line in translate(model, tokenizers, source_lines(args.file), options, progress=not args.no_progress):
+    model, tokenizers = load_seq2seq(args.model, inference_device(args))
+    model = with_weights(model, args)
+    config = decoding_config(args, model.family)
+    lines = source_lines(args.file)
+    for line in translate(model, tokenizers, lines, config, max_tokens=args.max_tokens, progress=not args.no_progress):
         print(line)

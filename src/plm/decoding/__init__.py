@@ -1,10 +1,15 @@
-"""Decoding: one model interface (:mod:`plm.decoding.interface`) and batched beam search.
+"""Decoding: one model interface (:mod:`plm.decoding.interface`), one :class:`GenerationConfig`, and the searches.
 
-Greedy search and sampling are :func:`plm.decoding.generation.generate`.
+Greedy search and sampling are :func:`plm.decoding.generation.generate` (which runs beam search when the config
+asks for beams); batched beam search is :func:`plm.decoding.beam.beam_search`.
 """
 
 from plm.decoding.beam import BeamSearchOutput, beam_search, length_penalty
-from plm.decoding.generation import GenerationConfig
+from plm.decoding.generation import decode_steps, generate
+from plm.decoding.generation_config import GenerationConfig, StopStrings
 from plm.decoding.interface import Decoder, DecodingRequest
 
-__all__ = ["BeamSearchOutput", "Decoder", "DecodingRequest", "GenerationConfig", "beam_search", "length_penalty"]
+__all__ = [
+    "BeamSearchOutput", "Decoder", "DecodingRequest", "GenerationConfig", "StopStrings", "beam_search",
+    "decode_steps", "generate", "length_penalty",
+]

@@ -27,7 +27,7 @@ from typing import Any, overload
 import torch
 import torch.nn.functional as F
 
-from plm.decoding.generation import fit_prompt
+from plm.decoding.generation_config import GenerationConfig, configured, cut_to_last, fit_prompt
 from plm.decoding.interface import Decoder, DecodingRequest
 from plm.errors import PLMError
 
@@ -139,71 +139,56 @@ def beam_search(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 0.0,
-    max_len_b: int = 32,
-    eos_token_id: int | None = None,
-    pad_token_id: int | None = None,
-    early_stopping: bool = True,
-    use_cache: bool = True,
+    config: GenerationConfig | None = None,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
+    **options: Any,
 ) -> BeamSearchOutput:
-    """The best continuation of each row of ``input_ids`` (batch, time) found with ``beam_size`` beams.
+    """The best continuation of each row of ``input_ids`` (batch, time) found with ``config.num_beams`` beams.
 
-    A sentence gets at most ``floor(max_len_a * source_length + max_len_b)`` new tokens
-    (its real source tokens; 0 for a decoder-only model, so ``max_len_b`` alone), and
-    never more than the decoder's context leaves. ``alpha`` is the length penalty's
-    exponent (0: raw log-probabilities; the Transformer used 0.6). With ``early_stopping``
-    a sentence is done once it has ``beam_size`` finished hypotheses (GNMT, fairseq);
-    without, once no live beam can still beat the worst of them, which is exact for the
-    beams searched. Beam size 1 with alpha 0 is greedy search.
+    A sentence gets at most ``floor(max_len_a * source_length + max_new_tokens)`` new tokens
+    (its real source tokens; 0 for a decoder-only model, so ``max_new_tokens`` alone), and
+    never more than the decoder's context leaves. ``length_penalty`` is GNMT's alpha (0: raw
+    log-probabilities; the Transformer used 0.6). With ``early_stopping`` a sentence is done
+    once it has ``num_beams`` finished hypotheses (GNMT, fairseq); without, once no live beam
+    can still beat the worst of them, which is exact for the beams searched. One beam is
+    greedy search.
 
     Args:
         model: the decoder.
         input_ids: (batch, time) the prompts (an encoder-decoder's: its start tokens).
         attention_mask: (batch, time), 0 at left padding, or None.
-        beam_size: the beams per sentence.
-        alpha: the length penalty's exponent.
-        max_len_a: new tokens at most per source token.
-        max_len_b: new tokens at most, besides those per source token.
-        eos_token_id: the token that ends a hypothesis, or None for none.
-        pad_token_id: the token after a hypothesis ends (None: ``eos_token_id``, else 0).
-        early_stopping: a sentence is done once it has ``beam_size`` finished hypotheses.
-        use_cache: False recomputes the whole history at every step.
+        config: the search (None: the defaults of :class:`GenerationConfig`, one beam). Its ``num_beams``,
+            ``length_penalty``, ``max_len_a``, ``max_new_tokens``, ``early_stopping``, ``eos_token_id``,
+            ``pad_token_id``, ``use_cache`` and ``keep_last`` apply.
         source_ids: an encoder-decoder's (batch, source_length) source; None for a decoder-only model.
         source_mask: 0 at the padding of ``source_ids``.
+        **options (Any): fields of :class:`GenerationConfig` that replace the config's, as in
+            ``beam_search(model, ids, num_beams=4, max_new_tokens=20)``.
 
     Returns:
-        Each row's prompt followed by its best hypothesis, with its score and length.
+        Each row's prompt (cut to ``keep_last``) followed by its best hypothesis, with its score and length.
 
     Raises:
-        PLMError: a beam size below 1, an alpha that is not finite, a negative length limit, or
-            ``input_ids`` that are not (batch, time) with at least one token.
+        PLMError: an unknown option or one out of range, a sampling, repetition or stop-string option (beam
+            search has none), or ``input_ids`` that are not (batch, time) with at least one token.
     """
-    if beam_size < 1:
-        raise PLMError(f"beam_size must be at least 1, got {beam_size}")
-    if not math.isfinite(alpha):
-        raise PLMError(f"the length penalty alpha must be a finite number, got {alpha}")
-    if not (max_len_a >= 0 and math.isfinite(max_len_a)) or max_len_b < 0:
-        raise PLMError(f"max_len_a and max_len_b must be >= 0, got {max_len_a} and {max_len_b}")
+    config = configured(config, None, options)
+    config.validate()
+    if config.sampling or config.repetition_penalty != 1.0 or config.stop is not None:
+        raise PLMError("beam search neither samples, penalises repetition nor stops at strings; give num_beams=1 "
+                       "and max_len_a=0 for those")
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
+    input_ids, attention_mask = cut_to_last(input_ids, attention_mask, config.keep_last)
     batch, prompt_length = input_ids.shape
-    device = input_ids.device
-    if source_ids is None:
-        source_lengths = torch.zeros(batch, device=device)
-    elif source_mask is not None:
-        source_lengths = source_mask.sum(1).to(device)
-    else:
-        source_lengths = torch.full((batch,), source_ids.shape[1], device=device)
-    limits = (max_len_a * source_lengths.double() + max_len_b).floor().long()  # (B,) new tokens at most
+    limits = config.new_token_limits(batch, source_ids, source_mask, input_ids.device)  # (B,) new tokens at most
     limits = limits.clamp(max=max(0, model.context_length() - prompt_length))
     steps = int(limits.max())
     input_ids, attention_mask = fit_prompt(input_ids, attention_mask, steps, model.context_length(), None)
     if attention_mask is not None and bool(attention_mask.all()):
         attention_mask = None
+    eos_token_id, pad_token_id = config.eos_token_id, config.pad_token_id
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
 
     # Each sentence's best hypothesis, written as it leaves the search. A limit of 0 leaves the empty one
@@ -217,9 +202,9 @@ def beam_search(
         if len(sentences):
             state = model.start_decoding(DecodingRequest(
                 input_ids[sentences], prompt_length + steps, rows(attention_mask, sentences),
-                rows(source_ids, sentences), rows(source_mask, sentences), use_cache,
+                rows(source_ids, sentences), rows(source_mask, sentences), config.use_cache,
             ))
-            search = Search(beam_size, alpha, early_stopping, eos_token_id, pad, steps)
+            search = Search(config.num_beams, config.length_penalty, config.early_stopping, eos_token_id, pad, steps)
             search.run(model, state, input_ids[sentences], limits[sentences], sentences, best)
     finally:
         model.train(was_training)

@@ -11,81 +11,16 @@ at a time (what streaming needs); :func:`generate` collects its tokens.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from plm.decoding.beam import beam_search
+from plm.decoding.generation_config import GenerationConfig, configured, fit_prompt
 from plm.decoding.interface import Decoder, DecodingRequest
 from plm.errors import PLMError
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """How a prompt is continued: how many tokens, how each is chosen, where a row stops, how the model runs.
-
-    :func:`generate`, :func:`decode_steps` and ``plm serve`` take one; all defaults mean 32 greedy tokens.
-
-    Attributes:
-        max_new_tokens: the most new tokens per row.
-        temperature: divides the logits before sampling.
-        top_k: sample from the k most likely tokens only (0: all).
-        top_p: sample from the smallest set of tokens whose probability reaches p (1.0: all).
-        repetition_penalty: CTRL's penalty on tokens already present (1.0: none).
-        do_sample: sample (True) or take the most likely token (False); None: sample when a sampling
-            option is given.
-        eos_token_id: the token that finishes a row (None: rows finish only at a stop string).
-        pad_token_id: what fills a finished row (None: the eos id, else 0).
-        seed: seeds the sampling, for repeatable output.
-        use_cache: keep keys and values between steps (the KV cache).
-        keep_last: keep only the prompt's last ``keep_last`` tokens.
-        stop: stop strings that finish a row.
-        compile: run the model through ``torch.compile`` (see :func:`generate`).
-        cuda_graph: replay each one-token step as a CUDA graph over a static KV cache (a GPU's
-            launches bound small steps; elsewhere the static cache alone). Greedy output is unchanged.
-    """
-
-    max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    do_sample: bool | None = None
-    eos_token_id: int | None = None
-    pad_token_id: int | None = None
-    seed: int | None = None
-    use_cache: bool = True
-    keep_last: int | None = None
-    stop: StopStrings | None = None
-    compile: bool = False
-    cuda_graph: bool = False
-
-    @property
-    def sampling(self) -> bool:
-        """Whether the next token is sampled: ``do_sample`` when given, else whether any option departs from greedy."""
-        if self.do_sample is not None:
-            return self.do_sample
-        return self.temperature != 1.0 or self.top_k > 0 or self.top_p < 1.0
-
-    def validate(self) -> None:
-        """Check that every option is in its range.
-
-        Raises:
-            PLMError: a temperature or repetition penalty that is not a positive number, a top_p outside
-                (0, 1], or a negative top_k.
-        """
-        # Written so that NaN fails every check: it compares false with everything.
-        if not 0 < self.temperature < math.inf:
-            raise PLMError(f"temperature must be a positive number, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise PLMError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise PLMError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0 < self.repetition_penalty < math.inf:
-            raise PLMError(f"repetition_penalty must be a positive number, got {self.repetition_penalty}")
 
 
 def penalize_repetition(
@@ -158,55 +93,6 @@ def next_tokens(
     return torch.multinomial(logits.float().softmax(-1), 1, generator=generator).squeeze(1)
 
 
-def fit_prompt(
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    max_new_tokens: int,
-    context: int,
-    keep_last: int | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Check that prompt + new tokens fit the context; cut to the last ``keep_last`` if asked.
-
-    Args:
-        input_ids: (batch, time) the prompt.
-        attention_mask: (batch, time), 0 at padding, or None.
-        max_new_tokens: how many tokens will be generated.
-        context: the model's context length.
-        keep_last: keep only the prompt's last ``keep_last`` tokens (None: all).
-
-    Returns:
-        The prompt and its mask, cut to ``keep_last``.
-
-    Raises:
-        PLMError: a negative ``max_new_tokens``, a ``keep_last`` below 1, or a prompt that, with the new
-            tokens, does not fit the context.
-    """
-    if max_new_tokens < 0:
-        raise PLMError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if keep_last is not None:
-        if keep_last < 1:
-            raise PLMError(f"keep_last must be >= 1, got {keep_last}")
-        input_ids = input_ids[:, -keep_last:]
-        attention_mask = attention_mask[:, -keep_last:] if attention_mask is not None else None
-    length = input_ids.shape[1]
-    if length > context:
-        raise PLMError(
-            f"prompt is {length} tokens but the model's context is {context}; "
-            f"pass keep_last (--keep-last N) to keep only the last N tokens"
-        )
-    if length == context and max_new_tokens:
-        raise PLMError(
-            f"prompt of {length} tokens fills the model's context of {context}; "
-            f"keep fewer prompt tokens (keep_last, --keep-last N) to make room for new ones"
-        )
-    if length + max_new_tokens > context:
-        raise PLMError(
-            f"prompt of {length} tokens plus {max_new_tokens} new tokens exceeds the model's context of {context}; "
-            f"ask for at most {context - length} new tokens or keep fewer prompt tokens (--keep-last)"
-        )
-    return input_ids, attention_mask
-
-
 @dataclass(frozen=True)
 class Step:
     """One decoding step of a batch: the token each row wrote and the logits it was chosen from.
@@ -258,6 +144,9 @@ def decode_steps(
             or does not fit the context with the new tokens.
     """
     config.validate()
+    if config.searches_beams:
+        raise PLMError("beam search (num_beams > 1 or max_len_a) has no steps to stream; call generate or "
+                       "beam_search for it")
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
     input_ids, attention_mask = fit_prompt(
@@ -322,8 +211,9 @@ def generate(
 ) -> torch.Tensor:
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``.
 
-    Greedy unless a sampling option is given. A row that emits ``eos_token_id`` (or
-    hits a stop string) is finished: its later positions hold ``pad_token_id``
+    Greedy unless a sampling option is given; beam search with ``num_beams`` > 1 or ``max_len_a``
+    (:func:`plm.decoding.beam.beam_search`, whose best hypothesis per row this returns). A row that emits
+    ``eos_token_id`` (or hits a stop string) is finished: its later positions hold ``pad_token_id``
     (default: the eos id, else 0). Generation ends early when every row is finished.
     The loop is :func:`decode_steps`'; this collects its tokens.
 
@@ -356,57 +246,10 @@ def generate(
             least one token or does not fit the context with the new tokens.
     """
     config = configured(config, max_new_tokens, options)
+    if config.searches_beams:
+        return beam_search(model, input_ids, attention_mask, config=config, source_ids=source_ids,
+                           source_mask=source_mask).sequences
     steps = decode_steps(model, input_ids, config, attention_mask, source_ids=source_ids, source_mask=source_mask)
     prompt = input_ids[:, -config.keep_last:] if config.keep_last is not None else input_ids  # decode_steps checked it
     new = [step.tokens for step in steps]
     return torch.cat([prompt, torch.stack(new, 1)], 1) if new else prompt
-
-
-def configured(
-    config: GenerationConfig | None, max_new_tokens: int | None, options: dict[str, Any]
-) -> GenerationConfig:
-    """``config`` (or the defaults) with ``max_new_tokens`` and the named ``options`` in place of its own."""
-    unknown = sorted(set(options) - {field.name for field in dataclasses.fields(GenerationConfig)})
-    if unknown:
-        raise PLMError(f"unknown generation option(s) {', '.join(unknown)}; GenerationConfig has "
-                       f"{', '.join(field.name for field in dataclasses.fields(GenerationConfig))}")
-    if max_new_tokens is not None:
-        options = {**options, "max_new_tokens": max_new_tokens}
-    return dataclasses.replace(config or GenerationConfig(), **options)
-
-
-class StopStrings:
-    """Finishes a row once its decoded continuation contains one of ``strings``.
-
-    Args:
-        strings: the stop strings (empty ones are dropped).
-        decode (Callable[[list[int]], str]): turns a list of token ids into text.
-    """
-
-    def __init__(self, strings: Sequence[str], decode) -> None:
-        self.strings = [s for s in strings if s]
-        self.decode = decode
-
-    def reached(self, new_tokens: torch.Tensor) -> torch.Tensor:
-        """Which rows' decoded new tokens contain a stop string.
-
-        Args:
-            new_tokens: (batch, time) the tokens generated so far.
-
-        Returns:
-            A (batch,) bool tensor.
-        """
-        texts = [self.decode(row.tolist()) for row in new_tokens]
-        return torch.tensor([any(s in text for s in self.strings) for text in texts], device=new_tokens.device)
-
-    def cut(self, text: str) -> str:
-        """``text`` up to (not including) the first stop string.
-
-        Args:
-            text: a decoded continuation.
-
-        Returns:
-            The text before the first stop string in it (all of it when there is none).
-        """
-        positions = [text.find(s) for s in self.strings if s in text]
-        return text[: min(positions)] if positions else text

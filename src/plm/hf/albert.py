@@ -15,7 +15,7 @@ from typing import Any
 
 from plm.errors import PLMError
 from plm.hf.bert import EncoderConverter, linear
-from plm.hf.io import register
+from plm.hf.io import check_positive, register
 from plm.models.albert import AlbertConfig
 
 
@@ -76,9 +76,7 @@ class AlbertConverter(EncoderConverter[AlbertConfig]):
         Raises:
             PLMError: an embedding size or group count that is not a positive integer.
         """
-        for key in ("embedding_size", "num_hidden_groups", "inner_group_num"):
-            if not isinstance(hf[key], int) or hf[key] <= 0:
-                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        check_positive(hf, ("embedding_size", "num_hidden_groups", "inner_group_num"), source)
         return {
             "embedding_dim": hf["embedding_size"],
             "hidden_groups": hf["num_hidden_groups"],

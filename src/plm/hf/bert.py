@@ -22,7 +22,7 @@ import torch
 
 from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
-from plm.hf.io import Converter, HFWeights, register
+from plm.hf.io import Converter, HFWeights, activation_from_hf, check_positive, register
 from plm.models.bert import BertConfig
 from plm.models.encoder import ConfigT, EncoderConfig
 
@@ -116,18 +116,13 @@ class EncoderConverter(Converter, Generic[ConfigT]):
                 activation or architecture, or a field the plm config refuses.
         """
         hf = {**self.defaults, **hf}
-        for key in POSITIVE:
-            if not isinstance(hf[key], int) or hf[key] <= 0:
-                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        check_positive(hf, POSITIVE, source)
         for key, value in VARIANTS.items():
             if hf.get(key, value) != value:
                 raise PLMError(
                     f"{source}: {key}={hf[key]!r} is {with_article(self.family)} variant that plm does not implement"
                 )
-        if hf["hidden_act"] not in ACTIVATIONS:
-            raise PLMError(
-                f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}"
-            )
+        activation = activation_from_hf(hf, "hidden_act", ACTIVATIONS, source)
         architecture = (hf.get("architectures") or [next(iter(self.architectures))])[0]
         if architecture not in self.architectures:
             raise PLMError(
@@ -135,7 +130,7 @@ class EncoderConverter(Converter, Generic[ConfigT]):
             )
         pooler, heads = self.architectures[architecture]
         values = {plm: hf[key] for key, plm in CONFIG_FIELDS.items()}
-        values.update(activation=ACTIVATIONS[hf["hidden_act"]], pooler=pooler, pretraining_heads=heads)
+        values.update(activation=activation, pooler=pooler, pretraining_heads=heads)
         values.update(self.family_config_from_hf(hf, source))
         return config_from_dict(self.config_class, values, source)
 
@@ -301,8 +296,8 @@ class EncoderConverter(Converter, Generic[ConfigT]):
         state = {plm: torch.cat([weights.take(name) for name in hf]) if len(hf) > 1 else weights.take(hf[0])
                  for hf, plm in self.name_pairs(config)}
         if "mlm" in config.pretraining_heads:
-            self.check_tied(weights, f"{self.mlm_decoder}.weight", state["embeddings.word.weight"])
-            self.check_tied(weights, f"{self.mlm_decoder}.bias", state["mlm_head.bias"])
+            weights.take_tied(f"{self.mlm_decoder}.weight", state["embeddings.word.weight"])
+            weights.take_tied(f"{self.mlm_decoder}.bias", state["mlm_head.bias"])
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: ConfigT) -> dict[str, torch.Tensor]:
@@ -344,21 +339,6 @@ class EncoderConverter(Converter, Generic[ConfigT]):
             unused.append(self.pair_head)
         for name in unused:
             weights.discard(re.escape(name) + r"(\.weight|\.bias)?")
-
-    @staticmethod
-    def check_tied(weights: HFWeights, name: str, expected: torch.Tensor) -> None:
-        """Check that a saved tensor plm ties to another (the MLM decoder) equals it; takes it.
-
-        Args:
-            weights: the checkpoint's tensors.
-            name: the tied tensor's HF name; nothing is checked when the checkpoint lacks it.
-            expected: the tensor plm ties it to.
-
-        Raises:
-            PLMError: the two differ.
-        """
-        if name in weights and not torch.equal(weights.take(name), expected):
-            raise PLMError(f"{weights.source}: {name} differs from the tensor plm ties it to")
 
 
 @register

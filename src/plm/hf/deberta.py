@@ -17,7 +17,7 @@ import torch
 
 from plm.config import config_from_dict
 from plm.errors import PLMError
-from plm.hf.io import Converter, HFWeights, register
+from plm.hf.io import Converter, HFWeights, activation_from_hf, check_expressible, check_positive, register
 from plm.models.deberta import DebertaConfig
 
 BLOCK_NAMES = {  # HF name in encoder.layer.{i} -> plm name in blocks.{i}
@@ -99,17 +99,13 @@ class DebertaConverter(Converter):
                 relative attention, or a field the plm config refuses.
         """
         hf = {**DEFAULTS, **hf}
-        for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-            if not isinstance(hf[key], int) or hf[key] <= 0:
-                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        check_positive(hf, sizes, source)
         if hf.get("embedding_size", hf["hidden_size"]) != hf["hidden_size"]:
             raise PLMError(f"{source}: embedding_size {hf['embedding_size']} != hidden_size is not supported by plm")
         if hf.get("talking_head", False):
             raise PLMError(f"{source}: talking_head is a DeBERTa variant that plm does not implement")
-        if hf["hidden_act"] not in ACTIVATIONS:
-            raise PLMError(
-                f"{source}: hidden_act {hf['hidden_act']!r} is not supported; plm reads {', '.join(ACTIVATIONS)}"
-            )
+        activation = activation_from_hf(hf, "hidden_act", ACTIVATIONS, source)
         terms = hf["pos_att_type"] or []
         if isinstance(terms, str):  # the old "c2p|p2c" form
             terms = [term.strip() for term in terms.lower().split("|")]
@@ -137,7 +133,7 @@ class DebertaConverter(Converter):
             ffn_dim=hf["intermediate_size"],
             segments=hf["type_vocab_size"],
             absolute_positions=hf["position_biased_input"],
-            activation=ACTIVATIONS[hf["hidden_act"]],
+            activation=activation,
             norm_eps=hf["layer_norm_eps"],
             dropout=hf["hidden_dropout_prob"],
             attention_dropout=hf["attention_probs_dropout_prob"],
@@ -170,9 +166,7 @@ class DebertaConverter(Converter):
             "a sentence-pair head": config.pair_head is not None,
             "pre-LN blocks": config.norm_first,
         }
-        for feature, present in no_equivalent.items():
-            if present:
-                raise PLMError(f"a DeBERTa with {feature} has no Hugging Face equivalent")
+        check_expressible("a DeBERTa", no_equivalent)
         activation = next(hf for hf, plm in ACTIVATIONS.items() if plm == config.activation)
         mlm = "mlm" in config.pretraining_heads
         return {
@@ -222,7 +216,7 @@ class DebertaConverter(Converter):
         state = {plm: weights.take(hf) for hf, plm in name_pairs(config)}
         for index in range(config.layers):
             fused = weights.take(f"encoder.layer.{index}.attention.self.in_proj.weight")
-            state[f"blocks.{index}.attention.in_proj.weight"] = from_head_interleaved(fused, config.heads)
+            state[f"blocks.{index}.attention.in_proj.weight"] = swap_row_groups(fused, config.heads, 3)
         if "mlm" in config.pretraining_heads:
             state.update(take_mlm_head(weights, state["embeddings.word.weight"]))
         return state
@@ -242,7 +236,7 @@ class DebertaConverter(Converter):
         for index in range(config.layers):
             fused = state[f"blocks.{index}.attention.in_proj.weight"]
             name = f"{prefix}encoder.layer.{index}.attention.self.in_proj.weight"
-            tensors[name] = to_head_interleaved(fused, config.heads)
+            tensors[name] = swap_row_groups(fused, 3, config.heads)
         if prefix:
             tensors.update({hf: state[f"mlm_head.{plm}"] for plm, (_, hf) in MLM_HEAD_NAMES.items()})
         return tensors
@@ -275,32 +269,22 @@ def name_pairs(config: DebertaConfig) -> list[tuple[str, str]]:
     return pairs
 
 
-def from_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Reorder HF rows (head, [q k v], head_dim) -> plm rows ([q k v], head, head_dim).
+def swap_row_groups(weight: torch.Tensor, outer: int, inner: int) -> torch.Tensor:
+    """Reorder the rows of an ``in_proj`` weight from (outer, inner, head_dim) to (inner, outer, head_dim).
+
+    HF's rows are (head, [q k v], head_dim) and plm's ([q k v], head, head_dim): reading swaps
+    ``(heads, 3)``, writing ``(3, heads)``.
 
     Args:
-        weight: (3 * dim, dim) HF's ``in_proj`` weight.
-        heads: the attention heads.
+        weight: the (3 * dim, dim) weight.
+        outer: how many groups the rows form now (``heads`` in HF's order, 3 in plm's).
+        inner: how many groups each of those holds (3 in HF's order, ``heads`` in plm's).
 
     Returns:
-        The (3 * dim, dim) plm weight.
+        The (3 * dim, dim) weight, its rows in the other order.
     """
     dim = weight.shape[1]
-    return weight.view(heads, 3, -1, dim).transpose(0, 1).reshape(-1, dim)
-
-
-def to_head_interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Reorder plm rows ([q k v], head, head_dim) -> HF rows (head, [q k v], head_dim).
-
-    Args:
-        weight: (3 * dim, dim) plm's ``in_proj`` weight.
-        heads: the attention heads.
-
-    Returns:
-        The (3 * dim, dim) HF weight.
-    """
-    dim = weight.shape[1]
-    return weight.view(3, heads, -1, dim).transpose(0, 1).reshape(-1, dim)
+    return weight.view(outer, inner, -1, dim).transpose(0, 1).reshape(-1, dim)
 
 
 def take_mlm_head(weights: HFWeights, word_embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -319,11 +303,6 @@ def take_mlm_head(weights: HFWeights, word_embeddings: torch.Tensor) -> dict[str
     legacy = "cls.predictions.bias" in weights
     head = {f"mlm_head.{plm}": weights.take(names[0 if legacy else 1]) for plm, names in MLM_HEAD_NAMES.items()}
     if legacy:
-        tied = {
-            "cls.predictions.decoder.weight": word_embeddings,
-            "cls.predictions.decoder.bias": head["mlm_head.bias"],
-        }
-        for name, tensor in tied.items():
-            if name in weights and not torch.equal(weights.take(name), tensor):
-                raise PLMError(f"{weights.source}: {name} differs from the tensor it is tied to in plm")
+        weights.take_tied("cls.predictions.decoder.weight", word_embeddings)
+        weights.take_tied("cls.predictions.decoder.bias", head["mlm_head.bias"])
     return head

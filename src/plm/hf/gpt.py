@@ -14,7 +14,7 @@ import torch
 
 from plm.config import config_from_dict
 from plm.errors import PLMError
-from plm.hf.io import Converter, HFWeights, register
+from plm.hf.io import Converter, HFWeights, activation_from_hf, check_positive, register
 from plm.models.gpt import GPTConfig
 
 BLOCK_NAMES = {  # HF name in h.{i} -> plm name in blocks.{i}
@@ -90,16 +90,13 @@ class GPTConverter(Converter):
         """
         gpt2 = hf["model_type"] == "gpt2"
         hf = {**(GPT2_DEFAULTS if gpt2 else OPENAI_DEFAULTS), **hf}
-        for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            if not isinstance(hf[key], int) or hf[key] <= 0:
-                raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+        check_positive(hf, ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"), source)
         if gpt2:
             for key, value in GPT2_VARIANTS.items():
                 if hf.get(key, value) != value:
                     raise PLMError(f"{source}: {key}={hf[key]} is a GPT-2 variant that plm does not implement")
         key, activations = ("activation_function", GPT2_ACTIVATIONS) if gpt2 else ("afn", OPENAI_ACTIVATIONS)
-        if hf[key] not in activations:
-            raise PLMError(f"{source}: {key} {hf[key]!r} is not supported; plm reads {', '.join(activations)}")
+        activation = activation_from_hf(hf, key, activations, source)
         inner = hf.get("n_inner") if gpt2 else None  # GPT-1's MLP is always 4 * n_embd wide
         values = dict(
             vocab_size=hf["vocab_size"],
@@ -108,7 +105,7 @@ class GPTConverter(Converter):
             layers=hf["n_layer"],
             heads=hf["n_head"],
             ffn_dim=4 * hf["n_embd"] if inner is None else inner,
-            activation=activations[hf[key]],
+            activation=activation,
             norm_first=gpt2,
             final_norm=gpt2,
             scaled_residual_init=gpt2,
@@ -186,9 +183,7 @@ class GPTConverter(Converter):
         for hf, plm, conv1d in name_pairs(config):
             tensor = weights.take(hf)
             state[plm] = tensor.t().contiguous() if conv1d else tensor
-        lm_head = weights.take("lm_head.weight") if "lm_head.weight" in weights else None
-        if lm_head is not None and not torch.equal(lm_head, state["token_embedding.weight"]):
-            raise PLMError(f"{weights.source}: lm_head.weight differs from the token embedding; plm ties the two")
+        weights.take_tied("lm_head.weight", state["token_embedding.weight"], "the token embedding; plm ties the two")
         return state
 
     def weights_to_hf(self, state: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:

@@ -4,8 +4,8 @@ A directory holds ``config.json`` (with its ``model_type``) and the weights in
 ``model.safetensors``, in shards listed by ``model.safetensors.index.json``, or in a
 ``pytorch_model.bin`` (read with ``weights_only=True``, never unpickled freely).
 Each plm family with a Hugging Face counterpart registers one :class:`Converter`,
-which maps configs and tensor names both ways; this module only finds the
-converter and moves the files.
+which maps configs and tensor names both ways; this module finds the converter,
+moves the files, and holds the checks that every converter makes alike.
 """
 
 from __future__ import annotations
@@ -74,6 +74,23 @@ class HFWeights:
         """
         for name in [name for name in self.tensors if re.fullmatch(pattern, name)]:
             del self.tensors[name]
+
+    def take_tied(self, name: str, expected: torch.Tensor, tied_to: str = "the tensor plm ties it to") -> None:
+        """Take the tensor ``name`` where the checkpoint saved it, and check that it equals ``expected``.
+
+        plm keeps a tied tensor (an MLM decoder, an LM head) once, as the tensor it is tied to, so a saved
+        copy that differs would be lost on loading.
+
+        Args:
+            name: the tied tensor's Hugging Face name; nothing is checked when the checkpoint lacks it.
+            expected: the tensor plm ties it to.
+            tied_to: how the error message names ``expected``.
+
+        Raises:
+            PLMError: the two differ.
+        """
+        if name in self.tensors and not torch.equal(self.take(name), expected):
+            raise PLMError(f"{self.source}: {name} differs from {tied_to}")
 
     def check_all_taken(self) -> None:
         """Refuse tensors that were neither taken nor discarded.
@@ -164,6 +181,57 @@ class Converter:
             NotImplementedError: in this base class; each converter implements it.
         """
         raise NotImplementedError
+
+
+def check_positive(hf: dict[str, Any], keys: tuple[str, ...], source: str) -> None:
+    """Refuse a ``config.json`` whose sizes ``keys`` are not all positive integers.
+
+    Args:
+        hf: the contents of ``config.json``, defaults filled in.
+        keys: the size fields.
+        source: the file, for the error message.
+
+    Raises:
+        PLMError: the first of ``keys`` that is not a positive integer.
+    """
+    for key in keys:
+        if not isinstance(hf[key], int) or hf[key] <= 0:
+            raise PLMError(f"{source}: {key} must be a positive integer, got {hf[key]!r}")
+
+
+def activation_from_hf(hf: dict[str, Any], key: str, activations: dict[str, str], source: str) -> str:
+    """The plm activation of the ``config.json`` field ``key``.
+
+    Args:
+        hf: the contents of ``config.json``, defaults filled in.
+        key: the activation's field (``hidden_act``, ``activation_function``, ...).
+        activations: HF activation -> plm activation, the ones plm reads.
+        source: the file, for the error message.
+
+    Returns:
+        The plm activation.
+
+    Raises:
+        PLMError: an activation not in ``activations``.
+    """
+    if hf[key] not in activations:
+        raise PLMError(f"{source}: {key} {hf[key]!r} is not supported; plm reads {', '.join(activations)}")
+    return activations[hf[key]]
+
+
+def check_expressible(model: str, features: dict[str, bool]) -> None:
+    """Refuse a model with a feature that Hugging Face's class lacks.
+
+    Args:
+        model: the model, with its article, as the message names it (``a DeBERTa``).
+        features: description -> whether the model has it.
+
+    Raises:
+        PLMError: the first feature the model has.
+    """
+    for feature, present in features.items():
+        if present:
+            raise PLMError(f"{model} with {feature} has no Hugging Face equivalent")
 
 
 BY_MODEL_TYPE: dict[str, Converter] = {}

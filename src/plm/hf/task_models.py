@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from plm.errors import PLMError
-from plm.hf.io import BY_FAMILY, BY_MODEL_TYPE, Converter, HFWeights, register
+from plm.hf.io import BY_FAMILY, BY_MODEL_TYPE, Converter, HFWeights, check_expressible, register
 from plm.tasks.heads import CHOICE, CLASSIFY, SPAN, TAG, HeadConfig
 from plm.tasks.model import TaskConfig
 
@@ -283,9 +283,7 @@ class TaskConverter(Converter):
             ),
             "pairs read in both orders (GPT-1's similarity form)": head.symmetric,
         }
-        for difference, present in differences.items():
-            if present:
-                raise PLMError(f"a task model with {difference} has no Hugging Face equivalent")
+        check_expressible("a task model", differences)
 
     # Weights --------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
 its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
 the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
 as data so that a test can hold them to the paper and ``--hyperparameters paper``
-can use them; an encoder-decoder family adds how it decodes (:class:`Decoding`). The
+can use them; an encoder-decoder family adds how it decodes (a :class:`plm.decoding.GenerationConfig`). The
 pre-training entry point (``plm.training.pretrain``), ``plm translate`` and ``plm eval
 bleu`` read the recipe and have no per-family code, so a new family adds a recipe and
 nothing else.
@@ -14,6 +14,8 @@ nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from plm.decoding.generation_config import GenerationConfig
 
 OPTIMIZERS = ("adamw", "lamb", "adagrad")
 SCHEDULES = ("cosine", "linear", "inverse-sqrt", "constant")
@@ -49,21 +51,9 @@ class Hyperparameters:
     weight_decay: float = 0.01
 
 
-@dataclass(frozen=True)
-class Decoding:
-    """How ``plm translate`` and ``plm eval bleu`` search for a family's translations unless a flag says otherwise.
-
-    Attributes:
-        beam: the beam width; 1 is greedy search.
-        length_penalty: GNMT's alpha, used by beam search only.
-        max_len_a: a translation has at most ``max_len_a`` * source tokens + ``max_len_b`` tokens.
-        max_len_b: see ``max_len_a``.
-    """
-
-    beam: int = 1
-    length_penalty: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
+TRANSLATION = GenerationConfig(max_len_a=1.5, max_new_tokens=10)
+"""How an encoder-decoder family translates unless its recipe says otherwise: greedy, at most 1.5 target tokens
+per source token and 10 more."""
 
 
 @dataclass(frozen=True)
@@ -94,5 +84,5 @@ class PretrainingRecipe:
     source: str
     max_ngram: int = 1
     block_size: int | None = None
-    decoding: Decoding = Decoding()
+    decoding: GenerationConfig = TRANSLATION
     label_smoothing: float = 0.0

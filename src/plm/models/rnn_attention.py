@@ -126,11 +126,11 @@ class DotAttention(SourceAttention):
     """Luong's dot: e_ij = s_i^T h_j (the decoder and encoder states must be equally wide)."""
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        """e_ij = s_i^T h_j.
+        """e_ij = s_i^T h_j, with h_j as :meth:`project` gives it (general attention's W h_j).
 
         Args:
             query: (B, Q, D) decoder states.
-            projected: (B, S, D) the encoder states.
+            projected: (B, S, D) the encoder states as projected.
 
         Returns:
             (B, Q, S) scores.
@@ -138,8 +138,8 @@ class DotAttention(SourceAttention):
         return query @ projected.transpose(1, 2)
 
 
-class GeneralAttention(SourceAttention):
-    """Luong's general: e_ij = s_i^T W h_j.
+class GeneralAttention(DotAttention):
+    """Luong's general: e_ij = s_i^T W h_j, dot attention over the keys projected by W.
 
     Args:
         query_dim: Dq, the decoder states' width.
@@ -160,18 +160,6 @@ class GeneralAttention(SourceAttention):
             (B, S, Dq).
         """
         return self.weight(keys)  # W h_j: (B, S, Dq)
-
-    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        """e_ij = s_i^T (W h_j).
-
-        Args:
-            query: (B, Q, Dq) decoder states.
-            projected: (B, S, Dq), W h_j.
-
-        Returns:
-            (B, Q, S) scores.
-        """
-        return query @ projected.transpose(1, 2)
 
 
 class ConcatAttention(SourceAttention):

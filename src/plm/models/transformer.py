@@ -44,9 +44,10 @@ from plm.core import (
 )
 from plm.core.embeddings import check_context
 from plm.cpu.linear import linear
+from plm.decoding.generation_config import GenerationConfig
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
-from plm.models.recipe import Decoding, Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ RECIPE = PretrainingRecipe(
     ),
     source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
     # Section 6.1: beam search with a beam of 4 and length penalty alpha 0.6, at most input length + 50 tokens.
-    decoding=Decoding(beam=4, length_penalty=0.6, max_len_a=1.0, max_len_b=50),
+    decoding=GenerationConfig(num_beams=4, length_penalty=0.6, max_len_a=1.0, max_new_tokens=50),
     label_smoothing=0.1,  # section 5.4: epsilon_ls = 0.1
 )
 

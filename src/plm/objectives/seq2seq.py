@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.apps.translation import DecodingOptions, score_translations, translate
+from plm.apps.translation import score_translations, translate
 from plm.data.parallel import (
     BudgetSampler,
     EncodedPairs,
@@ -33,8 +33,10 @@ from plm.data.parallel import (
     collate,
     token_budget_batches,
 )
+from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
+from plm.models.recipe import TRANSLATION
 from plm.objectives.base import Selection
 
 NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained loss
@@ -92,7 +94,7 @@ class Seq2SeqObjective:
         label_smoothing: float = 0.1,
         seed: int = 0,
         metric_examples: int = 200,
-        decoding: DecodingOptions = DecodingOptions(),
+        decoding: GenerationConfig = TRANSLATION,
         select_by: str | None = None,
         max_positions: int | None = None,
     ) -> None:

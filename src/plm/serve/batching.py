@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plm.apps.text_pipelines import left_pad, prompt_padding
-from plm.decoding.generation import GenerationConfig, decode_steps
+from plm.decoding.generation import decode_steps
+from plm.decoding.generation_config import GenerationConfig
 from plm.models import CausalLM
 from plm.tokenization.tokenizer import Tokenizer
 

@@ -23,9 +23,8 @@ from plm.apps.attention_map import AttentionMap, decoder_attention, pair_attenti
 from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
 from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention
-from plm.cpu.int8 import quantize
 from plm.data.parallel import Seq2SeqTokenizers
-from plm.decoding.generation import GenerationConfig
+from plm.decoding.generation_config import GenerationConfig
 from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
@@ -33,7 +32,7 @@ from plm.models.elmo import Elmo, embed_sentences
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
 from plm.storage.checkpoint import model_directory
-from plm.storage.loading import load_pretrained
+from plm.storage.loading import inference_weights, load_pretrained
 from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
@@ -333,7 +332,7 @@ class Seq2SeqService(Service):
         Returns:
             ``context`` and ``beam``.
         """
-        return {"context": self.model.context_length(), "beam": recipe_decoding(self.model.family).beam}
+        return {"context": self.model.context_length(), "beam": recipe_decoding(self.model.family).num_beams}
 
     def translate(self, text: str, beam: int | None) -> dict[str, Any]:
         """The translation, and the attention that produced it.
@@ -351,8 +350,8 @@ class Seq2SeqService(Service):
         Raises:
             PLMError: a sentence too long for the model, or a beam wider than the target vocabulary.
         """
-        options = recipe_decoding(self.model.family, **({"beam": beam} if beam is not None else {}))
-        [ids] = translate_ids(self.model, self.tokenizers, [text], options)
+        config = recipe_decoding(self.model.family, **({"num_beams": beam} if beam is not None else {}))
+        [ids] = translate_ids(self.model, self.tokenizers, [text], config)
         [translation] = self.tokenizers.decode_targets([ids[1:]])
         if not self.has_attention():
             return {"translation": translation, "attention": None, "source_tokens": None, "target_tokens": None}
@@ -557,7 +556,10 @@ SERVICES: tuple[tuple[type | tuple[type, ...], type[Service]], ...] = (
 )
 
 
-def load_service(path: str | Path, name: str, device: str = "auto", quantization: str | None = None) -> Service:
+def load_service(
+    path: str | Path, name: str, device: str | torch.device = "auto", quantization: str | None = None,
+    precision: str = "fp32",
+) -> Service:
     """The model in ``path`` (a plm or Hugging Face directory, or a training run) as a service called ``name``.
 
     Args:
@@ -565,6 +567,7 @@ def load_service(path: str | Path, name: str, device: str = "auto", quantization
         name: its name in the API.
         device: where the weights go ("auto" picks one).
         quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
+        precision: the weights' precision, ``fp32`` or ``bf16`` (see :func:`plm.storage.loading.inference_weights`).
 
     Returns:
         The service of the model's kind.
@@ -573,9 +576,8 @@ def load_service(path: str | Path, name: str, device: str = "auto", quantization
         PLMError: a model that cannot be loaded, an unknown quantization, or a model of a kind plm does not
             serve.
     """
-    model, tokenizer = load_pretrained(path, resolve_device(device))
-    if quantization is not None:
-        model = quantize(model, quantization)
+    model, tokenizer = load_pretrained(path, resolve_device(device) if isinstance(device, str) else device)
+    model = inference_weights(model, precision, quantization)
     for classes, service in SERVICES:
         if isinstance(model, classes):
             return service.open(name, model, tokenizer, model_directory(path))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
+from plm.cpu.int8 import is_quantized, quantize
+from plm.device import INFERENCE_PRECISIONS, resolve_precision
 from plm.errors import PLMError
 from plm.hf import load_hf
 from plm.models import PretrainedModel
@@ -119,3 +122,37 @@ def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tup
             f"{embeddings:,} embeddings; they do not belong together"
         )
     return model, tokenizer
+
+
+ModelT = TypeVar("ModelT", bound=PretrainedModel)
+
+
+def inference_weights(model: ModelT, precision: str = "fp32", quantization: str | None = None) -> ModelT:
+    """``model`` with the weights inference asks for: fp32, bf16 (``precision``), or int8 (``quantization``).
+
+    bf16 weights halve the bytes each token reads, and run fast where the hardware multiplies bf16
+    (GPUs; CPUs with AVX512-BF16 or AMX, see :func:`plm.device.native_bf16_cpu`). Outputs are bf16 too: a
+    caller that sums many of them (a loss, a perplexity) does it in fp32.
+
+    Args:
+        model: the model.
+        precision: ``fp32`` or ``bf16`` (see :data:`plm.device.INFERENCE_PRECISIONS`).
+        quantization: ``int8`` for int8 linear layers and embeddings on the CPU (:func:`plm.cpu.int8.quantize`),
+            which leaves ``precision`` at fp32; None for none.
+
+    Returns:
+        The model, cast or quantized in place.
+
+    Raises:
+        PLMError: an unknown precision or quantization, both bf16 and int8, or int8 off the CPU.
+    """
+    if precision not in INFERENCE_PRECISIONS:
+        raise PLMError(f"unknown inference precision {precision!r}; choose {', '.join(INFERENCE_PRECISIONS)}")
+    if quantization is not None or is_quantized(model):  # a model saved quantized is int8 already
+        if precision != "fp32":
+            raise PLMError(f"int8 weights (--quantize, or a model saved quantized) are not also {precision} "
+                           "(--precision); choose one")
+        return quantize(model, quantization) if quantization is not None else model
+    if precision == "fp32":
+        return model  # as loaded: plm saves fp32 weights
+    return model.to(resolve_precision(precision, next(model.parameters()).device))

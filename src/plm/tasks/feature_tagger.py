@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -27,7 +27,7 @@ from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import TokenClassifierOutput
-from plm.tasks.model import TaskModel
+from plm.tasks.model import TaskModel, WrappingConfig
 from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, MixOptions, first_piece_positions, gather_words
 
 FAMILY = "feature-tagger"
@@ -82,7 +82,7 @@ class TaggerConfig:
 
 
 @dataclass(frozen=True)
-class FeatureTaggerConfig:
+class FeatureTaggerConfig(WrappingConfig):
     """The frozen encoder's family and config, optionally a frozen ELMo's config, and the tagger's.
 
     Layer indices the encoder does not have are a PLMError.
@@ -93,6 +93,10 @@ class FeatureTaggerConfig:
         tagger: the tagger's config.
         elmo: an ElmoConfig, whose layers, scalar-mixed, join the encoder's features; or None.
     """
+
+    WRAPPED = "encoder"
+    DESCRIPTION = "a feature tagger"
+    NOT_WRAPPED = NOT_ENCODERS
 
     encoder_family: str
     encoder: Any
@@ -106,43 +110,9 @@ class FeatureTaggerConfig:
             raise PLMError(f"the encoder has {states} layers of features (0 = embeddings, -1 = last): layer "
                            f"indices from {-states} to {states - 1}, got {','.join(map(str, features)) or 'none'}")
 
-    @property
-    def vocab_size(self) -> int:
-        """The encoder's vocabulary size."""
-        return self.encoder.vocab_size
-
-    @property
-    def context_length(self) -> int:
-        """The encoder's context length."""
-        return self.encoder.context_length
-
     @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> FeatureTaggerConfig:
-        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's.
-
-        Args:
-            values: the fields as read from JSON.
-            source: where ``values`` come from, for the error messages.
-            complete: every field must be present, not only those without a default.
-
-        Returns:
-            The config.
-
-        Raises:
-            PLMError: other fields than ``encoder_family``, ``encoder``, ``tagger`` and ``elmo``, an unknown
-                encoder family, an invalid nested config, or layer indices the encoder does not have.
-        """
-        expected = {"encoder_family", "encoder", "tagger", "elmo"}
-        if set(values) != expected:
-            fields = ", ".join(sorted(values))
-            raise PLMError(f"{source}: a feature tagger's config has the fields {', '.join(sorted(expected))}, "
-                           f"got {fields}")
-        family = values["encoder_family"]
-        if family not in FAMILIES or family in NOT_ENCODERS:
-            raise PLMError(f"{source}: unknown encoder family {family!r}")
-        encoder: Any = config_from_dict(  # the encoder family's config
-            FAMILIES[family].config_class, values["encoder"], f"{source}: encoder", complete
-        )
+    def _with_parts(cls, family: str, wrapped: Any, values: dict[str, Any], source: str, complete: bool) -> Self:
+        """The encoder's config, the tagger's and the ELMo's (or None), read from ``values``."""
         tagger_values = values["tagger"]
         if isinstance(tagger_values, dict):  # written before the mix options: plain mixes
             tagger_values = {"mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, **tagger_values}
@@ -150,7 +120,7 @@ class FeatureTaggerConfig:
         elmo = values["elmo"]
         if elmo is not None:
             elmo = config_from_dict(FAMILIES[ELMO_FAMILY].config_class, elmo, f"{source}: elmo", complete)
-        return cls(family, encoder, tagger, elmo)
+        return cls(family, wrapped, tagger, elmo)
 
 
 class FeatureTagger(PretrainedModel):

@@ -163,20 +163,45 @@ class MultipleChoiceOutput(TaskOutput):
 # Heads -----------------------------------------------------------------------------
 
 
-class SequenceClassifier(nn.Module):
-    """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added.
+class LinearHead(nn.Module):
+    """Dropout, then one linear layer: the scores of each vector the backbone gives (what three heads share).
 
     Args:
         config: the head's config (its labels, dropout and bias).
         dim: H, the backbone's width.
+
+    Attributes:
+        pools: the head reads pooled vectors (B, K, H), not every token's state (B, T, H).
+        scores_per_vector: the linear layer's outputs; None for one per label.
     """
 
-    pools: ClassVar[bool] = True
+    pools: ClassVar[bool]
+    scores_per_vector: ClassVar[int | None] = None
 
     def __init__(self, config: HeadConfig, dim: int) -> None:
         super().__init__()
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
+        self.classifier = nn.Linear(dim, self.scores_per_vector or config.labels, bias=config.bias)
+
+    def scores(self, vectors: torch.Tensor) -> torch.Tensor:
+        """The linear layer's outputs after dropout: (..., H) -> (..., outputs).
+
+        Args:
+            vectors: (..., H) the backbone's vectors.
+
+        Returns:
+            (..., outputs) the scores.
+        """
+        return self.classifier(self.dropout(vectors))
+
+
+class SequenceClassifier(LinearHead):
+    """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added.
+
+    Its arguments are :class:`LinearHead`'s.
+    """
+
+    pools = True
 
     def forward(self, pooled: torch.Tensor) -> SequenceClassifierOutput:
         """Classify each example from the sum of its sequences' pooled vectors.
@@ -187,23 +212,16 @@ class SequenceClassifier(nn.Module):
         Returns:
             Logits (B, labels).
         """
-        return SequenceClassifierOutput(logits=self.classifier(self.dropout(pooled.sum(dim=1))))
+        return SequenceClassifierOutput(logits=self.scores(pooled.sum(dim=1)))
 
 
-class TokenClassifier(nn.Module):
+class TokenClassifier(LinearHead):
     """Logits (B, T, labels) from every token's final state (B, T, H).
 
-    Args:
-        config: the head's config (its labels, dropout and bias).
-        dim: H, the backbone's width.
+    Its arguments are :class:`LinearHead`'s.
     """
 
-    pools: ClassVar[bool] = False
-
-    def __init__(self, config: HeadConfig, dim: int) -> None:
-        super().__init__()
-        self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(dim, config.labels, bias=config.bias)
+    pools = False
 
     def forward(self, hidden: torch.Tensor) -> TokenClassifierOutput:
         """Classify every token.
@@ -214,14 +232,14 @@ class TokenClassifier(nn.Module):
         Returns:
             Logits (B, T, labels).
         """
-        return TokenClassifierOutput(logits=self.classifier(self.dropout(hidden)))
+        return TokenClassifierOutput(logits=self.scores(hidden))
 
 
 class SpanHead(nn.Module):
     """Start and end logits (B, T): S . T_i and E . T_i, S and E the rows of ``start_end``.
 
     Args:
-        config: the head's config (its labels, dropout and bias).
+        config: the head's config (its bias; a span head has no dropout and two outputs whatever its labels).
         dim: H, the backbone's width.
     """
 
@@ -244,20 +262,14 @@ class SpanHead(nn.Module):
         return SpanOutput(start_logits=start, end_logits=end)
 
 
-class MultipleChoiceScorer(nn.Module):
+class MultipleChoiceScorer(LinearHead):
     """One score per choice (B, C) from the pooled vector of each (context, choice) sequence (B, C, H).
 
-    Args:
-        config: the head's config (its labels, dropout and bias).
-        dim: H, the backbone's width.
+    Its arguments are :class:`LinearHead`'s; ``config.labels`` is not read.
     """
 
-    pools: ClassVar[bool] = True
-
-    def __init__(self, config: HeadConfig, dim: int) -> None:
-        super().__init__()
-        self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(dim, 1, bias=config.bias)
+    pools = True
+    scores_per_vector = 1
 
     def forward(self, pooled: torch.Tensor) -> MultipleChoiceOutput:
         """Score every choice.
@@ -268,7 +280,7 @@ class MultipleChoiceScorer(nn.Module):
         Returns:
             Logits (B, C).
         """
-        return MultipleChoiceOutput(logits=self.classifier(self.dropout(pooled)).squeeze(-1))
+        return MultipleChoiceOutput(logits=self.scores(pooled).squeeze(-1))
 
 
 HEADS: dict[str, type[SequenceClassifier | TokenClassifier | SpanHead | MultipleChoiceScorer]] = {

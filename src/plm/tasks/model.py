@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import torch
 
@@ -30,33 +30,38 @@ from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.models.pretraining_heads import Pooler, mean_pool
 from plm.tasks.heads import CHOICE, HEADS, HeadConfig, TaskOutput, build_head
 
+FAMILY = "task"
+
 
 @dataclass(frozen=True)
-class TaskConfig:
-    """The backbone's family and config, and the head's config.
+class WrappingConfig:
+    """What the config of a model built around another family's model shares: reading that model's config.
+
+    A subclass is a frozen dataclass whose first two fields are ``<WRAPPED>_family`` and ``<WRAPPED>``, the
+    wrapped model's family and config; the model's vocabulary and context are the wrapped model's.
 
     Attributes:
-        backbone_family: the backbone's family (a key of :data:`plm.models.FAMILIES`).
-        backbone: the backbone's config.
-        head: the head's config.
+        WRAPPED: the name of the wrapped model's config field ("backbone", "encoder").
+        DESCRIPTION: the model, as error messages name it ("a task model").
+        NOT_WRAPPED: the families of :data:`plm.models.FAMILIES` it cannot wrap.
     """
 
-    backbone_family: str
-    backbone: Any
-    head: HeadConfig
+    WRAPPED: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    NOT_WRAPPED: ClassVar[tuple[str, ...]]
 
     @property
     def vocab_size(self) -> int:
-        """The backbone's vocabulary size."""
-        return self.backbone.vocab_size
+        """The wrapped model's vocabulary size."""
+        return getattr(self, self.WRAPPED).vocab_size
 
     @property
     def context_length(self) -> int:
-        """The backbone's context length."""
-        return self.backbone.context_length
+        """The wrapped model's context length."""
+        return getattr(self, self.WRAPPED).context_length
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> TaskConfig:
+    def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> Self:
         """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's.
 
         Args:
@@ -68,23 +73,65 @@ class TaskConfig:
             The config.
 
         Raises:
-            PLMError: other fields than ``backbone_family``, ``backbone`` and ``head``, an unknown backbone
-                family, or an invalid nested config.
+            PLMError: other fields than the config's, an unknown family of the wrapped model, an invalid nested
+                config, or one the config's own checks refuse.
         """
-        expected = {"backbone_family", "backbone", "head"}
+        expected = {field.name for field in dataclasses.fields(cls)}
         if set(values) != expected:
             fields = ", ".join(sorted(values))
             raise PLMError(
-                f"{source}: a task model's config has the fields {', '.join(sorted(expected))}, got {fields}"
+                f"{source}: {cls.DESCRIPTION}'s config has the fields {', '.join(sorted(expected))}, got {fields}"
             )
-        family = values["backbone_family"]
-        if family not in FAMILIES or family == TaskModel.family:
-            raise PLMError(f"{source}: unknown backbone family {family!r}")
-        backbone: Any = config_from_dict(  # the backbone family's config
-            FAMILIES[family].config_class, values["backbone"], f"{source}: backbone", complete
+        family = values[f"{cls.WRAPPED}_family"]
+        if family not in FAMILIES or family in cls.NOT_WRAPPED:
+            raise PLMError(f"{source}: unknown {cls.WRAPPED} family {family!r}")
+        wrapped: Any = config_from_dict(  # the wrapped family's config
+            FAMILIES[family].config_class, values[cls.WRAPPED], f"{source}: {cls.WRAPPED}", complete
         )
-        head = config_from_dict(HeadConfig, values["head"], f"{source}: head", complete)
-        return cls(family, backbone, head)
+        return cls._with_parts(family, wrapped, values, source, complete)
+
+    @classmethod
+    def _with_parts(cls, family: str, wrapped: Any, values: dict[str, Any], source: str, complete: bool) -> Self:
+        """The config of the wrapped model and of the parts of the model's own, which it reads from ``values``.
+
+        Args:
+            family: the wrapped model's family.
+            wrapped: the wrapped model's config.
+            values: all the fields as read from JSON.
+            source: where ``values`` come from, for the error messages.
+            complete: every field must be present, not only those without a default.
+
+        Returns:
+            The config.
+
+        Raises:
+            NotImplementedError: in this base class; each subclass implements it.
+        """
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TaskConfig(WrappingConfig):
+    """The backbone's family and config, and the head's config.
+
+    Attributes:
+        backbone_family: the backbone's family (a key of :data:`plm.models.FAMILIES`).
+        backbone: the backbone's config.
+        head: the head's config.
+    """
+
+    WRAPPED = "backbone"
+    DESCRIPTION = "a task model"
+    NOT_WRAPPED = (FAMILY,)  # a task model's backbone is no task model
+
+    backbone_family: str
+    backbone: Any
+    head: HeadConfig
+
+    @classmethod
+    def _with_parts(cls, family: str, wrapped: Any, values: dict[str, Any], source: str, complete: bool) -> Self:
+        """The backbone's config, and the head's read from ``values["head"]``."""
+        return cls(family, wrapped, config_from_dict(HeadConfig, values["head"], f"{source}: head", complete))
 
 
 class TaskModel(PretrainedModel):
@@ -97,7 +144,7 @@ class TaskModel(PretrainedModel):
         PLMError: a head config that asks for a pooler of its own on a backbone that has one.
     """
 
-    family = "task"
+    family = FAMILY
     config_class = TaskConfig
     inputs = ("input_ids", "attention_mask", "token_type_ids")  # the batch keys forward reads
 

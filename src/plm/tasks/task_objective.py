@@ -102,16 +102,19 @@ class Task:
         raise NotImplementedError
 
     def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The task loss of a batch, summed over its targets; each kind of task implements it.
+        """The task loss of a batch, summed over its targets: by default, cross-entropy of one class per row.
+
+        A classifier's classes are its labels, a multiple-choice scorer's its choices; a task whose targets are
+        something else overrides it.
 
         Args:
-            output: the task model's output on the batch.
-            batch: the batch, with its targets.
+            output: the task model's output on the batch, its logits (batch, classes).
+            batch: the batch, with its ``labels`` (batch,), each row's class.
 
         Returns:
             The summed loss, a float32 scalar.
         """
-        raise NotImplementedError
+        return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
 
     def count(self, batch: dict[str, torch.Tensor]) -> int:
         """The number of targets in a batch: its examples (a tagger's: its labelled words).
@@ -242,18 +245,6 @@ class Classification(Task):
             raise PLMError(f"label {label!r} is not one of the task's labels ({', '.join(self.labels)})")
         return self.labels.index(label)
 
-    def loss(self, output: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Cross-entropy of the logits against the class ids, summed over the batch.
-
-        Args:
-            output: the head's output, its logits (batch, labels).
-            batch: the batch, with its ``labels`` (batch,).
-
-        Returns:
-            The summed loss.
-        """
-        return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
-
     def predict(self, outputs, features, examples):
         """The most likely class of each example.
 
@@ -266,7 +257,7 @@ class Classification(Task):
         Returns:
             (list[str]): the predicted labels, one per example.
         """
-        return [self.labels[i] for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
+        return [self.labels[i] for i in most_likely(outputs)]
 
     def score(self, predictions, examples):
         """Accuracy and Matthews correlation, and with two labels the second one's F1.
@@ -435,7 +426,7 @@ class Tagging(Task):
         Returns:
             (list[list[str]]): one tag per word of each sentence.
         """
-        tokens = [row for output, _ in outputs for row in output.logits.argmax(-1).tolist()]
+        tokens = most_likely(outputs)  # each sentence's: one class per token
         outside = self.labels.index("O") if "O" in self.labels else 0
         return [
             [self.labels[i] for i in word_predictions(row, feature["word_ids"], len(example.words), outside)]
@@ -639,18 +630,6 @@ class MultipleChoice(Task):
             feature["labels"] = example.label
         return [feature]
 
-    def loss(self, output, batch):
-        """Cross-entropy of the choices' scores against the right one, summed over the batch.
-
-        Args:
-            output (MultipleChoiceOutput): the head's output, its logits (batch, choices).
-            batch (dict[str, torch.Tensor]): the batch the output is of.
-
-        Returns:
-            (torch.Tensor): the summed loss.
-        """
-        return F.cross_entropy(output.logits.float(), batch["labels"], reduction="sum")
-
     def predict(self, outputs, features, examples):
         """The best-scoring ending of each example.
 
@@ -663,7 +642,7 @@ class MultipleChoice(Task):
         Returns:
             (list[int]): the endings' indices.
         """
-        return [i for output, _ in outputs for i in output.logits.argmax(-1).tolist()]
+        return most_likely(outputs)
 
     def score(self, predictions, examples):
         """Accuracy of the chosen endings.
@@ -682,6 +661,19 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "classify": Classification, "pair": Classification, "regress": Regression,
     "tag": Tagging, "qa": QuestionAnswering, "choice": MultipleChoice,
 }
+
+
+def most_likely(outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[Any]:
+    """Each row's most likely class (a tagger's: each token's), batch after batch.
+
+    Args:
+        outputs: the model's output on each batch, with the batch (see :func:`model_outputs`); its logits
+            (batch, classes) or (batch, time, classes).
+
+    Returns:
+        One class index per row (a list of them per token row), in the batches' order.
+    """
+    return [row for output, _ in outputs for row in output.logits.argmax(-1).tolist()]
 
 
 def encode_all(task: Task, examples: Sequence[Any]) -> list[Feature]:

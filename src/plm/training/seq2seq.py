@@ -18,14 +18,13 @@ from typing import Any
 
 import torch
 
-from plm.apps.translation import DecodingOptions
 from plm.cpu.int8 import check_trainable
 from plm.data.dates import date_pairs
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_config, model_class, preset_config
-from plm.models.recipe import Hyperparameters
+from plm.models.recipe import TRANSLATION, Hyperparameters
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
 from plm.training.distributed import is_first_process, setup_distributed
@@ -267,7 +266,8 @@ def prepare_seq2seq(
     objective = Seq2SeqObjective(
         train, validation, tokenizers, max_tokens=setup.max_tokens,
         label_smoothing=recipe.label_smoothing if setup.label_smoothing is None else setup.label_smoothing,
-        seed=training.seed, metric_examples=setup.metric_examples, decoding=DecodingOptions(beam=setup.beam),
+        seed=training.seed, metric_examples=setup.metric_examples,
+        decoding=dataclasses.replace(TRANSLATION, num_beams=setup.beam),
         select_by=setup.select_by, max_positions=model.context_length(),
     )
     trainer = Trainer(model, objective, training, out, tokenizers, world)

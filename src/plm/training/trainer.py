@@ -306,6 +306,10 @@ class Trainer:
                 write_definition(self.out, definition)
             if not resume and self.tokenizer is not None:
                 self.tokenizer.save(self.out / TOKENIZER_DIR)
+            if self.config.precision == "auto" and self.dtype != torch.float32:
+                print(f"--precision auto: {str(self.dtype).removeprefix('torch.')} autocast on this {self.device.type} "
+                      "(fp32 master weights and optimizer state; --precision fp32 for fp32 throughout)",
+                      file=sys.stderr)
 
     def resume(self) -> None:
         """Restore the checkpoint: weights, optimizer, RNG states, step, schedule."""
