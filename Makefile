@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
-	@# tests/test_serve_browser.py drives Debian's chromium headless; where it cannot be installed, the test is skipped.
+	@# tests/serve/test_serve_browser.py drives Debian's chromium headless; where it cannot be installed, the test is skipped.
 	@if [ ! -x /usr/bin/chromedriver ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		{ apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 \
 		  || { apt-get update -qq >/dev/null 2>&1 \

@@ -177,6 +177,11 @@ class Report:
         print(f"memory bandwidth {self.limits['bandwidth'] / 1e9:.1f} GB/s (sum of a 256 MB fp32 tensor); "
               f"matmul peak {self.limits['flops'] / 1e9:.1f} GFLOP/s ({self.precision} product)")
 
+    @property
+    def section(self) -> str:
+        """The benchmark's section of the results: a bf16 run keeps its own beside the fp32 one."""
+        return self.benchmark + ("-bf16" if self.precision == "bf16" else "")
+
     def add(self, config: str, measure: str, plm: float, peer: float | None = None, limit: str = "",
             precision: str | None = None) -> None:
         """A row; its precision is the report's (autocast, for a bf16 report) unless given."""
@@ -212,7 +217,7 @@ class Report:
         }
         results["versions"] = {"torch": torch.__version__, "python": platform.python_version(),
                                "transformers": installed_version("transformers")}
-        results["benchmarks"][self.benchmark] = {
+        results["benchmarks"][self.section] = {
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "peer": self.peer,
             "settings": self.settings, "machine": results["machine"],
             "rows": [asdict(row) | {"ratio": row.ratio} for row in self.rows], "notes": self.notes,
@@ -224,7 +229,7 @@ class Report:
     def finish(self) -> None:
         self.print()
         self.save()
-        print(f"results in {RESULTS.name} ({self.benchmark}); python benchmarks/summary.py prints them all")
+        print(f"results in {RESULTS.name} ({self.section}); python benchmarks/summary.py prints them all")
 
 
 def quiet_transformers() -> str:

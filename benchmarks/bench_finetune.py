@@ -96,7 +96,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
     parser.add_argument("--batch", type=int, default=None, help="sentences per step (default: per config)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (meant for CUDA)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 autocast for both models (a GPU, or a CPU with AVX512-BF16 or AMX)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
     version = quiet_transformers()

@@ -5,7 +5,7 @@
 #   benchmarks/gpu.sh [MULTI30K_DIR]          # or: make gpu
 #
 # It runs, each into LOGS/NAME.log (default runs/gpu), going on past a part that fails (runs go to runs/gpu):
-#   tests     tests/test_gpu.py (bf16, fused AdamW, FSDP offload, torch.compile, CUDA-graph decoding, resuming)
+#   tests     tests/training/test_gpu.py (bf16, fused AdamW, FSDP offload, torch.compile, CUDA-graph decoding, resuming)
 #   gpt2      GPT-2 124M against Hugging Face: bf16 training at 16x1024 (eager and compiled, with the top
 #             kernels of one step), the forward pass, greedy decoding at batch 1 (eager, CUDA graph, bf16)
 #   finetune  BERT-base classifier fine-tuning steps against Hugging Face's, bf16, batch 32x128
@@ -48,7 +48,7 @@ multi30k() {
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-part tests "$python" -m pytest -p no:warnings tests/test_gpu.py
+part tests "$python" -m pytest -p no:warnings tests/training/test_gpu.py
 part gpt2 "$python" benchmarks/bench_gpt2.py --config gpt2 --device cuda --bf16 --compile --profile \
   --train-batch 16 --train-length 1024 --train-steps 10 --new-tokens 64
 part finetune "$python" benchmarks/bench_finetune.py --config bert-base --device cuda --bf16 --batch 32

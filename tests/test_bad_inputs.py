@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import synthetic_text
 from plm.cli.main import build_parser, main
 from plm.config import config_from_dict, config_to_dict
 from plm.errors import PLMError
 from plm.models import PRESETS, from_config, from_preset, preset_config, with_heads
 from plm.storage.checkpoint import load_model, save_model
 from plm.tokenization.tokenizer import Tokenizer
+from tests.conftest import synthetic_text
 
 TINY_RUN = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
             "--warmup", "2", "--no-progress", "--device", "cpu"]

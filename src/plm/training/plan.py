@@ -37,7 +37,7 @@ backward, where the logits alone are left of those rows, beside the block's grad
 gradients of that table meet. Activation checkpointing keeps only each block pass's
 input (dim per token) and recomputes one block during backward, in the second moment:
 the first stays the peak only when the vocabulary rows outweigh a block (gpt2-mini's),
-the third in steps of few tokens. tests/test_plan.py checks the count, with and
+the third in steps of few tokens. tests/training/test_plan.py checks the count, with and
 without checkpointing, against torch.profiler's peak for a real step (forward, loss,
 backward) of small presets, DeBERTa's included. CUDA's counts are read off the kernels'
 saved tensors, not measured.

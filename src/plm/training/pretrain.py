@@ -35,10 +35,10 @@ from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_sp
 from plm.storage.atomic_files import read_json
 from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
-from plm.training.distributed import Distributed, is_first_process, setup_distributed, teardown_distributed
+from plm.training.distributed import Distributed, setup_distributed
 from plm.training.parallel import built_on_first_process
-from plm.training.run_directory import check_run_directory, claimed
-from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.run_directory import check_run_directory
+from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 # `--model bert` and friends: a family name stands for its recipe's small CPU preset.
 FAMILY_PRESETS = {family: recipe.preset for family, recipe in RECIPES.items()}
@@ -394,10 +394,4 @@ def pretrain(
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
-    try:
-        with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
-            trainer, tokenizer = prepare(setup, training, out, resume, overwrite)
-            metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
-    finally:
-        teardown_distributed()
-    return trainer.model, tokenizer, metrics
+    return train_run(out, resume, overwrite, definition, partial(prepare, setup, training, out, resume, overwrite))

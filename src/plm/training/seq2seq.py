@@ -27,11 +27,11 @@ from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_con
 from plm.models.recipe import TRANSLATION, Hyperparameters
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
-from plm.training.distributed import is_first_process, setup_distributed
+from plm.training.distributed import setup_distributed
 from plm.training.parallel import built_on_first_process
 from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
-from plm.training.run_directory import check_run_directory, claimed
-from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.run_directory import check_run_directory
+from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 OBJECTIVE = "seq2seq"
 SELECTABLE = ("bleu", "chrf", "exact_match")
@@ -303,7 +303,5 @@ def train_seq2seq(
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
-    with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
-        trainer, tokenizers = prepare_seq2seq(setup, training, out, resume, overwrite)
-        metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
-    return trainer.model, tokenizers, metrics
+    return train_run(out, resume, overwrite, definition,
+                     partial(prepare_seq2seq, setup, training, out, resume, overwrite))

@@ -16,10 +16,11 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -44,7 +45,7 @@ from plm.storage.checkpoint import (
     save_snapshot,
 )
 from plm.storage.sharded_checkpoint import save_shards
-from plm.training.distributed import Distributed, setup_distributed
+from plm.training.distributed import Distributed, is_first_process, setup_distributed, teardown_distributed
 from plm.training.optim import build_optimizer, decayed, learning_rate
 from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
 from plm.training.run_directory import (
@@ -699,3 +700,37 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     if device.type != "cuda":
         return {k: v.to(device) for k, v in batch.items()}
     return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+
+
+Prepared = TypeVar("Prepared")
+
+
+def train_run(
+    out: str | Path, resume: bool, overwrite: bool, definition: dict[str, Any] | None,
+    prepare: Callable[[], tuple[Trainer, Prepared]],
+) -> tuple[PretrainedModel, Prepared, dict[str, float]]:
+    """Lock the run directory ``out``, ``prepare`` its trainer, train, and leave the process group.
+
+    The lock is taken before ``prepare`` does any work, so that a second process is refused at once.
+
+    Args:
+        out: the run directory.
+        resume: continue the run in ``out``.
+        overwrite: let a new run replace the run (or other files) in ``out``.
+        definition: saved in ``out/run.json``.
+        prepare: builds the trainer, with what comes with its model (the tokenizer or tokenizers).
+
+    Returns:
+        The trained model, what ``prepare`` gave with the trainer, and the last metrics.
+
+    Raises:
+        PLMError: a run directory that cannot take this run.
+        RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
+    """
+    try:
+        with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
+            trainer, prepared = prepare()
+            metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
+    finally:
+        teardown_distributed()
+    return trainer.model, prepared, metrics

@@ -1,0 +1,166 @@
+"""Pre-training examples: NSP and SOP pairs and single segments, checked on a few thousand examples."""
+
+import random
+
+import pytest
+import torch
+
+from plm.data.corpus import Document
+from plm.errors import PLMError
+from plm.objectives.pairs import (
+    IN_ORDER,
+    IS_NEXT,
+    NOT_NEXT,
+    SWAPPED,
+    nsp_pairs,
+    sentence_order_pairs,
+    single_segments,
+    split_segments,
+)
+from plm.tokenization.tokenizer import Tokenizer
+from tests.conftest import synthetic_sentence
+
+MAX_LENGTH = 48
+
+
+def make_documents(count: int = 800, seed: int = 0) -> list[Document]:
+    rng = random.Random(seed)
+    documents = []
+    for number in range(count):
+        sentences = [f"{synthetic_sentence(rng)} {rng.randint(0, 99)}." for _ in range(rng.randint(3, 30))]
+        lines = [" ".join(sentences[i : i + 3]) for i in range(0, len(sentences), 3)]
+        documents.append(Document(f"doc{number}", "\n".join(lines)))
+    return documents
+
+
+DOCUMENTS = make_documents()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.train_wordpiece((doc.text for doc in DOCUMENTS), vocab_size=200)
+
+
+@pytest.fixture(scope="module")
+def nsp(tokenizer):
+    return nsp_pairs(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0)
+
+
+@pytest.fixture(scope="module")
+def sop(tokenizer):
+    return sentence_order_pairs(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0)
+
+
+def share(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def test_documents_are_cut_into_lines_and_sentences():
+    text = 'First one. "Quoted!" Then (a bracket.) and e.g. more\nA new line? yes\n\n  '
+    segments = ["First one.", '"Quoted!"', "Then (a bracket.)", "and e.g.", "more", "A new line?", "yes"]
+    assert split_segments(text) == segments
+
+
+def test_nsp_pairs_are_half_true_continuations_half_random_documents(nsp):
+    assert len(nsp) > 2000
+    assert share(e.label == NOT_NEXT for e in nsp) == pytest.approx(0.5, abs=0.03)
+    untruncated = 0
+    for example in nsp:
+        a, b = example.a, example.b
+        assert len(a) >= 1 and len(b) >= 1 and len(a) + len(b) + 3 <= MAX_LENGTH
+        if example.label == IS_NEXT:
+            assert a.document == b.document and a.stop <= b.start
+            if len(a) + len(b) < MAX_LENGTH - 3:  # nothing was cut off, so B starts where A ends
+                assert b.start == a.stop
+                untruncated += 1
+        else:
+            assert a.document != b.document
+    assert untruncated > 100
+    others = [e.b.document for e in nsp if e.label == NOT_NEXT]
+    assert len(set(others)) > 0.5 * len(DOCUMENTS)  # random documents, not a few favourites
+
+
+def test_sop_pairs_are_consecutive_segments_of_one_document_half_swapped(sop):
+    assert len(sop) > 2000
+    assert share(e.label == SWAPPED for e in sop) == pytest.approx(0.5, abs=0.03)
+    for example in sop:
+        a, b = example.a, example.b
+        assert a.document == b.document  # never across documents
+        assert len(a) >= 1 and len(b) >= 1 and len(a) + len(b) + 3 <= MAX_LENGTH
+        if example.label == IN_ORDER:
+            assert a.stop <= b.start
+        else:
+            assert b.stop <= a.start
+
+
+def test_about_ten_percent_of_examples_are_short_and_the_others_fill_the_room(nsp, sop):
+    room = MAX_LENGTH - 3
+    for examples in (nsp, sop):
+        short = [e for e in examples if e.target_length < room]
+        assert len(short) / len(examples) == pytest.approx(0.1, abs=0.025)
+        full = [len(e.a) + len(e.b) for e in examples if e.target_length == room]
+        assert share(length == room for length in full) > 0.6  # the others end their document
+        assert share(full) > 0.8 * room
+        assert share(len(e.a) + len(e.b) for e in short) < 0.7 * room
+
+
+def test_single_segments_cover_each_document_in_order(tokenizer):
+    examples = single_segments(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0, short_seq_prob=0.0)
+    assert all(e.b is None and e.label == -1 and 1 <= len(e.a) <= MAX_LENGTH - 2 for e in examples)
+    by_document: dict[int, list] = {}
+    for example in examples:
+        by_document.setdefault(example.a.document, []).append(example.a)
+    assert len(by_document) == len(DOCUMENTS)
+    for document, spans in by_document.items():
+        assert spans[0].start == 0 and spans[-1].stop == len(examples.documents.ids[document])
+        assert all(before.stop == after.start for before, after in zip(spans, spans[1:]))  # nothing lost
+
+
+def test_a_batch_is_cls_a_sep_b_sep_padded(nsp, tokenizer):
+    batch = nsp.batch([0, 1, 2, 3])
+    assert batch["pair_labels"].tolist() == [nsp[i].label for i in range(4)]
+    for row in range(4):
+        a, b = nsp[row].a, nsp[row].b
+        ids = [tokenizer.cls_id, *nsp.tokens(a), tokenizer.sep_id, *nsp.tokens(b), tokenizer.sep_id]
+        length = len(ids)
+        assert batch["input_ids"][row, :length].tolist() == ids
+        assert (batch["input_ids"][row, length:] == tokenizer.pad_id).all()
+        assert batch["attention_mask"][row].tolist() == [1] * length + [0] * (batch["input_ids"].shape[1] - length)
+        assert batch["token_type_ids"][row, :length].tolist() == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        special = batch["special_tokens_mask"][row].bool()
+        assert torch.equal(special, (batch["word_ids"][row] < 0))
+        assert special[[0, len(a) + 1, length - 1]].all() and special.sum() == 3 + batch["input_ids"].shape[1] - length
+    text = tokenizer.decode(batch["input_ids"][0, : batch["attention_mask"][0].sum()])
+    assert text.startswith("[CLS] ") and text.endswith(" [SEP]") and text.count("[SEP]") == 2
+
+
+def test_examples_are_a_function_of_the_seed(tokenizer):
+    documents = DOCUMENTS[:100]
+    first, again = (sentence_order_pairs(documents, tokenizer, MAX_LENGTH, seed=7) for _ in range(2))
+    other = sentence_order_pairs(documents, tokenizer, MAX_LENGTH, seed=8)
+    assert list(first) == list(again)
+    assert list(first) != list(other)
+
+
+def test_a_document_of_one_sentence_is_split_between_words(tokenizer):
+    documents = [Document(f"d{i}", f"The cat reads the book {i} and every token of a string.") for i in range(50)]
+    for build in (nsp_pairs, sentence_order_pairs):
+        examples = build(documents, tokenizer, 64, seed=1)
+        assert len(examples) == 50
+        for example in examples:
+            if example.a.document == example.b.document:
+                first, second = sorted([example.a, example.b], key=lambda span: span.start)
+                words = examples.documents.word_ids[first.document]
+                assert first.stop == second.start and words[first.stop - 1] != words[second.start]
+
+
+def test_unusable_input_is_refused_with_a_reason(tokenizer):
+    with pytest.raises(PLMError, match="at least 2 documents"):
+        nsp_pairs(DOCUMENTS[:1], tokenizer, MAX_LENGTH)
+    with pytest.raises(PLMError, match="max_length 4 leaves no room"):
+        sentence_order_pairs(DOCUMENTS, tokenizer, 4)
+    with pytest.raises(PLMError, match="no cls token"):
+        single_segments(DOCUMENTS, Tokenizer.train_bpe(["some text"] * 5, vocab_size=260), MAX_LENGTH)
+    with pytest.raises(PLMError, match="no none example"):
+        single_segments([Document("empty", "\n\n")], tokenizer, MAX_LENGTH)
