@@ -41,18 +41,41 @@ def test_a_weight_larger_than_the_cache_is_timed_as_it_is() -> None:
 
 def test_each_shape_takes_the_route_that_timed_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routes, "ROUTES", {})
-    blocked_seconds = {768: 1.0, 1024: 3.0}  # out features -> the blocked route's time; F.linear's is 2.0
-    ran_blocked = []
-    real_blocked = routes.blocked_linear
-    monkeypatch.setattr(routes, "blocked_linear", lambda *args: ran_blocked.append(True) or real_blocked(*args))
+    seconds = {768: {"plain": 2.0, "blocked": 1.0, "vector": 3.0}, 1024: {"plain": 2.0, "blocked": 3.0, "vector": 1.5}}
+    ran: list[str] = []
+    for name, route in list(routes.ONE_TOKEN_ROUTES.items()):
+        monkeypatch.setitem(routes.ONE_TOKEN_ROUTES, name,
+                            lambda *args, name=name, route=route: ran.append(name) or route(*args))
 
     def fake_seconds(product, weight: torch.Tensor) -> float:
-        ran_blocked.clear()
+        ran.clear()
         product(weight)
-        return blocked_seconds[weight.shape[0]] if ran_blocked else 2.0
+        return seconds[weight.shape[0]][ran[0]]
 
     monkeypatch.setattr(routes, "streamed_seconds", fake_seconds)
-    for out_features in blocked_seconds:
+    for out_features in seconds:
         routes.linear(torch.randn(1, 256), torch.randn(out_features, 256))
+    routes.linear(torch.randn(2, 256), torch.randn(1024, 256))  # two rows: no matrix-vector route to time
     threads = torch.get_num_threads()
-    assert routes.ROUTES == {(1, 768, 256, threads): True, (1, 1024, 256, threads): False}
+    assert routes.ROUTES == {(1, 768, 256, threads, torch.float32): "blocked",
+                             (1, 1024, 256, threads, torch.float32): "vector",
+                             (2, 1024, 256, threads, torch.float32): "plain"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_one_token_route_is_f_linear(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(1, 1, 256, dtype=dtype), torch.randn(1030, 256, dtype=dtype), torch.randn(1030)
+    bias = bias.to(dtype)
+    close = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
+    for name, route in routes.ONE_TOKEN_ROUTES.items():
+        torch.testing.assert_close(route(x, weight, bias), F.linear(x, weight, bias), **close, msg=name)
+    assert routes.measured_case(x, weight)  # bf16 weights decode through the timed routes too
+
+
+def test_autocast_products_are_left_to_pytorch() -> None:
+    """The wide route under autocast returned fp32 and ran its backward in fp32: slower than F.linear in bf16."""
+    x, weight = torch.randn(8, 64, requires_grad=True), torch.randn(routes.MIN_CHUNKED_FEATURES, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = routes.linear(x, weight)
+    assert y.dtype == torch.bfloat16 == F.linear(x.bfloat16(), weight.bfloat16()).dtype

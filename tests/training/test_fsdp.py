@@ -158,10 +158,10 @@ def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one
 SHARINGS = """
 import functools, sys
 import plm.cli.pretrain as cli
-import plm.training.pretrain as pretrain
+import plm.training.trainer as trainer
 from plm.cli.main import main
 
-pretrain.teardown_distributed = lambda: None  # one process group for the three runs
+trainer.teardown_distributed = lambda: None  # one process group for the three runs
 setup, argv = cli.PretrainSetup, sys.argv[1:]
 out = argv.index("--out")
 argv, base = argv[:out] + argv[out + 2:], argv[out + 1]

@@ -1,16 +1,17 @@
 """y = x W^T + b, with faster routes on the CPU for the two shapes where MKL's plain product can be slow.
 
-On a GPU, in other dtypes or for other shapes the plain F.linear is used. The measured
+On a GPU, under autocast, or for other shapes the plain F.linear is used. The measured
 gains, and the machines they were measured on, are in the speed page of the docs.
 
 * One token per row (decoding with a KV cache multiplies a handful of rows by every
-  weight matrix). MKL may take a matrix-vector kernel that runs on one thread and
-  reads nn.Linear's (out, in) layout slowly; the same product as a batched matmul over
-  ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which streams the weight
-  at memory speed and spreads the blocks over threads. Some CPUs' MKL has a fast
-  matrix-vector kernel instead, so each shape takes the route that wins on the machine
-  at hand, timed at its first use with the weight read from memory as decoding reads it
-  (:func:`blocks_are_faster`, :mod:`plm.cpu.timing`).
+  weight matrix), in fp32 or with bf16 weights. MKL may take a matrix-vector kernel that
+  runs on one thread and reads nn.Linear's (out, in) layout slowly; the same product as a
+  batched matmul over ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which
+  streams the weight at memory speed and spreads the blocks over threads. Some CPUs' MKL
+  has a fast matrix-vector kernel instead, and with one row in bf16 PyTorch's GEMM path
+  reads the weight slower than its matrix-vector kernel (``torch.mv``), so each shape
+  takes the route that wins on the machine at hand, timed at its first use with the weight
+  read from memory as decoding reads it (:func:`one_token_route`, :mod:`plm.cpu.timing`).
 * Very many output features (the vocabulary projection of a language model, on
   every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written
@@ -33,19 +34,19 @@ MAX_ROWS = 4
 MIN_WEIGHT_NUMEL = 1 << 16  # 256 x 256: below that, a product is mostly the call
 CHUNK = 1024
 MIN_CHUNKED_FEATURES = 16384
-ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows, out, in, threads) -> the blocked route won
+ROUTES: dict[tuple[int, int, int, int, torch.dtype], str] = {}  # (rows, out, in, threads, dtype) -> the winner
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out); int8 weights multiply in int8.
 
-    On the CPU in fp32 (:func:`measured_case`), a product of a few rows by a large weight takes
-    :func:`blocked_linear` where that was timed faster, and one of many rows with very many output features
-    takes :class:`WideLinear`.
+    On the CPU (:func:`measured_case`), a product of a few rows by a large weight takes the route of
+    :data:`ONE_TOKEN_ROUTES` that was timed fastest, and one of many rows with very many output features
+    takes :class:`WideLinear` (in fp32).
 
     Args:
         x: (..., in) the input.
-        weight: (out, in) the weight, fp32 or int8.
+        weight: (out, in) the weight, fp32, bf16 or int8.
         bias: (out,), or None.
 
     Returns:
@@ -56,17 +57,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
     out_features, in_features = weight.shape
     rows = x.numel() // max(in_features, 1)
     one_token = rows <= MAX_ROWS and weight.numel() >= MIN_WEIGHT_NUMEL
-    wide = rows > MAX_ROWS and out_features >= MIN_CHUNKED_FEATURES
+    wide = rows > MAX_ROWS and out_features >= MIN_CHUNKED_FEATURES and x.dtype == torch.float32
     if not (one_token or wide) or not measured_case(x, weight):
         return F.linear(x, weight, bias)
     if wide:
         # Under torch.compile inductor picks its own kernels for the product.
         return F.linear(x, weight, bias) if torch.compiler.is_compiling() else WideLinear.apply(x, weight, bias)
     if torch.compiler.is_compiling():  # no timing inside a traced graph: the route measured before, if any
-        use_blocks = ROUTES.get(route_key(rows, weight), False)
+        route = ROUTES.get(route_key(rows, weight), "plain")
     else:
-        use_blocks = blocks_are_faster(x, weight, bias)
-    return blocked_linear(x, weight, bias) if use_blocks else F.linear(x, weight, bias)
+        route = one_token_route(x, weight, bias)
+    return ONE_TOKEN_ROUTES[route](x, weight, bias)
 
 
 def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -98,24 +99,44 @@ def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return y.reshape(*x.shape[:-1], out_features)
 
 
-def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int]:
-    """The key of a one-token product's timed route: its rows, the weight's shape, the threads.
+def vector_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The one-row route: ``torch.mv``, the matrix-vector kernel, which streams a bf16 weight at memory speed.
+
+    Args:
+        x: (..., in) the input, one row.
+        weight: (out, in) the weight.
+        bias: (out,), or None.
+
+    Returns:
+        The (..., out) product.
+    """
+    vector = x.reshape(-1)  # (in,)
+    y = torch.mv(weight, vector) if bias is None else torch.addmv(bias, weight, vector)  # (out,)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+ONE_TOKEN_ROUTES = {"plain": F.linear, "blocked": blocked_linear, "vector": vector_linear}
+
+
+def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int, torch.dtype]:
+    """The key of a one-token product's timed route: its rows, the weight's shape and dtype, the threads.
 
     Args:
         rows: the input's rows.
         weight: (out, in) the weight.
 
     Returns:
-        (rows, out, in, threads).
+        (rows, out, in, threads, dtype).
     """
-    return rows, *weight.shape, torch.get_num_threads()
+    return rows, *weight.shape, torch.get_num_threads(), weight.dtype
 
 
-def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether :func:`blocked_linear` beats F.linear for this shape on this machine, timed at its first use.
+def one_token_route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str:
+    """The fastest of :data:`ONE_TOKEN_ROUTES` for this shape on this machine, timed at its first use.
 
-    The winner depends on the machine's MKL (whether its matrix-vector kernel is fast), so it is
-    measured, with the weight read from memory, once per shape (some 50 ms).
+    The winner depends on the machine's MKL (whether its matrix-vector kernel is fast) and the dtype, so
+    each route is measured, with the weight read from memory, once per shape (some 50 ms a route).
+    ``vector`` multiplies one row only.
 
     Args:
         x: (..., in) the input.
@@ -123,19 +144,24 @@ def blocks_are_faster(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         bias: (out,), or None.
 
     Returns:
-        True when the blocked route won.
+        The winning route's name.
     """
-    key = route_key(x.numel() // weight.shape[1], weight)
+    rows = x.numel() // weight.shape[1]
+    key = route_key(rows, weight)
     if key not in ROUTES:
+        names = ["plain", "blocked"] + (["vector"] if rows == 1 else [])
         with torch.no_grad():
-            ROUTES[key] = streamed_seconds(lambda w: blocked_linear(x, w, bias), weight) < streamed_seconds(
-                lambda w: F.linear(x, w, bias), weight
-            )
+            seconds = {name: streamed_seconds(lambda w, name=name: ONE_TOKEN_ROUTES[name](x, w, bias), weight)
+                       for name in names}
+        ROUTES[key] = min(seconds, key=seconds.__getitem__)
     return ROUTES[key]
 
 
 def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a product is in the setting the faster routes were measured in: fp32 on the CPU, a contiguous weight.
+    """Whether a product is in the setting the faster routes were measured in.
+
+    That is fp32 or bf16 on the CPU, input and weight alike, with a contiguous weight, outside autocast
+    (whose bf16 products are PyTorch's own to route).
 
     Args:
         x: the input.
@@ -144,7 +170,8 @@ def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:
     Returns:
         True in that setting.
     """
-    return x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and weight.is_contiguous()
+    return (x.device.type == "cpu" and x.dtype == weight.dtype and x.dtype in (torch.float32, torch.bfloat16)
+            and weight.is_contiguous() and not torch.is_autocast_enabled("cpu"))
 
 
 class WideLinear(torch.autograd.Function):
