@@ -5,6 +5,12 @@ where (file, line, byte offset, flag); the command line prints that message as o
 line and exits with status 2, without a traceback.
 """
 
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
 
 class PLMError(Exception):
     """A problem with the user's input: a file, a flag, a checkpoint or a prompt."""
@@ -45,3 +51,27 @@ def with_article(word: str) -> str:
     spelled = not any(vowel in word.lower() for vowel in "aeiouy")
     sounds = "aefhilmnorsx" if spelled else "aeiou"
     return f"{'an' if word[:1].lower() in sounds else 'a'} {word}"
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike[str], what: str = "a text file") -> Iterator[None]:
+    """Turn the errors of reading a user's file into one PLMError that names it: missing, a directory, unreadable.
+
+    Args:
+        path: the file, as the user gave it.
+        what: what the file should have been, for a directory given in its place.
+
+    Yields:
+        Nothing: the body reads the file.
+
+    Raises:
+        PLMError: the body met a missing file, a directory, or another error of the operating system.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise PLMError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise PLMError(f"{path}: is a directory, not {what}") from None
+    except OSError as error:
+        raise PLMError(f"{path}: cannot read ({error.strerror})") from None

@@ -27,7 +27,7 @@ from typing import Iterable, Iterator, Sequence, cast
 
 import numpy as np
 
-from plm.errors import PLMError
+from plm.errors import PLMError, reading
 
 NGRAM = 8
 CHUNK_CHARS = 1 << 20  # text read per step when streaming a training file
@@ -201,14 +201,10 @@ def _text_chunks(path: Path) -> Iterator[str]:
     """A file's text in pieces of about CHUNK_CHARS characters, cut at line ends; an empty file is an error."""
     text = False
     try:
-        with path.open(encoding="utf-8") as file:
+        with reading(path), path.open(encoding="utf-8") as file:
             while chunk := "".join(file.readlines(CHUNK_CHARS)):
                 text = text or not chunk.isspace()
                 yield chunk
-    except FileNotFoundError:
-        raise PLMError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise PLMError(f"{path}: is a directory, not a text file") from None
     except UnicodeDecodeError as error:
         raise PLMError(f"{path}: not valid UTF-8 (at byte {error.start} of a chunk)") from None
     if not text:

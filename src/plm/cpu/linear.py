@@ -22,6 +22,8 @@ gains, and the machines they were measured on, are in the speed page of the docs
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -115,7 +117,8 @@ def vector_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-ONE_TOKEN_ROUTES = {"plain": F.linear, "blocked": blocked_linear, "vector": vector_linear}
+Product = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+ONE_TOKEN_ROUTES: dict[str, Product] = {"plain": F.linear, "blocked": blocked_linear, "vector": vector_linear}
 
 
 def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int, torch.dtype]:
@@ -150,9 +153,12 @@ def one_token_route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     key = route_key(rows, weight)
     if key not in ROUTES:
         names = ["plain", "blocked"] + (["vector"] if rows == 1 else [])
+
+        def timed(route: Product) -> float:
+            return streamed_seconds(lambda w: route(x, w, bias), weight)
+
         with torch.no_grad():
-            seconds = {name: streamed_seconds(lambda w, name=name: ONE_TOKEN_ROUTES[name](x, w, bias), weight)
-                       for name in names}
+            seconds = {name: timed(ONE_TOKEN_ROUTES[name]) for name in names}
         ROUTES[key] = min(seconds, key=seconds.__getitem__)
     return ROUTES[key]
 

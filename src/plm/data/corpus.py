@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plm.errors import PLMError
+from plm.errors import PLMError, reading
 from plm.storage.atomic_files import atomic_open, cache_dir
 
 # Bump when the way the default corpus is built changes, so old caches are not reused.
@@ -160,14 +160,8 @@ def read_text(path: str | os.PathLike[str]) -> str:
     Raises:
         PLMError: the file is missing, unreadable, empty, binary or not UTF-8.
     """
-    try:
+    with reading(path):
         data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise PLMError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise PLMError(f"{path}: is a directory, not a text file") from None
-    except OSError as error:
-        raise PLMError(f"{path}: cannot read ({error.strerror})") from None
     if b"\0" in data:
         raise PLMError(f"{path}: looks like a binary file (it has NUL bytes at byte {data.index(0)}), not text")
     try:
@@ -266,3 +260,26 @@ def _hold_out_tail(documents: Sequence[Document], fraction: float) -> Corpus:
             (train if keep > 0 else validation).append(doc)
         keep -= len(doc.text)
     return Corpus(tuple(train), tuple(validation))
+
+
+def json_object(line: str, path: str | os.PathLike[str], number: int) -> dict:
+    """Line ``number`` of a user's JSONL file, which must hold one JSON object.
+
+    Args:
+        line: the line's text.
+        path: the file, for the message.
+        number: the line's number, from 1.
+
+    Returns:
+        The object.
+
+    Raises:
+        PLMError: a line that is not valid JSON, or not an object.
+    """
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise PLMError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(row, dict):
+        raise PLMError(f"{path}:{number}: expected a JSON object {{...}}, got {type(row).__name__}")
+    return row

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plm.data.corpus import read_text
+from plm.data.corpus import json_object, read_text
 from plm.errors import PLMError
 
 Path = str | os.PathLike[str]
@@ -181,7 +181,7 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
-        row = _json_line(line, path, number)
+        row = json_object(line, path, number)
         text, pair, label = row.get("text"), row.get("text_pair"), row.get("label")
         if not isinstance(text, str) or not (pair is None or isinstance(pair, str)):
             raise PLMError(f'{path}:{number}: "text" (and "text_pair", if given) must be strings')
@@ -420,14 +420,6 @@ def _label(text: str, regression: bool, path: Path, number: int) -> str | float:
         raise PLMError(f"{path}:{number}: label {text!r} is not a number (this task is a regression)") from None
 
 
-def _json_line(line: str, path: Path, number: int) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise PLMError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-    if not isinstance(row, dict):
-        raise PLMError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-    return row
 
 
 def _field(row: Any, name: str, kind: type | tuple[type, ...], path: Path, where: str) -> Any:

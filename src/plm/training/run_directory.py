@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from plm.errors import PLMError
+from plm.errors import PLMError, reading
 from plm.storage.atomic_files import default_mode, make_directory, read_json, write_json
 from plm.storage.checkpoint import (
     BEST_DIR,
@@ -288,14 +288,9 @@ def file_digest(path: str | Path) -> str:
         PLMError: no such file, or a directory.
     """
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as file:
-            while chunk := file.read(1 << 20):
-                digest.update(chunk)
-    except FileNotFoundError:
-        raise PLMError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise PLMError(f"{path}: is a directory, not a file") from None
+    with reading(path, "a file"), open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
     return digest.hexdigest()
 
 

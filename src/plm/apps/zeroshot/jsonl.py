@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from plm.data.corpus import json_object, read_text
 from plm.errors import PLMError
 
 
@@ -33,24 +34,11 @@ def read_jsonl(
         PLMError: a missing, non-UTF-8 or empty file, or a line that is not a JSON object with the fields and
             types asked for (booleans never count as numbers).
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise PLMError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise PLMError(f"{path}: is a directory, not a JSONL file") from None
-    except UnicodeDecodeError as error:
-        raise PLMError(f"{path}: not valid UTF-8 at byte {error.start}") from None
     rows = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise PLMError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(row, dict):
-            raise PLMError(f"{path}:{number}: expected a JSON object {{...}}, got {type(row).__name__}")
+        row = json_object(line, path, number)
         for name, kind in (required | (optional or {})).items():
             if name not in row:
                 if name in required:
@@ -60,8 +48,6 @@ def read_jsonl(
                     f"{path}:{number}: field {name!r} should be {type_name(kind)}, got {json.dumps(row[name])[:40]}"
                 )
         rows.append((number, row))
-    if not rows:
-        raise PLMError(f"{path}: the file has no rows")
     return rows
 
 
