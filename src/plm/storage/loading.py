@@ -14,6 +14,7 @@ from plm.errors import PLMError
 from plm.hf import load_hf
 from plm.models import PretrainedModel
 from plm.storage.checkpoint import CONFIG_FILE, is_training_run, load_model, model_directory
+from plm.storage.hub import local_or_hub
 from plm.tokenization.tokenizer import Tokenizer
 
 
@@ -56,16 +57,18 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedMode
     """Open a model, in eval mode: plm's one loader.
 
     Args:
-        path: a plm model directory, a training run (its best model, else its latest checkpoint), or a
-            Hugging Face directory (``config.json`` and safetensors weights of an architecture plm has).
+        path: a plm model directory, a training run (its best model, else its latest checkpoint), a
+            Hugging Face directory (``config.json`` and safetensors weights of an architecture plm has), or a
+            Hugging Face Hub id of one, fetched into the cache (:func:`plm.storage.hub.local_or_hub`; a local
+            path of the same spelling wins).
         device: where the weights go.
 
     Returns:
         The model.
 
     Raises:
-        PLMError: no such directory, a run that saved no model yet, or a directory that is neither plm's
-            nor a Hugging Face model plm can read.
+        PLMError: no such directory or Hub id (or a failed download), a run that saved no model yet, or a
+            directory that is neither plm's nor a Hugging Face model plm can read.
     """
     return opened(path, device)[1]
 
@@ -83,9 +86,7 @@ def opened(path: str | Path, device: str | torch.device) -> tuple[Path, Pretrain
     Raises:
         PLMError: as :func:`load`.
     """
-    path = Path(path)
-    if not path.exists():
-        raise PLMError(f"{path}: no such model directory")
+    path = local_or_hub(path)
     if is_plm_directory(path) or is_training_run(path):  # a run without a model is an error, not a Hugging Face model
         directory = model_directory(path)
         return directory, load_model(directory, device)

@@ -1,0 +1,75 @@
+"""A model by name: a local path, else a Hugging Face Hub id fetched into huggingface_hub's own cache.
+
+A local path always wins over a Hub id of the same spelling. Only the files a model needs are
+fetched (its config, safetensors weights and tokenizer files), through ``huggingface_hub``, which
+shows a progress bar on large files and resumes an interrupted download. ``HF_HUB_OFFLINE=1``
+uses the cache alone. Every way this can fail is one PLMError that names the id.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from plm.errors import PLMError
+
+# What a plm or Hugging Face model directory holds that plm reads: never the other frameworks' weights.
+MODEL_FILES = [
+    "config.json", "*.safetensors", "*.safetensors.index.json", "generation_config.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
+    "modules.json", "*/config.json", "tokenizer/*", "best/*",
+]
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2" or "owner/name"
+
+
+def is_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` asks for the cache alone (read at each call, not when huggingface_hub loads).
+
+    Returns:
+        True for 1, ON, YES or TRUE.
+    """
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> Path:
+    """The directory ``name`` stands for: a local path when one exists, else a Hub id's files in the cache.
+
+    Args:
+        name: a local directory, or a Hub id such as ``openai-community/gpt2``.
+        revision: the Hub revision (a branch, tag or commit) to fetch; None: the default branch.
+
+    Returns:
+        The directory that holds the model's files.
+
+    Raises:
+        PLMError: no such local directory and no such Hub id (or no network for it, or not cached offline),
+            a revision the repository lacks, or a download that failed.
+    """
+    path = Path(name)
+    if path.exists():
+        return path
+    if not HUB_ID.fullmatch(str(name)):
+        raise PLMError(f"{name}: no such model directory")
+    from huggingface_hub import snapshot_download  # imported here: most commands never fetch a model
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return Path(snapshot_download(str(name), revision=revision, allow_patterns=MODEL_FILES,
+                                      cache_dir=os.environ.get("HF_HUB_CACHE"), local_files_only=is_offline()))
+    except RevisionNotFoundError:
+        raise PLMError(f"{name}: the Hugging Face Hub repository has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise PLMError(f"{name}: no such local directory, and no such model on the Hugging Face Hub "
+                       "(or it is private or gated)") from None
+    except (LocalEntryNotFoundError, EntryNotFoundError):
+        where = "HF_HUB_OFFLINE=1 is set" if is_offline() else "the Hugging Face Hub cannot be reached"
+        raise PLMError(f"{name}: no such local directory, not in the Hugging Face cache, and {where}") from None
+    except (HfHubHTTPError, OSError) as error:
+        raise PLMError(f"{name}: the download from the Hugging Face Hub failed ({type(error).__name__})") from None
