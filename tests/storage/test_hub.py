@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import plm
 from plm.cli.main import main
+from plm.errors import PLMWarning
 from tests.cli.test_cli import TINY_RUN
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
-def hf_gpt(tmp_path_factory: pytest.TempPathFactory, ) -> Path:
+def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny GPT-2 in Hugging Face's layout (config.json, model.safetensors, tokenizer files)."""
     folder = tmp_path_factory.mktemp("hub-model")
     (folder / "train.txt").write_text("the cat sat on the mat. " * 200, encoding="utf-8")
@@ -71,3 +73,18 @@ def test_an_id_neither_local_nor_cached_offline_is_one_line_and_exit_2(tmp_path:
 def test_a_path_that_cannot_be_a_hub_id_says_there_is_no_such_directory(tmp_path: Path) -> None:
     with pytest.raises(plm.PLMError, match="no-dir/../x: no such model directory"):
         plm.load(str("no-dir/../x"))
+
+
+def test_a_repository_with_only_pytorch_weights_is_read_weights_only_and_said_so(hf_gpt: Path, tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot = cached(tmp_path / "hub", "tiny-org/bin-only", hf_gpt)
+    torch.save(load_file(snapshot / "model.safetensors"), snapshot / "pytorch_model.bin")
+    (snapshot / "model.safetensors").unlink()
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(PLMWarning, match="no safetensors weights; reading its pytorch_model.bin with torch's "
+                                        "weights-only loader"):
+        model = plm.load("tiny-org/bin-only")
+    ids = torch.tensor([[5, 6, 7]])
+    torch.testing.assert_close(model(ids).logits, plm.load(hf_gpt)(ids).logits, rtol=0, atol=0)

@@ -1,7 +1,8 @@
 """A model by name: a local path, else a Hugging Face Hub id fetched into huggingface_hub's own cache.
 
 A local path always wins over a Hub id of the same spelling. Only the files a model needs are
-fetched (its config, safetensors weights and tokenizer files), through ``huggingface_hub``, which
+fetched (its config, safetensors weights and tokenizer files; PyTorch's ``.bin`` weights only where a
+repository has no safetensors, read with torch's weights-only loader), through ``huggingface_hub``, which
 shows a progress bar on large files and resumes an interrupted download. ``HF_HUB_OFFLINE=1``
 uses the cache alone. Every way this can fail is one PLMError that names the id.
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 
-from plm.errors import PLMError
+from plm.errors import PLMError, PLMWarning
 
 # What a plm or Hugging Face model directory holds that plm reads: never the other frameworks' weights.
 MODEL_FILES = [
@@ -20,6 +22,8 @@ MODEL_FILES = [
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
     "modules.json", "*/config.json", "tokenizer/*", "best/*",
 ]
+# A repository without safetensors weights: PyTorch's, read with torch's weights-only loader (plm.hf.io).
+PYTORCH_WEIGHTS = ["pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json"]
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2" or "owner/name"
 
 
@@ -60,9 +64,17 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
         RevisionNotFoundError,
     )
 
-    try:
-        return Path(snapshot_download(str(name), revision=revision, allow_patterns=MODEL_FILES,
+    def fetched(patterns: list[str]) -> Path:
+        return Path(snapshot_download(str(name), revision=revision, allow_patterns=patterns,
                                       cache_dir=os.environ.get("HF_HUB_CACHE"), local_files_only=is_offline()))
+
+    try:
+        directory = fetched(MODEL_FILES)
+        if not any(directory.rglob("*.safetensors")):
+            warnings.warn(f"{name}: the repository has no safetensors weights; reading its pytorch_model.bin "
+                          "with torch's weights-only loader", PLMWarning, stacklevel=2)
+            directory = fetched(PYTORCH_WEIGHTS)
+        return directory
     except RevisionNotFoundError:
         raise PLMError(f"{name}: the Hugging Face Hub repository has no revision {revision!r}") from None
     except RepositoryNotFoundError:
