@@ -97,7 +97,8 @@ def bf16_generation(name: str, report: Report, ours: torch.nn.Module, hf: torch.
              "hf": hf_generate("hf bf16", copy.deepcopy(hf).to(torch.bfloat16))}
     seconds = interleaved_medians(steps, runs, 1, device)
     limit = report.limits["bandwidth"] / (weights * 2)
-    report.add(name, f"greedy generate tok/s (1x{prompt_length}+{new_tokens})" + (", plm graphed" * (label != "plm")),
+    variant = ", plm graphed" if label == "plm graphed" else ""
+    report.add(name, f"greedy generate tok/s (1x{prompt_length}+{new_tokens}){variant}",
                new_tokens / seconds[label], new_tokens / seconds["hf"],
                f"{new_tokens / seconds[label] / limit:.0%} of {limit:,.0f} tok/s "
                f"({weights * 2 / 1e6:,.0f} MB a token); hf {new_tokens / seconds['hf'] / limit:.0%}",

@@ -88,3 +88,14 @@ def test_a_repository_with_only_pytorch_weights_is_read_weights_only_and_said_so
         model = plm.load("tiny-org/bin-only")
     ids = torch.tensor([[5, 6, 7]])
     torch.testing.assert_close(model(ids).logits, plm.load(hf_gpt)(ids).logits, rtol=0, atol=0)
+
+
+def test_a_mistyped_run_beside_its_folder_is_a_missing_directory_not_a_hub_id(tmp_path: Path, monkeypatch) -> None:
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked about a local path")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", no_hub)
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(plm.PLMError, match="^runs/gtp: no such model directory$"):
+        plm.load("runs/gtp")

@@ -53,7 +53,9 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
     path = Path(name)
     if path.exists():
         return path
-    if not HUB_ID.fullmatch(str(name)):
+    # A name that cannot be an id, or whose folder exists here (runs/gpt with a runs/ beside it), is a local
+    # path mistyped: the Hub is not asked about it.
+    if not HUB_ID.fullmatch(str(name)) or (path.parent != Path(".") and path.parent.is_dir()):
         raise PLMError(f"{name}: no such model directory")
     from huggingface_hub import snapshot_download  # imported here: most commands never fetch a model
     from huggingface_hub.errors import (
