@@ -11,6 +11,7 @@ from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.storage.checkpoint import model_directory
+from plm.storage.hub import local_or_hub
 from plm.storage.loading import load_pretrained
 
 EXAMPLES = """examples:
@@ -43,9 +44,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     check_output_file(args.out)
-    model, tokenizer = load_pretrained(args.model, resolve_device(args.device))
+    path = local_or_hub(args.model, args.revision)
+    model, tokenizer = load_pretrained(path, resolve_device(args.device))
     if isinstance(model, Seq2SeqModel):
-        tokenizers = Seq2SeqTokenizers.load(model_directory(args.model))
+        tokenizers = Seq2SeqTokenizers.load(model_directory(path))
         attention = pair_attention(model, tokenizers, args.text, args.target, args.layer, args.head)
     else:
         if args.target is not None:

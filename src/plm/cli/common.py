@@ -111,14 +111,25 @@ def add_seed(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
     parser.add_argument("--seed", type=int, default=default, help="random seed, for runs you can repeat")
 
 
-def add_model(parser: argparse.ArgumentParser, help: str) -> None:
-    parser.add_argument("--model", required=True, help=help)
+def add_model(parser: argparse.ArgumentParser, help: str, hub: bool = True) -> None:
+    """--model, and with ``hub`` the Hub ids it also takes and --revision to pin one."""
+    if not hub:
+        parser.add_argument("--model", required=True, help=help)
+        return
+    parser.add_argument("--model", required=True, help=f"{help}; or a Hugging Face Hub id (owner/name), fetched "
+                        "into the Hugging Face cache (a local path of the same spelling wins)")
+    add_revision(parser)
+
+
+def add_revision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--revision", help="when --model is a Hub id: the branch, tag or commit to fetch "
+                        "(default: the repository's main branch)")
 
 
 def load_causal_lm(args: argparse.Namespace) -> tuple[CausalLM, Tokenizer]:
     """--model's causal model (plm or Hugging Face directory, or a training run) on --device, with its weights
     as the weights flags ask, and its tokenizer."""
-    model, tokenizer = load_pretrained(args.model, inference_device(args))
+    model, tokenizer = load_pretrained(args.model, inference_device(args), args.revision)
     if not isinstance(model, CausalLM):
         raise PLMError(f"{args.model}: {with_article(model.family)} model does not generate text")
     return with_weights(model, args), tokenizer
@@ -127,7 +138,7 @@ def load_causal_lm(args: argparse.Namespace) -> tuple[CausalLM, Tokenizer]:
 def load_encoder(args: argparse.Namespace) -> tuple[Encoder, Tokenizer]:
     """--model's encoder (BERT, ALBERT, DeBERTa; plm or Hugging Face directory) on --device, with its weights
     as the weights flags ask, and its tokenizer."""
-    model, tokenizer = load_pretrained(args.model, inference_device(args))
+    model, tokenizer = load_pretrained(args.model, inference_device(args), args.revision)
     if not isinstance(model, Encoder):
         raise PLMError(f"{args.model}: {with_article(model.family)} model is not an encoder (BERT, ALBERT or "
                        "DeBERTa)")

@@ -10,6 +10,7 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
+    add_no_progress,
     add_weights,
     load_causal_lm,
     positive_int,
@@ -47,6 +48,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation"
     )
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run_perplexity)
@@ -57,6 +59,6 @@ def run_perplexity(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size,
-        progress=True, detokenize=args.detokenize,
+        progress=not args.no_progress, detokenize=args.detokenize,
     )
     report(f"{args.file}: {result}", result.as_dict(), args.json)

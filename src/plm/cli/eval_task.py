@@ -43,7 +43,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_eval_task(args: argparse.Namespace) -> None:
     check_outputs(args.json)
-    model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
+    model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
     examples = read_examples(task.name, args.file, args.tag_column)
     predictions, scores = run(model, task, examples, args.batch_size)
     if scores is None:

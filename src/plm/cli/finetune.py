@@ -8,6 +8,7 @@ import re
 from plm.cli.common import (
     HelpFormatter,
     add_process,
+    add_revision,
     add_run_directory,
     add_tag_column,
     check_output_directory,
@@ -82,7 +83,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     # argparse reads "-4,-3,-2,-1" as an option, not a value; a comma-separated list of negative numbers is a value.
     parser._negative_number_matcher = re.compile(r"^-\d*\.?\d+(,-?\d*\.?\d+)*$")
     parser.add_argument("--task", choices=TASKS, help="what to learn (see tasks below); required, but for --resume")
-    parser.add_argument("--model", help="pretrained model directory (default: a fresh bert-micro, built-in task only)")
+    parser.add_argument("--model", help="pretrained model directory or Hugging Face Hub id (owner/name) (default: a "
+                        "fresh bert-micro, built-in task only)")
+    add_revision(parser)
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
     parser.add_argument("--lr", type=learning_rates,
@@ -145,8 +148,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_finetune(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
     setup = FinetuneSetup(
-        task=args.task, model=args.model, train=args.train, validation=args.validation, lrs=args.lr,
-        restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size, warmup_fraction=args.warmup,
+        task=args.task, model=args.model, revision=args.revision, train=args.train, validation=args.validation,
+        lrs=args.lr, restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size,
+        warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
         tag_column=args.tag_column, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,

@@ -44,7 +44,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_predict(args: argparse.Namespace) -> None:
     if args.out is not None:
         check_output_file(args.out)
-    model, task = load_task_model(args.model, args.device, args.max_length, stride=args.stride)
+    model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
     examples = read_examples(task.name, args.file, args.tag_column, labelled=False)
     predictions, _ = run(model, task, examples, args.batch_size)
     lines = "".join(json.dumps({**example_fields(e), "prediction": p}, ensure_ascii=False) + "\n"

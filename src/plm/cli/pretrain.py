@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from plm.cli.common import (
     HelpFormatter,
@@ -15,6 +17,7 @@ from plm.cli.common import (
 )
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
+from plm.storage.hub import LEGACY_IDS
 from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain
 
 RUN = RunFlags("pretrain", data=("train", "validation"))
@@ -99,6 +102,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
+    if args.model in LEGACY_IDS and not Path(args.model).exists():
+        print(f"--model {args.model}: plm's preset of that name, a new untrained model; the released weights are "
+              f"the Hugging Face Hub's {LEGACY_IDS[args.model]}, which plm finetune, generate and the other "
+              "commands that load a model take", file=sys.stderr)
     setup = PretrainSetup(
         model=args.model,
         train_files=tuple(args.train),

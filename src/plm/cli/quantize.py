@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from plm.cli.common import HelpFormatter, write_model_directory
+from plm.cli.common import HelpFormatter, add_model, write_model_directory
 from plm.cpu.int8 import QUANTIZATIONS, quantize
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.models.base import Seq2SeqModel
 from plm.storage.checkpoint import WEIGHTS_FILE, model_directory, save_model
+from plm.storage.hub import local_or_hub
 from plm.storage.loading import is_plm_directory, load_pretrained
 
 EXAMPLES = """examples:
@@ -31,7 +32,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--model", required=True, help="the model to quantize")
+    add_model(parser, "the model to quantize")
     parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="int8", help="the weight format")
     parser.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty, whole")
@@ -39,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    source, out = Path(args.model), Path(args.out)
+    source, out = local_or_hub(args.model, args.revision), Path(args.out)
 
     def write(directory: Path) -> str:
         model, tokenizer = load_pretrained(source)

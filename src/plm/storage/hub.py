@@ -4,7 +4,8 @@ A local path always wins over a Hub id of the same spelling. Only the files a mo
 fetched (its config, safetensors weights and tokenizer files; PyTorch's ``.bin`` weights only where a
 repository has no safetensors, read with torch's weights-only loader), through ``huggingface_hub``, which
 shows a progress bar on large files and resumes an interrupted download. ``HF_HUB_OFFLINE=1``
-uses the cache alone. Every way this can fail is one PLMError that names the id.
+uses the cache alone, and ``HF_ENDPOINT`` names another Hub (a mirror, or a test's stand-in); both are read at
+each call. Every way this can fail is one PLMError that names the id.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ MODEL_FILES = [
 ]
 # A repository without safetensors weights: PyTorch's, read with torch's weights-only loader (plm.hf.io).
 PYTORCH_WEIGHTS = ["pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json"]
+# Released models that the Hub still answers by their first names, without an owner; some are plm's preset names too.
+LEGACY_IDS = {name: f"openai-community/{name}"
+              for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "openai-gpt")}
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "gpt2" or "owner/name"
 
 
@@ -48,10 +52,12 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
 
     Raises:
         PLMError: no such local directory and no such Hub id (or no network for it, or not cached offline),
-            a revision the repository lacks, or a download that failed.
+            a revision the repository lacks, a revision for a local directory, or a download that failed.
     """
     path = Path(name)
     if path.exists():
+        if revision is not None:
+            raise PLMError(f"{name}: a local directory has no revisions; --revision is for Hub ids")
         return path
     # A name that cannot be an id, or whose folder exists here (runs/gpt with a runs/ beside it), is a local
     # path mistyped: the Hub is not asked about it.
@@ -68,15 +74,14 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
 
     def fetched(patterns: list[str]) -> Path:
         return Path(snapshot_download(str(name), revision=revision, allow_patterns=patterns,
-                                      cache_dir=os.environ.get("HF_HUB_CACHE"), local_files_only=is_offline()))
+                                      cache_dir=os.environ.get("HF_HUB_CACHE"), local_files_only=is_offline(),
+                                      endpoint=os.environ.get("HF_ENDPOINT")))
 
     try:
         directory = fetched(MODEL_FILES)
-        if not any(directory.rglob("*.safetensors")):
-            warnings.warn(f"{name}: the repository has no safetensors weights; reading its pytorch_model.bin "
-                          "with torch's weights-only loader", PLMWarning, stacklevel=2)
-            directory = fetched(PYTORCH_WEIGHTS)
-        return directory
+        if any(directory.rglob("*.safetensors")):
+            return directory
+        directory = fetched(PYTORCH_WEIGHTS)
     except RevisionNotFoundError:
         raise PLMError(f"{name}: the Hugging Face Hub repository has no revision {revision!r}") from None
     except RepositoryNotFoundError:
@@ -87,3 +92,9 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
         raise PLMError(f"{name}: no such local directory, not in the Hugging Face cache, and {where}") from None
     except (HfHubHTTPError, OSError) as error:
         raise PLMError(f"{name}: the download from the Hugging Face Hub failed ({type(error).__name__})") from None
+    if not any(directory.glob("pytorch_model*.bin")):
+        raise PLMError(f"{name}: the Hugging Face Hub repository has no weights plm reads (*.safetensors or "
+                       "pytorch_model.bin)")
+    warnings.warn(f"{name}: the repository has no safetensors weights; reading its pytorch_model.bin with torch's "
+                  "weights-only loader", PLMWarning, stacklevel=2)
+    return directory

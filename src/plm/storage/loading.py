@@ -12,7 +12,7 @@ from plm.cpu.int8 import is_quantized, quantize
 from plm.device import INFERENCE_PRECISIONS, resolve_precision
 from plm.errors import PLMError
 from plm.hf import load_hf
-from plm.models import PretrainedModel
+from plm.models import PRESETS, PretrainedModel
 from plm.storage.checkpoint import CONFIG_FILE, is_training_run, load_model, model_directory
 from plm.storage.hub import local_or_hub
 from plm.tokenization.tokenizer import Tokenizer
@@ -53,7 +53,7 @@ def find_tokenizer(directory: str | Path) -> Tokenizer | None:
     return None
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
+def load(path: str | Path, device: str | torch.device = "cpu", revision: str | None = None) -> PretrainedModel:
     """Open a model, in eval mode: plm's one loader.
 
     Args:
@@ -62,6 +62,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedMode
             Hugging Face Hub id of one, fetched into the cache (:func:`plm.storage.hub.local_or_hub`; a local
             path of the same spelling wins).
         device: where the weights go.
+        revision: for a Hub id, the branch, tag or commit to fetch; None: the default branch.
 
     Returns:
         The model.
@@ -70,15 +71,16 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> PretrainedMode
         PLMError: no such directory or Hub id (or a failed download), a run that saved no model yet, or a
             directory that is neither plm's nor a Hugging Face model plm can read.
     """
-    return opened(path, device)[1]
+    return opened(path, device, revision)[1]
 
 
-def opened(path: str | Path, device: str | torch.device) -> tuple[Path, PretrainedModel]:
+def opened(path: str | Path, device: str | torch.device, revision: str | None = None) -> tuple[Path, PretrainedModel]:
     """The model directory ``path`` stands for, and its model (see :func:`load`).
 
     Args:
         path: as for :func:`load`.
         device: where the weights go.
+        revision: as for :func:`load`.
 
     Returns:
         The model directory and the model.
@@ -86,19 +88,28 @@ def opened(path: str | Path, device: str | torch.device) -> tuple[Path, Pretrain
     Raises:
         PLMError: as :func:`load`.
     """
-    path = local_or_hub(path)
+    try:
+        path = local_or_hub(path, revision)
+    except PLMError as error:
+        if str(path) in PRESETS:  # gpt2-mini: a name plm pretrain builds a new model from, not one to load
+            raise PLMError(f"{error}; {path} is a preset of plm pretrain (a new, untrained model), not a model to "
+                           "load") from None
+        raise
     if is_plm_directory(path) or is_training_run(path):  # a run without a model is an error, not a Hugging Face model
         directory = model_directory(path)
         return directory, load_model(directory, device)
     return path, load_hf(path, device).eval()
 
 
-def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tuple[PretrainedModel, Tokenizer]:
+def load_pretrained(
+    path: str | Path, device: str | torch.device = "cpu", revision: str | None = None
+) -> tuple[PretrainedModel, Tokenizer]:
     """A model (see :func:`load`) and the tokenizer saved beside it, checked to belong together.
 
     Args:
         path: as for :func:`load`.
         device: where the weights go.
+        revision: as for :func:`load`.
 
     Returns:
         The model and its tokenizer.
@@ -107,7 +118,7 @@ def load_pretrained(path: str | Path, device: str | torch.device = "cpu") -> tup
         PLMError: as :func:`load`, or no tokenizer beside the model, or one with more tokens than the
             model has embeddings.
     """
-    directory, model = opened(path, device)
+    directory, model = opened(path, device, revision)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None:
         raise PLMError(

@@ -78,7 +78,9 @@ class FinetuneSetup:
 
     Attributes:
         task: the task, one of :data:`plm.tasks.task_objective.TASKS`.
-        model: a plm or Hugging Face directory (or training run); None: a fresh model on the built-in task.
+        model: a plm or Hugging Face directory (or training run), or a Hugging Face Hub id; None: a fresh model on
+            the built-in task.
+        revision: for a Hub id, the branch, tag or commit to fetch.
         train: the training file; None (with ``validation`` None): the built-in synthetic task.
         validation: the dev file, which picks the best model.
         lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based tagger's own).
@@ -108,7 +110,8 @@ class FinetuneSetup:
     """
 
     task: str
-    model: str | None = None  # a plm or Hugging Face directory; None: a fresh model on the built-in task
+    model: str | None = None  # a plm or Hugging Face directory, or a Hub id; None: a fresh model on the built-in task
+    revision: str | None = None
     train: str | None = None
     validation: str | None = None
     lrs: tuple[float, ...] | None = None
@@ -524,7 +527,7 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
         PLMError: a model that cannot be loaded, is not trainable (int8), or takes no task head.
     """
     if setup.model is not None:
-        model, tokenizer = load_pretrained(setup.model)
+        model, tokenizer = load_pretrained(setup.model, revision=setup.revision)
         check_trainable(model, setup.model)
         if isinstance(model, TaskModel):
             model = model.backbone
@@ -580,15 +583,21 @@ def task_name(head: Any) -> str:
 
 
 def load_task_model(
-    path: str | Path, device: str = "cpu", max_length: int | None = None, **options: Any
+    path: str | Path, device: str = "cpu", max_length: int | None = None, revision: str | None = None,
+    **options: Any
 ) -> tuple[Any, Task]:
-    """A fine-tuned model (``plm finetune``'s run directory) in eval mode and the task that reads its data.
+    """A fine-tuned model in eval mode and the task that reads its data.
+
+    The model is ``plm finetune``'s run or model directory, or a Hugging Face task model
+    (``XForSequenceClassification``, ``XForTokenClassification``, ``XForQuestionAnswering``, ...) by directory or
+    Hub id, with its label names.
 
     Args:
-        path: the model's directory or run.
+        path: the model's directory or run, or a Hub id.
         device: where the weights go ("auto" picks one).
         max_length: tokens per sequence; None: the task's default (see
             :func:`plm.tasks.task_objective.build_task`).
+        revision: for a Hub id, the branch, tag or commit to fetch.
         **options: further options of the task (see :func:`model_task`).
 
     Returns:
@@ -597,7 +606,7 @@ def load_task_model(
     Raises:
         PLMError: a model that cannot be loaded, or one without a task head.
     """
-    model, tokenizer = load_pretrained(path, resolve_device(device))
+    model, tokenizer = load_pretrained(path, resolve_device(device), revision)
     if not isinstance(model, (TaskModel, FeatureTagger)):
         raise PLMError(
             f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)"
