@@ -14,6 +14,9 @@ fast = plm.quantize(plm.load("runs/demo"), "int8")   # int8 weights for CPU infe
 ```
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
 from plm.apps.perplexity import perplexity
 from plm.apps.text_pipelines import embed_texts, file_perplexity, fill_mask, generate_text
 from plm.cpu.int8 import quantize
@@ -28,6 +31,11 @@ from plm.tasks import TaskModel, task_model
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain
 from plm.training.trainer import Trainer, TrainingConfig
+
+try:  # the version is pyproject.toml's, as the installed package's metadata holds it
+    __version__ = _installed_version("plm")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "PRESETS",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -60,8 +61,11 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
     assert code == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == [e.text for e in examples]
-    assert set(rows[0]) == {"text", "text_pair", "label", "prediction"}  # the example's fields, not its line
+    assert set(rows[0]) == {"text", "text_pair", "label", "prediction", "probabilities"}  # not the example's line
     assert {r["prediction"] for r in rows} <= {"bad", "good"}
+    for row in rows:  # each label's softmax probability, the prediction the most likely
+        assert sum(row["probabilities"].values()) == pytest.approx(1.0)
+        assert row["prediction"] == max(row["probabilities"], key=row["probabilities"].get)
     right = sum(r["prediction"] == r["label"] for r in rows)
 
     code, out, _ = run_main(capsys, "eval", "task", "--model", finetuned, data, "--json", tmp_path / "scores.json")
@@ -73,6 +77,25 @@ def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
     matrix = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in out.splitlines() if
               line.split()[0] in ("bad", "good")}
     assert matrix["bad"][0] + matrix["good"][1] == right and sum(map(sum, matrix.values())) == 40
+
+
+def test_predict_reads_plain_text_from_a_file_or_stdin(finetuned, tmp_path, capsys, monkeypatch):
+    examples = synthetic_task("classify", 6, seed=98)
+    lines = tmp_path / "test.txt"
+    lines.write_text("".join(e.text + "\n\n" for e in examples))  # blank lines are skipped
+    code, out, err = run_main(capsys, "predict", "--model", finetuned, lines)
+    assert code == 0, err
+    from_file = [json.loads(line) for line in out.splitlines()]
+    assert [row["text"] for row in from_file] == [e.text for e in examples]
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines.read_text()))
+    code, out, _ = run_main(capsys, "predict", "--model", finetuned, "-")
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == from_file
+
+
+def test_predict_refuses_a_max_length_beyond_the_model_s_positions(finetuned, tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("a text\n")
+    code, _, err = run_main(capsys, "predict", "--model", finetuned, tmp_path / "one.txt", "--max-length", "100000")
+    assert code == 2 and err.startswith("plm predict: error: max_length 100000 exceeds the model's ")
 
 
 def test_max_steps_ends_the_run_and_its_linear_schedule_at_that_step(tmp_path, capsys):

@@ -110,6 +110,18 @@ def test_fill_mask_puts_the_learned_word_at_each_mask(alphabet_bert, capsys):
     assert [line.split()[:3] for line in lines] == [["mask", "1:", "beta"], ["mask", "2:", "gamma"]]
 
 
+def test_fill_mask_takes_several_texts_and_shows_small_probabilities(alphabet_bert, capsys):
+    capsys.readouterr()
+    assert main(["fill-mask", "--model", str(alphabet_bert), "alpha [MASK] gamma delta.", "alpha beta [MASK] delta.",
+                 "--top-k", "30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "alpha [MASK] gamma delta." and lines[2] == "alpha beta [MASK] delta."
+    assert lines[1].split()[:3] == ["mask", "1:", "beta"] and lines[3].split()[:3] == ["mask", "1:", "gamma"]
+    printed = re.findall(r"\(([\d.e+-]+)\)", lines[1])
+    smallest = min(printed, key=float)  # the tail of 30 guesses: three significant digits, not 0.002 or 0.000
+    assert float(smallest) < 0.01 and len(smallest.replace(".", "").lstrip("0").split("e")[0]) == 3
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """60 kB of English with a real vocabulary: Python's own reference topics, always installed."""

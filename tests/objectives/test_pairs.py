@@ -156,7 +156,9 @@ def test_a_document_of_one_sentence_is_split_between_words(tokenizer):
 
 
 def test_unusable_input_is_refused_with_a_reason(tokenizer):
-    with pytest.raises(PLMError, match="at least 2 documents"):
+    # a file of one sentence a line, without blank lines, is one document: the message says both ways out
+    with pytest.raises(PLMError, match=r"at least 2 documents with text, got 1: separate the documents with blank "
+                       r"lines, or train the masked LM alone \(--objective mlm\)$"):
         nsp_pairs(DOCUMENTS[:1], tokenizer, MAX_LENGTH)
     with pytest.raises(PLMError, match="max_length 4 leaves no room"):
         sentence_order_pairs(DOCUMENTS, tokenizer, 4)

@@ -142,17 +142,30 @@ def test_cli_prints_the_table_and_a_verdict(capsys: pytest.CaptureFixture, tmp_p
     assert printed.splitlines()[-1].startswith("fits: ") and "74.5 GiB (given)" in printed
     written = json.loads(out.read_text())
     assert written["device"]["parameters"] == 4 * 1_557_611_200 // 8 and written["fits"] is True
-    assert main(["plan", "--model", "gpt2-xl", "--device", "cuda", "--memory", "16GB"]) == 0
+    assert main(["plan", "--model", "gpt2-xl", "--device", "cuda", "--memory", "16GB"]) == 1  # a script can tell
     assert capsys.readouterr().out.splitlines()[-1].startswith("does NOT fit: ")
 
 
 @pytest.mark.parametrize("args", [["--model", "gpt9"], ["--model", "gpt2", "--memory", "lots"],
                                   ["--model", "elmo-mini"], ["--model", "gpt2", "--offload"],
-                                  ["--model", "gpt2", "--block", "4096"]])
+                                  ["--model", "gpt2", "--block-size", "4096"]])
 def test_cli_errors_are_one_line_and_exit_code_2(args: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(["plan", *args]) == 2
     error = capsys.readouterr().err
     assert error.startswith("plm plan: error: ") and error.count("\n") == 1
+
+
+@pytest.mark.parametrize("preset, family", [("transformer-base", "transformer"), ("elmo-mini", "elmo")])
+def test_a_family_plan_does_not_count_yet_says_so(preset: str, family: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "--model", preset]) == 2
+    assert capsys.readouterr().err == (f"plm plan: error: plm plan does not plan the {family} family yet: it counts "
+                                       "the decoder-only and encoder stacks of GPT, BERT, ALBERT and DeBERTa\n")
+
+
+def test_batch_and_block_are_spelled_as_pretrain_spells_them(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "--model", "gpt2", "--batch-size", "2", "--block-size", "128", "--memory", "80GB",
+                 "--device", "cpu"]) == 0
+    assert "batch 2 x 128 tokens per process" in capsys.readouterr().out
 
 
 def test_a_bad_number_is_refused_by_the_parser(capsys: pytest.CaptureFixture) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from plm.apps.attention_map import pair_attention, plot, self_attention
 from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file
@@ -43,6 +44,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    if Path(args.out).suffix.lower() != ".png":  # the map is a PNG, whatever the name says
+        raise PLMError(f"--out {args.out}: the attention map is a PNG image; give a file name ending in .png")
     check_output_file(args.out)
     path = local_or_hub(args.model, args.revision)
     model, tokenizer = load_pretrained(path, resolve_device(args.device))

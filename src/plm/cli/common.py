@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import STRATEGIES, Parallelism
 from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.run_directory import LOCK_FILE, run_lock
+from plm.training.tensorboard import REPORTERS
 from plm.training.trainer import TrainingConfig
 
 
@@ -214,9 +216,14 @@ def add_schedule(parser: argparse.ArgumentParser) -> None:
 
 
 def add_process(parser: argparse.ArgumentParser) -> None:
-    """What every training command takes about its processes: --strategy and memory, progress, --seed, --device."""
+    """What every training command takes about its processes: --strategy and memory, progress, reporting,
+    --seed, --device."""
     add_parallelism(parser)
     add_no_progress(parser)
+    parser.add_argument("--report-to", choices=REPORTERS, default=os.environ.get("PLM_REPORT_TO", "none"),
+                        help="tensorboard: also write the logged metrics, the learning rate and the throughput to "
+                        "OUT/tensorboard/ (tensorboard --logdir OUT; needs pip install 'plm[tensorboard]'); the "
+                        "default is the environment's PLM_REPORT_TO, or none")
     add_seed(parser)
     add_device(parser)
 
@@ -230,7 +237,7 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
         weight_decay=args.weight_decay, grad_accum=args.grad_accum, clip=args.clip, eval_every=args.eval_every,
         save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every, seed=args.seed,
         device=args.device, precision=args.precision, progress=not args.no_progress, compile=args.compile,
-        parallelism=parallelism(args),
+        parallelism=parallelism(args), report_to=args.report_to,
     )
 
 

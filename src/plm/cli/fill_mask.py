@@ -10,6 +10,7 @@ from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, lo
 EXAMPLES = """examples:
   plm fill-mask --model runs/bert "The capital of France is [MASK]."
   plm fill-mask --model runs/albert "Return the [MASK] of the list." --top-k 10
+  plm fill-mask --model runs/bert "Paris is the [MASK] of France." "The [MASK] sat on the mat."
 """
 
 
@@ -17,13 +18,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "fill-mask",
         help="top predictions of a masked LM for each [MASK]",
-        description="Run a masked language model (BERT, ALBERT, DeBERTa with an MLM head) on a text with one or "
-        "more mask tokens and print the most likely tokens for each, with their probabilities.",
+        description="Run a masked language model (BERT, ALBERT, DeBERTa with an MLM head) on texts with one or "
+        "more mask tokens each and print the most likely tokens for each mask, with their probabilities. With "
+        "several texts, each text's lines follow it.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     add_model(parser, "model directory (plm or Hugging Face) or training run")
-    parser.add_argument("text", help="text with the tokenizer's mask token, e.g. [MASK]")
+    parser.add_argument("texts", nargs="+", metavar="text", help="texts with the tokenizer's mask token, e.g. [MASK]")
     parser.add_argument("--top-k", type=positive_int, default=5, help="guesses per mask")
     add_device(parser)
     add_weights(parser)
@@ -32,5 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     model, tokenizer = load_encoder(args)
-    for number, guesses in enumerate(fill_mask(model, tokenizer, args.text, args.top_k), start=1):
-        print(f"mask {number}: " + "  ".join(f"{token} ({probability:.3f})" for token, probability in guesses))
+    for text in args.texts:
+        if len(args.texts) > 1:
+            print(text)
+        for number, guesses in enumerate(fill_mask(model, tokenizer, text, args.top_k), start=1):
+            # three significant digits: a guess of 0.0004 reads as such, not as 0.000
+            print(f"mask {number}: " + "  ".join(f"{token} ({probability:.3g})" for token, probability in guesses))

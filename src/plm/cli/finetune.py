@@ -157,7 +157,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
         max_steps=args.max_steps, pooling=args.pooling,
         mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
-        parallelism=parallelism(args), save_every=args.save_every,
+        parallelism=parallelism(args), save_every=args.save_every, report_to=args.report_to,
     )
     setup.validate()
     out = check_output_directory(args.out)

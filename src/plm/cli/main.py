@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import sys
 import warnings
 
+import torch
+
+import plm
 from plm.cli import (
     attention,
     compare,
@@ -45,6 +50,8 @@ def build_parser() -> Parser:
         "compare runs on an equal budget, and convert to and from Hugging Face. Start with `plm demo`.",
         formatter_class=HelpFormatter,
     )
+    versions = f"plm {plm.__version__} (PyTorch {torch.__version__}, Python {platform.python_version()})"
+    parser.add_argument("--version", action="version", version=versions)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)
@@ -66,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = show_warning
     try:
-        args.run(args)
+        status = args.run(args)  # None, or the exit status of a command that answers a question (plan: fits?)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
     except PLMError as error:
         print(f"{args.command_name}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of the output stopped early (plm ... | head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that flushing at exit fails silently
+        return 128 + 13  # SIGPIPE's status, as a shell tool's
     except OSError as error:
         # A file the library did not expect to fail (permissions, a full disk, ...): still the user's to fix.
         where = f"{error.filename}: " if error.filename is not None else ""
@@ -84,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{args.command_name}: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -23,17 +23,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Count the bytes each training process holds for a preset: parameters (counted exactly, "
         "shared ones once), gradients, optimizer state, DDP's gradient buckets or FSDP's shards and its "
         "one-block working set, and one step's activations (with and without activation checkpointing), all "
-        "fp32; then say whether the total fits the memory. The activations are an analytic count of what "
-        "each Transformer block keeps for backward, checked against torch.profiler on small presets.",
+        "fp32; then say whether the total fits the memory (the exit status is 1 when it does not). The "
+        "activations are an analytic count of what each Transformer block keeps for backward, checked against "
+        "torch.profiler on small presets.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", required=True, help="a preset (gpt2-xl, bert-large, albert-base, ...)")
     parser.add_argument("--processes", type=positive_int, default=1, help="training processes (one GPU each)")
-    parser.add_argument("--batch", type=positive_int, default=8, help="sequences per process per step")
-    parser.add_argument(
-        "--block", type=positive_int, help="tokens per sequence (default: the recipe's, at most the context)"
-    )
+    # --batch and --block: this command's first spellings, before the flags were named as pretrain names them
+    parser.add_argument("--batch-size", "--batch", type=positive_int, default=8, help="sequences per process per step")
+    parser.add_argument("--block-size", "--block", type=positive_int,
+                        help="tokens per sequence (default: the recipe's, at most the context)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="ddp",
                         help="ddp: every process holds everything; fsdp: parameters, gradients and optimizer state "
                         "sharded over the processes")
@@ -52,13 +53,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
     if args.json:
         check_output_file(args.json)
     memory = None if args.memory == "auto" else Memory(parse_bytes(args.memory), "given")
-    setup = PlanSetup(args.model, args.processes, args.batch, args.block, args.strategy, args.offload,
+    setup = PlanSetup(args.model, args.processes, args.batch_size, args.block_size, args.strategy, args.offload,
                       args.checkpoint_activations, args.optimizer, args.device)
     result = plan(setup, memory)
     print(report(result))
     if args.json:
         write_json(args.json, result.as_dict())
+    return 0 if result.fits else 1  # as a check: a script can stop on a plan that does not fit

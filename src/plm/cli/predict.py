@@ -11,11 +11,12 @@ from typing import Any
 from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, check_output_file, positive_int
 from plm.storage.atomic_files import atomic_open
 from plm.tasks.finetune import load_task_model, read_examples
-from plm.tasks.task_objective import run
+from plm.tasks.task_objective import encode_all, model_outputs
 
 EXAMPLES = """examples:
   plm predict --model runs/sst2 sst-2/test.tsv --out predictions.jsonl
   plm predict --model runs/ner eng.testb            # JSON lines on stdout
+  echo "a gripping, funny film" | plm predict --model runs/sst2 -     # plain text, one input a line
 """
 
 
@@ -24,13 +25,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         "predict",
         help="predictions of a fine-tuned model, as JSONL",
         description="Run a model fine-tuned with `plm finetune` on a file of its task's format (labels are not "
-        "needed) and write one JSON object per example: the example's fields and its \"prediction\" (a label, a "
-        "score, a tag per word, an answer text, or a choice's index).",
+        "needed), or on plain text, one input a line, and write one JSON object per example: the example's fields, "
+        "its \"prediction\" (a label, a score, a tag per word, an answer text, or a choice's index) and, for a "
+        "classifier or a multiple choice, its \"probabilities\" (as plm serve's /classify gives them).",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
-    parser.add_argument("file", help="examples: the format the model's task reads")
+    parser.add_argument("file", help="examples: the format the model's task reads; for classify, regress and tag "
+                        "also plain text (.txt, or - for stdin), one input a line")
     parser.add_argument("--out", help="JSONL file to write (default: standard output)")
     parser.add_argument("--max-length", type=positive_int,
                         help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
@@ -44,11 +47,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_predict(args: argparse.Namespace) -> None:
     if args.out is not None:
         check_output_file(args.out)
-    model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
+    model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision,
+                                  stride=args.stride)
     examples = read_examples(task.name, args.file, args.tag_column, labelled=False)
-    predictions, _ = run(model, task, examples, args.batch_size)
-    lines = "".join(json.dumps({**example_fields(e), "prediction": p}, ensure_ascii=False) + "\n"
-                    for e, p in zip(examples, predictions))
+    features = encode_all(task, examples)
+    outputs = model_outputs(model, task, features, args.batch_size)
+    predictions = task.predict(outputs, features, examples)
+    probabilities = task.probabilities(outputs) or [None] * len(examples)
+    lines = "".join(json.dumps({**example_fields(e), "prediction": p} | ({"probabilities": q} if q else {}),
+                               ensure_ascii=False) + "\n"
+                    for e, p, q in zip(examples, predictions, probabilities))
     if args.out is None:
         sys.stdout.write(lines)
         return

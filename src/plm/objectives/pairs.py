@@ -331,7 +331,9 @@ def _build(
     docs = TokenizedDocuments(documents, tokenizer)
     builder = _Builder(docs, task, room, short_seq_prob, random.Random(seed))
     if task == "nsp" and len(builder.nonempty) < 2:
-        raise PLMError(f"next sentence prediction needs at least 2 documents with text, got {len(builder.nonempty)}")
+        raise PLMError(f"next sentence prediction needs at least 2 documents with text, got "
+                       f"{len(builder.nonempty)}: separate the documents with blank lines, or train the masked LM "
+                       "alone (--objective mlm)")
     examples = [example for d in builder.nonempty for example in builder.document_examples(d)]
     if not examples:
         raise PLMError(f"no {task} example can be made from {len(documents)} documents; is there any text?")

@@ -63,14 +63,18 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
     # path mistyped: the Hub is not asked about it.
     if not HUB_ID.fullmatch(str(name)) or (path.parent != Path(".") and path.parent.is_dir()):
         raise PLMError(f"{name}: no such model directory")
-    from huggingface_hub import snapshot_download  # imported here: most commands never fetch a model
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    try:  # imported here: most commands never fetch a model, and huggingface_hub is an extra
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import (
+            EntryNotFoundError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:
+        raise PLMError(f"{name}: no such local directory; to fetch it from the Hugging Face Hub, pip install "
+                       "'plm[hub]'") from None
 
     def fetched(patterns: list[str]) -> Path:
         return Path(snapshot_download(str(name), revision=revision, allow_patterns=patterns,

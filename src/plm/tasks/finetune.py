@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from plm.cpu.int8 import check_trainable
+from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.models import CausalLM, from_preset
@@ -107,6 +108,7 @@ class FinetuneSetup:
         save_every: steps between checkpoints within an epoch (and at its end), so that a stop loses little.
         mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
         parallelism: DDP or FSDP, activation checkpointing.
+        report_to: "tensorboard" writes each run's logged metrics to its ``tensorboard/`` too; "none" does not.
     """
 
     task: str
@@ -138,6 +140,7 @@ class FinetuneSetup:
     save_every: int = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
     mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
     parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
+    report_to: str = "none"  # "tensorboard": each run's logged metrics in its tensorboard/ too
 
     def validate(self) -> None:
         """Check the setup before anything is read or written.
@@ -233,6 +236,9 @@ def trained_pooling(model: str | Path | None) -> str | None:
 def read_examples(task: str, path: str | Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
+    Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
+    (:func:`plm.tasks.readers.read_lines`).
+
     CoNLL: the tags of ``tag_column`` (see :func:`plm.tasks.readers.read_conll_layout`), and a note on
     stderr says which column that was.
 
@@ -241,7 +247,7 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
             SWAG CSV, the others GLUE TSV or JSONL.
         path: the file.
         tag_column: tag: the (1-based) column of the tags; None: the layout's last.
-        labelled: qa: False lets questions come without answers (questions to answer, not to train on).
+        labelled: False: examples to predict, not to train on (qa: questions without answers; plain text).
 
     Returns:
         The examples (:mod:`plm.tasks.readers`' classes).
@@ -249,6 +255,9 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
     Raises:
         PLMError: a file that cannot be read as the task's format, naming the file and the line.
     """
+    if not labelled and (str(path) == "-" or Path(path).suffix == ".txt"):
+        text = sys.stdin.read() if str(path) == "-" else read_text(path)
+        return readers.read_lines(task, text, "stdin" if str(path) == "-" else str(path))
     if task == "tag":
         sentences, column, columns = readers.read_conll_layout(Path(path), tag_column)
         print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
@@ -464,6 +473,7 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                 save_every=min(per_epoch, setup.save_every),
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
+                report_to=setup.report_to,
             )
             directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if several else out
             if resume and (directory / RESULT_FILE).is_file():
@@ -638,6 +648,9 @@ def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_lengt
     head = model.config.head
     name = task_name(head)
     # A fine-tuned QA model answers with the tau its dev set chose, never one fitted to the file it is scored on.
+    positions = model.config.context_length
+    if max_length is not None and max_length > positions:  # never cut silently to the positions it has
+        raise PLMError(f"max_length {max_length} exceeds the model's {positions} positions")
     qa = options | {"threshold": head.null_threshold, "fit_threshold": False}
     extra = qa if name == "qa" else {"symmetric": True} if head.symmetric else {}
     return build_task(name, tokenizer, model, head.label_names, max_length, **extra)

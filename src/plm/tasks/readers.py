@@ -195,6 +195,29 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
     return _nonempty(examples, path)
 
 
+def read_lines(task: str, text: str, source: str) -> list[TextExample] | list[TaggedSentence]:
+    """Plain text, one input a line, unlabelled: a text to classify or score, or words to tag.
+
+    Args:
+        task: classify, regress or tag (the tasks whose input is one text).
+        text: the text.
+        source: where it was read from (a file name, or stdin), for messages.
+
+    Returns:
+        One example per non-empty line: a TextExample, or for tag a TaggedSentence of the line's words without tags.
+
+    Raises:
+        PLMError: a task whose input is not one text (qa, choice), or no lines.
+    """
+    if task not in ("classify", "regress", "tag"):
+        raise PLMError(f"{source}: plain text is one input a line, for classify, regress and tag; a {task} model "
+                       "reads SQuAD JSON (qa) or SWAG CSV (choice)")
+    lines = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    if task == "tag":
+        return _nonempty([TaggedSentence(tuple(line.split()), (), number) for number, line in lines], source)
+    return _nonempty([TextExample(line.strip(), None, None, number) for number, line in lines], source)
+
+
 # Layouts whose tag column is the last: word and tag; CoNLL-2003's word, POS tag, chunk tag, entity tag.
 # CoNLL-2000's chunking files have 3 (word, POS tag, chunk tag), as do others with another third column:
 # there the tag column must be given.
@@ -428,7 +451,7 @@ def _field(row: Any, name: str, kind: type | tuple[type, ...], path: Path, where
     return row[name]
 
 
-def _nonempty(examples: list, path: Path) -> list:
+def _nonempty(examples: list, path: Path | str) -> list:
     if not examples:
         raise PLMError(f"{path}: no examples in the file")
     return examples

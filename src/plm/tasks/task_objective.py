@@ -155,6 +155,17 @@ class Task:
         """
         raise NotImplementedError
 
+    def probabilities(self, outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[Any] | None:
+        """Each example's probabilities over its answers, where the task has a softmax over them; None otherwise.
+
+        Args:
+            outputs: the model's output on each batch (see :func:`model_outputs`).
+
+        Returns:
+            None here; a classifier's and a multiple-choice task's give one row per example.
+        """
+        return None
+
     def score(self, predictions: Sequence[Any], examples: Sequence[Any]) -> dict[str, float]:
         """The task's metrics of ``predictions`` against the labelled ``examples``; each kind of task implements it.
 
@@ -259,6 +270,17 @@ class Classification(Task):
         """
         return [self.labels[i] for i in most_likely(outputs)]
 
+    def probabilities(self, outputs):
+        """Each example's probability of each label.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch.
+
+        Returns:
+            (list[dict[str, float]]): label -> probability, one mapping per example.
+        """
+        return [dict(zip(self.labels, row)) for row in softmax_rows(outputs)]
+
     def score(self, predictions, examples):
         """Accuracy and Matthews correlation, and with two labels the second one's F1.
 
@@ -299,6 +321,17 @@ class Regression(Classification):
             The score as a float.
         """
         return float(label)
+
+    def probabilities(self, outputs):
+        """None: a score has no softmax.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch.
+
+        Returns:
+            None.
+        """
+        return None
 
     def loss(self, output, batch):
         """Squared error of the values, summed over the batch.
@@ -644,6 +677,17 @@ class MultipleChoice(Task):
         """
         return most_likely(outputs)
 
+    def probabilities(self, outputs):
+        """Each example's probability of each ending.
+
+        Args:
+            outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch.
+
+        Returns:
+            (list[list[float]]): one probability per ending, per example.
+        """
+        return softmax_rows(outputs)
+
     def score(self, predictions, examples):
         """Accuracy of the chosen endings.
 
@@ -674,6 +718,18 @@ def most_likely(outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[Any]
         One class index per row (a list of them per token row), in the batches' order.
     """
     return [row for output, _ in outputs for row in output.logits.argmax(-1).tolist()]
+
+
+def softmax_rows(outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[list[float]]:
+    """Each row's softmax over its logits (batch, classes), batch after batch, in fp32.
+
+    Args:
+        outputs: the model's output on each batch, with the batch (see :func:`model_outputs`).
+
+    Returns:
+        One list of probabilities per row.
+    """
+    return [row for output, _ in outputs for row in output.logits.float().softmax(-1).tolist()]
 
 
 def encode_all(task: Task, examples: Sequence[Any]) -> list[Feature]:

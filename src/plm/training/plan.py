@@ -368,12 +368,14 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
     config = preset_config(setup.model)
     missing = [name for name in BLOCK_FIELDS if not hasattr(config, name)]
     if missing:
-        raise PLMError(f"plm plan counts stacks of Transformer blocks; {setup.model} has no {', '.join(missing)}")
+        family = model_class(config).family
+        raise PLMError(f"plm plan does not plan the {family} family yet: it counts the decoder-only and encoder "
+                       "stacks of GPT, BERT, ALBERT and DeBERTa")
     recipe = RECIPES[model_class(config).family]
     objective = objective_spec(recipe.objective)
     block = setup.block or min(recipe.block_size or config.context_length, config.context_length)
     if block > config.context_length:
-        raise PLMError(f"--block {block} exceeds {setup.model}'s context of {config.context_length} tokens")
+        raise PLMError(f"--block-size {block} exceeds {setup.model}'s context of {config.context_length} tokens")
     trained = model_class(config).config_with_heads(config, objective.heads)
     with torch.device("meta"):
         model = from_config(trained)

@@ -41,12 +41,13 @@ from plm.storage.checkpoint import (
 LOCK_FILE = ".lock"
 DEFINITION_FILE = "run.json"  # what defines the run: the command, its options, its data's SHA-256
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"  # --report-to tensorboard: the logged metrics as TensorBoard event files
 TOKENIZER_DIR = "tokenizer"  # a tokenizer trained for the run
 RESULT_FILE = "result.json"  # a finished fine-tuning run's lr, seed, steps and dev metrics
 SUMMARY_FILE = "summary.json"  # a fine-tuning sweep's runs
 SWEEP_DIR = "runs"  # a fine-tuning sweep's runs, one directory each
 RUN_FILES = (CHECKPOINT_DIR, PREVIOUS_CHECKPOINT_DIR, SNAPSHOTS_DIR, BEST_DIR, METRICS_FILE, TRAINING_CONFIG_FILE,
-             TOKENIZER_DIR, DEFINITION_FILE, RESULT_FILE, SUMMARY_FILE, SWEEP_DIR)
+             TOKENIZER_DIR, DEFINITION_FILE, RESULT_FILE, SUMMARY_FILE, SWEEP_DIR, TENSORBOARD_DIR)
 # What an interrupted save leaves: the staging directories of checkpoint/, best/ and checkpoints/step-N/
 # (plm.storage.atomic_files.staging_directory), the half-deleted directories of
 # plm.storage.checkpoint.remove_directory, and the temporary files of plm.storage.atomic_files.atomic_open.

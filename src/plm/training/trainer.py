@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ from plm.training.optim import build_optimizer, decayed, learning_rate
 from plm.training.parallel import Parallelism, gradient_sync, prepare_model, reshard, unsharded
 from plm.training.run_directory import (
     METRICS_FILE,
+    TENSORBOARD_DIR,
     TOKENIZER_DIR,
     check_run_directory,
     claimed,
@@ -58,13 +60,14 @@ from plm.training.run_directory import (
     write_definition,
 )
 from plm.training.stopping import StopSignals, signal_name
+from plm.training.tensorboard import TensorBoardLog
 
 HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
 # What may differ when a run resumes: how long it goes on, where and how it runs, how it reports. Anything
 # else defines the run. (The warmup is the run's own: see Trainer.resume. A sharded run resumed on another
 # number of processes takes the micro-batches per process that keep its global batch.)
 CHANGEABLE_ON_RESUME = ("steps", "epochs", "time_limit", "device", "progress", "log_every", "save_every", "keep_last",
-                        "compile", "parallelism", "grad_accum", "warmup")
+                        "compile", "parallelism", "grad_accum", "warmup", "report_to")
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class TrainingConfig:
     progress: bool = True
     compile: bool = False  # torch.compile the training forward and backward
     parallelism: Parallelism = Parallelism()  # DDP or FSDP over torchrun's processes, activation checkpointing
+    report_to: str = "none"  # "tensorboard": the logged metrics in RUN/tensorboard/ too (plm.training.tensorboard)
 
     def with_defaults(self, defaults: Hyperparameters) -> TrainingConfig:
         """This config with every optimizer field left None taken from ``defaults``.
@@ -227,6 +231,7 @@ class Trainer:
         if config.epochs is not None:
             self.config = config = dataclasses.replace(config, steps=self.steps_for_epochs(config.epochs))
         self.tokenizer = tokenizer
+        self.tensorboard: TensorBoardLog | None = None  # opened by start(), on the first process
         h = config.hyperparameters
         self.optimizer = build_optimizer(h.optimizer, self.model, h.lr, h.weight_decay, h.betas, h.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -278,8 +283,12 @@ class Trainer:
         """
         check = partial(check_run_directory, self.out, resume, overwrite)
         with claimed(self.out, check, enabled=self.distributed.is_main), StopSignals() as signals:
-            self.start(resume, overwrite, definition)
-            return self.run(signals)
+            try:
+                self.start(resume, overwrite, definition)
+                return self.run(signals)
+            finally:
+                if self.tensorboard is not None:
+                    self.tensorboard.close()
 
     def start(self, resume: bool, overwrite: bool, definition: dict[str, Any] | None) -> None:
         """Check and prepare the run directory, restore the checkpoint when resuming, write what defines the run.
@@ -301,6 +310,9 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             if not resume:
                 (self.out / METRICS_FILE).unlink(missing_ok=True)
+                shutil.rmtree(self.out / TENSORBOARD_DIR, ignore_errors=True)  # a new run's curves start empty
+            if self.config.report_to == "tensorboard":
+                self.tensorboard = TensorBoardLog(self.out, self.step if resume else None)
             drop_snapshots(self.out, after=self.step)
             write_json(self.out / TRAINING_CONFIG_FILE, asdict(self.config))
             if definition is not None:
@@ -628,7 +640,7 @@ class Trainer:
         world.barrier()
 
     def log(self, metrics: dict[str, float]) -> None:
-        """Append ``metrics`` to the run's metrics.jsonl (on the first process).
+        """Append ``metrics`` to the run's metrics.jsonl, and to TensorBoard's files if asked (on the first process).
 
         Args:
             metrics: one line's metrics.
@@ -636,6 +648,8 @@ class Trainer:
         if self.distributed.is_main:
             with open(self.out / METRICS_FILE, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(metrics) + "\n")
+            if self.tensorboard is not None:
+                self.tensorboard.write(metrics)
 
     def truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint a resumed run starts from.
