@@ -47,9 +47,13 @@ BAD_FLAGS = {
     "min-lr above lr": (["--lr", "1e-4", "--min-lr", "1e-3"], "--min-lr 0.001 is above --lr 0.0001"),
     "betas": (["--betas", "0.9", "1.0"], "--betas must be two numbers in [0, 1), got 0.9 1.0"),
     "eps": (["--eps", "0"], "--eps must be a finite number above 0, got 0.0"),
-    "whole word for gpt": (["--whole-word"], "--whole-word chooses which words a masked-LM objective masks; clm (gpt)"),
+    "whole word for gpt": (["--whole-word"], "--whole-word chooses how a masked-LM objective masks; clm (gpt)"),
     "max-ngram for gpt": (["--max-ngram", "3"],
-                          "--max-ngram chooses which words a masked-LM objective masks; clm (gpt)"),
+                          "--max-ngram chooses how a masked-LM objective masks; clm (gpt)"),
+    "mask ratios for gpt": (["--mask-ratios", "100,0,0"], "--mask-ratios chooses how a masked-LM objective masks"),
+    "mask ratios not 100": (["--model", "bert-micro", "--mask-ratios", "80,10,20"],
+                            "the mask ratios are three shares of the selected tokens ([MASK], random, unchanged) "
+                            "that add up to 1, got (0.8, 0.1, 0.2)"),
     "objective for gpt": (["--objective", "mlm"], "--objective mlm does not fit a gpt model; it trains with clm"),
     "block size": (["--block-size", "100"], "--block-size 100 exceeds the model's context of 64 tokens"),
 }

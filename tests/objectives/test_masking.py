@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from plm.errors import PLMError
-from plm.objectives.masking import IGNORE_INDEX, mask_tokens, select_spans
+from plm.objectives.masking import IGNORE_INDEX, check_mask_ratios, mask_tokens, select_spans
 
 VOCAB, MASK, CLS, SEP, PAD = 1000, 4, 2, 3, 0
 SPECIALS = (0, 1, 2, 3, 4)
@@ -63,6 +63,25 @@ def test_bert_masks_15_percent_of_maskable_tokens_80_10_10():
     assert not torch.isin(replaced, torch.tensor(SPECIALS)).any()
     positions = selected.nonzero()[:, 1].float()  # the choice is spread over the whole sequence
     assert positions.mean().item() == pytest.approx(maskable.nonzero()[:, 1].float().mean().item(), rel=0.02)
+
+
+@pytest.mark.parametrize("ratios", [(1.0, 0.0, 0.0), (0.0, 0.2, 0.8), (0.5, 0.3, 0.2)])
+def test_the_mask_ratios_of_bert_appendix_c2_are_options(ratios):
+    ids, maskable, _ = sequences()
+    masked, labels = mask_tokens(ids, maskable, MASK, VOCAB, torch.Generator().manual_seed(2), special_ids=SPECIALS,
+                                 ratios=ratios)
+    selected = labels != IGNORE_INDEX
+    n = selected.sum().item()
+    to_mask = (masked[selected] == MASK).float().mean().item()
+    kept = (masked[selected] == ids[selected]).float().mean().item()
+    shares = [to_mask, 1 - to_mask - kept, kept]  # neither [MASK] nor the original: a random token
+    for share, expected in zip(shares, ratios):  # within 5 standard deviations of the binomial share
+        assert share == pytest.approx(expected, abs=5 * (expected * (1 - expected) / n) ** 0.5 + 1 / VOCAB)
+
+
+def test_mask_ratios_that_do_not_add_up_are_refused():
+    with pytest.raises(PLMError, match=r"add up to 1, got \(0.8, 0.1, 0.2\)"):
+        check_mask_ratios((0.8, 0.1, 0.2))
 
 
 def test_masking_is_a_function_of_the_generator_seed():

@@ -79,6 +79,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)"
     )
+    parser.add_argument("--mask-ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME",
+                        help="percentages of the selected tokens that become [MASK], a random token, or stay (BERT's "
+                        "80,10,10; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
                         help="UTF-8 training text; documents are separated by blank lines")
     parser.add_argument("--validation", nargs="+", default=[], metavar="FILE",
@@ -100,6 +103,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def mask_ratios(text: str) -> tuple[float, float, float]:
+    """--mask-ratios 80,10,10: three percentages, as shares."""
+    try:
+        mask, random_token, same = (float(part) / 100 for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"three comma-separated percentages (80,10,10), got {text!r}") from None
+    return mask, random_token, same
+
+
 def run(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
     if args.model in LEGACY_IDS and not Path(args.model).exists():
@@ -115,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
         objective=args.objective,
         whole_word=args.whole_word,
         max_ngram=args.max_ngram,
+        mask_ratios=args.mask_ratios,
         block_size=args.block_size,
         batch_size=args.batch_size,
         dropout=args.dropout,

@@ -18,6 +18,7 @@ from plm.errors import PLMError
 from plm.objectives.base import Objective
 from plm.objectives.bilm import BiLMObjective, word_streams
 from plm.objectives.clm import CausalLMObjective
+from plm.objectives.masking import MASK_RATIOS
 from plm.objectives.mlm import MaskedLMObjective
 from plm.storage.atomic_files import cache_dir
 
@@ -38,6 +39,7 @@ class ObjectiveData:
         validation_blocks: the most validation sequences.
         whole_word: mask whole words (masked LMs).
         max_ngram: the longest masked span, in words (masked LMs).
+        mask_ratios: the shares of the selected tokens that become [MASK], a random token, or stay (masked LMs).
     """
 
     corpus: Corpus
@@ -48,6 +50,7 @@ class ObjectiveData:
     validation_blocks: int
     whole_word: bool = False
     max_ngram: int = 1
+    mask_ratios: tuple[float, float, float] = MASK_RATIOS
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class ObjectiveSpec:
 
     Attributes:
         heads: the pre-training heads the model must have.
-        masks_words: the objective takes masking options (``whole_word``, ``max_ngram``).
+        masks_words: the objective takes masking options (``whole_word``, ``max_ngram``, ``mask_ratios``).
         build: makes the objective from a run's data.
         parallel_text: trains on sentence pairs (plm seq2seq train), not on a corpus.
     """
@@ -107,6 +110,7 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
             pair_task=pair_task,
             whole_word=data.whole_word,
             max_ngram=data.max_ngram,
+            mask_ratios=data.mask_ratios,
             seed=data.seed,
             validation_batches_max=max(1, data.validation_blocks // data.batch_size),
         )

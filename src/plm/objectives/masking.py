@@ -32,6 +32,26 @@ from plm.errors import PLMError
 
 IGNORE_INDEX = -100  # the label of a position that is not a target (cross_entropy's ignore_index)
 MLM_PROBABILITY = 0.15  # the share of tokens a masked LM predicts (BERT section 3.1)
+MASK_RATIOS = (0.8, 0.1, 0.1)  # of the selected tokens: [MASK], a random token, unchanged (BERT section 3.1)
+
+
+def check_mask_ratios(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """The shares of [MASK], random and unchanged tokens, checked: three non-negative numbers that sum to 1.
+
+    Args:
+        ratios: the three shares.
+
+    Returns:
+        The shares as a tuple.
+
+    Raises:
+        PLMError: not three, a negative one, or a sum other than 1.
+    """
+    if len(ratios) != 3 or min(ratios) < 0 or abs(sum(ratios) - 1) > 1e-6:
+        raise PLMError(f"the mask ratios are three shares of the selected tokens ([MASK], random, unchanged) that "
+                       f"add up to 1, got {tuple(ratios)}")
+    mask, random_token, unchanged = ratios
+    return mask, random_token, unchanged
 
 
 def mask_tokens(
@@ -45,11 +65,13 @@ def mask_tokens(
     whole_word: bool = False,
     max_ngram: int = 1,
     special_ids: Sequence[int] = (),
+    ratios: tuple[float, float, float] = MASK_RATIOS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Corrupt ``input_ids`` (B, T) for MLM; return ``(masked_input_ids, labels)``.
 
-    Of the selected positions, 80% become ``mask_id``, 10% a random id and 10% stay. Random replacements are
-    drawn from the ids that are not in ``special_ids``. All randomness comes from ``generator`` (CPU).
+    Of the selected positions, 80% become ``mask_id``, 10% a random id and 10% stay (``ratios``; BERT's Appendix
+    C.2 varies them). Random replacements are drawn from the ids that are not in ``special_ids``. All randomness
+    comes from ``generator`` (CPU).
 
     Args:
         input_ids: (B, T) token ids.
@@ -62,6 +84,7 @@ def mask_tokens(
         whole_word: as for :func:`select_spans`.
         max_ngram: as for :func:`select_spans`.
         special_ids: ids never drawn as a random replacement.
+        ratios: the shares of the selected positions that become ``mask_id``, a random id, or stay.
 
     Returns:
         The corrupted ids (B, T), and the labels (B, T): the original id at the selected positions,
@@ -78,8 +101,9 @@ def mask_tokens(
     excluded[list(special_ids)] = True
     candidates = torch.arange(vocab_size)[~excluded]
     random_ids = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator)]
-    masked = torch.where(selected & (fate < 0.8), mask_id, input_ids)
-    masked = torch.where(selected & (fate >= 0.8) & (fate < 0.9), random_ids.to(input_ids.device), masked)
+    to_mask, to_random = ratios[0], ratios[0] + ratios[1]  # each position's fate: below, between, above
+    masked = torch.where(selected & (fate < to_mask), mask_id, input_ids)
+    masked = torch.where(selected & (fate >= to_mask) & (fate < to_random), random_ids.to(input_ids.device), masked)
     return masked, labels
 
 

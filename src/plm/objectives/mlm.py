@@ -19,7 +19,7 @@ from torch import nn
 
 from plm.data.corpus import Document
 from plm.errors import PLMError
-from plm.objectives.masking import IGNORE_INDEX, MLM_PROBABILITY, mask_tokens
+from plm.objectives.masking import IGNORE_INDEX, MASK_RATIOS, MLM_PROBABILITY, check_mask_ratios, mask_tokens
 from plm.objectives.pairs import BUILDERS, PAIR_TASKS, PretrainingExamples
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ class MaskedLMObjective:
         pair_task: none, nsp or sop.
         whole_word: mask whole words (see :func:`plm.objectives.masking.select_spans`).
         max_ngram: the longest masked span, in words (ALBERT's n-grams).
+        mask_ratios: the shares of the selected tokens that become [MASK], a random token, or stay (80/10/10), in
+            training; validation masks with BERT's 80/10/10 whatever they are, so that runs with other ratios
+            are scored on the same corrupted text.
         mlm_probability: the share of tokens predicted.
         short_seq_prob: the probability of a shorter example (see :mod:`plm.objectives.pairs`).
         seed: the seed of the examples, the batches and the masks.
@@ -65,6 +68,7 @@ class MaskedLMObjective:
         pair_task: str = "none",
         whole_word: bool = False,
         max_ngram: int = 1,
+        mask_ratios: tuple[float, float, float] = MASK_RATIOS,
         mlm_probability: float = MLM_PROBABILITY,
         short_seq_prob: float = 0.1,
         seed: int = 0,
@@ -87,11 +91,13 @@ class MaskedLMObjective:
             "mlm_probability": mlm_probability,
             "whole_word": whole_word,
             "max_ngram": max_ngram,
+            "ratios": check_mask_ratios(mask_ratios),
         }
         count = len(self.validation) if validation_batches_max is None else validation_batches_max * batch_size
         count = min(count, len(self.validation))
         self._validation = [
-            self._masked(self.validation, range(i, min(i + batch_size, count)), _generator(_VALIDATION, seed, i))
+            self._masked(self.validation, range(i, min(i + batch_size, count)), _generator(_VALIDATION, seed, i),
+                         MASK_RATIOS)
             for i in range(0, count, batch_size)
         ]
 
@@ -171,12 +177,15 @@ class MaskedLMObjective:
         yield from self._validation
 
     def _masked(
-        self, examples: PretrainingExamples, rows: Sequence[int], generator: torch.Generator
+        self, examples: PretrainingExamples, rows: Sequence[int], generator: torch.Generator,
+        ratios: tuple[float, float, float] | None = None,
     ) -> dict[str, torch.Tensor]:
+        """A batch of ``rows``, masked as training masks, or with other ``ratios`` (validation: BERT's)."""
         batch = examples.batch(rows)
         word_ids, special = batch.pop("word_ids"), batch.pop("special_tokens_mask")
+        options = self.masking if ratios is None else {**self.masking, "ratios": ratios}
         batch["input_ids"], batch["labels"] = mask_tokens(
-            batch["input_ids"], special == 0, generator=generator, word_ids=word_ids, **self.masking
+            batch["input_ids"], special == 0, generator=generator, word_ids=word_ids, **options
         )
         return batch
 

@@ -32,6 +32,7 @@ from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config,
 from plm.models.recipe import Hyperparameters, PretrainingRecipe
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
 from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec
+from plm.objectives.masking import MASK_RATIOS, check_mask_ratios
 from plm.storage.atomic_files import read_json
 from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
@@ -61,6 +62,7 @@ class PretrainSetup:
     objective: str = "auto"
     whole_word: bool = False
     max_ngram: int | None = None  # None: the recipe's (3 for ALBERT, else 1)
+    mask_ratios: tuple[float, float, float] = MASK_RATIOS  # [MASK], random, unchanged (BERT's Appendix C.2)
     block_size: int | None = None  # None: the recipe's (128 for encoders), at most the context
     batch_size: int = 16
     validation_blocks: int = 64
@@ -139,9 +141,12 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecip
         raise PLMError(f"--objective {name} does not fit {with_article(family)} model; "
                        f"it trains with {', '.join(recipe.objectives)}")
     spec = objective_spec(name)
-    if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None):
-        flag = "--whole-word" if setup.whole_word else "--max-ngram"
-        raise PLMError(f"{flag} chooses which words a masked-LM objective masks; {name} ({family}) masks none")
+    check_mask_ratios(setup.mask_ratios)
+    if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None
+                                 or tuple(setup.mask_ratios) != MASK_RATIOS):
+        flag = ("--whole-word" if setup.whole_word else "--max-ngram" if setup.max_ngram is not None
+                else "--mask-ratios")
+        raise PLMError(f"{flag} chooses how a masked-LM objective masks; {name} ({family}) masks none")
     return name, spec
 
 
@@ -357,6 +362,7 @@ def prepare(
         validation_blocks=setup.validation_blocks,
         whole_word=setup.whole_word,
         max_ngram=setup.max_ngram or recipe.max_ngram,
+        mask_ratios=setup.mask_ratios,
     )
     objective = spec.build(data)
     if world.is_main:
