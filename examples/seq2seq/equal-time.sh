@@ -3,6 +3,7 @@
 #
 #   examples/seq2seq/equal-time.sh dates 12                           # the built-in dates task
 #   examples/seq2seq/equal-time.sh multi30k 20 ../shared/data/multi30k
+#   MODELS="rnn-luong rnn-luong-local-m rnn-luong-local-p" examples/seq2seq/equal-time.sh dates 8   # others
 #
 # The four runs train at the same time, one thread each, for the same wall-clock minutes,
 # so each gets the same share of the CPU whatever else the machine is doing (the "user CPU"
@@ -27,7 +28,7 @@ else
   files=(--src "$data/train.de" --tgt "$data/train.en" --valid-src "$data/val.de" --valid-tgt "$data/val.en")
   src=$data/test_2016_flickr.de; ref=$data/test_2016_flickr.en
 fi
-models=(rnn rnn-bahdanau rnn-luong transformer)
+read -r -a models <<< "${MODELS:-rnn rnn-bahdanau rnn-luong transformer}"
 for model in "${models[@]}"; do
   /usr/bin/time -f "$task $model: %e s wall, %U s user CPU" \
     plm seq2seq train --model "$model" "${files[@]}" --minutes "$minutes" --steps 1000000 \

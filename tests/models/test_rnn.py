@@ -21,7 +21,12 @@ FORMS = {
     "luong-general-feeding": dict(attention="general", input_feeding=True),
     "luong-dot": dict(attention="dot", input_feeding=False, cell="gru", bidirectional=False),
     "luong-concat-feeding": dict(attention="concat", input_feeding=True, layers=1),
+    # Local attention with windows narrower than the sources, so that the window shows
+    "luong-local-m-feeding": dict(attention="general", alignment="local-m", window=1, input_feeding=True),
+    "luong-local-p-dot": dict(attention="dot", alignment="local-p", window=1, input_feeding=False, cell="gru",
+                              bidirectional=False),
 }
+GLOBAL_FORMS = [form for form in FORMS if "local" not in form]
 
 
 def tiny(form: str) -> RNNSeq2Seq:
@@ -72,7 +77,7 @@ def test_teacher_forcing_equals_decoding_one_token_at_a_time(form: str) -> None:
         torch.testing.assert_close(forced.attentions, torch.cat(attentions, 1), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("form", [form for form in FORMS if not form.startswith("none")])
+@pytest.mark.parametrize("form", [form for form in GLOBAL_FORMS if not form.startswith("none")])
 def test_attention_weights_sum_to_one_over_real_tokens_and_are_zero_on_pads(form: str) -> None:
     model = tiny(form)
     ids, mask, lengths = padded_batch()
@@ -153,9 +158,24 @@ def test_reordering_the_state_decodes_the_chosen_rows() -> None:
     torch.testing.assert_close(reordered.logits, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_local_attention_reads_a_window_at_the_target_position_or_a_predicted_one() -> None:
+    ids, mask, lengths = padded_batch()
+    local_m = tiny("luong-local-m-feeding")(ids, TARGET, mask).attentions  # window 1: p_t - 1 .. p_t + 1
+    for row, length in enumerate(lengths):
+        for t in range(TARGET.shape[1]):
+            centre = min(t, length - 1)  # p_t = t, within the source
+            window = [s for s in range(5) if abs(s - centre) <= 1 and s < length]
+            assert local_m[row, t].nonzero().flatten().tolist() == window
+            torch.testing.assert_close(local_m[row, t].sum(), torch.tensor(1.0))
+    local_p = tiny("luong-local-p-dot")(ids, TARGET, mask).attentions
+    assert torch.all(local_p[:, :, :].sum(-1) < 1)  # the Gaussian around a real-valued p_t takes its share
+    assert all((local_p[row, t] > 0).sum() <= 3 for row in range(3) for t in range(TARGET.shape[1]))
+
+
 def test_presets_are_the_three_forms() -> None:
     forms = [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")]
     assert forms == [("none", False), ("bahdanau", False), ("general", True)]
+    assert [PRESETS[f"rnn-luong-local-{kind}"].alignment for kind in "mp"] == ["local-m", "local-p"]
     with torch.device("meta"):
         model = from_preset("rnn-luong", vocab_size=90, source_vocab_size=100)
         assert (model.source_embedding.num_embeddings, model.output.out_features) == (100, 90)

@@ -63,3 +63,32 @@ def test_weights_depend_on_the_source() -> None:
     query, mask = torch.randn(1, 1, DIM), torch.ones(1, 3, dtype=torch.bool)
     first, second = torch.randn(1, 3, DIM), torch.randn(1, 3, DIM)
     assert not torch.allclose(attention(query, first, mask)[1], attention(query, second, mask)[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("alignment", ["local-m", "local-p"])
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_local_attention_equals_luong_s_formulas_in_a_loop(alignment: str, score: str) -> None:
+    """a_t(s) = align(h_t, h_s) over the window [p_t - D, p_t + D]; local-p times exp(-(s - p_t)^2 / (2 (D/2)^2))."""
+    torch.manual_seed(1)
+    window, lengths = 2, [7, 3, 5]
+    attention = build_attention(score, DIM, DIM, dim=5, alignment=alignment, window=window)
+    query, keys = torch.randn(3, 4, DIM) * 2, torch.randn(3, 7, DIM)
+    mask = torch.arange(7)[None] < torch.tensor(lengths)[:, None]
+    positions = torch.tensor([0, 3, 5, 8])  # the queries' target positions; 8 is past every source
+    context, weights = attention(query, keys, mask, positions=positions)
+    for b, length in enumerate(lengths):
+        for q in range(4):
+            h = query[b, q]
+            if alignment == "local-m":
+                centre = float(min(positions[q].item(), length - 1))
+            else:  # p_t = S sigmoid(v_p^T tanh(W_p h_t))
+                W_p, v_p = attention.aligner[0].weight, attention.aligner[2].weight[0]
+                centre = length * torch.sigmoid(v_p @ torch.tanh(W_p @ h)).item()
+            window_positions = [s for s in range(length) if abs(s - centre) <= window]
+            scores = torch.stack([brute_force_score(attention.inner, score, h, keys[b, s]) for s in window_positions])
+            expected = torch.zeros(7)
+            expected[window_positions] = scores.softmax(0)
+            if alignment == "local-p":
+                expected *= torch.exp(-((torch.arange(7) - centre) ** 2) / (2 * (window / 2) ** 2))
+            torch.testing.assert_close(weights[b, q], expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(context[b, q], expected @ keys[b], rtol=1e-5, atol=1e-6)

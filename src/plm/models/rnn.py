@@ -37,7 +37,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.models.recipe import Hyperparameters, PretrainingRecipe
-from plm.models.rnn_attention import build_attention
+from plm.models.rnn_attention import ALIGNMENTS, build_attention
 
 CELLS = ("gru", "lstm")
 EMBEDDING_INITS = ("normal", "uniform")
@@ -62,12 +62,16 @@ class RNNConfig:
         layers: the layers of the encoder and of the decoder.
         bidirectional: the encoder reads both ways, hidden_dim / 2 units each.
         attention: "none", "bahdanau", or a Luong score: "dot", "general" or "concat".
+        alignment: Luong's "global" attention over the whole source, or local over a window: "local-m" (at
+            p_t = t) or "local-p" (at a predicted p_t, Gaussian-weighted); local only with a Luong score.
+        window: D of local attention, the source words on each side of p_t (Luong et al.: 10).
         input_feeding: Luong's input feeding; only with a Luong score.
         dropout: the dropout on embeddings, between layers and before the output layer.
         embedding_init: "uniform": Luong et al.'s U(-0.1, 0.1), like every other parameter; "normal": N(0, 1),
             torch's default for a token table, which learns much faster with Adam at CPU budgets.
     """
-    ADDED_FIELDS: ClassVar[dict[str, object]] = {"embedding_init": "uniform"}  # how models saved before it began
+    # How models saved before these fields existed were built.
+    ADDED_FIELDS: ClassVar[dict[str, object]] = {"embedding_init": "uniform", "alignment": "global", "window": 10}
 
     vocab_size: int = 8192  # the target vocabulary, or the joint one when source_vocab_size is None
     source_vocab_size: int | None = None
@@ -77,6 +81,8 @@ class RNNConfig:
     layers: int = 2
     bidirectional: bool = True
     attention: str = "general"
+    alignment: str = "global"  # Luong's global, or local-m / local-p over a window of 2 * window + 1 words
+    window: int = 10
     input_feeding: bool = True  # Luong's; only with a Luong score
     dropout: float = 0.1
     # "uniform": Luong et al.'s U(-0.1, 0.1), like every other parameter; "normal": N(0, 1), torch's default for
@@ -95,6 +101,12 @@ class RNNConfig:
             raise PLMError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTIONS)}")
         if self.input_feeding and self.attention not in LUONG_SCORES:
             raise PLMError(f"input feeding is Luong's; {self.attention!r} attention takes none")
+        if self.alignment not in ALIGNMENTS:
+            raise PLMError(f"unknown alignment {self.alignment!r}; choose one of {', '.join(ALIGNMENTS)}")
+        if self.alignment != "global" and self.attention not in LUONG_SCORES:
+            raise PLMError(f"local attention is Luong's; {self.attention!r} attention is global only")
+        if self.window < 1:
+            raise PLMError(f"window should be positive, got {self.window}")
         if self.bidirectional and self.hidden_dim % 2:
             raise PLMError(f"a bidirectional encoder splits hidden_dim in two; {self.hidden_dim} is odd")
         for name in ("embedding_dim", "hidden_dim"):
@@ -106,6 +118,8 @@ FORMS: dict[str, dict[str, Any]] = {
     "rnn": dict(attention="none", input_feeding=False),
     "rnn-bahdanau": dict(attention="bahdanau", input_feeding=False),
     "rnn-luong": dict(attention="general", input_feeding=True),
+    "rnn-luong-local-m": dict(attention="general", alignment="local-m", input_feeding=True),
+    "rnn-luong-local-p": dict(attention="general", alignment="local-p", input_feeding=True),
 }
 # CPU presets, one per form and size: 2 LSTM layers of 128 (64 each way in the encoder) and embeddings of 64
 # for quick runs; -base, 2 layers of 512 and embeddings of 256, for a data set such as Multi30k (the papers'
@@ -221,7 +235,8 @@ class RNNSeq2Seq(Seq2SeqModel):
         self.decoder = rnn(config.embedding_dim + (hidden if reads_context else 0), hidden, config.layers,
                            batch_first=True, dropout=between_layers)
         self.attention = (
-            build_attention(config.attention, hidden, hidden, hidden) if config.attention != "none" else None
+            build_attention(config.attention, hidden, hidden, hidden, config.alignment, config.window)
+            if config.attention != "none" else None
         )
         if config.attention in LUONG_SCORES:
             self.combine = nn.Linear(2 * hidden, hidden, bias=False)  # W_c over [c_t; s_t]
@@ -366,7 +381,8 @@ class RNNSeq2Seq(Seq2SeqModel):
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         elif not (config.attention == "bahdanau" or config.input_feeding):
             outputs, hidden = self.run_decoder(embedded, state.hidden)
-            contexts, weights = attention(outputs, memory, mask, keys)
+            positions = torch.arange(state.read, state.read + time, device=tokens.device)  # local-m's p_t = t
+            contexts, weights = attention(outputs, memory, mask, keys, positions)
             attended, feed = self.readout(contexts, outputs, embedded), state.feed
         else:
             hidden, feed, steps, step_weights = state.hidden, state.feed, [], []
@@ -379,7 +395,8 @@ class RNNSeq2Seq(Seq2SeqModel):
                 else:  # Luong: read h~_{t-1}, then s_t chooses
                     output, hidden = self.step_decoder(torch.cat([token[:, 0], feed], -1), hidden)
                     output = output[:, None]
-                    context, weight = attention(output, memory, mask, keys)
+                    position = torch.tensor([state.read + t], device=tokens.device)  # local-m's p_t = t
+                    context, weight = attention(output, memory, mask, keys, position)
                 step = self.readout(context, output, token)  # (B, 1, H)
                 feed = step[:, 0]
                 steps.append(step)

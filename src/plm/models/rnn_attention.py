@@ -9,7 +9,8 @@ sentence, not at every target step: the decoder keeps it in its state. Queries a
 (B, S, key_dim); ``mask`` (B, S) is True at real source tokens.
 
 - Bahdanau et al. (2015), additive: e = v^T tanh(W s + U h), a learned one-hidden-layer score.
-- Luong et al. (2015): dot s^T h, general s^T W h, concat v^T tanh(W [s; h]).
+- Luong et al. (2015): dot s^T h, general s^T W h, concat v^T tanh(W [s; h]); global over the whole source, or
+  local (:class:`LocalAttention`) over a window of 2D + 1 source words around an aligned position p_t.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Softmax of ``scores`` (B, Q, S) over the source positions where ``mask`` (B, S) is True.
+    """Softmax of ``scores`` (B, Q, S) over the source positions where ``mask`` (B, S), or (B, Q, S), is True.
 
     Padding gets exactly 0, and a row whose every position is padding gets all zeros
     rather than NaN (softmax of a row of -inf is 0/0): the scores of pads are pushed to
@@ -27,12 +28,12 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     Args:
         scores: (B, Q, S).
-        mask: (B, S) bool, True at real source tokens.
+        mask: (B, S) bool, True at real source tokens; or (B, Q, S), a window of them per query.
 
     Returns:
         (B, Q, S) weights.
     """
-    keep = mask[:, None, :]  # (B, 1, S), broadcast over the queries
+    keep = mask[:, None, :] if mask.dim() == 2 else mask  # (B, 1, S) broadcasts over the queries
     lowest = torch.finfo(scores.dtype).min
     return scores.masked_fill(~keep, lowest).softmax(-1) * keep
 
@@ -64,7 +65,8 @@ class SourceAttention(nn.Module):
         raise NotImplementedError
 
     def forward(
-        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, projected: torch.Tensor | None = None
+        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, projected: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The context of each query: a masked softmax of the scores, then the weighted sum of the encoder states.
 
@@ -73,6 +75,7 @@ class SourceAttention(nn.Module):
             keys: (B, S, Dk) encoder states.
             mask: (B, S) bool, True at real source tokens.
             projected: ``project(keys)``, when the caller computed it once for many queries; None computes it.
+            positions: (Q,) the target position of each query; global attention does not read it.
 
         Returns:
             The context vectors (B, Q, Dk) and the attention weights (B, Q, S).
@@ -193,24 +196,113 @@ class ConcatAttention(SourceAttention):
         return self.v(torch.tanh(self.proj(pairs))).squeeze(-1)
 
 
+class LocalAttention(SourceAttention):
+    """Luong's local attention: a score's softmax over the 2D + 1 source words around an aligned position p_t.
+
+    - local-m (monotonic): p_t = t, the target position (kept within the source, so that a target longer than
+      its source still reads the last window).
+    - local-p (predictive): p_t = S sigmoid(v_p^T tanh(W_p h_t)), S the source's length; the window's weights
+      are multiplied by a Gaussian exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2, which makes p_t learnable.
+
+    Args:
+        score: the global attention whose score (dot, general or concat) is read within the window.
+        query_dim: the decoder states' width (local-p's W_p).
+        window: D, the words on each side of p_t.
+        predictive: local-p; False: local-m.
+    """
+
+    def __init__(self, score: SourceAttention, query_dim: int, window: int, predictive: bool) -> None:
+        super().__init__()
+        self.inner = score
+        self.window = window
+        self.aligner = nn.Sequential(  # v_p^T tanh(W_p h_t): local-p's predicted position, before the sigmoid
+            nn.Linear(query_dim, query_dim, bias=False), nn.Tanh(), nn.Linear(query_dim, 1, bias=False)
+        ) if predictive else None
+
+    def project(self, keys: torch.Tensor) -> torch.Tensor:
+        """What the window's score reads of the encoder states.
+
+        Args:
+            keys: (B, S, Dk) the encoder states.
+
+        Returns:
+            The score's projection of them.
+        """
+        return self.inner.project(keys)
+
+    def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """The inner score of every query against every source position (the window is applied after).
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            projected: what :meth:`project` made of the encoder states.
+
+        Returns:
+            (B, Q, S) scores.
+        """
+        return self.inner.score(query, projected)
+
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, projected: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context of each query from the window around its p_t.
+
+        Args:
+            query: (B, Q, Dq) decoder states.
+            keys: (B, S, Dk) encoder states.
+            mask: (B, S) bool, True at real source tokens.
+            projected: ``project(keys)``, or None.
+            positions: (Q,) the target position of each query (local-m's p_t).
+
+        Returns:
+            The context vectors (B, Q, Dk) and the attention weights (B, Q, S), zero outside the window.
+        """
+        projected = self.project(keys) if projected is None else projected
+        last = (mask.sum(-1) - 1).clamp(min=0).to(query.dtype)  # (B,) the last source word's position
+        if self.aligner is None:
+            assert positions is not None, "local-m aligns with the target positions"
+            centre = torch.minimum(positions.to(query.dtype)[None, :], last[:, None])  # (B, Q): p_t = t
+        else:
+            centre = (last[:, None] + 1) * torch.sigmoid(self.aligner(query).squeeze(-1))  # (B, Q): S sigmoid(.)
+        distance = torch.arange(keys.shape[1], device=keys.device, dtype=query.dtype) - centre[..., None]  # (B,Q,S)
+        inside = (distance.abs() <= self.window) & mask[:, None, :]
+        weights = masked_softmax(self.score(query, projected), inside)
+        if self.aligner is not None:  # the Gaussian of sigma = D / 2 around p_t
+            weights = weights * torch.exp(-distance.square() / (2 * (self.window / 2) ** 2))
+        return weights @ keys, weights
+
+
 SCORES = ("bahdanau", "dot", "general", "concat")
+ALIGNMENTS = ("global", "local-m", "local-p")  # Luong's: the whole source, or a window at p_t = t or predicted
 
 
-def build_attention(score: str, query_dim: int, key_dim: int, dim: int) -> SourceAttention:
-    """The attention of score function ``score`` (one of :data:`SCORES`).
+def build_attention(score: str, query_dim: int, key_dim: int, dim: int, alignment: str = "global",
+                    window: int = 10) -> SourceAttention:
+    """The attention of score function ``score`` (one of :data:`SCORES`), global or local (:data:`ALIGNMENTS`).
 
     Args:
         score: "bahdanau", "dot", "general" or "concat".
         query_dim: Dq, the decoder states' width.
         key_dim: Dk, the encoder states' width.
         dim: the hidden layer's units (Bahdanau's and concat's).
+        alignment: "global"; or Luong's local "local-m" or "local-p" (a Luong score only).
+        window: D of local attention: the source words on each side of p_t.
 
     Returns:
         The attention module.
 
     Raises:
-        ValueError: an unknown score, or dot attention over states of different widths.
+        ValueError: an unknown score or alignment, local attention with Bahdanau's score, or dot attention over
+            states of different widths.
     """
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"unknown alignment {alignment!r}; choose one of {', '.join(ALIGNMENTS)}")
+    if alignment != "global":
+        if score == "bahdanau":
+            raise ValueError("local attention is Luong's; give it a Luong score (dot, general or concat)")
+        inner = build_attention(score, query_dim, key_dim, dim)
+        return LocalAttention(inner, query_dim, window, predictive=alignment == "local-p")
     if score == "bahdanau":
         return BahdanauAttention(query_dim, key_dim, dim)
     if score == "dot":
