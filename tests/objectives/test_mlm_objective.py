@@ -139,3 +139,29 @@ def test_bad_settings_are_refused_with_a_reason(tokenizer):
         MaskedLMObjective(TRAIN, VALIDATION[:1], tokenizer, pair_task="nsp")
     with pytest.raises(PLMError, match="masking probability must be in"):
         objective(tokenizer, mlm_probability=0.0)
+
+
+@pytest.mark.parametrize("pair_task", ["none", "nsp", "sop"])
+def test_validation_reports_each_head_s_accuracy(tokenizer, pair_task):
+    """Counted here from the full (B, T, V) logits at every position, then read at the masked ones."""
+    torch.manual_seed(0)
+    mlm = objective(tokenizer, pair_task=pair_task, validation_batches_max=3)
+    model = TinyEncoder(tokenizer.vocab_size, restrict_to_masked=False).eval()
+    with torch.no_grad():  # a head that gets some right: bias it toward each batch's most common label
+        labels = torch.cat([b["labels"][b["labels"] != IGNORE_INDEX] for b in mlm.validation_batches()])
+        model.mlm.bias[labels.mode().values] += 5.0
+    right_words = words = right_pairs = pairs = 0
+    with torch.no_grad():
+        for batch in mlm.validation_batches():
+            segments = batch["token_type_ids"] if pair_task != "none" else None
+            output = model(batch["input_ids"], batch["attention_mask"], segments)
+            targets = batch["labels"] != IGNORE_INDEX
+            right_words += int((output.logits.argmax(-1)[targets] == batch["labels"][targets]).sum())
+            words += int(targets.sum())
+            if pair_task != "none":
+                right_pairs += int((output.pair_logits.argmax(-1) == batch["pair_labels"]).sum())
+                pairs += len(batch["pair_labels"])
+    metrics = mlm.validation_metrics(model)
+    assert 0 < right_words < words
+    expected = {"accuracy_mlm": right_words / words} | ({f"accuracy_{pair_task}": right_pairs / pairs} if pairs else {})
+    assert metrics == pytest.approx(expected)

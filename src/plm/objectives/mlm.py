@@ -155,18 +155,58 @@ class MaskedLMObjective:
         Returns:
             ``mlm``, and the pair task's term when there is one.
         """
+        logits, pair_logits = self.head_logits(model, batch)
         labels = batch["labels"]
-        targets = labels != IGNORE_INDEX
+        losses = {"mlm": F.cross_entropy(logits.float(), labels[labels != IGNORE_INDEX], reduction="sum")}
+        if pair_logits is not None:
+            losses[self.pair_task] = F.cross_entropy(pair_logits.float(), batch["pair_labels"], reduction="sum")
+        return losses
+
+    def head_logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The masked-LM head's logits at the masked positions (n_masked, V), and the pair head's (B, 2) or None.
+
+        Args:
+            model: the encoder (or its DDP wrapper).
+            batch: a batch of this objective.
+
+        Returns:
+            The two heads' logits.
+        """
+        targets = batch["labels"] != IGNORE_INDEX
         # A single segment is all type 0, every model's default; DeBERTa has no segment embedding.
         segments = {"token_type_ids": batch["token_type_ids"]} if self.pair_task != "none" else {}
         output = model(batch["input_ids"], attention_mask=batch["attention_mask"], masked_positions=targets, **segments)
         logits = output.logits
         if logits.dim() == 3:  # (B, T, V): keep the masked positions, (n_masked, V)
             logits = logits[targets]
-        losses = {"mlm": F.cross_entropy(logits.float(), labels[targets], reduction="sum")}
-        if self.pair_task != "none":
-            losses[self.pair_task] = F.cross_entropy(output.pair_logits.float(), batch["pair_labels"], reduction="sum")
-        return losses
+        return logits, output.pair_logits if self.pair_task != "none" else None
+
+    @torch.no_grad()
+    def validation_metrics(self, model: nn.Module) -> dict[str, float]:
+        """Each head's accuracy on the validation batches, as ALBERT's Table 5 reports them.
+
+        ``accuracy_mlm`` is over the masked positions, ``accuracy_nsp`` or ``accuracy_sop`` over the pairs.
+
+        Args:
+            model: the encoder.
+
+        Returns:
+            The accuracies, in [0, 1].
+        """
+        device = next(model.parameters()).device
+        right: dict[str, int] = {}
+        seen: dict[str, int] = {}
+        for batch in self.validation_batches():
+            batch = {name: value.to(device) for name, value in batch.items()}
+            logits, pair_logits = self.head_logits(model, batch)
+            labels = batch["labels"][batch["labels"] != IGNORE_INDEX]
+            outcomes = {"mlm": logits.argmax(-1) == labels}
+            if pair_logits is not None:
+                outcomes[self.pair_task] = pair_logits.argmax(-1) == batch["pair_labels"]
+            for name, correct in outcomes.items():
+                right[name] = right.get(name, 0) + int(correct.sum())
+                seen[name] = seen.get(name, 0) + correct.numel()
+        return {f"accuracy_{name}": right[name] / max(1, seen[name]) for name in right}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """The first validation examples (``validation_batches_max`` batches), masked the same way every time.

@@ -1,0 +1,52 @@
+"""ALBERT's intrinsic evaluation: a head trained for one pair task scored on the other's pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import plm
+from plm.apps.head_accuracy import head_accuracies
+from plm.data.corpus import read_corpus
+from plm.objectives.pairs import IN_ORDER, sentence_order_pairs
+from plm.tokenization.tokenizer import Tokenizer
+from tests.conftest import synthetic_text
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pairs") / "held-out.txt"
+    path.write_text(synthetic_text(paragraphs=30, seed=3), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(text: Path) -> Tokenizer:
+    return Tokenizer.train_wordpiece(text.read_text().splitlines(), vocab_size=200, min_frequency=1)
+
+
+def encoder(tokenizer: Tokenizer, heads: tuple[str, ...]) -> plm.models.Encoder:
+    torch.manual_seed(0)
+    return plm.from_preset("bert-micro", vocab_size=len(tokenizer), pretraining_heads=heads).eval()
+
+
+def test_an_nsp_head_that_always_says_is_next_scores_the_share_of_in_order_sop_pairs(text, tokenizer) -> None:
+    model = encoder(tokenizer, ("mlm", "nsp"))
+    with torch.no_grad():  # "IsNext" (0) whatever the pair: in-order SOP pairs (0) are right, swapped ones wrong
+        model.pair_head.classifier.bias.copy_(torch.tensor([50.0, -50.0]))
+    result = head_accuracies(model, tokenizer, text, "sop", max_length=64)
+    pairs = sentence_order_pairs(read_corpus([text], [text]).validation, tokenizer, 64)  # the same seed, 0
+    labels = [example.label for example in pairs.examples]
+    assert result.pair_head == "nsp" and result.examples == len(labels)
+    assert result.pair == pytest.approx(labels.count(IN_ORDER) / len(labels))
+    assert 0 <= result.mlm <= 1
+
+
+def test_a_model_without_a_pair_head_is_reported_as_such(text, tokenizer, capsys) -> None:
+    result = head_accuracies(encoder(tokenizer, ("mlm",)), tokenizer, text, "nsp", max_length=64)
+    assert result.pair is None and result.pair_head is None
+    assert str(result).endswith("no pair head to score on nsp pairs")
+    with pytest.raises(plm.PLMError, match="has no masked-LM head"):
+        head_accuracies(encoder(tokenizer, ()), tokenizer, text, "sop")
