@@ -1,4 +1,4 @@
-"""plm convert: move checkpoints to and from the Hugging Face format."""
+"""plm convert: move checkpoints to and from the Hugging Face format, and read AllenNLP's released ELMo."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from plm.cli.common import HelpFormatter, write_model_directory
 from plm.hf import load_hf, save_hf
+from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
 from plm.storage.checkpoint import load_model, model_directory, save_model
 from plm.storage.loading import find_tokenizer, is_plm_directory
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
@@ -16,6 +17,7 @@ EXAMPLES = """examples:
   plm convert --model runs/pretrain --out my-gpt2-hf/   # plm -> Hugging Face (loads with transformers)
   plm convert --model runs/fsdp --out gpt2-whole/       # an FSDP run's shards -> one plm model directory
   plm convert --model gpt2-whole --out gpt2-hf/         # ... and that -> Hugging Face
+  plm convert --model elmo-original/ --out elmo-plm/    # AllenNLP's ELMo: *options.json + *weights.hdf5 -> plm
 """
 
 
@@ -26,7 +28,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Convert a checkpoint between plm and Hugging Face transformers. The direction follows from "
         "--model: a plm model directory (or run) is written in the Hugging Face layout (config.json + "
         "model.safetensors), a Hugging Face directory in plm's, and a run whose checkpoint is sharded (--strategy "
-        "fsdp) is consolidated into one plm model directory, which loads on one process. "
+        "fsdp) is consolidated into one plm model directory, which loads on one process. A directory holding "
+        "AllenNLP's released ELMo (one *options.json and one *.hdf5) becomes a plm biLM for plm elmo and --elmo; "
+        "the released files keep no softmax, so it embeds but has no LM loss (h5py reads them: "
+        "pip install 'plm[elmo]'). "
         "The tokenizer is carried along when there is one. "
         "Weights are read with safetensors (or torch.load(weights_only=True)), never unpickled.",
         epilog=EXAMPLES,
@@ -54,6 +59,9 @@ def run(args: argparse.Namespace) -> None:
             if tokenizer := find_tokenizer(model_dir):
                 tokenizer.save(directory)
             return f"Hugging Face {model.family} checkpoint"
+        if (allennlp := allennlp_elmo_files(source)) is not None:
+            save_model(load_allennlp_elmo(*allennlp), directory)
+            return "plm elmo model (AllenNLP's biLM)"
         model = load_hf(source)
         save_model(model, directory, find_tokenizer(source))
         return f"plm {model.family} model"

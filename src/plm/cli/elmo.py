@@ -12,7 +12,7 @@ from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
 from plm.storage.atomic_files import atomic_open
-from plm.storage.loading import load_pretrained
+from plm.storage.loading import find_tokenizer, opened
 from plm.tokenization.characters import WORD_ROLES, split_words
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -22,6 +22,7 @@ EXAMPLES = """examples:
   plm elmo embed --model runs/elmo sentences.txt --out vectors.npy --mix average
   plm elmo neighbors --model runs/elmo --word play plays.txt
   plm elmo neighbors --model runs/elmo --word play plays.txt --query "They saw a play on Broadway ."
+  plm elmo embed --model elmo-plm sentences.txt --out vectors.npy   # AllenNLP's biLM, after plm convert
 """
 
 
@@ -29,8 +30,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "elmo",
         help="ELMo: contextual word vectors from a biLM",
-        description="Use a biLM trained with `plm pretrain --model elmo`. Sentences are the lines of a "
-        "UTF-8 file (embed: one row per line, so no empty lines), split into words and punctuation as in training.",
+        description="Use a biLM trained with `plm pretrain --model elmo`, or AllenNLP's converted with `plm "
+        "convert`. Sentences are the lines of a UTF-8 file (embed: one row per line, so no empty lines), split into "
+        "words and punctuation as in training.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -61,8 +63,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="nearest sentences by a word's contextual vector, nearest words by its token vector",
         description="For each query sentence holding --word (by default every sentence of FILE holding it), list "
         "the sentences of FILE whose top-layer vector of the word is nearest (cosine): a word with several senses "
-        "finds sentences of its own sense. Beside them, the words of the model's vocabulary nearest by the "
-        "context-free token layer, which has one vector per word whatever the sense.",
+        "finds sentences of its own sense. Beside them, the words of the model's vocabulary (of FILE, for a biLM "
+        "without one) nearest by the context-free token layer, which has one vector per word whatever the sense.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -77,13 +79,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     neighbors.set_defaults(run=run_neighbors)
 
 
-def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer]:
-    model, tokenizer = load_pretrained(path, resolve_device(device))
+def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer | None]:
+    """The biLM at ``path`` and its word vocabulary, None where it has none (AllenNLP's, converted)."""
+    directory, model = opened(path, resolve_device(device))
     if not isinstance(model, Elmo):
         raise PLMError(
             f"{path}: {with_article(model.family)} model is not a biLM (train one with plm pretrain --model elmo)"
         )
-    return model, tokenizer
+    return model, find_tokenizer(directory)
 
 
 def read_sentences(path: str, every_line: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -129,7 +132,9 @@ def run_neighbors(args: argparse.Namespace) -> None:
         raise PLMError(f"{args.file}: {len(holding)} sentence(s) hold {args.word!r}; the demo needs "
                        f"{'one' if args.query is not None else 'two'} at least")
     model, tokenizer = load_elmo(args.model, args.device)
-    vocabulary = [word for word in tokenizer.backend.get_vocab() if word not in WORD_ROLES.values()]
+    # Without a vocabulary (AllenNLP's biLM), the candidates are the file's words.
+    candidates = tokenizer.backend.get_vocab() if tokenizer is not None else [w for s in sentences for w in s]
+    vocabulary = [word for word in candidates if word not in WORD_ROLES.values()]
     words = static_neighbors(model, args.word, vocabulary, args.top_k)
     print(f"nearest words to {args.word!r} by the token layer (one vector, any context): "
           + ", ".join(f"{word} {similarity:.2f}" for word, similarity in words))

@@ -11,6 +11,10 @@ representation and the softmax. Training maximises the sum of both log-likelihoo
 For a task, each word gets the 2L+1 representations of the seed, packed as L+1 layers
 (:meth:`Elmo.embed`): the token layer [x_k; x_k], then [h_fwd_{k,j}; h_bwd_{k,j}] for
 each LSTM layer j; :class:`plm.models.scalar_mix.ScalarMix` mixes them.
+
+AllenNLP's released biLMs (:mod:`plm.hf.allennlp_elmo`) differ in three switches of the
+config: their cells and projected states are clipped (:class:`ClippedLSTM`), they read
+each sentence between ``<S>`` and ``</S>``, and they come without their softmax.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +33,7 @@ from tqdm.auto import tqdm
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
 from plm.models.recipe import Hyperparameters, PretrainingRecipe
-from plm.tokenization.characters import CHARACTERS, MAX_CHARACTERS, PADDING, batch_to_ids
+from plm.tokenization.characters import CHARACTERS, MAX_CHARACTERS, PADDING, add_sentence_boundaries, batch_to_ids
 
 # On the CPU, torch runs an LSTM with proj_size through its own fused kernel instead of oneDNN's, and says so.
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
@@ -42,11 +46,12 @@ class ElmoConfig:
     """The biLM's shape; the defaults are the paper's (AllenNLP's "original").
 
     Sizes below 1, negative highway layers, filters outside (width 1..MAX_CHARACTERS, count >= 1), an
-    ``lstm_dim`` not above ``projection_dim``, or cutoffs that do not increase within the vocabulary are a
-    PLMError.
+    ``lstm_dim`` not above ``projection_dim``, cutoffs that do not increase within the vocabulary, or a clip
+    that is not positive are a PLMError.
 
     Attributes:
-        vocab_size: the words the softmax predicts (the 1B Word Benchmark's by default).
+        ADDED_FIELDS: fields added since models were first saved, with the value a model saved before them had.
+        vocab_size: the words the softmax predicts (the 1B Word Benchmark's by default); unused without one.
         context_length: only bounds the training sequences (``--block-size``); the LSTMs read sentences of any
             length.
         char_dim: the width of the character embeddings.
@@ -58,7 +63,17 @@ class ElmoConfig:
         dropout: the dropout on the LSTMs' inputs and before the softmax.
         adaptive_cutoffs: switch the full softmax for ``nn.AdaptiveLogSoftmaxWithLoss`` with those cluster
             boundaries (word ids run from the most frequent word down, as it needs); empty: the full softmax.
+        cell_clip: clip each LSTM cell to [-cell_clip, cell_clip] at every step, as bilm-tf did; None: no clip.
+        projection_clip: clip each projected state likewise; None: no clip.
+        sentence_boundaries: the biLM reads each sentence between ``<S>`` and ``</S>`` and drops their states
+            from its outputs, as AllenNLP's does; False: it reads the words given.
+        softmax: False for a biLM without its softmax (AllenNLP's released weights keep none): it embeds, but
+            computes no language-model loss.
     """
+
+    ADDED_FIELDS: ClassVar[dict[str, object]] = {
+        "cell_clip": None, "projection_clip": None, "sentence_boundaries": False, "softmax": True
+    }
 
     vocab_size: int = 793471  # the 1B Word Benchmark's
     context_length: int = 256
@@ -70,6 +85,10 @@ class ElmoConfig:
     layers: int = 2
     dropout: float = 0.1
     adaptive_cutoffs: tuple[int, ...] = ()
+    cell_clip: float | None = None
+    projection_clip: float | None = None
+    sentence_boundaries: bool = False
+    softmax: bool = True
 
     def __post_init__(self) -> None:
         for name in ("char_dim", "projection_dim", "lstm_dim"):
@@ -88,6 +107,9 @@ class ElmoConfig:
             raise PLMError(
                 f"ElmoConfig.adaptive_cutoffs should increase within 1..{self.vocab_size - 1}, got {cutoffs}"
             )
+        for name in ("cell_clip", "projection_clip"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise PLMError(f"ElmoConfig.{name} should be positive or None, got {getattr(self, name)}")
 
 
 PRESETS = {
@@ -217,6 +239,64 @@ def convolve(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     )
 
 
+class ClippedLSTM(nn.LSTM):
+    """One ``nn.LSTM`` layer with a projection whose cell and projected state are clipped: bilm-tf's cell.
+
+    c_t = f * c_{t-1} + i * g, clipped to [-cell_clip, cell_clip]; h_t = W_hr (o * tanh(c_t)), clipped to
+    [-projection_clip, projection_clip]: TensorFlow's ``LSTMCell`` with ``cell_clip`` and ``proj_clip``, which
+    the released ELMo biLMs were trained with. ``nn.LSTM`` cannot clip inside its recurrence, so this runs it a
+    step at a time; the parameters are ``nn.LSTM``'s, so it initialises, saves and loads as one.
+
+    Args:
+        dim: the width of the input and of the projected state.
+        lstm_dim: the units.
+        cell_clip: the cell's bound, or None.
+        projection_clip: the projected state's bound, or None.
+    """
+
+    def __init__(self, dim: int, lstm_dim: int, cell_clip: float | None, projection_clip: float | None) -> None:
+        super().__init__(dim, lstm_dim, proj_size=dim, batch_first=True)
+        self.cell_clip, self.projection_clip = cell_clip, projection_clip
+
+    def forward(  # type: ignore[override]  # nn.LSTM.forward also takes packed sequences and initial states
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Run the layer over ``x`` from zero states.
+
+        Args:
+            x: (batch, time, dim).
+
+        Returns:
+            The states (batch, time, dim), and the last state and cell as ``nn.LSTM`` returns them:
+            (1, batch, dim) and (1, batch, lstm_dim).
+        """
+        weight_ih, weight_hh, bias_ih, bias_hh, weight_hr = self.all_weights[0]  # the one layer's
+        # The input's part of the gates, every step at once: (batch, time, 4 * lstm_dim), in torch's order i, f, g, o.
+        gates_from_input = F.linear(x, weight_ih, bias_ih + bias_hh)
+        h = x.new_zeros(x.shape[0], self.proj_size)
+        c = x.new_zeros(x.shape[0], self.hidden_size)
+        states = []
+        for step in gates_from_input.unbind(1):
+            i, f, g, o = (step + h @ weight_hh.t()).chunk(4, dim=-1)
+            c = clip(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g), self.cell_clip)
+            h = clip((torch.sigmoid(o) * torch.tanh(c)) @ weight_hr.t(), self.projection_clip)
+            states.append(h)
+        return torch.stack(states, dim=1), (h[None], c[None])
+
+
+def clip(x: torch.Tensor, bound: float | None) -> torch.Tensor:
+    """``x`` clipped to [-bound, bound]; unchanged when ``bound`` is None.
+
+    Args:
+        x: any tensor.
+        bound: the bound, or None.
+
+    Returns:
+        The clipped tensor.
+    """
+    return x if bound is None else x.clamp(-bound, bound)
+
+
 @dataclass
 class BiLMOutput:
     """What the biLM computes for a batch; the losses are summed over words, present when targets were given.
@@ -247,7 +327,7 @@ class BiLMOutput:
 
 
 class Elmo(PretrainedModel):
-    """ELMo's biLM: a char-CNN token encoder, a forward and a backward LSTM stack, one shared softmax.
+    """ELMo's biLM: a char-CNN token encoder, a forward and a backward LSTM stack, one shared softmax (or none).
 
     Args:
         config: the model's config.
@@ -261,19 +341,22 @@ class Elmo(PretrainedModel):
         self.forward_lstms = self._lstm_stack(config)
         self.backward_lstms = self._lstm_stack(config)
         self.dropout = nn.Dropout(config.dropout)
-        if config.adaptive_cutoffs:
-            self.softmax: nn.AdaptiveLogSoftmaxWithLoss | nn.Linear = nn.AdaptiveLogSoftmaxWithLoss(
+        self.softmax: nn.AdaptiveLogSoftmaxWithLoss | nn.Linear | None = None
+        if config.softmax and config.adaptive_cutoffs:
+            self.softmax = nn.AdaptiveLogSoftmaxWithLoss(
                 config.projection_dim, config.vocab_size, list(config.adaptive_cutoffs), div_value=4.0
             )
-        else:
+        elif config.softmax:
             self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
 
     @staticmethod
     def _lstm_stack(config: ElmoConfig) -> nn.ModuleList:
         """L one-layer LSTMs (not one L-layer LSTM): the residual connections need each layer's output."""
-        dim = config.projection_dim
+        dim, lstm_dim = config.projection_dim, config.lstm_dim
+        if config.cell_clip is None and config.projection_clip is None:  # torch's fused LSTM
+            return nn.ModuleList(nn.LSTM(dim, lstm_dim, proj_size=dim, batch_first=True) for _ in range(config.layers))
         return nn.ModuleList(
-            nn.LSTM(dim, config.lstm_dim, proj_size=dim, batch_first=True) for _ in range(config.layers)
+            ClippedLSTM(dim, lstm_dim, config.cell_clip, config.projection_clip) for _ in range(config.layers)
         )
 
     def forward(
@@ -285,7 +368,9 @@ class Elmo(PretrainedModel):
     ) -> BiLMOutput:
         """The biLM over ``chars``, (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`.
 
-        States at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them.
+        States at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them. With
+        ``sentence_boundaries`` the LSTMs read ``<S>`` first and ``</S>`` after each sentence's last word, and
+        the outputs leave them out: they are as wide as ``chars``.
 
         Args:
             chars: (batch, words, chars) character ids.
@@ -297,12 +382,19 @@ class Elmo(PretrainedModel):
         Returns:
             The token layer and each layer's states, with ``forward_loss`` and ``backward_loss`` (summed negative
             log-likelihoods) for the targets given.
+
+        Raises:
+            PLMError: targets given to a biLM without a softmax.
         """
-        token = self.token_encoder(chars)
         lengths = None if mask is None else mask.sum(dim=1)
+        if self.config.sentence_boundaries:
+            chars, lengths = add_sentence_boundaries(chars, lengths)
+        token = self.token_encoder(chars)
         forward = self._run(self.forward_lstms, token)
         # The backward LM reads each sentence from its last word: reversed within its length, padding stays behind.
         backward = [reverse(h, lengths) for h in self._run(self.backward_lstms, reverse(token, lengths))]
+        if self.config.sentence_boundaries:  # drop the positions of <S> and </S>: (batch, words, dim) again
+            token, forward, backward = token[:, 1:-1], [h[:, 1:-1] for h in forward], [h[:, 1:-1] for h in backward]
         output = BiLMOutput(token, forward, backward)
         if next_words is not None:
             output.forward_loss = self.word_loss(forward[-1], next_words)
@@ -328,7 +420,13 @@ class Elmo(PretrainedModel):
 
         Returns:
             The summed loss, a float32 scalar.
+
+        Raises:
+            PLMError: a biLM without a softmax.
         """
+        if self.softmax is None:
+            raise PLMError("this ELMo has no softmax (AllenNLP's released weights keep none): it embeds words, "
+                           "but computes no language-model loss")
         states, targets = self.dropout(states).flatten(0, 1), targets.flatten()
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
             return -self.softmax(states.float(), targets).output.sum()

@@ -2,8 +2,9 @@
 
 The biLM reads characters, so its input needs no vocabulary: a word is its UTF-8
 bytes (ids 0-255) between a begin-of-word and an end-of-word mark, cut to
-:data:`MAX_CHARACTERS` and padded, as in AllenNLP's ``ELMoCharacterMapper``. Any
-word, one never seen included, gets its own ids and so its own vector. Only the
+:data:`MAX_CHARACTERS` and padded, as in AllenNLP's ``ELMoCharacterMapper``, which
+numbers the five marks otherwise (:func:`allennlp_character_id`). Any word, one never
+seen included, gets its own ids and so its own vector. Only the
 softmax predicts from a vocabulary: the most frequent words of the training text,
 every other word mapped to ``<UNK>``; ``<S>`` and ``</S>`` open and close each document.
 The vocabulary is a word-level ``tokenizers`` model, so it saves, loads and travels
@@ -25,6 +26,9 @@ from plm.errors import PLMError
 MAX_CHARACTERS = 50  # a longer word keeps its first 48 bytes
 BEGIN_OF_WORD, END_OF_WORD, BEGIN_OF_SENTENCE, END_OF_SENTENCE, PADDING = 256, 257, 258, 259, 260
 CHARACTERS = 261  # the char-CNN's embedding rows: 256 bytes and the five marks above
+# AllenNLP's ELMoCharacterMapper (bilm-tf's numbering, which its released weights were trained with) gives the same
+# marks other ids, and its batch_to_ids adds 1 to every id so that 0 pads its tensors.
+ALLENNLP_MARKS = {BEGIN_OF_SENTENCE: 256, END_OF_SENTENCE: 257, BEGIN_OF_WORD: 258, END_OF_WORD: 259, PADDING: 260}
 
 SENTENCE_START, SENTENCE_END, UNKNOWN = "<S>", "</S>", "<UNK>"
 WORD_ROLES = {"bos": SENTENCE_START, "eos": SENTENCE_END, "unk": UNKNOWN}
@@ -63,6 +67,21 @@ def character_ids(word: str) -> list[int]:
     return ids + [PADDING] * (MAX_CHARACTERS - len(ids))
 
 
+def allennlp_character_id(character: int) -> int:
+    """AllenNLP's id of the character plm numbers ``character``, before its +1: the row of its ``char_embed``.
+
+    Bytes keep their ids; the marks are renumbered (:data:`ALLENNLP_MARKS`). Reading AllenNLP's character
+    embeddings through this map lets a converted model read plm's ids.
+
+    Args:
+        character: a plm character id, 0 to ``CHARACTERS - 1``.
+
+    Returns:
+        AllenNLP's id of the same character, 0 to 260; its ``batch_to_ids`` holds that id plus 1.
+    """
+    return ALLENNLP_MARKS.get(character, character)
+
+
 def character_table(words: Sequence[str]) -> np.ndarray:
     """(len(words), MAX_CHARACTERS) int16: :func:`character_ids` of each word.
 
@@ -94,6 +113,27 @@ def batch_to_ids(sentences: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torc
     """
     check_sentences(sentences)
     return pad_character_tables([character_table(sentence) for sentence in sentences])
+
+
+def add_sentence_boundaries(chars: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``<S>`` before each sentence of a batch and ``</S>`` after its last word, as AllenNLP's biLM reads them.
+
+    Args:
+        chars: (batch, words, MAX_CHARACTERS) character ids, each sentence's words first, then padding words.
+        lengths: (batch,) the words of each sentence, or None: every row is full.
+
+    Returns:
+        The ids (batch, words + 2, MAX_CHARACTERS), ``<S>`` first in every row, and the lengths (batch,), each
+        2 more.
+    """
+    batch, words, _ = chars.shape
+    if lengths is None:
+        lengths = torch.full((batch,), words, device=chars.device)
+    padding = chars.new_full((batch, 1, MAX_CHARACTERS), PADDING)
+    bounded = torch.cat([padding, chars, padding], dim=1)  # (batch, words + 2, MAX_CHARACTERS)
+    bounded[:, 0] = chars.new_tensor(character_ids(SENTENCE_START))
+    bounded[torch.arange(batch, device=chars.device), lengths + 1] = chars.new_tensor(character_ids(SENTENCE_END))
+    return bounded, lengths + 2
 
 
 def pad_character_tables(tables: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
