@@ -6,7 +6,17 @@ import argparse
 
 import numpy as np
 
-from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, check_output_file, positive_int
+from plm.apps.elmo_probes import probe_pos, probe_wsd, read_conll_column, read_sense_tagged
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_no_progress,
+    add_seed,
+    check_output_file,
+    positive_int,
+)
+from plm.cli.eval_common import add_json, check_outputs, report
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
@@ -78,10 +88,68 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_device(neighbors)
     neighbors.set_defaults(run=run_neighbors)
 
+    probe = actions.add_parser(
+        "probe",
+        help="what each biLM layer knows: part of speech, word sense (ELMo 5.3)",
+        description="ELMo's probes of a frozen biLM. pos: a linear classifier trained on each layer alone, and on a "
+        "learned scalar mix, over a CoNLL file's POS column (the paper's Table 6 finds the first LSTM layer "
+        "better than the second). wsd: each tagged test word takes the sense of its nearest tagged training "
+        "occurrence of the same word, by cosine of each layer's vectors (Table 5: the second layer is better). "
+        "The sense-tagged format is a sentence a line, a tagged word written word|sense; SemCor and the "
+        "Senseval/SemEval sets of Raganato et al.'s unified WSD framework convert to it.",
+        epilog=PROBE_EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    probes = probe.add_subparsers(dest="probe", required=True, metavar="PROBE")
+    pos = probes.add_parser("pos", help="a linear POS classifier per layer", epilog=PROBE_EXAMPLES,
+                            formatter_class=HelpFormatter)
+    add_model(pos, "a biLM directory or training run")
+    pos.add_argument("--train", required=True, help="CoNLL file to train the classifiers on")
+    pos.add_argument("--test", required=True, help="CoNLL file to score them on")
+    pos.add_argument("--column", type=positive_int, default=2, help="the tags' column (CoNLL-2003's POS: 2)")
+    pos.add_argument("--limit", type=positive_int, default=2000,
+                     help="train on the first N sentences (the features of all are held in memory)")
+    pos.add_argument("--epochs", type=positive_int, default=10, help="passes over the training words")
+    add_seed(pos)
+    add_json(pos)
+    add_device(pos)
+    pos.set_defaults(run=run_probe_pos)
+    wsd = probes.add_parser("wsd", help="nearest-neighbour word sense per layer", epilog=PROBE_EXAMPLES,
+                            formatter_class=HelpFormatter)
+    add_model(wsd, "a biLM directory or training run")
+    wsd.add_argument("--train", required=True, help="sense-tagged sentences: the neighbours")
+    wsd.add_argument("--test", required=True, help="sense-tagged sentences to score")
+    add_json(wsd)
+    add_device(wsd)
+    wsd.set_defaults(run=run_probe_wsd)
 
-def load_elmo(path: str, device: str) -> tuple[Elmo, Tokenizer | None]:
+
+PROBE_EXAMPLES = """examples:
+  plm elmo probe pos --model runs/elmo --train conll2003/eng.train --test conll2003/eng.testa
+  plm elmo probe wsd --model runs/elmo --train semcor.txt --test senseval2.txt --json wsd.json
+"""
+
+
+def run_probe_pos(args: argparse.Namespace) -> None:
+    check_outputs(args.json)
+    model, _ = load_elmo(args.model, args.device, args.revision)
+    train = read_conll_column(args.train, args.column, args.limit)
+    test = read_conll_column(args.test, args.column)
+    accuracy = probe_pos(model, train, test, epochs=args.epochs, seed=args.seed)
+    report(f"part-of-speech accuracy on {args.test} (linear probes trained on {len(train):,} sentences)", accuracy,
+           args.json)
+
+
+def run_probe_wsd(args: argparse.Namespace) -> None:
+    check_outputs(args.json)
+    model, _ = load_elmo(args.model, args.device, args.revision)
+    accuracy = probe_wsd(model, read_sense_tagged(args.train), read_sense_tagged(args.test))
+    report(f"word-sense accuracy on {args.test} (nearest training occurrence)", accuracy, args.json)
+
+
+def load_elmo(path: str, device: str, revision: str | None = None) -> tuple[Elmo, Tokenizer | None]:
     """The biLM at ``path`` and its word vocabulary, None where it has none (AllenNLP's, converted)."""
-    directory, model = opened(path, resolve_device(device))
+    directory, model = opened(path, resolve_device(device), revision)
     if not isinstance(model, Elmo):
         raise PLMError(
             f"{path}: {with_article(model.family)} model is not a biLM (train one with plm pretrain --model elmo)"
@@ -108,7 +176,7 @@ def read_sentences(path: str, every_line: bool = False) -> tuple[list[str], list
 def run_embed(args: argparse.Namespace) -> None:
     check_output_file(args.out)
     _, sentences = read_sentences(args.file, every_line=True)
-    model, _ = load_elmo(args.model, args.device)
+    model, _ = load_elmo(args.model, args.device, args.revision)
     embedded = embed_sentences(model, sentences, args.mix, args.batch_size, progress=not args.no_progress)
     vectors = embedded.numpy().astype(np.float32)
     with atomic_open(args.out) as handle:
@@ -131,7 +199,7 @@ def run_neighbors(args: argparse.Namespace) -> None:
     if not holding or (args.query is None and len(holding) < 2):
         raise PLMError(f"{args.file}: {len(holding)} sentence(s) hold {args.word!r}; the demo needs "
                        f"{'one' if args.query is not None else 'two'} at least")
-    model, tokenizer = load_elmo(args.model, args.device)
+    model, tokenizer = load_elmo(args.model, args.device, args.revision)
     # Without a vocabulary (AllenNLP's biLM), the candidates are the file's words.
     candidates = tokenizer.backend.get_vocab() if tokenizer is not None else [w for s in sentences for w in s]
     vocabulary = [word for word in candidates if word not in WORD_ROLES.values()]
