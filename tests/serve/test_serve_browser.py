@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(
 )
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402 (after the skip: selenium is a test extra)
+from selenium.webdriver.support.expected_conditions import alert_is_present  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}  # an iPhone 12-14's CSS pixels
@@ -152,3 +153,19 @@ def test_the_page_fits_a_phones_width(phone, server: BackgroundServer) -> None:
     run(phone, "generate", prompt="The cat")
     assert phone.execute_script("return document.documentElement.scrollWidth") <= 390
     screenshot(phone, "phone-generate")
+
+
+def test_the_page_asks_for_the_api_key_until_the_server_takes_it_and_keeps_it_for_the_session(
+    browser, model_dirs: Path  # noqa: F811
+) -> None:
+    app = create_app([load_service(model_dirs / "gpt", "gpt", "cpu")], api_key="page-key")
+    with BackgroundServer(app) as keyed:  # a port of its own: a session storage of its own
+        browser.get(f"{keyed.url}/")
+        for given in ("wrong-key", "page-key"):  # a refused key is asked for again
+            alert = WebDriverWait(browser, 20).until(alert_is_present())
+            alert.send_keys(given)
+            alert.accept()
+        wait(browser, lambda: "gpt (causal LM, gpt)" in browser.find_element(By.ID, "models-summary").text)
+        run(browser, "generate", prompt="The cat", max="4")  # an unexpected question would fail it
+        assert browser.find_elements(By.CSS_SELECTOR, "#generate-output .token")
+        assert browser.execute_script("return sessionStorage.getItem('plm-api-key')") == "page-key"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 
 from plm.cli.common import HelpFormatter, add_device, add_weights, inference_device, positive_int
 from plm.serve import create_app, load_service, serve, service_names
@@ -19,10 +20,12 @@ EXAMPLES = """examples:
   curl -s localhost:8000/embed -d '{"texts": ["A man plays a guitar.", "Someone plays music."]}'
   curl -s localhost:8000/translate -d '{"text": "the fifth of May, nineteen ninety-nine", "beam": 4}'
   curl -s localhost:8000/attention -d '{"model": "bert", "text": "The cat sat.", "layer": 1, "head": 0}'
-  plm serve --model runs/gpt --quantize int8 --host 0.0.0.0 --port 8080   # reachable from other machines
+  PLM_API_KEY=secret plm serve --model runs/gpt --host 0.0.0.0 --port 8080   # reachable from other machines, with a key
+  curl -s localhost:8080/v1/completions -H "Authorization: Bearer secret" -d '{"model": "gpt", "prompt": "The list"}'
 
 endpoints (JSON in, JSON out; "model" may be left out where one model serves the endpoint):
   GET  /health  /models                        POST /generate  /fill-mask  /embed  /translate  /classify  /attention
+  OpenAI's (base URL http://HOST:PORT/v1):     GET /v1/models   POST /v1/completions  /v1/embeddings
 """
 
 
@@ -48,6 +51,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="the largest request body; a larger one is answered with 413")
     parser.add_argument("--max-batch", type=positive_int, default=MAX_BATCH, metavar="N",
                         help="generation requests decoded together in one batch (1: one at a time)")
+    parser.add_argument("--api-key", type=api_key, metavar="KEY",
+                        help="require 'Authorization: Bearer KEY' on every request but /health and the page (which "
+                        "asks for the key). Without it, the environment's PLM_API_KEY, which other users do not see "
+                        "in the process list")
     add_weights(parser)
     add_device(parser)
     parser.set_defaults(run=run)
@@ -60,17 +67,25 @@ def port(text: str) -> int:
     return value
 
 
+def api_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def run(args: argparse.Namespace) -> None:
     device = inference_device(args)
     services = [load_service(path, name, device, args.quantize, args.precision)
                 for path, name in zip(args.model, service_names(args.model))]
-    app = create_app(services, args.max_body, args.max_batch)
+    key = args.api_key or os.environ.get("PLM_API_KEY") or None  # read here: --help shows no key
+    app = create_app(services, args.max_body, args.max_batch, api_key=key)
     sock = listen(args.host, args.port)
     for service in services:
         endpoints = " ".join(f"/{endpoint}" for endpoint in service.capabilities)
         print(f"{service.name}: {service.kind} ({service.model.family}): {endpoints}")
-    if not is_loopback(args.host):
-        print(f"plm serve: note: listening on {args.host}: whoever reaches this machine can use the models")
+    if not is_loopback(args.host) and key is None:
+        print(f"plm serve: note: listening on {args.host} without --api-key: whoever reaches this machine can use "
+              "the models; give --api-key KEY (or set PLM_API_KEY) to require a key")
     print(f"plm serve: {address(sock)}/ (Ctrl-C to stop)", flush=True)
     serve(app, sock)
 

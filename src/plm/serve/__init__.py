@@ -6,8 +6,9 @@
         httpx.post(f"{server.url}/generate", json={"prompt": "The list"}).json()
 
 ``served_models`` decides what each model serves from its class, ``requests`` checks request bodies,
-``batching`` decodes concurrent generation requests together, ``app`` is the Starlette app and
-``server`` runs it; ``static/`` holds the page.
+``batching`` decodes concurrent generation requests together, ``app`` is the Starlette app (behind an
+API key if given one), ``openai_api`` its OpenAI-compatible ``/v1`` endpoints, and ``server`` runs it;
+``static/`` holds the page.
 """
 
 from plm.serve.app import create_app

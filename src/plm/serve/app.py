@@ -7,40 +7,43 @@ thread of its own, never on the event loop, so the server answers /health while 
 works, and requests to the models take their turn: they share that thread because a
 request may switch a model's attention layers to record their weights
 (:func:`plm.core.attention_weights`), which no other request may see. Generation requests
-are batched as they arrive (:mod:`plm.serve.batching`).
+are batched as they arrive (:mod:`plm.serve.batching`). Beside plm's own endpoints, /v1 speaks
+OpenAI's protocol over the same models and batcher (:mod:`plm.serve.openai_api`). With an API key,
+every request but /health and the page's files needs ``Authorization: Bearer KEY`` (:class:`RequireKey`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plm.errors import PLMError
 from plm.serve.batching import Batcher, GenerationJob
-from plm.serve.requests import RequestError, model_name, parse_body, read_fields
+from plm.serve.openai_api import OPENAI_PREFIX, openai_error, openai_routes
+from plm.serve.requests import RequestError, answering_errors, model_name, read_body, read_fields, refusal
 from plm.serve.served_models import ENDPOINTS, CausalLMService, Service, choose
 
 STATIC = Path(__file__).with_name("static")
 MAX_BODY = 1 << 20  # bytes: a megabyte of text is far more than any model here reads at once
 MAX_BATCH = 16  # generation requests decoded together
 BATCH_WINDOW = 0.005  # seconds an idle server waits for more requests to batch with the first
-
-log = logging.getLogger(__name__)
+PUBLIC_PATHS = ("/", "/health")  # answered without the API key, with the page's files under /static/
 
 
 def create_app(
@@ -48,6 +51,7 @@ def create_app(
     max_body: int = MAX_BODY,
     max_batch: int = MAX_BATCH,
     batch_window: float = BATCH_WINDOW,
+    api_key: str | None = None,
 ) -> Starlette:
     """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`).
 
@@ -56,19 +60,25 @@ def create_app(
         max_body: the most bytes of a request body (413 beyond).
         max_batch: generation requests decoded together; 1 turns batching off.
         batch_window: seconds an idle server waits for more requests to batch with the first.
+        api_key: the key every request but /health and the page's must bring (``Authorization: Bearer KEY``),
+            or None for none.
 
     Returns:
-        The Starlette app: ``/`` (the page), ``/static``, ``/health``, ``/models``, and a POST endpoint per
-        entry of :data:`plm.serve.served_models.ENDPOINTS`.
+        The Starlette app: ``/`` (the page), ``/static``, ``/health``, ``/models``, a POST endpoint per entry of
+        :data:`plm.serve.served_models.ENDPOINTS`, and OpenAI's ``/v1`` endpoints
+        (:func:`plm.serve.openai_api.openai_routes`).
 
     Raises:
-        PLMError: no services, or ``max_body``, ``max_batch`` below 1 or ``batch_window`` below 0.
+        PLMError: no services, ``max_body``, ``max_batch`` below 1 or ``batch_window`` below 0, or an empty
+            ``api_key``.
     """
     if not services:
         raise PLMError("give at least one model to serve")
     if max_body < 1 or max_batch < 1 or batch_window < 0:
         raise PLMError(f"max_body and max_batch must be at least 1 and batch_window at least 0, got {max_body}, "
                        f"{max_batch} and {batch_window}")
+    if api_key == "":
+        raise PLMError("the API key is empty; give a key, or None to serve without one")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -83,19 +93,6 @@ def create_app(
                 await batching
             app.state.worker.shutdown(wait=True)
 
-    async def read_json(request: Request) -> dict[str, Any]:
-        """The request's JSON object, read up to ``max_body`` bytes (the rest is not read: 413)."""
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body:
-            raise RequestError(f"the body is {declared} bytes; this server takes at most {max_body}", 413)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise RequestError(f"the body is over {max_body} bytes, the most this server takes", 413)
-            chunks.append(chunk)
-        return parse_body(b"".join(chunks))
-
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": [service.name for service in services]})
 
@@ -103,7 +100,7 @@ def create_app(
         return JSONResponse({"models": [service.describe() for service in services]})
 
     async def generate(request: Request) -> Response:
-        body = await read_json(request)
+        body = await read_body(request, max_body)
         service = choose(services, model_name(body), "generate")
         assert isinstance(service, CausalLMService)  # the one kind that serves /generate
         fields = read_fields(body, "generate")
@@ -118,7 +115,7 @@ def create_app(
         """The handler of a model endpoint: the chosen model's method of that name, on the model thread."""
 
         async def handle(request: Request) -> Response:
-            body = await read_json(request)
+            body = await read_body(request, max_body)
             service = choose(services, model_name(body), name)
             work = partial(getattr(service, name.replace("-", "_")), **read_fields(body, name))
             return JSONResponse(await asyncio.get_running_loop().run_in_executor(request.app.state.worker, work))
@@ -128,43 +125,62 @@ def create_app(
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
+    plm_errors = partial(answering_errors, refuse=refused)
     routes = [
         Route("/", page),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        Route("/health", answering_errors(health)),
-        Route("/models", answering_errors(models)),
-        Route("/generate", answering_errors(generate), methods=["POST"]),
-        *(Route(f"/{name}", answering_errors(endpoint(name)), methods=["POST"])
-          for name in ENDPOINTS if name != "generate"),
+        Route("/health", plm_errors(health)),
+        Route("/models", plm_errors(models)),
+        Route("/generate", plm_errors(generate), methods=["POST"]),
+        *(Route(f"/{name}", plm_errors(endpoint(name)), methods=["POST"]) for name in ENDPOINTS if name != "generate"),
+        *openai_routes(services, max_body),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    middleware = [Middleware(RequireKey, key=api_key)] if api_key is not None else []
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                     exception_handlers={HTTPException: http_error})
 
 
-def answering_errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` with its errors answered as ``{"error": "one line"}``.
+class RequireKey:
+    """ASGI middleware: a request without ``Authorization: Bearer KEY`` is answered with 401.
 
-    The request's errors are answered with 400 (or a RequestError's own status); last, one the server did not
-    foresee with 500, its traceback going to the server's log.
+    The page (``/`` and ``/static/...``) and ``/health`` need no key: the page asks for it once the API answers
+    401, and a health check has nothing to hide. Keys are compared in constant time, so that the time of an
+    answer does not tell how much of a guess was right.
 
     Args:
-        handler: an endpoint's handler.
-
-    Returns:
-        The wrapped handler.
+        app: the app behind it.
+        key: the key.
     """
 
-    async def handle(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except RequestError as error:
-            return error_response(one_line(error), error.status)
-        except PLMError as error:
-            return error_response(one_line(error), 400)
-        except Exception as error:
-            log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(unforeseen(error), 500)
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.key = key.encode()
 
-    return handle
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or (without the key, off the public paths) answer 401 in the API's error body."""
+        path = scope.get("path", "")
+        public = scope["type"] != "http" or path in PUBLIC_PATHS or path.startswith("/static/")
+        given = dict(scope.get("headers", [])).get(b"authorization")
+        if public or (given is not None and self.matches(given)):
+            await self.app(scope, receive, send)
+            return
+        reason = ("incorrect API key provided" if given is not None else
+                  "no API key: send the header 'Authorization: Bearer KEY' with the key plm serve was given")
+        respond = openai_error if path.startswith(OPENAI_PREFIX) else refused
+        await respond(RequestError(reason, 401, code="invalid_api_key"), {"WWW-Authenticate": "Bearer"})(
+            scope, receive, send)
+
+    def matches(self, header: bytes) -> bool:
+        """Whether an ``Authorization`` header brings the key (``Bearer KEY``, the scheme in any case).
+
+        Args:
+            header: the header's value.
+
+        Returns:
+            True when it does.
+        """
+        scheme, _, given = header.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.key)
 
 
 async def server_sent_events(job: GenerationJob) -> AsyncIterator[str]:
@@ -178,14 +194,12 @@ async def server_sent_events(job: GenerationJob) -> AsyncIterator[str]:
     """
     async for kind, value in job.stream():
         if kind == "error":
-            if not isinstance(value, PLMError):
-                log.error("generation failed", exc_info=value)
-            value = {"error": one_line(value) if isinstance(value, PLMError) else unforeseen(value)}
+            value = {"error": str(refusal(value, "generation"))}
         yield f"event: {kind}\ndata: {json.dumps(value)}\n\n"
 
 
 async def http_error(request: Request, error: Exception) -> Response:
-    """Starlette's own refusals (an unknown path, a GET where only POST goes) in the API's form.
+    """Starlette's own refusals (an unknown path, a GET where only POST goes) in the API's form (/v1: OpenAI's).
 
     Args:
         request: the request refused.
@@ -195,42 +209,18 @@ async def http_error(request: Request, error: Exception) -> Response:
         The JSON error response, with the exception's status and headers.
     """
     assert isinstance(error, HTTPException)
-    return error_response(error.detail, error.status_code, error.headers)
+    respond = openai_error if request.url.path.startswith(OPENAI_PREFIX) else refused
+    return respond(RequestError(error.detail, error.status_code), error.headers)
 
 
-def error_response(message: str, status: int, headers: Mapping[str, str] | None = None) -> Response:
-    """The API's answer to a refused request: ``{"error": message}``.
+def refused(error: RequestError, headers: Mapping[str, str] | None = None) -> Response:
+    """The answer of plm's own API to a refused request: ``{"error": "one line"}`` with the refusal's status.
 
     Args:
-        message: the one-line reason.
-        status: the HTTP status.
+        error: the refusal.
         headers: extra headers, or None.
 
     Returns:
         The JSON response.
     """
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line (its line breaks turned into spaces).
-
-    Args:
-        error: the exception.
-
-    Returns:
-        The message.
-    """
-    return " ".join(str(error).split("\n"))
-
-
-def unforeseen(error: BaseException) -> str:
-    """The message for an error the server did not foresee: its type and message, and where the traceback is.
-
-    Args:
-        error: the exception.
-
-    Returns:
-        The message.
-    """
-    return f"internal error ({type(error).__name__}: {one_line(error)}); the server's log has the traceback"
+    return JSONResponse({"error": str(error)}, status_code=error.status, headers=headers)

@@ -8,7 +8,9 @@ Only requests that decode alone as they would together share a batch: the same m
 sampling options, a length that fits the context beside the others, and never a sampled
 request with a seed (its draws are its own). Padding changes nothing, so a greedy request
 gets the tokens it gets alone. Each request's tokens go to it as they are chosen, which is
-what streaming reads; ``max_batch`` 1 serves one request at a time.
+what streaming reads; ``max_batch`` 1 serves one request at a time. What only reads the
+tokens is a request's own, and its neighbours do not wait for it: its stop strings end
+its row alone, and the alternatives it asks for are read from the step's logits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plm.apps.text_pipelines import left_pad, prompt_padding
-from plm.decoding.generation import decode_steps
+from plm.decoding.generation import Step, decode_steps
 from plm.decoding.generation_config import GenerationConfig
 from plm.models import CausalLM
 from plm.tokenization.tokenizer import Tokenizer
@@ -41,10 +43,13 @@ class GenerationJob:
         max_new_tokens: the most tokens to generate.
         options: the decoding options (sampling, temperature, top-k, top-p ...).
         seed: a sampled request's seed, or None.
+        stop: strings that end the job once its text holds one (the text keeps it; the request cuts it).
+        top_logprobs: how many of each step's most likely tokens to report beside the chosen one (0: none).
         events: the job's events, read by :meth:`stream`.
         loop: the event loop the job was submitted on (set by :meth:`Batcher.submit`).
         new_ids: the tokens generated so far.
-        tokens: each generated token's ``id``, ``text`` (its piece) and ``logprob``.
+        tokens: each generated token's ``id``, ``text`` (its piece) and ``logprob``, and with ``top_logprobs``
+            the step's most likely tokens (``top_logprobs``: their ``id``, ``text`` and ``logprob``).
         text: the decoded text of ``new_ids``, up to the last complete character.
         done: the job has finished (or failed).
     """
@@ -55,6 +60,8 @@ class GenerationJob:
     max_new_tokens: int
     options: GenerationConfig
     seed: int | None = None
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     loop: asyncio.AbstractEventLoop | None = None
     new_ids: list[int] = field(default_factory=list)
@@ -71,7 +78,7 @@ class GenerationJob:
         alone = self.options.sampling and self.seed is not None
         return id(self.model), self.options, id(self) if alone else None
 
-    def add(self, token: int, logprob: float, finished: bool) -> None:
+    def add(self, token: int, logprob: float, finished: bool, alternatives: list[tuple[int, float]]) -> None:
         """Take the next token (model thread): its piece of text is what it adds to the decoded continuation.
 
         A byte-level token can end inside a character, which decodes as U+FFFD until the
@@ -83,13 +90,19 @@ class GenerationJob:
             token: the token's id.
             logprob: its log-probability.
             finished: the model ended the row (end of text).
+            alternatives: the step's most likely tokens and their log-probabilities, most likely first (at least
+                ``top_logprobs`` of them).
         """
         self.new_ids.append(token)
-        self.done = finished or len(self.new_ids) == self.max_new_tokens
         text = self.tokenizer.decode(self.new_ids, skip_special_tokens=True)
+        self.done = (finished or len(self.new_ids) == self.max_new_tokens
+                     or any(stop in text for stop in self.stop))
         piece = "" if text.endswith("\ufffd") and not self.done else text[len(self.text):]
         self.text += piece
         self.tokens.append({"id": token, "text": piece, "logprob": logprob})
+        if self.top_logprobs:  # each alternative's text as the token reads alone
+            self.tokens[-1]["top_logprobs"] = [{"id": other, "text": self.tokenizer.decode([other]), "logprob": p}
+                                               for other, p in alternatives[: self.top_logprobs]]
         self.emit("token", self.tokens[-1])
         if self.done:
             self.emit("done", {"text": text, "tokens": self.tokens})
@@ -159,11 +172,13 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
         config = dataclasses.replace(options, max_new_tokens=max(job.max_new_tokens for job in jobs),
                                      eos_token_id=tokenizer.eos_id, pad_token_id=pad, seed=first.seed)
         steps = decode_steps(model, ids.to(model.device), config, mask.to(model.device))
+        alternatives = max(job.top_logprobs for job in jobs)
         for step in steps:
-            rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist())
-            for job, token, logprob, finished in rows:
+            rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist(),
+                       most_likely(step, alternatives))
+            for job, token, logprob, finished, likely in rows:
                 if not job.done:
-                    job.add(token, logprob, finished)
+                    job.add(token, logprob, finished, likely)
             if all(job.done for job in jobs):
                 steps.close()  # no row wants more tokens
                 break
@@ -171,6 +186,22 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
         for job in jobs:
             if not job.done:
                 job.fail(error)
+
+
+def most_likely(step: Step, k: int) -> list[list[tuple[int, float]]]:
+    """Each row's ``k`` most likely next tokens under the model, with their log-probabilities (none for k = 0).
+
+    Args:
+        step: a decoding step of the batch.
+        k: how many tokens per row.
+
+    Returns:
+        Per row, (token id, log-probability) pairs, most likely first.
+    """
+    if k == 0:
+        return [[] for _ in range(len(step.tokens))]
+    logprobs, ids = step.logits.float().log_softmax(-1).topk(min(k, step.logits.shape[-1]))  # (batch, k) each
+    return [list(zip(row_ids, row_logprobs)) for row_ids, row_logprobs in zip(ids.tolist(), logprobs.tolist())]
 
 
 class Batcher:

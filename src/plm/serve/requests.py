@@ -5,18 +5,27 @@ missing field, a string where a number belongs or a misspelt name is refused bef
 model work, with a message that names the field. Whether a value makes sense for the model
 (a temperature of 0, a layer it does not have) is the library's to say: it raises
 :class:`plm.errors.PLMError` with the reason, which the server answers with status 400 too.
+:func:`answering_errors` turns whatever a handler raises into the refusal the client reads, in
+the body its API gives errors (plm's own, or OpenAI's: :mod:`plm.serve.openai_api`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from plm.errors import PLMError
 
 REQUIRED = object()  # a Field's default when the request must give it
+
+log = logging.getLogger(__name__)
 
 
 class RequestError(PLMError):
@@ -25,29 +34,36 @@ class RequestError(PLMError):
     Args:
         message: the one-line reason, the answer's ``error``.
         status: the HTTP status.
+        param: the body field at fault, or None (OpenAI's error body names it).
+        code: a machine-readable reason, or None (OpenAI's ``model_not_found``, ``invalid_api_key`` ...).
     """
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.param = param
+        self.code = code
 
 
 @dataclass(frozen=True)
 class Field:
-    """A body field: its JSON type, its default, the least value a number may take, and whether null is a value.
+    """A body field: its JSON type, its default, the range of a number, and whether null is a value.
 
     Attributes:
-        kind: "string", "strings" (a non-empty list of strings), "integer", "number" or "boolean".
+        kind: "string", "strings" (a non-empty list of strings), "string or strings", "integer", "number",
+            "boolean" or "object".
         default: the value when the request does not give the field; :data:`REQUIRED`: the request must.
         minimum: the least value a number may take, or None.
         nullable: null is a value of its own; else null is allowed where the default is None, and means the
             default.
+        maximum: the largest value a number may take, or None.
     """
 
-    kind: str  # "string", "strings" (a non-empty list of strings), "integer", "number", "boolean"
+    kind: str  # "string", "strings", "string or strings", "integer", "number", "boolean", "object"
     default: Any = REQUIRED
     minimum: float | None = None
     nullable: bool = False
+    maximum: float | None = None
 
 
 # The fields of each endpoint besides "model", which every endpoint takes (default: the one model that serves it).
@@ -79,6 +95,33 @@ FIELDS: dict[str, dict[str, Field]] = {
         "head": Field("integer", 0, minimum=0, nullable=True),  # null: the mean of the layer's heads
         "target": Field("string", None),
     },
+    # OpenAI's legacy completions (plm.serve.openai_api); the last six are OpenAI's but plm takes only their
+    # defaults, which clients send as they are.
+    "v1/completions": {
+        "prompt": Field("string or strings", ""),  # "": from the start of a text, as OpenAI's default
+        "max_tokens": Field("integer", None, minimum=1),
+        "temperature": Field("number", 1.0, minimum=0, maximum=2),  # 0: greedy
+        "top_p": Field("number", 1.0, minimum=0, maximum=1),
+        "n": Field("integer", 1, minimum=1, maximum=128),
+        "stop": Field("string or strings", None),
+        "seed": Field("integer", None),
+        "logprobs": Field("integer", None, minimum=0, maximum=5),
+        "stream": Field("boolean", False),
+        "stream_options": Field("object", None),
+        "user": Field("string", None),
+        "echo": Field("boolean", False),
+        "suffix": Field("string", None),
+        "best_of": Field("integer", None),
+        "presence_penalty": Field("number", 0),
+        "frequency_penalty": Field("number", 0),
+        "logit_bias": Field("object", None),
+    },
+    "v1/embeddings": {
+        "input": Field("string or strings"),
+        "encoding_format": Field("string", "float"),
+        "dimensions": Field("integer", None, minimum=1),
+        "user": Field("string", None),
+    },
 }
 
 
@@ -103,6 +146,31 @@ def parse_body(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError(f"the body must be a JSON object, got {json_type(body)}")
     return body
+
+
+async def read_body(request: Request, max_body: int) -> dict[str, Any]:
+    """A request's JSON object, read up to ``max_body`` bytes (the rest is not read: 413).
+
+    Args:
+        request: the request.
+        max_body: the most bytes of a body.
+
+    Returns:
+        The object.
+
+    Raises:
+        RequestError: a body over ``max_body`` bytes (413), or one :func:`parse_body` refuses.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body:
+        raise RequestError(f"the body is {declared} bytes; this server takes at most {max_body}", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise RequestError(f"the body is over {max_body} bytes, the most this server takes", 413)
+        chunks.append(chunk)
+    return parse_body(b"".join(chunks))
 
 
 def refuse_constant(name: str) -> None:
@@ -154,15 +222,17 @@ def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
     """
     if name not in body:
         if field.default is REQUIRED:
-            raise RequestError(f"missing field {name!r} ({a_kind(field.kind)})")
+            raise RequestError(f"missing field {name!r} ({a_kind(field.kind)})", param=name)
         return field.default
     value = body[name]
     if value is None and (field.nullable or field.default is None):  # null: not given, or (nullable) a value
         return None
     if not has_kind(value, field.kind):
-        raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {json_type(value)}")
+        raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {json_type(value)}", param=name)
     if field.minimum is not None and value < field.minimum:
-        raise RequestError(f"{name!r} must be at least {field.minimum:g}, got {value}")
+        raise RequestError(f"{name!r} must be at least {field.minimum:g}, got {value}", param=name)
+    if field.maximum is not None and value > field.maximum:
+        raise RequestError(f"{name!r} must be at most {field.maximum:g}, got {value}", param=name)
     return value
 
 
@@ -178,11 +248,13 @@ def has_kind(value: Any, kind: str) -> bool:
     """
     if kind == "strings":
         return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+    if kind == "string or strings":
+        return isinstance(value, str) or has_kind(value, "strings")
     if kind == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return isinstance(value, {"string": str, "boolean": bool}[kind])
+    return isinstance(value, {"string": str, "boolean": bool, "object": dict}[kind])
 
 
 def a_kind(kind: str) -> str:
@@ -194,8 +266,9 @@ def a_kind(kind: str) -> str:
     Returns:
         The words.
     """
-    return {"strings": "a non-empty list of strings", "integer": "an integer", "number": "a number",
-            "string": "a string", "boolean": "true or false"}[kind]
+    return {"strings": "a non-empty list of strings", "string or strings": "a string or a non-empty list of strings",
+            "integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+            "object": "an object"}[kind]
 
 
 def json_type(value: Any) -> str:
@@ -231,3 +304,68 @@ def model_name(body: dict[str, Any]) -> str | None:
     if name is not None and not isinstance(name, str):
         raise RequestError(f"'model' must be a string (a name that GET /models lists), got {json_type(name)}")
     return name
+
+
+def answering_errors(handler: Callable[[Request], Awaitable[Response]],
+                     refuse: Callable[[RequestError], Response]) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` with whatever it raises answered by ``refuse`` (see :func:`refusal`).
+
+    Args:
+        handler: an endpoint's handler.
+        refuse: the API's error response to a refusal.
+
+    Returns:
+        The wrapped handler.
+    """
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Exception as error:
+            return refuse(refusal(error, f"{request.method} {request.url.path}"))
+
+    return handle
+
+
+def refusal(error: BaseException, work: str) -> RequestError:
+    """What the server answers to an error: a RequestError as it is, a PLMError with 400, another with 500.
+
+    An error the server did not foresee (not a PLMError) has its traceback go to the server's log.
+
+    Args:
+        error: the error.
+        work: what failed, for the log ("POST /generate").
+
+    Returns:
+        The refusal, its message on one line.
+    """
+    if isinstance(error, RequestError):
+        return RequestError(one_line(error), error.status, error.param, error.code)
+    if isinstance(error, PLMError):
+        return RequestError(one_line(error), 400)
+    log.error("%s failed", work, exc_info=error)
+    return RequestError(unforeseen(error), 500)
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (its line breaks turned into spaces).
+
+    Args:
+        error: the exception.
+
+    Returns:
+        The message.
+    """
+    return " ".join(str(error).split("\n"))
+
+
+def unforeseen(error: BaseException) -> str:
+    """The message for an error the server did not foresee: its type and message, and where the traceback is.
+
+    Args:
+        error: the exception.
+
+    Returns:
+        The message.
+    """
+    return f"internal error ({type(error).__name__}: {one_line(error)}); the server's log has the traceback"

@@ -329,7 +329,7 @@ class Regression(Classification):
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch.
 
         Returns:
-            None.
+            (None): nothing to show.
         """
         return None
 

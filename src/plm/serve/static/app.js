@@ -19,8 +19,24 @@ function element(tag, properties = {}, children = []) {
   return node;
 }
 
+const KEY = "plm-api-key";  // where the page keeps the server's API key, for this tab's session
+
+// fetch with the API key, when the server wants one (plm serve --api-key): asked for when the server first
+// answers 401, and again if it refuses the key given; cancelling the question leaves the 401 as the answer.
+async function request(path, options = {}) {
+  for (;;) {
+    const key = sessionStorage.getItem(KEY);
+    const headers = {...options.headers, ...(key ? {Authorization: `Bearer ${key}`} : {})};
+    const response = await fetch(path, {...options, headers});
+    if (response.status !== 401) return response;
+    const given = prompt(key ? "The server refused that API key. Its API key:" : "This server needs its API key:");
+    if (!given) return response;
+    sessionStorage.setItem(KEY, given.trim());
+  }
+}
+
 async function post(path, body) {
-  const response = await fetch(path, {
+  const response = await request(path, {
     method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
   });
   const answer = await response.json();
@@ -72,7 +88,9 @@ function showTab(name) {
 }
 
 async function start() {
-  const answer = await (await fetch("/models")).json();
+  const response = await request("/models");
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error);
   MODELS = answer.models;
   $("models-summary").textContent = MODELS.map((m) => `${m.name} (${m.kind}, ${m.family})`).join(" · ");
   const served = TABS.filter(([tab]) => MODELS.some((m) => m.capabilities.includes(tab)));
@@ -107,7 +125,7 @@ async function generate() {
     model: model("generate"), prompt, max_new_tokens: number("generate-max"), temperature: number("generate-temperature"),
     top_k: number("generate-top-k"), top_p: number("generate-top-p"), seed: number("generate-seed"), stream: true,
   };
-  const response = await fetch("/generate", {
+  const response = await request("/generate", {
     method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
   });
   if (!response.ok) throw new Error((await response.json()).error);
