@@ -7,9 +7,8 @@ import ipaddress
 import os
 
 from plm.cli.common import HelpFormatter, add_device, add_weights, inference_device, positive_int
-from plm.serve import create_app, load_service, serve, service_names
-from plm.serve.app import MAX_BATCH, MAX_BODY
-from plm.serve.server import address, listen
+from plm.errors import PLMError
+from plm.serve.limits import MAX_BATCH, MAX_BODY
 
 EXAMPLES = """examples:
   plm serve --model runs/gpt --model runs/bert --model runs/dates    # then open http://127.0.0.1:8000/
@@ -74,6 +73,13 @@ def api_key(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    try:  # starlette and uvicorn are the serve extra's
+        from plm.serve.app import create_app
+        from plm.serve.served_models import load_service, service_names
+        from plm.serve.server import address, listen, serve
+    except ImportError as missing:
+        package = (missing.name or "starlette").split(".")[0]
+        raise PLMError(f"plm serve needs {package}: pip install 'plm[serve]'") from None
     device = inference_device(args)
     services = [load_service(path, name, device, args.quantize, args.precision)
                 for path, name in zip(args.model, service_names(args.model))]

@@ -35,13 +35,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plm.errors import PLMError
 from plm.serve.batching import Batcher, GenerationJob
+from plm.serve.limits import MAX_BATCH, MAX_BODY
 from plm.serve.openai_api import OPENAI_PREFIX, openai_error, openai_routes
 from plm.serve.requests import RequestError, answering_errors, model_name, read_body, read_fields, refusal
 from plm.serve.served_models import ENDPOINTS, CausalLMService, Service, choose
 
 STATIC = Path(__file__).with_name("static")
-MAX_BODY = 1 << 20  # bytes: a megabyte of text is far more than any model here reads at once
-MAX_BATCH = 16  # generation requests decoded together
 BATCH_WINDOW = 0.005  # seconds an idle server waits for more requests to batch with the first
 PUBLIC_PATHS = ("/", "/health")  # answered without the API key, with the page's files under /static/
 
