@@ -381,6 +381,8 @@ BAD_REQUESTS = {
     "a question for a classifier": ("/classify", {"model": "clf", "question": "why?"},
                                     "a classify model reads 'text', 'text_pair'; missing 'text'"),
     "no question for qa": ("/classify", {"model": "qa", "context": "The cat."}, "missing 'question'"),
+    "empty text to classify": ("/classify", {"model": "clf", "text": " "}, "'text' is empty"),
+    "empty context for qa": ("/classify", {"model": "qa", "question": "who?", "context": ""}, "'context' is empty"),
     "an empty list": ("/embed", {"model": "bert", "texts": []}, "'texts' must be a non-empty list of strings"),
     "elmo, no words": ("/embed", {"model": "elmo", "texts": ["x", "  "]}, "text 2 has no words"),
 }

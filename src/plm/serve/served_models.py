@@ -299,6 +299,8 @@ class Seq2SeqService(Service):
     endpoints = ("translate", "attention")
 
     def __init__(self, name: str, model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers) -> None:
+        if not isinstance(tokenizers.source, Tokenizer):
+            raise PLMError("plm serve does not serve released translation models (Marian, FSMT) yet")
         super().__init__(name, model, tokenizers.source)
         self.tokenizers = tokenizers
 
@@ -488,12 +490,15 @@ class TaskForm:
             The example.
 
         Raises:
-            RequestError: a missing field, a field the task does not read, or (tag) a text without words.
+            RequestError: a missing or empty field, a field the task does not read, or (tag) a text without words.
         """
         reads = ", ".join(map(repr, self.inputs))
         missing = [name for name in self.inputs if fields[name] is None and name not in self.optional]
         if missing:
             raise RequestError(f"a {task} model reads {reads}; missing {', '.join(map(repr, missing))}")
+        empty = [name for name in self.inputs if name not in self.optional and not str(fields[name]).strip()]
+        if empty:  # nothing to classify: an answer would be the head's bias alone
+            raise RequestError(f"a {task} model reads {reads}; {', '.join(map(repr, empty))} is empty")
         unread = [name for name, value in fields.items() if name not in self.inputs and value not in (None, "")]
         if unread:
             raise RequestError(f"a {task} model reads {reads}, not {', '.join(map(repr, unread))}")
