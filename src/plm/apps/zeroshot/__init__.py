@@ -1,5 +1,10 @@
-"""Zero-shot evaluation of a causal LM as in GPT-2 (§3): detokenisers, LAMBADA, cloze, summarisation.
+"""Zero-shot evaluation of a causal LM as in GPT-2 (§3).
 
-Each task reads a JSONL file (:mod:`plm.apps.zeroshot.jsonl`) and scores any
-:class:`plm.models.CausalLM` with its tokenizer, plm's own or one loaded from Hugging Face.
+Detokenisers, LAMBADA, cloze (CBT, Winograd), summarisation, CoQA, translation and open-domain
+question answering.
+
+Each task reads its benchmark's file (JSONL or JSON through :mod:`plm.apps.zeroshot.jsonl`, aligned
+text files for translation) and scores any :class:`plm.models.CausalLM` with its tokenizer, plm's own
+or one loaded from Hugging Face. The tasks that read the model's answer share
+:mod:`plm.apps.zeroshot.prompting`.
 """

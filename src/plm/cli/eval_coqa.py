@@ -1,0 +1,53 @@
+"""plm eval coqa: conversational question answering by prompting, scored with CoQA's F1 (GPT-2 §3.5)."""
+
+from __future__ import annotations
+
+import argparse
+
+from plm.apps.zeroshot.coqa import evaluate_coqa
+from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report
+from plm.storage.atomic_files import write_json
+
+EXAMPLES = """examples:
+  plm eval coqa --model runs/pretrain coqa-dev-v1.0.json --limit 500
+  plm eval coqa --model gpt2-hf coqa-dev-v1.0.json --json coqa.json --predictions answers.json
+"""
+
+
+def register(metrics: argparse._SubParsersAction) -> None:
+    parser = metrics.add_parser(
+        "coqa",
+        help="CoQA: answer a conversation's questions about a story, scored with CoQA's F1",
+        description="Zero-shot CoQA as in GPT-2.\n\n"
+        "FILE is CoQA's official JSON (coqa-dev-v1.0.json): stories with their questions, answers and "
+        "additional answers. For each question the model reads the story, the conversation so far (the "
+        "dataset's questions and answers, 'Q: ...' and 'A: ...' lines) and 'Q: question' with a final 'A:', "
+        "and answers greedily until a new line. Prints the official script's F1 and exact match (x 100): "
+        "SQuAD's normalisation, and with several references the mean of the best match against all but one. "
+        "A prompt too long for the model's context loses the beginning of the story.",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "model directory or training run (plm or Hugging Face)")
+    parser.add_argument("file", help="CoQA JSON file")
+    parser.add_argument("--limit", type=positive_int, help="answer only the first N questions of the file")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=32, help="the most tokens of an answer")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="questions decoded together")
+    parser.add_argument("--predictions", metavar="FILE",
+                        help='also write the answers to this JSON file ([{"id", "turn_id", "answer"}], the official '
+                        "script's format)")
+    add_json(parser)
+    add_device(parser)
+    add_weights(parser)
+    parser.set_defaults(run=run_coqa)
+
+
+def run_coqa(args: argparse.Namespace) -> None:
+    check_outputs(args.json, args.predictions)
+    model, tokenizer = load_causal_lm(args)
+    result = evaluate_coqa(model, tokenizer, args.file, args.limit, args.max_new_tokens, args.batch_size,
+                           progress=True)
+    report(f"CoQA (F1 and exact match x 100): {args.file}", result.as_dict(), args.json)
+    if args.predictions:
+        write_json(args.predictions, result.predictions)

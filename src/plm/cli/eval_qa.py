@@ -1,0 +1,58 @@
+"""plm eval qa: open-domain questions answered by prompting, exact match overall and when most confident (§3.8)."""
+
+from __future__ import annotations
+
+import argparse
+
+from plm.apps.zeroshot.open_qa import evaluate_open_qa
+from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report
+from plm.storage.atomic_files import write_json
+
+EXAMPLES = """examples:
+  plm eval qa --model runs/pretrain NQ-open.dev.jsonl --limit 500
+  plm eval qa --model gpt2-hf NQ-open.dev.jsonl --shots 8 --json nq.json --predictions answers.json
+"""
+
+
+def register(metrics: argparse._SubParsersAction) -> None:
+    parser = metrics.add_parser(
+        "qa",
+        help="open-domain QA (Natural Questions): exact match, and on the most confident answers",
+        description="Zero-shot open-domain question answering as in GPT-2.\n\n"
+        'FILE is JSONL, one question a line, as NQ-open: {"question": "...", "answer": ["...", ...]}. The '
+        "model reads --shots example pairs ('Q: question' and 'A: answer' lines), then 'Q: question' and "
+        "'A:', and answers greedily until a new line. The examples are the first lines of --examples, or of "
+        "FILE itself, whose first --shots questions are then not scored. An answer is right when it equals "
+        "one of the answers after SQuAD's normalisation. Prints the exact match in percent, and the exact match on "
+        "the --confident-fraction of answers the model gave the highest probability (the product of the "
+        "probabilities of its tokens).",
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(parser, "model directory or training run (plm or Hugging Face)")
+    parser.add_argument("file", help="JSONL file of questions and answers")
+    parser.add_argument("--shots", type=int, default=5, help="example pairs in each prompt")
+    parser.add_argument("--examples", metavar="FILE", help="take the example pairs from this JSONL file instead")
+    parser.add_argument("--limit", type=positive_int, help="answer only the first N questions after the examples")
+    parser.add_argument("--confident-fraction", type=float, default=0.01,
+                        help="the share of the most confident answers scored apart")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=32, help="the most tokens of an answer")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="questions decoded together")
+    parser.add_argument("--predictions", metavar="FILE",
+                        help='also write the answers to this JSON file ([{"question", "answer", "probability", '
+                        '"correct"}])')
+    add_json(parser)
+    add_device(parser)
+    add_weights(parser)
+    parser.set_defaults(run=run_qa)
+
+
+def run_qa(args: argparse.Namespace) -> None:
+    check_outputs(args.json, args.predictions)
+    model, tokenizer = load_causal_lm(args)
+    result = evaluate_open_qa(model, tokenizer, args.file, args.shots, args.examples, args.limit,
+                              args.confident_fraction, args.max_new_tokens, args.batch_size, progress=True)
+    report(f"open-domain QA (exact match %): {args.file}", result.as_dict(), args.json)
+    if args.predictions:
+        write_json(args.predictions, result.predictions)
