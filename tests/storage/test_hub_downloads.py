@@ -174,6 +174,7 @@ COMMANDS = {
     "eval task": ["eval", "task", "--model", BERT_SST, "{inputs}/sst.jsonl"],
     "attention": ["attention", "--model", GPT, "the cat sat", "--out", "{inputs}/attention.png"],
     "quantize": ["quantize", "--model", GPT, "--out", "{inputs}/int8"],
+    "convert": ["convert", "--model", GPT, "--out", "{inputs}/plm"],
     "finetune": ["finetune", "--task", "classify", "--model", BERT_SST, "--train", "{inputs}/sst.jsonl",
                  "--validation", "{inputs}/sst.jsonl", "--epochs", "1", "--out", "{inputs}/run", "--no-progress"],
 }
@@ -206,3 +207,10 @@ def test_a_name_that_is_both_a_preset_and_a_hub_id_says_which_it_took(hub, tmp_p
     assert capsys.readouterr().err.endswith("no such model on the Hugging Face Hub (or it is private or gated); "
                                             "gpt2-mini is a preset of plm pretrain (a new, untrained model), not a "
                                             "model to load\n")
+
+
+def test_plm_serve_loads_a_hub_id(published) -> None:
+    from plm.serve import load_service
+
+    service = load_service(GPT, "gpt", torch.device("cpu"))
+    assert service.kind == "causal LM" and "generate" in service.capabilities

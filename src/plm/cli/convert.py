@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from plm.cli.common import HelpFormatter, write_model_directory
+from plm.cli.common import HelpFormatter, add_model, write_model_directory
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
 from plm.storage.checkpoint import load_model, model_directory, save_model
+from plm.storage.hub import local_or_hub
 from plm.storage.loading import find_tokenizer, is_plm_directory
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
 
@@ -37,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--model", required=True, help="the directory to convert")
+    add_model(parser, "the directory to convert")
     parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a directory that is not empty: the converted model takes its place whole, "
@@ -46,7 +47,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    source = Path(args.model)
+    source = local_or_hub(args.model, args.revision)
 
     def write(directory: Path) -> str:
         if is_plm_directory(source):

@@ -41,7 +41,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", action="append", required=True, metavar="DIR",
-                        help="model directory or training run; repeat for several. Its name in the API is the "
+                        help="model directory, training run or Hugging Face Hub id; repeat for several. Its name in "
+                        "the API is the "
                         "directory's name (a second of the same name gets -2)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on: 127.0.0.1 answers this machine only, 0.0.0.0 every network")

@@ -32,6 +32,7 @@ from plm.models.elmo import Elmo, embed_sentences
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
 from plm.storage.checkpoint import model_directory
+from plm.storage.hub import local_or_hub
 from plm.storage.loading import inference_weights, load_pretrained
 from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
@@ -568,7 +569,7 @@ def load_service(
     """The model in ``path`` (a plm or Hugging Face directory, or a training run) as a service called ``name``.
 
     Args:
-        path: the model's directory or run.
+        path: the model's directory or run, or a Hugging Face Hub id.
         name: its name in the API.
         device: where the weights go ("auto" picks one).
         quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
@@ -581,6 +582,7 @@ def load_service(
         PLMError: a model that cannot be loaded, an unknown quantization, or a model of a kind plm does not
             serve.
     """
+    path = local_or_hub(path)  # a Hub id's files in the cache
     model, tokenizer = load_pretrained(path, resolve_device(device) if isinstance(device, str) else device)
     model = inference_weights(model, precision, quantization)
     for classes, service in SERVICES:
