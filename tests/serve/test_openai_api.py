@@ -14,7 +14,7 @@ from openai import OpenAI
 from starlette.testclient import TestClient
 
 import plm
-import plm.cli.serve
+import plm.serve.server
 from plm.cli.main import main
 from plm.decoding import generate
 from plm.models import from_preset
@@ -223,7 +223,7 @@ def test_without_the_key_every_endpoint_but_health_and_the_page_is_a_401(server:
 def test_plm_serve_takes_the_key_from_api_key_or_plm_api_key(model_dirs: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture) -> None:
     served = []
-    monkeypatch.setattr(plm.cli.serve, "serve", lambda app, sock: (served.append(app), sock.close()))
+    monkeypatch.setattr(plm.serve.server, "serve", lambda app, sock: (served.append(app), sock.close()))
     model = ["serve", "--model", str(model_dirs / "gpt"), "--port", "0"]
     monkeypatch.setenv("PLM_API_KEY", "from-env")
     assert main([*model, "--api-key", "from-flag"]) == main(model) == 0

@@ -18,7 +18,7 @@ import torch
 
 from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention, attention_weights
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.storage.atomic_files import atomic_open
@@ -48,7 +48,7 @@ class AttentionMap:
     heads: int = 1
 
 
-def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+def token_labels(tokenizer: SideTokenizer, ids: Sequence[int]) -> list[str]:
     """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only.
 
     Args:
@@ -56,12 +56,13 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
         ids: the token ids.
 
     Returns:
-        One label per token (the token itself where its text is empty).
+        One label per token (plm's tokenizers give the token itself where its text is empty).
     """
     labels = []
     for token in ids:
         text = tokenizer.decode([token])
-        labels.append(text.strip() or ("␣" if text else tokenizer.backend.id_to_token(token) or ""))
+        spelling = tokenizer.backend.id_to_token(token) if isinstance(tokenizer, Tokenizer) else None
+        labels.append(text.strip() or ("␣" if text else spelling or ""))
     return labels
 
 

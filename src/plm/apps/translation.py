@@ -9,6 +9,9 @@ Beam size 1 without a length penalty is greedy search.
 Scores are sacrebleu's (Post, 2018) on detokenised text: the tokenizer's decoding of the
 model's output against the raw reference lines, with sacrebleu's own tokenisation
 (13a for BLEU), so that they compare with published numbers.
+
+The model is plm's (a model directory or a training run) or a released one: a Hugging Face
+Marian or FSMT directory or Hub id, read into plm's Transformer with its own tokenizers.
 """
 
 from __future__ import annotations
@@ -29,31 +32,43 @@ from plm.device import available_memory
 from plm.errors import PLMError, with_article
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
-from plm.storage.checkpoint import load_model, model_directory
+from plm.storage.loading import opened
 
 
 def load_seq2seq(
-    path: str | os.PathLike[str], device: str | torch.device = "cpu"
+    path: str | os.PathLike[str], device: str | torch.device = "cpu", revision: str | None = None
 ) -> tuple[Seq2SeqModel, Seq2SeqTokenizers]:
-    """An encoder-decoder (model directory or training run; a run's best model first) and its tokenizers.
+    """An encoder-decoder and its tokenizers, in eval mode.
 
     Args:
-        path: the model directory or run directory.
+        path: a plm model directory or training run (a run's best model first), or a Hugging Face Marian or
+            FSMT directory or Hub id (:func:`plm.storage.hub.local_or_hub`; a local path of the same spelling wins).
         device: where the model goes.
+        revision: for a Hub id, the branch, tag or commit to fetch; None: the default branch.
 
     Returns:
         The model and its tokenizers.
 
     Raises:
-        PLMError: a model that cannot be loaded, one that is not an encoder-decoder, or tokenizers that cannot.
+        PLMError: a model that cannot be loaded, one that is not an encoder-decoder, tokenizers that cannot be
+            loaded, or tokenizers with more tokens than the model has embeddings.
     """
-    model = load_model(path, device)
+    directory, model = opened(str(path), device, revision)
     if not isinstance(model, Seq2SeqModel):
         raise PLMError(
             f"{path}: {with_article(model.family)} model does not translate; "
             "give an encoder-decoder (plm seq2seq train)"
         )
-    return model, Seq2SeqTokenizers.load(model_directory(path))
+    tokenizers = Seq2SeqTokenizers.load(directory)
+    # Ids past an embedding table would index out of range in the middle of a search.
+    target_rows = model.config.vocab_size
+    source_rows = getattr(model.config, "source_vocab_size", None) or target_rows
+    for side, tokenizer, rows in (("source", tokenizers.source, source_rows),
+                                  ("target", tokenizers.target, target_rows)):
+        if len(tokenizer) > rows:
+            raise PLMError(f"{directory}: the {side} tokenizer has {len(tokenizer):,} tokens but the model only "
+                           f"{rows:,} embeddings; they do not belong together")
+    return model, tokenizers
 
 
 def recipe_decoding(family: str, **given: Any) -> GenerationConfig:
@@ -112,8 +127,9 @@ def translate_ids(
 ) -> list[list[int]]:
     """Each sentence's translation as the search chose it: target ids ``<s> y_1 .. y_m </s>``.
 
-    There is no ``</s>`` where the length limit ended it; decoding to text and encoding again need not give
-    these ids back (see :func:`translate`).
+    ``<s>`` is the model's ``decoder_start_id`` where its config has one (Marian's ``<pad>``, fairseq's ``</s>``),
+    else the target tokenizer's ``bos``. There is no ``</s>`` where the length limit ended it; decoding to text
+    and encoding again need not give these ids back (see :func:`translate`).
 
     Args:
         model: the encoder-decoder.
@@ -131,6 +147,8 @@ def translate_ids(
             vocabulary, or a search that would not fit in the memory free.
     """
     bos, eos, pad = (tokenizers.target.required_id(role) for role in ("bos", "eos", "pad"))  # checked on loading
+    model_start = getattr(model.config, "decoder_start_id", None)  # the Transformer's; other families have none
+    start_id = bos if model_start is None else model_start
     config = dataclasses.replace(config or recipe_decoding(model.family), eos_token_id=eos, pad_token_id=pad)
     check_search(config, max_tokens)
     if not sentences:
@@ -155,7 +173,7 @@ def translate_ids(
               dynamic_ncols=True) as bar:
         for batch in batches:
             source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.required_id("pad"))
-            start = torch.full((len(batch), 1), bos, dtype=torch.long, device=device)
+            start = torch.full((len(batch), 1), start_id, dtype=torch.long, device=device)
             output = beam_search(model, start, config=config, source_ids=source_ids.to(device),
                                  source_mask=source_mask.to(device))
             for index, row in zip(batch, output.sequences.tolist()):  # <s> y </s> and padding, or <s> y

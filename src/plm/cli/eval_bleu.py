@@ -21,6 +21,7 @@ from plm.data.parallel import read_parallel
 EXAMPLES = """examples:
   plm eval bleu --model runs/de-en --src test_2016_flickr.de --ref test_2016_flickr.en
   plm eval bleu --model runs/de-en --src test.de --ref test.en --beam 1 --json greedy.json
+  plm eval bleu --model facebook/wmt19-de-en --src test.de --ref test.en    # a released FSMT model
 """
 
 
@@ -36,7 +37,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    add_model(parser, "model directory or training run (plm seq2seq train)")
+    add_model(parser, "model directory or training run (plm seq2seq train), or a Hugging Face Marian or FSMT "
+              "directory")
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, aligned with --src")
     add_decoding(parser)
@@ -50,7 +52,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_bleu(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     pairs = read_parallel(args.src, args.ref)
-    model, tokenizers = load_seq2seq(args.model, inference_device(args))
+    model, tokenizers = load_seq2seq(args.model, inference_device(args), args.revision)
     model = with_weights(model, args)
     config = decoding_config(args, model.family)
     hypotheses = translate(model, tokenizers, [p.source for p in pairs], config, max_tokens=args.max_tokens,

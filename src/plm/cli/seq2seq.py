@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 from plm.apps.attention_map import pair_attention, plot
+from plm.apps.translation import load_seq2seq
 from plm.cli.common import (
     HelpFormatter,
     add_model,
@@ -21,6 +25,8 @@ from plm.cli.common import (
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES, Seq2SeqModel
 from plm.objectives.seq2seq import Seq2SeqObjective
+from plm.storage.checkpoint import is_training_run, save_model
+from plm.storage.loading import is_plm_directory
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.parallel import unsharded
@@ -35,6 +41,7 @@ EXAMPLES = """examples:
   plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
   plm seq2seq train --model rnn-luong --src train.de --tgt train.en --valid-src val.de --valid-tgt val.en
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
+  plm seq2seq train --model Helsinki-NLP/opus-mt-de-en --src train.de --tgt train.en --out runs/opus-de-en
   plm translate --model runs/dates <<< "the fifth of May, nineteen ninety-nine"
 """
 AVERAGE_EXAMPLES = """examples:
@@ -75,8 +82,9 @@ def register_train(actions: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}) or a model directory; "
-                        "with no arguments it learns the dates task (over 95%% exact match by step 300)")
+                        help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}), a model directory, "
+                        "or a released Marian or FSMT model to fine-tune (a Hugging Face directory or Hub id, with its "
+                        "tokenizers); with no arguments it learns the dates task (over 95%% exact match by step 300)")
     parser.add_argument("--src", help="source sentences, one per line (with --tgt)")
     parser.add_argument("--tgt", help="their translations, line by line")
     parser.add_argument("--tsv", help="source<TAB>target pairs, instead of --src/--tgt")
@@ -131,19 +139,39 @@ def register_average(actions: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_average)
 
 
+@contextmanager
+def starting_model(name: str) -> Iterator[str]:
+    """--model as the recipe reads it: a family, a preset or a plm model directory as it is; a released model
+    (a Hugging Face directory that is not plm's, or a Hub id owner/name) converted with its tokenizers into a
+    temporary plm model directory, kept while the run lasts."""
+    local = Path(name)
+    if local.is_dir():
+        released = not (is_plm_directory(local) or is_training_run(local))
+    else:
+        released = not local.exists() and "/" in name  # a Hub id; a preset or a mistyped name is said as before
+    if not released:
+        yield name
+        return
+    model, tokenizers = load_seq2seq(name)
+    with tempfile.TemporaryDirectory(prefix="plm-released-") as directory:
+        save_model(model, directory, tokenizers)
+        yield directory
+
+
 def run_train(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
-    setup = Seq2SeqSetup(
-        model=args.model, source=args.src, target=args.tgt, tsv=args.tsv, validation_source=args.valid_src,
-        validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies, max_tokens=args.max_tokens,
-        label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
-        dropout=args.dropout, hyperparameters=args.hyperparameters,
-    )
     training = training_config(args)
     check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
-    with claimed(args.out, check, enabled=is_first_process()):
-        trained(setup, training, args, definition)
+    with starting_model(args.model) as model:
+        setup = Seq2SeqSetup(
+            model=model, source=args.src, target=args.tgt, tsv=args.tsv, validation_source=args.valid_src,
+            validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
+            vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies, max_tokens=args.max_tokens,
+            label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
+            dropout=args.dropout, hyperparameters=args.hyperparameters,
+        )
+        with claimed(args.out, check, enabled=is_first_process()):
+            trained(setup, training, args, definition)
 
 
 def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:

@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   plm translate --model runs/dates <<< "Friday, the fifteenth of March twenty twenty-four"
   plm translate --model runs/de-en test.de > test.hyp       # a Transformer: beam 4, alpha 0.6, + 50 tokens
   plm translate --model runs/de-en test.de --beam 1 > test.greedy
+  plm translate --model Helsinki-NLP/opus-mt-de-en test.de    # a released Marian model, by Hub id
 """
 
 
@@ -84,7 +85,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    add_model(parser, "model directory or training run (plm seq2seq train)")
+    add_model(parser, "model directory or training run (plm seq2seq train), or a Hugging Face Marian or FSMT "
+              "directory")
     parser.add_argument("file", nargs="?", help="UTF-8 file, one source sentence per line (default: stdin)")
     add_decoding(parser)
     add_no_progress(parser)
@@ -103,7 +105,7 @@ def source_lines(path: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    model, tokenizers = load_seq2seq(args.model, inference_device(args))
+    model, tokenizers = load_seq2seq(args.model, inference_device(args), args.revision)
     model = with_weights(model, args)
     config = decoding_config(args, model.family)
     lines = source_lines(args.file)

@@ -22,6 +22,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "silu": F.silu,  # swish, Marian's
 }
 
 
@@ -33,7 +34,7 @@ class BlockConfig:
         dim: the hidden size.
         heads: the attention heads.
         ffn_dim: the feed-forward layer's inner size.
-        activation: the feed-forward activation: "gelu", "gelu_tanh" or "relu".
+        activation: the feed-forward activation: "gelu", "gelu_tanh", "relu" or "silu".
         norm_first: pre-LN (GPT-2) when True, post-LN (the Transformer, GPT-1, BERT) when False.
         norm_eps: the LayerNorms' epsilon.
         dropout: the dropout on each sub-layer's output.
@@ -72,7 +73,7 @@ class FeedForward(nn.Module):
     Args:
         dim: the hidden size.
         ffn_dim: the inner size.
-        activation: "gelu", "gelu_tanh" or "relu".
+        activation: "gelu", "gelu_tanh", "relu" or "silu".
         bias: give the two layers biases.
 
     Raises:

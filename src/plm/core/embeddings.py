@@ -1,4 +1,4 @@
-"""Absolute positions: learned (GPT, BERT) and sinusoidal (the Transformer)."""
+"""Absolute positions: learned (GPT, BERT) and sinusoidal (the Transformer, Marian, fairseq)."""
 
 from __future__ import annotations
 
@@ -80,28 +80,54 @@ class LearnedPositions(nn.Module):
         return self.weight[start : start + length]
 
 
+# The layouts of a sinusoid table: where the sines and cosines go, and how their frequencies fall.
+SINUSOID_LAYOUTS = ("interleaved", "concatenated", "tensor2tensor")
+
+
 class SinusoidalPositions(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), fixed (the Transformer).
+    """Fixed sinusoids of the position (the Transformer), in one of three layouts of the same idea.
+
+    - ``interleaved`` (the paper): PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
+    - ``concatenated`` (Marian): the same d/2 frequencies, all sines first, then all cosines.
+    - ``tensor2tensor`` (tensor2tensor, fairseq): sines then cosines, with frequencies
+      10000^(-i/(d/2 - 1)), so that the slowest is exactly 1/10000.
 
     Args:
         max_positions: the positions the table holds.
-        dim: the size of each vector.
+        dim: the size of each vector, even.
+        layout: one of :data:`SINUSOID_LAYOUTS`.
+
+    Raises:
+        PLMError: an unknown layout or an odd ``dim``.
     """
 
     table: torch.Tensor  # (max_positions, dim), a buffer
 
-    def __init__(self, max_positions: int, dim: int) -> None:
+    def __init__(self, max_positions: int, dim: int, layout: str = "interleaved") -> None:
         super().__init__()
+        if layout not in SINUSOID_LAYOUTS:
+            raise PLMError(f"unknown sinusoid layout {layout!r}; choose one of {', '.join(SINUSOID_LAYOUTS)}")
+        if dim % 2:
+            raise PLMError(f"sinusoidal positions need an even size, got {dim}")
         self.max_positions = max_positions
         # Built on the CPU even under torch.device("meta"): the table is computed, not
-        # loaded, so a model materialised from a checkpoint must already have it.
-        position = torch.arange(max_positions, dtype=torch.float32, device="cpu")[:, None]
-        steps = torch.arange(0, dim, 2, dtype=torch.float32, device="cpu")
-        inverse_frequency = torch.exp(steps * (-math.log(10000.0) / dim))
-        table = torch.zeros(max_positions, dim, device="cpu")
-        table[:, 0::2] = torch.sin(position * inverse_frequency)
-        table[:, 1::2] = torch.cos(position * inverse_frequency)
-        self.register_buffer("table", table, persistent=False)
+        # loaded, so a model materialised from a checkpoint must already have it. Each layout
+        # is computed as the code it comes from computes it, so that a converted model's table
+        # is the same to the bit: Marian's (numpy) in float64, plm's and fairseq's in float32.
+        dtype = torch.float64 if layout == "concatenated" else torch.float32
+        half = dim // 2
+        if layout == "tensor2tensor":
+            steps, denominator = torch.arange(half, dtype=dtype, device="cpu"), max(half - 1, 1)
+        else:
+            steps, denominator = torch.arange(0, dim, 2, dtype=dtype, device="cpu"), dim
+        inverse_frequency = torch.exp(steps * (-math.log(10000.0) / denominator))  # (d/2,)
+        position = torch.arange(max_positions, dtype=dtype, device="cpu")[:, None]
+        angles = position * inverse_frequency  # (max_positions, d/2)
+        if layout == "interleaved":  # (max_positions, d/2, 2) -> each frequency's sine, then its cosine
+            table = torch.stack([angles.sin(), angles.cos()], dim=-1).view(max_positions, dim)
+        else:
+            table = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        self.register_buffer("table", table.float(), persistent=False)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """The vectors of ``positions``.

@@ -8,20 +8,24 @@ A source is encoded as ``x_1 .. x_n </s>``; a target as ``<s> y_1 .. y_m </s>``,
 first m + 1 tokens the decoder reads (teacher forcing) to predict the last m + 1.
 The tokenizer is byte-level BPE trained on both sides at once (one joint vocabulary)
 or one per side; a separate target tokenizer is saved in ``target/`` of the model directory.
+A released translation model's directory (Marian's, fairseq's) holds the files of its own
+tokenizers (:mod:`plm.tokenization.released`), which are read, and saved, in their place.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from plm.data.corpus import read_text
 from plm.errors import PLMError
+from plm.tokenization.released import ReleasedTokenizer, load_released
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 
 # Special tokens of seq2seq tokenizers, ids 0 to 2: padding, start of target, end of sentence.
@@ -108,6 +112,41 @@ def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
     return pairs
 
 
+class SideTokenizer(Protocol):
+    """What a side of :class:`Seq2SeqTokenizers` does: plm's :class:`Tokenizer`, or a released model's.
+
+    ``bos`` is the role of the token a target starts with, ``eos`` of the one that ends a sentence, ``pad`` of the
+    one that fills a batch.
+    """
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text, without special tokens."""
+        ...
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids``."""
+        ...
+
+    def id_of(self, role: str) -> int | None:
+        """The id of the special token with ``role``, or None."""
+        ...
+
+    def required_id(self, role: str) -> int:
+        """The id of the special token with ``role``; a PLMError when there is none."""
+        ...
+
+    @property
+    def eos_id(self) -> int | None:
+        """The id of the end-of-sentence token, or None."""
+        ...
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write the tokenizer's files into ``directory``."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
 class Seq2SeqTokenizers:
     """The source and target tokenizers: one object for a joint vocabulary, two for separate ones.
 
@@ -119,7 +158,7 @@ class Seq2SeqTokenizers:
         PLMError: a tokenizer without a pad, bos or eos token.
     """
 
-    def __init__(self, source: Tokenizer, target: Tokenizer | None = None) -> None:
+    def __init__(self, source: SideTokenizer, target: SideTokenizer | None = None) -> None:
         self.source = source
         self.target = target or source
         for side, tokenizer in (("source", self.source), ("target", self.target)):
@@ -162,17 +201,21 @@ class Seq2SeqTokenizers:
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Save the source tokenizer into ``directory``, and a separate target one into its ``target/``.
 
+        A released model's two sides both go into ``directory``, under the names its files have there.
+
         Args:
             directory: the model directory.
         """
         self.source.save(directory)
-        if not self.joint:
+        if isinstance(self.target, ReleasedTokenizer):
+            self.target.save(directory)
+        elif not self.joint:
             Path(directory, TARGET_TOKENIZER_DIR).mkdir(parents=True, exist_ok=True)
             self.target.save(Path(directory, TARGET_TOKENIZER_DIR))
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Seq2SeqTokenizers:
-        """The tokenizers :meth:`save` wrote into ``directory``.
+        """The tokenizers :meth:`save` wrote into ``directory``, or a released model's (Marian, fairseq).
 
         Args:
             directory: the model directory.
@@ -183,6 +226,9 @@ class Seq2SeqTokenizers:
         Raises:
             PLMError: no readable tokenizer, or one without a pad, bos or eos token.
         """
+        released = load_released(directory)
+        if released is not None:
+            return cls(*released)
         target = Path(directory, TARGET_TOKENIZER_DIR)
         return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None)
 

@@ -18,6 +18,14 @@ Sizes (Table 3): base N = 6, d_model 512, d_ff 2048, h = 8, P_drop 0.1; big d_mo
 English-German, base has 63.1M parameters and big 214.2M (the paper rounds them
 to 65M and 213M).
 
+Released translation models change a few of these choices, each a field of
+:class:`TransformerConfig` whose default is the paper's: Marian (``MarianMTModel``) has
+swish feed-forward layers, sines and cosines in two halves of its position table, a
+fixed bias on the logits and starts decoding from its padding token; fairseq's models
+(``FSMTForConditionalGeneration``) number positions from the padding index + 1 with
+tensor2tensor's frequencies, and have separate source and target vocabularies and an
+output projection of their own. :mod:`plm.hf.marian` and :mod:`plm.hf.fsmt` read and write them.
+
 Decoding implements :class:`plm.decoding.Decoder`: the encoder runs once per source
 sentence, each decoder layer's encoder-decoder attention computes the keys and values
 of its output once, and the masked self-attention keeps a KV cache.
@@ -28,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
@@ -43,7 +51,7 @@ from plm.core import (
     run_blocks,
 )
 from plm.core.embeddings import check_context
-from plm.cpu.linear import linear
+from plm.cpu.linear import Linear, linear
 from plm.decoding.generation_config import GenerationConfig
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
@@ -55,23 +63,47 @@ class TransformerConfig:
     """Transformer-base by default.
 
     The paper's dropout is on sub-layer outputs and embeddings (``dropout``); it names none inside attention
-    (``attention_dropout`` 0).
+    (``attention_dropout`` 0). The fields from ``sinusoids`` on are the paper's by default; released
+    translation models set them otherwise (Marian, fairseq: see the module's docstring).
 
     Attributes:
         vocab_size: the target vocabulary, or the joint one when ``source_vocab_size`` is None.
         source_vocab_size: the source vocabulary, or None for one joint vocabulary (one shared matrix).
-        context_length: the longest source or target sentence (the sinusoid table's rows).
+        context_length: the longest source or target sentence (the sinusoid table's rows from ``first_position``).
         dim: d_model.
         encoder_layers: N of the encoder.
         decoder_layers: N of the decoder.
         heads: h, attention heads per layer.
         ffn_dim: d_ff.
-        activation: the feed-forward activation.
+        activation: the feed-forward activation (the paper's "relu"; Marian's swish is "silu").
         norm_first: pre-LN blocks (with a final LayerNorm per stack); False: the paper's post-LN.
         norm_eps: the LayerNorms' epsilon.
         dropout: P_drop, on sub-layer outputs and embeddings.
         attention_dropout: the dropout on attention weights.
+        sinusoids: the position table's layout (:data:`plm.core.embeddings.SINUSOID_LAYOUTS`): the paper's
+            "interleaved" sines and cosines, Marian's "concatenated" halves, or fairseq's "tensor2tensor" halves.
+        first_position: the position of a sentence's first token (fairseq: its padding index + 1; the table
+            holds ``context_length + first_position`` rows).
+        scale_embeddings: multiply the token embeddings by sqrt(d_model) before adding the positions.
+        tied_output: the pre-softmax projection is the target embedding; False: a matrix of its own (fairseq's
+            ``output_projection``).
+        logits_bias: add a fixed bias (a buffer, not trained) to the logits, as Marian's ``final_logits_bias``.
+        decoder_start_id: the target token decoding starts from (Marian: its padding token; fairseq: ``</s>``);
+            None: the target tokenizer's ``bos``.
+        suppressed_ids: target tokens decoding never chooses (their logits are -inf at every decoding step, not
+            in training): Marian's padding token, which its conversion added with a zero embedding.
+        ADDED_FIELDS: fields added since models were first saved, with the value a model saved before them had.
     """
+
+    ADDED_FIELDS: ClassVar[dict[str, object]] = {
+        "sinusoids": "interleaved",
+        "first_position": 0,
+        "scale_embeddings": True,
+        "tied_output": True,
+        "logits_bias": False,
+        "decoder_start_id": None,
+        "suppressed_ids": (),
+    }
 
     vocab_size: int = 37000
     source_vocab_size: int | None = None
@@ -86,6 +118,17 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    sinusoids: str = "interleaved"
+    first_position: int = 0
+    scale_embeddings: bool = True
+    tied_output: bool = True
+    logits_bias: bool = False
+    decoder_start_id: int | None = None
+    suppressed_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.first_position < 0:
+            raise PLMError(f"first_position must be >= 0, got {self.first_position}")
 
     @property
     def joint_vocabulary(self) -> bool:
@@ -176,7 +219,12 @@ class Transformer(Seq2SeqModel):
         self.source_embedding = (
             None if config.source_vocab_size is None else nn.Embedding(config.source_vocab_size, config.dim)
         )
-        self.positions = SinusoidalPositions(config.context_length, config.dim)
+        self.output_projection = None if config.tied_output else Linear(config.dim, config.vocab_size, bias=False)
+        self.logits_bias: torch.Tensor | None
+        self.register_buffer("logits_bias", torch.zeros(config.vocab_size) if config.logits_bias else None)
+        self.positions = SinusoidalPositions(
+            config.first_position + config.context_length, config.dim, config.sinusoids
+        )
         self.embedding_dropout = nn.Dropout(config.dropout)
         self.encoder_blocks = nn.ModuleList(
             TransformerBlock(config.encoder_block) for _ in range(config.encoder_layers)
@@ -203,7 +251,7 @@ class Transformer(Seq2SeqModel):
                 nn.init.normal_(module.weight, std=self.config.dim**-0.5)
 
     def vocabulary_embeddings(self) -> list[nn.Embedding]:
-        """The token tables: the target embedding (also the pre-softmax matrix), and the source's if it has its own.
+        """The token tables: the target embedding (the pre-softmax matrix too, when tied), and the source's if any.
 
         Returns:
             The tables.
@@ -211,7 +259,7 @@ class Transformer(Seq2SeqModel):
         return [self.target_embedding] + ([self.source_embedding] if self.source_embedding is not None else [])
 
     def context_length(self) -> int:
-        """The most target positions: the sinusoid table's rows.
+        """The most target positions: the sinusoid table's rows from ``first_position``.
 
         Returns:
             ``config.context_length``.
@@ -237,12 +285,14 @@ class Transformer(Seq2SeqModel):
         return 4 * config.dim * (source_length + 2 * config.decoder_layers * (source_length + target_length))
 
     def embed(self, ids: torch.Tensor, embedding: nn.Embedding, start: int) -> torch.Tensor:
-        """Dropout(sqrt(d) E[ids] + PE[start .. start + T - 1]): (B, T) -> (B, T, dim).
+        """Dropout(sqrt(d) E[ids] + PE[first + start .. first + start + T - 1]): (B, T) -> (B, T, dim).
+
+        Without ``scale_embeddings`` the factor is 1; ``first`` is ``config.first_position``.
 
         Args:
             ids: (B, T) token ids.
             embedding: the source or target embedding.
-            start: the position of the first id.
+            start: the index of the first id in its sentence.
 
         Returns:
             (B, T, dim).
@@ -250,9 +300,12 @@ class Transformer(Seq2SeqModel):
         Raises:
             PLMError: positions past the context.
         """
-        check_context(start + ids.shape[1], self.config.context_length)
-        positions = self.positions.table[start : start + ids.shape[1]]  # (T, dim), the same for every row
-        return self.embedding_dropout(embedding(ids) * self.config.dim**0.5 + positions)
+        config = self.config
+        check_context(start + ids.shape[1], config.context_length)
+        first = config.first_position + start
+        positions = self.positions.table[first : first + ids.shape[1]]  # (T, dim), the same for every row
+        scale = config.dim**0.5 if config.scale_embeddings else 1.0
+        return self.embedding_dropout(embedding(ids) * scale + positions)
 
     def encode(
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None
@@ -313,6 +366,21 @@ class Transformer(Seq2SeqModel):
         )
         return self.decoder_norm(hidden)
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of the decoder's output: (..., dim) -> (..., V).
+
+        Args:
+            hidden: (..., dim) the decoder's output.
+
+        Returns:
+            (..., V) the logits: the pre-softmax projection (the target embedding when tied), plus the fixed bias.
+        """
+        if self.output_projection is None:
+            logits = linear(hidden, self.target_embedding.weight)
+        else:
+            logits = self.output_projection(hidden)
+        return logits if self.logits_bias is None else logits + self.logits_bias
+
     def forward(
         self,
         source_ids: torch.Tensor,
@@ -337,8 +405,7 @@ class Transformer(Seq2SeqModel):
         """
         memory, memory_mask = self.encode(source_ids, source_mask)
         hidden = self.decode(target_ids, memory, memory_mask)
-        logits = linear(hidden, self.target_embedding.weight)  # the pre-softmax matrix is the target embedding
-        return CausalLMOutput(last_hidden_state=hidden, logits=logits)
+        return CausalLMOutput(last_hidden_state=hidden, logits=self.logits(hidden))
 
     # plm.decoding.Decoder -----------------------------------------------------------------
 
@@ -386,6 +453,8 @@ class Transformer(Seq2SeqModel):
     def decode_step(self, history: torch.Tensor, state: TransformerState) -> tuple[torch.Tensor, TransformerState]:
         """The next-token logits after the target ``history``, reading only the tokens not yet cached.
 
+        The ``suppressed_ids`` get -inf, so that no search chooses them.
+
         Args:
             history: (B, length) every target token so far.
             state: the decoding state (its caches grow in place).
@@ -395,7 +464,10 @@ class Transformer(Seq2SeqModel):
         """
         start = state.caches[0].length if state.caches is not None else 0
         hidden = self.decode(history[:, start:], state.memory, state.memory_mask, state.caches)
-        return linear(hidden[:, -1], self.target_embedding.weight), state  # (B, V)
+        logits = self.logits(hidden[:, -1])  # (B, V)
+        if self.config.suppressed_ids:
+            logits[:, list(self.config.suppressed_ids)] = -torch.inf
+        return logits, state
 
     def reorder_state(self, state: TransformerState, order: torch.Tensor) -> TransformerState:
         """The state whose row i is row ``order[i]`` of ``state``.

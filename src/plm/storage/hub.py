@@ -22,6 +22,7 @@ MODEL_FILES = [
     "config.json", "*.safetensors", "*.safetensors.index.json", "generation_config.json",
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
     "modules.json", "*/config.json", "tokenizer/*", "best/*",
+    "*.spm", "vocab-src.json", "vocab-tgt.json",  # Marian's SentencePiece models, fairseq's vocabularies
 ]
 # A repository without safetensors weights: PyTorch's, read with torch's weights-only loader (plm.hf.io).
 PYTORCH_WEIGHTS = ["pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json"]
