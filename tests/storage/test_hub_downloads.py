@@ -22,9 +22,12 @@ from plm.errors import PLMWarning
 from plm.serve import BackgroundServer
 from plm.tokenization.tokenizer import Tokenizer
 from tests.conftest import synthetic_text
+from tests.hf.test_hf_marian import hf_marian
 from tests.storage.hub_stand_in import StandInHub
+from tests.tokenization.test_released_tokenizers import write_marian_tokenizer
 
 GPT = "tiny-org/tiny-gpt2"
+OPUS = "tiny-org/opus-mt-tiny"
 BERT = "tiny-org/tiny-bert"
 BERT_SST = "tiny-org/tiny-bert-sst2"
 LABELS = {0: "negative", 1: "positive"}
@@ -151,17 +154,40 @@ def test_a_task_model_on_the_hub_opens_with_its_head_and_label_names(hub, tmp_pa
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture
-def published(hub, tmp_path, tokenizers) -> Path:
-    """Both tiny models on the stand-in Hub, and a folder of inputs for the commands."""
-    hub.publish(GPT, gpt_folder(tmp_path / "gpt", tokenizers["bpe"], seed=0)[0])
-    hub.publish(BERT_SST, bert_folder(tmp_path / "bert-sst", tokenizers["wordpiece"])[0])
-    hub.publish(BERT, bert_folder(tmp_path / "bert", tokenizers["wordpiece"], transformers.BertForMaskedLM)[0])
-    inputs = tmp_path / "inputs"
+@pytest.fixture(scope="module")
+def models_on_a_hub(tmp_path_factory: pytest.TempPathFactory, tokenizers) -> Iterator[tuple[str, Path]]:
+    """A stand-in Hub with a GPT-2, two BERTs and an opus-mt, all tiny, and a folder of inputs for the commands."""
+    folder = tmp_path_factory.mktemp("published")
+    stand_in = StandInHub()
+    stand_in.publish(GPT, gpt_folder(folder / "gpt", tokenizers["bpe"], seed=0)[0])
+    stand_in.publish(BERT_SST, bert_folder(folder / "bert-sst", tokenizers["wordpiece"])[0])
+    stand_in.publish(BERT, bert_folder(folder / "bert", tokenizers["wordpiece"], transformers.BertForMaskedLM)[0])
+    opus = folder / "opus"
+    opus.mkdir()
+    torch.manual_seed(0)
+    hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=100, lines=300)).save_pretrained(opus)
+    stand_in.publish(OPUS, opus)
+    inputs = folder / "inputs"
     inputs.mkdir()
     (inputs / "text.txt").write_text(synthetic_text(paragraphs=4), encoding="utf-8")
+    (inputs / "de.txt").write_text("Ein Mann fährt Fahrrad.\nEine Frau liest.\n", encoding="utf-8")
+    (inputs / "en.txt").write_text("A man rides a bike.\nA woman reads.\n", encoding="utf-8")
     (inputs / "sst.jsonl").write_text("".join(json.dumps({"text": text, "label": label}) + "\n" for text, label in
                                               [("the cat sat", "positive"), ("a dog ran", "negative")] * 4))
+    with BackgroundServer(stand_in.app()) as server:
+        yield server.url, inputs
+
+
+@pytest.fixture
+def published(models_on_a_hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The module's stand-in Hub as HF_ENDPOINT, a cache of this test's own; the folder of inputs."""
+    url, inputs = models_on_a_hub
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
     return inputs
 
 
@@ -172,11 +198,14 @@ COMMANDS = {
     "fill-mask": ["fill-mask", "--model", BERT, "the [MASK] sat"],
     "predict": ["predict", "--model", BERT_SST, "{inputs}/sst.jsonl"],
     "eval task": ["eval", "task", "--model", BERT_SST, "{inputs}/sst.jsonl"],
-    "attention": ["attention", "--model", GPT, "the cat sat", "--out", "{inputs}/attention.png"],
-    "quantize": ["quantize", "--model", GPT, "--out", "{inputs}/int8"],
-    "convert": ["convert", "--model", GPT, "--out", "{inputs}/plm"],
+    "attention": ["attention", "--model", GPT, "the cat sat", "--out", "outputs/attention.png"],
+    "quantize": ["quantize", "--model", GPT, "--out", "outputs/int8"],
+    "convert": ["convert", "--model", GPT, "--out", "outputs/plm"],
+    "translate": ["translate", "--model", OPUS, "{inputs}/de.txt", "--max-len-b", "4"],
+    "eval bleu": ["eval", "bleu", "--model", OPUS, "--src", "{inputs}/de.txt", "--ref", "{inputs}/en.txt",
+                  "--max-len-b", "4", "--no-progress"],
     "finetune": ["finetune", "--task", "classify", "--model", BERT_SST, "--train", "{inputs}/sst.jsonl",
-                 "--validation", "{inputs}/sst.jsonl", "--epochs", "1", "--out", "{inputs}/run", "--no-progress"],
+                 "--validation", "{inputs}/sst.jsonl", "--epochs", "1", "--out", "outputs/run", "--no-progress"],
 }
 
 
