@@ -46,6 +46,11 @@ EXAMPLES = """examples:
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0
   # [x_k; ELMo_k]: the static embeddings and a frozen plm ELMo's scalar mix of its layers
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0 --elmo runs/elmo
+  # the same for a class (BiLSTM states max- and mean-pooled), and ELMo at the BiLSTM's output too (qa)
+  plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv \
+--features 0 --elmo runs/elmo
+  plm finetune --task qa --model $MINILM --train train-v1.1.json --validation dev-v1.1.json \
+--features 0 --elmo runs/elmo --elmo-output
   plm finetune --task qa --model runs/bert --train train-v2.0.json --validation dev-v2.0.json --stride 128
   plm finetune --task pair --model runs/gpt --train rte.jsonl --validation rte-dev.jsonl --lm-weight 0.5
   # GPT-1's similarity form: both orders of each pair, the two final states added (STS-B, QQP, MRPC)
@@ -90,7 +95,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
     parser.add_argument("--lr", type=learning_rates,
                         help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 3e-3; "
-                        "--features 1e-3: that tagger learns from scratch)")
+                        "--features 1e-3: that BiLSTM learns from scratch)")
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
     parser.add_argument(
@@ -122,12 +127,16 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "model such as all-MiniLM-L6-v2, whose [CLS] pooler was never trained)")
     parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
     parser.add_argument("--features", type=layer_indices,
-                        help="tag: keep the model frozen and train a 2-layer BiLSTM tagger over these of its layers, "
-                        "comma-separated (0 = the token embeddings, -1 = the last layer; BERT's -4,-3,-2,-1)")
+                        help="tag, classify, pair, regress, qa: keep the model frozen and train a 2-layer BiLSTM over "
+                        "these of its layers of each word, comma-separated (0 = the token embeddings, -1 = the last "
+                        "layer; BERT's -4,-3,-2,-1); a class is read from its states max- and mean-pooled")
     parser.add_argument("--combine", choices=COMBINATIONS, default="concat",
                         help="--features: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
     parser.add_argument("--elmo", metavar="DIR",
                         help="--features: a plm ELMo (model or run) whose scalar-mixed layers join the features")
+    parser.add_argument("--elmo-output", action="store_true",
+                        help="--elmo: ELMo at the BiLSTM's output too, [h_k; ELMo_k] through a second scalar mix "
+                        "(ELMo 3.3, its SNLI and SQuAD models)")
     parser.add_argument("--mix-layer-norm", action="store_true",
                         help="--combine mix, --elmo: normalise each layer before the scalar mix (ELMo 3.2)")
     parser.add_argument("--mix-dropout", type=float, default=0.0, metavar="P",
@@ -154,8 +163,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
         tag_column=args.tag_column, seed=args.seed,
         device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
-        elmo=args.elmo, symmetric=args.symmetric, progress=not args.no_progress, minutes=args.minutes,
-        max_steps=args.max_steps, pooling=args.pooling,
+        elmo=args.elmo, elmo_output=args.elmo_output, symmetric=args.symmetric, progress=not args.no_progress,
+        minutes=args.minutes, max_steps=args.max_steps, pooling=args.pooling,
         mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
         parallelism=parallelism(args), save_every=args.save_every, report_to=args.report_to,
     )

@@ -163,10 +163,10 @@ def encode_choice(tokenizer: Tokenizer, example: ChoiceExample, max_length: int)
 def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]:
     """A batch of features, padded on the right.
 
-    ``input_ids`` are padded with ``pad_id``, ``token_type_ids`` with 0, token ``labels`` with ``IGNORE`` and
-    ``word_starts`` with 0; the words' ``char_ids`` become (batch, most words, MAX_CHARACTERS), padded with
-    PADDING. Ids may be (time,) or (choices, time) per feature; every other key is stacked as it is (a class id,
-    a score, a start position). ``word_ids`` stay with the examples and are not batched.
+    ``input_ids`` are padded with ``pad_id``, ``token_type_ids`` with 0, token ``labels`` with ``IGNORE``,
+    ``word_starts`` and ``word_ends`` with 0; the words' ``char_ids`` become (batch, most words, MAX_CHARACTERS),
+    padded with PADDING. Ids may be (time,) or (choices, time) per feature; every other key is stacked as it is
+    (a class id, a score, a start position). ``word_ids`` stay with the examples and are not batched.
 
     Args:
         features: the features, all with the same keys.
@@ -184,8 +184,9 @@ def collate(features: Sequence[Feature], pad_id: int) -> dict[str, torch.Tensor]
         values = [f[key] for f in features]
         if key == "char_ids":
             batch[key] = pad_character_tables(values)[0]
-        elif key in ("input_ids", "token_type_ids", "word_starts") or (key == "labels" and isinstance(values[0], list)):
-            fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE, "word_starts": 0}[key]
+        elif key in ("input_ids", "token_type_ids", "word_starts", "word_ends") or (
+                key == "labels" and isinstance(values[0], list)):
+            fill = {"input_ids": pad_id, "token_type_ids": 0, "labels": IGNORE, "word_starts": 0, "word_ends": 0}[key]
             batch[key] = torch.tensor([_pad(v, width, fill) for v in values], dtype=torch.long)
         else:
             batch[key] = torch.tensor(values, dtype=torch.float32 if isinstance(values[0], float) else torch.long)

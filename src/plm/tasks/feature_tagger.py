@@ -1,17 +1,35 @@
-"""The feature-based tagger as a model of its own (BERT section 5.3, ELMo's [x_k; ELMo_k]).
+"""The feature-based model of every task (BERT section 5.3; ELMo sections 3.3 and 5), as a model of its own.
 
 A frozen encoder (BERT, ALBERT, DeBERTa, e.g. all-MiniLM-L6-v2) gives chosen layers of
 each word's first sub-word, combined (``concat``, ``sum`` or ELMo's scalar ``mix``); with a
 frozen plm ELMo beside it, ELMo's layers of the same words are scalar-mixed and
-concatenated to them. A :class:`BiLSTMTagger` reads the words; each word's logits go back
-to its first piece, so the batches, the loss and the predictions of the ``tag`` task
-(:class:`plm.tasks.task_objective.Tagging`) serve it unchanged. Only the tagger and its
-mixes train: the encoder and ELMo have no gradient, stay in eval mode (no dropout) and
-run under ``torch.no_grad``, so their forward pass is all they cost, and only once per
-sentence: :meth:`FeatureTagger.cache_features` keeps each sentence's features (up to a
-memory budget), so the epochs after the first run the BiLSTM alone.
+concatenated to them: [x_k; ELMo_k], the input of the task's own model. That model is a
+:class:`BiLSTMTagger` over the words and an end per kind of task (``TaggerConfig.task``):
 
-A :class:`FeatureTagger` is a :class:`PretrainedModel` of family ``feature-tagger``:
+- ``tag``: each word's logits at its first piece, zero at every other token, so the
+  batches, the loss and the predictions of the ``tag`` task
+  (:class:`plm.tasks.task_objective.Tagging`) serve it unchanged;
+- ``classify`` (tasks classify, pair and regress): the BiLSTM's states max- and
+  mean-pooled over the words (:func:`plm.tasks.tagger.max_mean_pool`), then a linear
+  layer to the classes (one value for a regression). A pair is one sequence, A's words
+  then B's, in the order of ``[CLS] A [SEP] B [SEP]``; the encoder's features carry each
+  word's segment (its token-type embedding);
+- ``span`` (task qa): each word's start logit at its first piece and its end logit at its
+  last, so that the ``qa`` task's windows, span search and metrics serve it unchanged;
+  every other token scores :data:`NO_BOUNDARY` (no span starts or ends inside a word)
+  but [CLS], the null answer, which scores 0: Levy et al.'s (2017) learned no-answer
+  score, since the linear layer's bias moves every word's score against it.
+
+With ``elmo_output``, ELMo's layers are mixed a second time, with weights of their own,
+and concatenated to the BiLSTM's states before the end: [h_k; ELMo_k], as ELMo's SNLI
+and SQuAD models do. Only the BiLSTM, its end and the mixes train: the encoder and ELMo
+have no gradient, stay in eval mode (no dropout) and run under ``torch.no_grad``, so
+their forward pass is all they cost, and only once per sequence:
+:meth:`FeatureTagger.cache_features` keeps each sequence's features (up to a memory
+budget), so the epochs after the first run the BiLSTM alone.
+
+A :class:`FeatureTagger` is a :class:`PretrainedModel` of family ``feature-tagger`` (the
+name it had when it only tagged, kept so that the models saved then still load):
 ``save_model``/``load_model``, the Trainer, ``plm predict`` and ``plm eval task`` take it.
 """
 
@@ -19,41 +37,61 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 
 from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
-from plm.tasks.heads import TokenClassifierOutput
+from plm.tasks.heads import CLASSIFY, SPAN, TAG, SequenceClassifierOutput, SpanOutput, TaskOutput, TokenClassifierOutput
 from plm.tasks.model import TaskModel, WrappingConfig
-from plm.tasks.tagger import COMBINATIONS, BiLSTMTagger, MixOptions, first_piece_positions, gather_words
+from plm.tasks.tagger import (
+    COMBINATIONS,
+    BiLSTMTagger,
+    MixOptions,
+    first_piece_positions,
+    gather_words,
+    scatter_words,
+)
 
 FAMILY = "feature-tagger"
 ELMO_FAMILY = "elmo"
 NOT_ENCODERS = (ELMO_FAMILY, TaskModel.family, FAMILY)  # families with no encoder layers to read
+ENDS = (TAG, CLASSIFY, SPAN)  # what the BiLSTM's states become: logits per word, per sequence, span boundaries
+NO_BOUNDARY = -1e4  # a span model's score where no span starts or ends (as the QA loss scores padding)
 
 
 @dataclass(frozen=True)
 class TaggerConfig:
-    """What the encoder's features are and the tagger that reads them.
+    """What the encoder's features are, and the BiLSTM model that reads them for its task.
 
-    Its checks make an unknown ``combine``, fewer than one label, hidden unit or LSTM layer, label names that
-    are not one per label, or mix options out of range a PLMError.
+    Its checks make an unknown ``combine`` or ``task``, fewer than one label, hidden unit or LSTM layer, label
+    names that are not one per label, a span model without two outputs, or mix options out of range a PLMError.
 
     Attributes:
+        ADDED_FIELDS: fields added since models were first saved, with the value a model saved before them had.
         features: the layers read, indices into the embedding output followed by every block's (-1 the last).
-        labels: the tags.
-        label_names: the tags' names, one per label (or none).
+        labels: the end's outputs: the tags or classes, 1 for a regression, 2 (start and end) for a span.
+        label_names: the tags' (classes') names, one per label (or none).
         combine: how the layers combine: concat, sum or mix.
         hidden: the BiLSTM's units per direction.
         lstm_layers: the BiLSTM's layers.
-        dropout: the tagger's dropout.
+        dropout: the BiLSTM model's dropout (on its input and its states).
         mix_layer_norm: the scalar mixes (``combine`` mix and ELMo's) normalise each layer first.
         mix_dropout: the dropout on the scalar mixes.
         mix_l2: lambda of the scalar mixes' L2 penalty (see :class:`plm.tasks.tagger.MixOptions`).
+        task: the end (one of :data:`ENDS`): tag, classify or span.
+        elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix: [h_k; ELMo_k].
+        null_threshold: a span model's tau for SQuAD v2.0, chosen on the dev set while fine-tuning (see
+            :class:`plm.tasks.heads.HeadConfig`); None: always a span.
     """
+
+    # Models saved before these fields had plain mixes, tagged, and read ELMo at the input alone.
+    ADDED_FIELDS: ClassVar[dict[str, object]] = {
+        "mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, "task": TAG, "elmo_output": False,
+        "null_threshold": None,
+    }
 
     features: tuple[int, ...]
     labels: int
@@ -65,13 +103,20 @@ class TaggerConfig:
     mix_layer_norm: bool = False
     mix_dropout: float = 0.0
     mix_l2: float = 0.0
+    task: str = TAG
+    elmo_output: bool = False
+    null_threshold: float | None = None
 
     def __post_init__(self) -> None:
         MixOptions(self.mix_layer_norm, self.mix_dropout, self.mix_l2)  # raises on a dropout or lambda out of range
         if self.combine not in COMBINATIONS:
             raise PLMError(f"unknown layer combination {self.combine!r}; choose one of {', '.join(COMBINATIONS)}")
+        if self.task not in ENDS:
+            raise PLMError(f"unknown feature-based task {self.task!r}; choose one of {', '.join(ENDS)}")
         if min(self.labels, self.hidden, self.lstm_layers) < 1:
-            raise PLMError("the tagger needs at least 1 label, 1 hidden unit and 1 LSTM layer")
+            raise PLMError("the BiLSTM model needs at least 1 label, 1 hidden unit and 1 LSTM layer")
+        if self.task == SPAN and self.labels != 2:
+            raise PLMError(f"a span model scores each word as a start and an end: 2 labels, got {self.labels}")
         if self.label_names and len(self.label_names) != self.labels:
             raise PLMError(f"{len(self.label_names)} label names for {self.labels} labels")
 
@@ -83,19 +128,19 @@ class TaggerConfig:
 
 @dataclass(frozen=True)
 class FeatureTaggerConfig(WrappingConfig):
-    """The frozen encoder's family and config, optionally a frozen ELMo's config, and the tagger's.
+    """The frozen encoder's family and config, optionally a frozen ELMo's config, and the BiLSTM model's.
 
-    Layer indices the encoder does not have are a PLMError.
+    Layer indices the encoder does not have, or ELMo at the output without an ELMo, are a PLMError.
 
     Attributes:
         encoder_family: the encoder's family.
         encoder: the encoder's config.
-        tagger: the tagger's config.
+        tagger: the BiLSTM model's config (the field's name from when it only tagged).
         elmo: an ElmoConfig, whose layers, scalar-mixed, join the encoder's features; or None.
     """
 
     WRAPPED = "encoder"
-    DESCRIPTION = "a feature tagger"
+    DESCRIPTION = "a feature-based model"
     NOT_WRAPPED = NOT_ENCODERS
 
     encoder_family: str
@@ -109,14 +154,13 @@ class FeatureTaggerConfig(WrappingConfig):
         if not features or any(not -states <= i < states for i in features):
             raise PLMError(f"the encoder has {states} layers of features (0 = embeddings, -1 = last): layer "
                            f"indices from {-states} to {states - 1}, got {','.join(map(str, features)) or 'none'}")
+        if self.tagger.elmo_output and self.elmo is None:
+            raise PLMError("ELMo at the BiLSTM's output (elmo_output) needs an ELMo")
 
     @classmethod
     def _with_parts(cls, family: str, wrapped: Any, values: dict[str, Any], source: str, complete: bool) -> Self:
-        """The encoder's config, the tagger's and the ELMo's (or None), read from ``values``."""
-        tagger_values = values["tagger"]
-        if isinstance(tagger_values, dict):  # written before the mix options: plain mixes
-            tagger_values = {"mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, **tagger_values}
-        tagger = config_from_dict(TaggerConfig, tagger_values, f"{source}: tagger", complete)
+        """The encoder's config, the BiLSTM model's and the ELMo's (or None), read from ``values``."""
+        tagger = config_from_dict(TaggerConfig, values["tagger"], f"{source}: tagger", complete)
         elmo = values["elmo"]
         if elmo is not None:
             elmo = config_from_dict(FAMILIES[ELMO_FAMILY].config_class, elmo, f"{source}: elmo", complete)
@@ -124,7 +168,7 @@ class FeatureTaggerConfig(WrappingConfig):
 
 
 class FeatureTagger(PretrainedModel):
-    """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, logits at first pieces.
+    """Frozen encoder (+ frozen ELMo) features of each word, a BiLSTM over the words, and the task's end.
 
     Args:
         config: the model's config.
@@ -132,7 +176,7 @@ class FeatureTagger(PretrainedModel):
 
     family = FAMILY
     config_class = FeatureTaggerConfig
-    inputs = ("input_ids", "attention_mask", "word_starts", "char_ids", "token_type_ids")
+    inputs = ("input_ids", "attention_mask", "word_starts", "char_ids", "token_type_ids", "word_ends")
 
     def __init__(self, config: FeatureTaggerConfig) -> None:
         super().__init__(config)
@@ -148,7 +192,8 @@ class FeatureTagger(PretrainedModel):
         tagger = config.tagger
         combine = [tagger.combine, "mix"][: len(sources)]  # ELMo's layers: always its scalar mix
         self.tagger = BiLSTMTagger(
-            sources, tagger.labels, combine, tagger.hidden, tagger.lstm_layers, tagger.dropout, tagger.mix
+            sources, tagger.labels, combine, tagger.hidden, tagger.lstm_layers, tagger.dropout, tagger.mix,
+            pool=tagger.task == CLASSIFY, output_source=1 if tagger.elmo_output else None,  # ELMo is source 1
         )
 
     def frozen(self) -> list[PretrainedModel]:
@@ -160,7 +205,7 @@ class FeatureTagger(PretrainedModel):
         return [self.encoder] + ([self.elmo] if self.elmo is not None else [])
 
     def penalty(self) -> torch.Tensor:
-        """The L2 terms of the tagger's scalar mixes, lambda * ||s||^2, that training adds to the task loss.
+        """The L2 terms of the BiLSTM model's scalar mixes, lambda * ||s||^2, that training adds to the task loss.
 
         Returns:
             The penalty, a scalar.
@@ -168,7 +213,7 @@ class FeatureTagger(PretrainedModel):
         return self.tagger.penalty()
 
     def train(self, mode: bool = True) -> FeatureTagger:
-        """The tagger's mode; the frozen models stay in eval mode (no dropout in the features).
+        """The BiLSTM model's mode; the frozen models stay in eval mode (no dropout in the features).
 
         Args:
             mode: training (True) or eval (False) mode.
@@ -283,8 +328,9 @@ class FeatureTagger(PretrainedModel):
         word_starts: torch.Tensor,
         char_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-    ) -> TokenClassifierOutput:
-        """Tag the words of a batch, from the cache after :meth:`cache_features`.
+        word_ends: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """Score a batch as the task asks, from the cache after :meth:`cache_features`.
 
         Args:
             input_ids: (B, T).
@@ -292,12 +338,14 @@ class FeatureTagger(PretrainedModel):
             word_starts: (B, T), 1 at each word's first piece.
             char_ids: (B, W, MAX_CHARACTERS), the words' characters, for ELMo; None without one.
             token_type_ids: (B, T) segments, or None.
+            word_ends: (B, T), 1 at each word's last piece: where a span model puts its end logits.
 
         Returns:
-            Logits (B, T, labels): each word's at its first piece, zero at every other token.
+            tag: logits (B, T, labels), each word's at its first piece, zero at every other token; classify: logits
+            (B, labels); span: start and end logits (B, T) (see :func:`span_logits`).
 
         Raises:
-            PLMError: as :meth:`features`.
+            PLMError: as :meth:`features`, or a span model without ``word_ends``.
         """
         if self.cache is None:
             sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids,
@@ -307,10 +355,40 @@ class FeatureTagger(PretrainedModel):
             inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "word_starts": word_starts,
                       "char_ids": char_ids, "token_type_ids": token_type_ids}
             sources = self.cached_features(inputs, word_mask)
-        words = self.tagger(sources, word_mask) * word_mask[..., None]  # (B, W, labels)
-        logits = words.new_zeros(*input_ids.shape, words.shape[-1])
-        # A padding word's position is a token that starts no word: it gets the zeros it already has.
-        return TokenClassifierOutput(logits.scatter(1, positions[..., None].expand_as(words), words))
+        scores = self.tagger(sources, word_mask)  # (B, W, labels); pooled: (B, labels)
+        task = self.config.tagger.task
+        if task == CLASSIFY:
+            return SequenceClassifierOutput(scores)
+        if task == TAG:
+            return TokenClassifierOutput(scatter_words(scores, positions, word_mask, input_ids.shape[1]))
+        if word_ends is None:
+            raise PLMError("a span model puts each word's end logit at its last piece: give word_ends")
+        last_pieces = first_piece_positions(word_ends)[0]  # the same sort finds the ones of word_ends
+        return span_logits(scores, word_mask, positions, last_pieces, input_ids.shape[1])
+
+def span_logits(
+    scores: torch.Tensor, word_mask: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, time: int
+) -> SpanOutput:
+    """The words' start and end logits at their tokens, as a span head over the tokens gives them.
+
+    A word's start logit goes to its first piece and its end logit to its last, so that a span of tokens is a
+    span of whole words; [CLS] (position 0), the null answer, scores 0, and every other token
+    :data:`NO_BOUNDARY`.
+
+    Args:
+        scores: (B, W, 2), each word's start and end logits.
+        word_mask: (B, W), 1 for words.
+        starts: (B, W), each word's first piece.
+        ends: (B, W), each word's last piece.
+        time: T, the tokens of a row.
+
+    Returns:
+        Start and end logits, (B, T) each.
+    """
+    null = torch.arange(time, device=scores.device) == 0  # [CLS]
+    start, end = (scatter_words(scores[..., k:k + 1], pieces, word_mask, time, NO_BOUNDARY)[..., 0]
+                  for k, pieces in enumerate((starts, ends)))  # (B, W, 1) -> (B, T)
+    return SpanOutput(start_logits=start.masked_fill(null, 0.0), end_logits=end.masked_fill(null, 0.0))
 
 
 def feature_tagger(
@@ -322,19 +400,21 @@ def feature_tagger(
     elmo: PretrainedModel | None = None,
     **tagger_options: Any,
 ) -> FeatureTagger:
-    """A new tagger on copies of the pretrained ``encoder`` and ``elmo``, in training mode.
+    """A new feature-based model on copies of the pretrained ``encoder`` and ``elmo``, in training mode.
 
-    The tagger's linear weights are N(0, 0.02) and its LSTM has PyTorch's init; the encoder is copied without
-    its pre-training heads and pooler, which nothing reads.
+    A tagger by default; ``task="classify"`` (classify, pair, regress) or ``task="span"`` (qa, ``labels`` 2)
+    makes the other ends, ``elmo_output=True`` adds ELMo at the BiLSTM's output. The linear layer's weights are
+    N(0, 0.02) and the LSTM has PyTorch's init; the encoder is copied without its pre-training heads and pooler,
+    which nothing reads.
 
     Args:
         encoder: the pretrained encoder (BERT, ALBERT, DeBERTa).
         features: the encoder's layers to read (see :class:`TaggerConfig`).
-        labels: the tags.
-        label_names: the tags' names.
+        labels: the outputs: tags, classes, 1 for a regression, 2 for a span.
+        label_names: the tags' (classes') names.
         combine: concat, sum or mix.
         elmo: a plm ELMo whose scalar-mixed layers join the features, or None.
-        **tagger_options: further :class:`TaggerConfig` fields.
+        **tagger_options: further :class:`TaggerConfig` fields (``task``, ``elmo_output``, ``hidden`` ...).
 
     Returns:
         The model, on the encoder's device.
@@ -348,7 +428,7 @@ def feature_tagger(
             f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model"
         )
     if encoder.family in NOT_ENCODERS or isinstance(encoder, CausalLM):
-        raise PLMError(f"the feature-based tagger reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "
+        raise PLMError(f"the feature-based model reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "
                        f"{encoder.family} model")
     config = type(encoder).config_with_heads(encoder.config, ())
     if getattr(config, "pooler", False):

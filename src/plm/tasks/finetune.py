@@ -12,9 +12,10 @@ to ``OUT/best`` and ``OUT/summary.json`` lists them all.
 but not squeezed into ``minutes``). A sentence-transformers checkpoint is read through the pooling
 it was trained with (:func:`trained_pooling`).
 
-For tagging, ``features`` turns to BERT's feature-based approach (section 5.3): the
-model stays frozen and a BiLSTM tagger learns over the chosen layers of it (and, with
-``elmo``, over a frozen ELMo's scalar mix as well); see :mod:`plm.tasks.feature_tagger`.
+``features`` turns to the feature-based approach (BERT section 5.3, ELMo section 3.3) for
+every task but choice: the model stays frozen and a BiLSTM learns over the chosen layers
+of each word (and, with ``elmo``, over a frozen ELMo's scalar mix as well, and with
+``elmo_output`` at the BiLSTM's output too); see :mod:`plm.tasks.feature_tagger`.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ from plm.training.trainer import Trainer, TrainingConfig
 SYNTHETIC_PRESET = "bert-micro"
 SYNTHETIC_OVERRIDES = {"dropout": 0.0, "attention_dropout": 0.0}
 SYNTHETIC_LR = 3e-3  # a fresh model needs a larger step than a pretrained one
-FEATURE_TAGGER_LR = 1e-3  # the feature-based tagger trains from scratch over a frozen encoder
+FEATURE_TAGGER_LR = 1e-3  # the feature-based model's BiLSTM trains from scratch over a frozen encoder
+FEATURE_TASKS = ("classify", "pair", "regress", "tag", "qa")  # a BiLSTM over one sequence of words per example
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class FinetuneSetup:
         revision: for a Hub id, the branch, tag or commit to fetch.
         train: the training file; None (with ``validation`` None): the built-in synthetic task.
         validation: the dev file, which picks the best model.
-        lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based tagger's own).
+        lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based model's own).
         restarts: the seeds tried per learning rate (``seed``, ``seed + 1`` ...).
         epochs: passes over the training set.
         batch_size: examples per batch (each process's, under torchrun).
@@ -98,9 +100,11 @@ class FinetuneSetup:
         device: "auto", "cpu", "cuda" or "cuda:N".
         progress: show progress bars.
         synthetic_size: the built-in task's training examples (a quarter as many for validation).
-        features: tag: the frozen encoder's layers a BiLSTM tagger reads (BERT 5.3); None: fine-tune the model.
+        features: the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3), for every task of
+            :data:`FEATURE_TASKS`; None: fine-tune the model.
         combine: how those layers combine: concat, sum or mix.
         elmo: a plm ELMo run whose scalar-mixed layers join the features.
+        elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix ([h_k; ELMo_k]).
         symmetric: GPT pairs without an order, read in both (GPT-1's similarity form).
         pooling: classify, pair, regress, choice: cls, last or mean; None: see :func:`trained_pooling`.
         minutes: each run stops at the first step past this many minutes of training.
@@ -130,9 +134,10 @@ class FinetuneSetup:
     device: str = "auto"
     progress: bool = True
     synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
-    features: tuple[int, ...] | None = None  # tag: the frozen encoder's layers a BiLSTM tagger reads (BERT 5.3)
+    features: tuple[int, ...] | None = None  # the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3)
     combine: str = "concat"  # how those layers combine: concat, sum or mix
     elmo: str | None = None  # a plm ELMo run whose scalar-mixed layers join the features
+    elmo_output: bool = False  # ELMo at the BiLSTM's output too: [h_k; ELMo_k], a second scalar mix
     symmetric: bool = False  # GPT pairs without an order, read in both (GPT-1's similarity form)
     pooling: str | None = None  # classify, pair, regress, choice: cls, last or mean; None: see trained_pooling
     minutes: float | None = None  # each run stops at the first step past this many minutes of training
@@ -146,20 +151,24 @@ class FinetuneSetup:
         """Check the setup before anything is read or written.
 
         Raises:
-            PLMError: an unknown task; options that do not go together (``features`` without ``task`` tag, ``elmo``
-                without ``features``, ``features`` with FSDP or with ``sift``, ``symmetric`` for a task other than
-                pair or regress, ``pooling`` for a task that does not pool, ``train`` without ``validation`` or the
-                reverse, ``mix`` options without a scalar mix); an unknown ``combine`` or ``pooling``; or a number
+            PLMError: an unknown task; options that do not go together (``features`` for choice, ``elmo``
+                without ``features``, ``elmo_output`` without ``elmo``, ``features`` with FSDP, ``sift`` or
+                ``pooling``, ``symmetric`` for a task other than pair or regress, ``pooling`` for a task that does
+                not pool, ``train`` without ``validation`` or the reverse, ``mix`` options without a scalar mix);
+                an unknown ``combine`` or ``pooling``; or a number
                 out of its range (learning rates, ``restarts``, ``batch_size``, ``stride``, ``max_length``,
                 ``synthetic_size``, ``save_every``, ``epochs``, ``lm_weight``, ``warmup_fraction``, ``minutes``,
                 ``max_steps``).
         """
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.features is not None and self.task != "tag":
-            raise PLMError(f"--features is for --task tag (the feature-based tagger), not --task {self.task}")
+        if self.features is not None and self.task not in FEATURE_TASKS:
+            raise PLMError(f"--features is for --task {', '.join(FEATURE_TASKS)}: the feature-based model reads one "
+                           f"sequence per example, and {self.task} scores several; fine-tune the model instead")
         if self.elmo is not None and self.features is None:
-            raise PLMError("--elmo joins the features of the feature-based tagger: give --features too (e.g. 0)")
+            raise PLMError("--elmo joins the features of the feature-based model: give --features too (e.g. 0)")
+        if self.elmo_output and self.elmo is None:
+            raise PLMError("--elmo-output adds ELMo at the BiLSTM's output too: give --elmo")
         if self.features is not None and self.parallelism.sharded:
             # Each process runs the frozen models only for its sentences not yet in the feature cache, so one
             # process would gather their shards while the other waits in another collective: a hang.
@@ -167,7 +176,10 @@ class FinetuneSetup:
                            "only for its sentences not yet cached, and FSDP needs every process in each of its "
                            "gathers; use --strategy ddp")
         if self.features is not None and self.sift:
-            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based tagger keeps it frozen")
+            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based model keeps it frozen")
+        if self.features is not None and self.pooling is not None:
+            raise PLMError("--pooling picks the fine-tuned model's vector; the feature-based model max- and "
+                           "mean-pools its BiLSTM's states")
         if self.symmetric and self.task not in ("pair", "regress"):
             raise PLMError(f"--symmetric reads sentence pairs: it is for --task pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
@@ -196,7 +208,7 @@ class FinetuneSetup:
         if self.max_steps is not None and self.max_steps < 1:
             raise PLMError(f"--max-steps must be at least 1, got {self.max_steps}")
         if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
-            raise PLMError("--mix-layer-norm, --mix-dropout and --mix-l2 set the feature-based tagger's scalar "
+            raise PLMError("--mix-layer-norm, --mix-dropout and --mix-l2 set the feature-based model's scalar "
                            "mixes: give --features with --combine mix or --elmo")
 
 
@@ -440,11 +452,12 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
     warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
     options: dict[str, Any] = {"stride": setup.stride} if setup.task == "qa" else {}
     if setup.features is not None:
-        options["characters"] = elmo is not None
+        options |= {"words": True, "characters": elmo is not None}
     if setup.symmetric:
         options["symmetric"] = True
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
-    pooling = setup.pooling or (trained_pooling(setup.model) if setup.task in POOLED_TASKS else None)
+    pooled = setup.task in POOLED_TASKS and setup.features is None
+    pooling = setup.pooling or (trained_pooling(setup.model) if pooled else None)
     sift = SiFT() if setup.sift else None
     if sift is not None:
         normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
@@ -500,12 +513,12 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
 
 def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
               pooling: str | None) -> TaskModel | FeatureTagger:
-    """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based tagger.
+    """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based model.
 
     Args:
-        setup: the fine-tuning's setup (``features`` chooses the feature-based tagger).
+        setup: the fine-tuning's setup (``features`` chooses the feature-based model).
         backbone: the pretrained model.
-        elmo: a plm ELMo whose layers join the tagger's features, or None.
+        elmo: a plm ELMo whose layers join the BiLSTM's features, or None.
         task: the task, for the head and its outputs.
         labels: the class names.
         pooling: "cls", "last" or "mean"; None: the backbone's own.
@@ -513,13 +526,13 @@ def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels
     Returns:
         The model to train.
     """
+    names = labels if task.head != "span" else ()
     if setup.features is not None:
-        model = feature_tagger(backbone, setup.features, task.outputs, labels, setup.combine, elmo,
-                               mix_layer_norm=setup.mix.layer_norm, mix_dropout=setup.mix.dropout,
-                               mix_l2=setup.mix.l2)
+        model = feature_tagger(backbone, setup.features, task.outputs, names, setup.combine, elmo, task=task.head,
+                               elmo_output=setup.elmo_output, mix_layer_norm=setup.mix.layer_norm,
+                               mix_dropout=setup.mix.dropout, mix_l2=setup.mix.l2)
         model.cache_features()  # frozen features: each sentence's computed once, not every epoch
         return model
-    names = labels if task.head != "span" else ()
     return task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric, pooling=pooling)
 
 
@@ -582,7 +595,7 @@ def task_name(head: Any) -> str:
     """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses).
 
     Args:
-        head: the task model's head config.
+        head: the task model's head config, or a feature-based model's :class:`plm.tasks.feature_tagger.TaggerConfig`.
 
     Returns:
         classify, regress, tag, qa or choice.
@@ -629,7 +642,7 @@ def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_lengt
     """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see :func:`load_task_model`).
 
     A QA model answers with the no-answer threshold its dev set chose; a symmetric pair head reads pairs in both
-    orders.
+    orders; a feature-based model reads words (and their characters, with an ELMo).
 
     Args:
         model: the fine-tuned model.
@@ -642,15 +655,13 @@ def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_lengt
         The task.
     """
     if isinstance(model, FeatureTagger):
-        tagger = model.config.tagger
-        characters = model.elmo is not None
-        return build_task("tag", tokenizer, model, tagger.label_names, max_length, characters=characters)
-    head = model.config.head
+        head, reading = model.config.tagger, {"words": True, "characters": model.elmo is not None}
+    else:
+        head, reading = model.config.head, {"symmetric": True} if model.config.head.symmetric else {}
     name = task_name(head)
     # A fine-tuned QA model answers with the tau its dev set chose, never one fitted to the file it is scored on.
     positions = model.config.context_length
     if max_length is not None and max_length > positions:  # never cut silently to the positions it has
         raise PLMError(f"max_length {max_length} exceeds the model's {positions} positions")
-    qa = options | {"threshold": head.null_threshold, "fit_threshold": False}
-    extra = qa if name == "qa" else {"symmetric": True} if head.symmetric else {}
-    return build_task(name, tokenizer, model, head.label_names, max_length, **extra)
+    qa = options | {"threshold": head.null_threshold, "fit_threshold": False} if name == "qa" else {}
+    return build_task(name, tokenizer, model, head.label_names, max_length, **qa, **reading)

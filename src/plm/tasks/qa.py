@@ -62,7 +62,8 @@ def encode_windows(
         max_question: the question's tokens kept (the rest is cut).
 
     Returns:
-        One feature per window: ``input_ids``, ``token_type_ids`` and ``offsets``, and the positions when there
+        One feature per window: ``input_ids``, ``token_type_ids``, ``offsets`` and ``word_ids`` (the question's
+        words, then the context's numbered after them; None at the special tokens), and the positions when there
         are some to train on.
 
     Raises:
@@ -70,7 +71,8 @@ def encode_windows(
     """
     if tokenizer.cls_id is None or tokenizer.sep_id is None:
         raise PLMError(f"extractive QA reads [CLS] question [SEP] context [SEP]; {tokenizer!r} has no [CLS] or [SEP]")
-    question = tokenizer.encode(example.question)[:max_question]
+    asked = tokenizer.backend.encode(example.question, add_special_tokens=False)
+    question = asked.ids[:max_question]
     context = tokenizer.backend.encode(example.context, add_special_tokens=False)
     width = max_length - len(question) - 3  # context tokens per window
     if width < 1:
@@ -89,7 +91,10 @@ def encode_windows(
             inside = [i for i in range(first, last) if chars[i][0] < end_char and chars[i][1] > start_char]
             if inside and chars[inside[0]][0] <= start_char and chars[inside[-1]][1] >= end_char:
                 start, end = head + inside[0] - first, head + inside[-1] - first
-        feature = {"input_ids": ids, "token_type_ids": [0] * head + [1] * (len(ids) - head), "offsets": offsets}
+        words = [None, *asked.word_ids[:max_question], None,
+                 *(None if w is None else len(question) + w for w in context.word_ids[first:last]), None]
+        feature = {"input_ids": ids, "token_type_ids": [0] * head + [1] * (len(ids) - head), "offsets": offsets,
+                   "word_ids": words}
         if start_char is not None or example.impossible:
             feature |= {"start_positions": start, "end_positions": end}
         features.append(feature)

@@ -1,13 +1,15 @@
-"""The feature-based approach (BERT section 5.3): a frozen encoder's layers feed a small BiLSTM tagger.
+"""The feature-based approach (BERT section 5.3, ELMo section 3.3): frozen per-word features, a BiLSTM over them.
 
 BERT's NER experiment takes, for each word, the first sub-word's vectors from
 chosen layers of the frozen model and combines them (the last four concatenated,
 their sum, or ELMo's learned scalar mix), then a two-layer BiLSTM and a linear
-layer tag the words. The tagger reads any number of feature *sources*, each a
+layer tag the words. The BiLSTM reads any number of feature *sources*, each a
 (batch, layers, words, dim) tensor: BERT's layers from :func:`encoder_word_features`,
 ELMo's ``model.embed(sentences)`` (batch, L+1, words, dim), or per-word features of
 any other kind with one layer; each source is combined on its own and the results
-are concatenated.
+are concatenated. ELMo's tasks use the same reader with other ends: a sequence's
+states max- and mean-pooled for a class (:func:`max_mean_pool`), and ELMo again at
+the BiLSTM's output, [h_k; ELMo_k], through a scalar mix of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from torch import nn
 
 from plm.errors import PLMError
+from plm.models.pretraining_heads import mean_pool
 from plm.models.scalar_mix import ScalarMix
 from plm.tasks.encoding import first_pieces
 
@@ -89,37 +92,51 @@ class LayerCombination(nn.Module):
 
 
 class BiLSTMTagger(nn.Module):
-    """Tags from per-word features: combine each source's layers, concatenate, BiLSTM, linear.
+    """A BiLSTM over per-word features and a linear layer: scores per word (tag, span) or per sequence (classify).
+
+    Each source's layers are combined and the results concatenated (ELMo's [x_k; ELMo_k]) before the BiLSTM.
+    With ``output_source``, that source's layers get a second scalar mix of their own, concatenated to the
+    BiLSTM's states ([h_k; ELMo_k], ELMo section 3.3: its SNLI and SQuAD models); with ``pool``, the states are
+    max- and mean-pooled over the words before the linear layer.
 
     Args:
         sources: (layers, dim) of each feature source, in the order forward receives them.
-        labels: the tags to score.
+        labels: the scores per word (per sequence with ``pool``): the tags, the classes, 1 value, or start and end.
         combine: how every source's layers are combined, or one way per source (ELMo's own scalar mix beside
             a BERT's concatenated layers).
         hidden: the LSTM's units per direction.
         lstm_layers: the LSTM's layers.
         dropout: the dropout on the LSTM's input and output (and between its layers).
         mix: the options of every scalar mix.
+        pool: score each sequence from its pooled states (see :func:`max_mean_pool`), not each word.
+        output_source: the index of the source mixed again at the BiLSTM's output, or None.
 
     Raises:
-        PLMError: not one way of combining per source, or an unknown one.
+        PLMError: not one way of combining per source, an unknown one, or an ``output_source`` out of range.
     """
 
     def __init__(
         self, sources: Sequence[tuple[int, int]], labels: int, combine: str | Sequence[str] = "concat",
         hidden: int = 256, lstm_layers: int = 2, dropout: float = 0.1, mix: MixOptions = MixOptions(),
+        pool: bool = False, output_source: int | None = None,
     ) -> None:
         super().__init__()
         ways = [combine] * len(sources) if isinstance(combine, str) else list(combine)
         if len(ways) != len(sources):
             raise PLMError(f"{len(sources)} feature sources need as many layer combinations, got {len(ways)}")
+        if output_source is not None and not 0 <= output_source < len(sources):
+            raise PLMError(f"output_source {output_source} is not one of the {len(sources)} feature sources")
         combinations = [LayerCombination(layers, dim, how, mix) for (layers, dim), how in zip(sources, ways)]
         self.combinations = nn.ModuleList(combinations)
         width = sum(c.width for c in combinations)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(width, hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True,
                             dropout=dropout if lstm_layers > 1 else 0.0)
-        self.classifier = nn.Linear(2 * hidden, labels)
+        self.output_source = output_source
+        self.output_mix = None if output_source is None else LayerCombination(*sources[output_source], "mix", mix)
+        states = 2 * hidden + (self.output_mix.width if self.output_mix is not None else 0)
+        self.pool = pool
+        self.classifier = nn.Linear(2 * states if pool else states, labels)  # pooled: [max; mean]
 
     def penalty(self) -> torch.Tensor:
         """The scalar mixes' L2 terms lambda * ||s||^2 added up (0 without a mix): what training adds to the loss.
@@ -128,18 +145,18 @@ class BiLSTMTagger(nn.Module):
             The penalty, a scalar.
         """
         combinations = cast(Iterable[LayerCombination], self.combinations)  # a ModuleList does not type its modules
-        mixes = [c.mix for c in combinations if c.mix is not None]
+        mixes = [c.mix for c in [*combinations, self.output_mix] if c is not None and c.mix is not None]
         return sum((mix.penalty() for mix in mixes), torch.zeros(()))
 
     def forward(self, sources: Sequence[torch.Tensor], word_mask: torch.Tensor) -> torch.Tensor:
-        """Tag the words.
+        """Score the words, or with ``pool`` each sequence.
 
         Args:
             sources: the feature sources, each (batch, L, words, D) as declared in ``sources``.
             word_mask: (batch, words), 1 for words, 0 for padding.
 
         Returns:
-            Logits (batch, words, labels).
+            Scores (batch, words, labels), or with ``pool`` (batch, labels).
 
         Raises:
             PLMError: not as many sources as declared, or features of another width.
@@ -153,9 +170,33 @@ class BiLSTMTagger(nn.Module):
         lengths = word_mask.sum(1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(self.dropout(features), lengths.clamp(min=1), batch_first=True,
                                                    enforce_sorted=False)
-        hidden, _ = self.lstm(packed)
-        hidden, _ = nn.utils.rnn.pad_packed_sequence(hidden, batch_first=True, total_length=features.shape[1])
-        return self.classifier(self.dropout(hidden))
+        states, _ = self.lstm(packed)
+        states, _ = nn.utils.rnn.pad_packed_sequence(states, batch_first=True, total_length=features.shape[1])
+        if self.output_mix is not None and self.output_source is not None:
+            elmo = self.output_mix(sources[self.output_source])  # (B, W, D): the second mix's
+            states = torch.cat([states, elmo], dim=-1)  # [h_k; ELMo_k]: (B, W, 2 * hidden + D)
+        if self.pool:
+            states = max_mean_pool(states, word_mask)  # (B, 2 * width)
+        return self.classifier(self.dropout(states))
+
+
+def max_mean_pool(states: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    """Each sequence's states max-pooled and mean-pooled over its words, concatenated: [max; mean].
+
+    ESIM's pooling (Chen et al., 2017, eq. 14-15; ELMo's SNLI model): the max keeps the strongest sign of each
+    feature wherever it occurs (one word may decide a class), the mean how much of it there is (a count, a
+    degree), so the one pooling serves a classifier and a regression.
+
+    Args:
+        states: (batch, words, width).
+        word_mask: (batch, words), 1 for words, 0 for padding.
+
+    Returns:
+        (batch, 2 * width); a sequence without words gives zeros.
+    """
+    real = word_mask[..., None].bool()  # (B, W, 1)
+    most = states.masked_fill(~real, float("-inf")).amax(1).masked_fill(~real.any(1), 0.0)  # (B, width)
+    return torch.cat([most, mean_pool(states, word_mask)], dim=-1)
 
 
 LAST_FOUR = (-4, -3, -2, -1)
@@ -223,3 +264,23 @@ def gather_words(layered: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """
     index = index[:, None, :, None].expand(-1, layered.shape[1], -1, layered.shape[-1])
     return layered.gather(2, index)
+
+
+def scatter_words(
+    values: torch.Tensor, index: torch.Tensor, word_mask: torch.Tensor, time: int, fill: float = 0.0
+) -> torch.Tensor:
+    """Each word's values back at its position among the tokens, ``fill`` at every other token: gather's inverse.
+
+    Args:
+        values: (batch, W, C), per word.
+        index: (batch, W) each word's position (see :func:`first_piece_positions`).
+        word_mask: (batch, W), 1 for words, 0 for padding.
+        time: T, the tokens of a row.
+        fill: the value of a token where no word sits.
+
+    Returns:
+        (batch, T, C).
+    """
+    values = values.masked_fill(word_mask[..., None] == 0, fill)  # a padding word's position is a token of no word
+    tokens = values.new_full((values.shape[0], time, values.shape[-1]), fill)
+    return tokens.scatter(1, index[..., None].expand_as(values), values)

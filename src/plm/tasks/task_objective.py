@@ -13,6 +13,8 @@ training (:class:`TaskObjective`), ``plm predict`` and ``plm eval task`` alike.
 On a GPT backbone, classify and choice read GPT-1's transformed inputs, and the
 objective adds the auxiliary LM loss on the task text: L3 = L2 + lambda * L1, with
 ``lm_weight`` lambda (0.5 as in the paper, 0 turns it off) as the term's loss weight.
+For a model over words (the feature-based model), ``words`` adds where each word's pieces
+start (and, for qa, end) and ``characters`` their ELMo characters (:mod:`plm.tasks.word_inputs`).
 """
 
 from __future__ import annotations
@@ -37,17 +39,17 @@ from plm.tasks.encoding import (
     encode_choice,
     encode_tagged,
     encode_text,
-    first_pieces,
     kept_words,
     width_of,
     word_predictions,
 )
+from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.gpt_inputs import TaskInputs
 from plm.tasks.model import TaskModel
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.sift_fine_tuning import SiFT
-from plm.tokenization.characters import character_table
+from plm.tasks.word_inputs import encode_text_words, window_words, word_inputs
 from plm.tokenization.tokenizer import Tokenizer
 
 TASKS = ("classify", "pair", "regress", "tag", "qa", "choice")
@@ -62,9 +64,12 @@ class Task:
         max_length: tokens per sequence (QA: per window).
         labels: the class names (tags), in id order.
         causal: the backbone is a GPT: inputs take GPT-1's forms (see :mod:`plm.tasks.gpt_inputs`).
+        words: every feature marks its words' pieces, for a model over words (the feature-based model of
+            :mod:`plm.tasks.feature_tagger`; see :mod:`plm.tasks.word_inputs`).
+        characters: and carries those words' ELMo ``char_ids`` (implies ``words``).
 
     Raises:
-        PLMError: ``causal`` with a tokenizer without GPT-1's task tokens.
+        PLMError: ``causal`` with a tokenizer without GPT-1's task tokens, or with ``words``.
 
     Attributes:
         name: the task's name (see :data:`TASKS`).
@@ -78,11 +83,15 @@ class Task:
     selection: str  # the validation metric that picks the best model
     default_length = 128  # tokens per sequence when none is given (BERT's fine-tuning length)
 
-    def __init__(self, tokenizer: Tokenizer, max_length: int, labels: Sequence[str] = (), causal: bool = False) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_length: int, labels: Sequence[str] = (), causal: bool = False,
+                 words: bool = False, characters: bool = False) -> None:
+        if causal and (words or characters):
+            raise PLMError("a model over words reads an encoder's word pieces; a GPT's task inputs mark no words")
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.labels = tuple(labels)
         self.causal = causal
+        self.words, self.characters = words or characters, characters
         self.gpt_inputs = TaskInputs(tokenizer, max_length) if causal else None
 
     @property
@@ -217,7 +226,7 @@ class Classification(Task):
 
         Returns:
             One feature: ``input_ids`` (two rows for a symmetric pair), ``token_type_ids`` on an encoder, and
-            ``labels``.
+            ``labels``; with ``words``, the words' inputs too (see :func:`plm.tasks.word_inputs.encode_text_words`).
 
         Raises:
             PLMError: a ``symmetric`` task's example without a pair, a label that is not the task's, or (GPT) a
@@ -234,6 +243,8 @@ class Classification(Task):
             else:
                 ids = self.gpt_inputs.entailment(example.text, example.text_pair)
             feature: Feature = {"input_ids": ids}
+        elif self.words:
+            feature = encode_text_words(self.tokenizer, example, self.max_length, self.characters)
         else:
             feature = encode_text(self.tokenizer, example, self.max_length)
         if example.label is not None:
@@ -387,20 +398,11 @@ class Regression(Classification):
 class Tagging(Task):
     """Tagging: a label per word, on its first sub-word.
 
-    Every feature marks its words' first pieces (``word_starts``, what a tagger over words reads); with
-    ``characters`` (a feature-based tagger with ELMo) it also carries those words' ELMo ``char_ids``.
-
-    Args:
-        *args: :class:`Task`'s arguments.
-        characters: add the ELMo ``char_ids`` of the words.
-        **kwargs: :class:`Task`'s keyword arguments.
+    Every feature marks its words' first pieces (``word_starts``, what a tagger over words reads), ``words`` or
+    not; with ``characters`` (a feature-based tagger with ELMo) it also carries those words' ELMo ``char_ids``.
     """
 
     name, head, selection = "tag", "tag", "val_f1"
-
-    def __init__(self, *args: Any, characters: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.characters = characters
 
     def encode(self, example: TaggedSentence) -> list[Feature]:
         """The sentence's ids, each word's tag id on its first piece, ``word_ids`` and ``word_starts``.
@@ -418,10 +420,8 @@ class Tagging(Task):
         if unknown:
             raise PLMError(f"tags {', '.join(sorted(unknown))} are not among the task's ({', '.join(self.labels)})")
         feature = encode_tagged(self.tokenizer, example, {t: i for i, t in enumerate(self.labels)}, self.max_length)
-        feature["word_starts"] = [int(first) for first in first_pieces(feature["word_ids"])]
-        if self.characters:
-            feature["char_ids"] = character_table(kept_words(example, feature["word_ids"]))  # (words, MAX_CHARACTERS)
-        return [feature]
+        words = kept_words(example, feature["word_ids"]) if self.characters else None
+        return [feature | word_inputs(feature["word_ids"], words)]
 
     def loss(self, output, batch):
         """Cross-entropy over the labelled pieces (the words' first), summed.
@@ -521,12 +521,16 @@ class QuestionAnswering(Task):
             example: the question.
 
         Returns:
-            One feature per window.
+            One feature per window; with ``words``, with its words' inputs and the answer widened to whole words
+            (see :func:`plm.tasks.word_inputs.window_words`).
 
         Raises:
             PLMError: as :func:`plm.tasks.qa.encode_windows`.
         """
-        return encode_windows(self.tokenizer, example, self.max_length, self.stride)
+        windows = encode_windows(self.tokenizer, example, self.max_length, self.stride)
+        if self.words:
+            windows = [w | window_words(self.tokenizer, example, w, self.characters) for w in windows]
+        return windows
 
     def loss(self, output, batch):
         """Cross-entropy of the start positions plus that of the end positions, halved, summed over the windows.
@@ -605,16 +609,25 @@ class QuestionAnswering(Task):
         return [span.answer(self.threshold) for span in spans]
 
     def calibrate(self, model: torch.nn.Module) -> None:
-        """Keep the tau chosen on the dev set in the model's head config, so its saves predict with it.
+        """Keep the tau chosen on the dev set in the model's head (a feature-based model's end) config.
+
+        So its saves predict with it.
 
         Args:
-            model: the task model (or its DDP wrapper).
+            model: the task model or feature-based model (or its DDP wrapper).
         """
         model = getattr(model, "module", model)  # the model inside a DDP wrapper
-        assert isinstance(model, TaskModel)  # a span head's
-        if self.fit_threshold and self.threshold is not None:
-            head = dataclasses.replace(model.config.head, null_threshold=float(self.threshold))
-            model.config = dataclasses.replace(model.config, head=head)
+        if not (self.fit_threshold and self.threshold is not None):
+            return
+        tau = float(self.threshold)
+        if isinstance(model, FeatureTagger):
+            model.config = dataclasses.replace(
+                model.config, tagger=dataclasses.replace(model.config.tagger, null_threshold=tau)
+            )
+        else:
+            assert isinstance(model, TaskModel)  # a span head's
+            model.config = dataclasses.replace(model.config, head=dataclasses.replace(model.config.head,
+                                                                                      null_threshold=tau))
 
     def score(self, predictions, examples):
         """SQuAD's exact match and F1, in percent (see :func:`plm.tasks.metrics.squad_scores`).
@@ -631,8 +644,22 @@ class QuestionAnswering(Task):
 
 
 class MultipleChoice(Task):
-    """Multiple choice (SWAG): one score per (context, ending) sequence, cross-entropy across the choices."""
+    """Multiple choice (SWAG): one score per (context, ending) sequence, cross-entropy across the choices.
+
+    Args:
+        *args: :class:`Task`'s arguments.
+        **kwargs: :class:`Task`'s keyword arguments.
+
+    Raises:
+        PLMError: ``words``: a model over words reads one sequence per example, a choice has several.
+    """
     name, head, selection = "choice", "choice", "val_accuracy"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.words:
+            raise PLMError("multiple choice reads several (context, ending) sequences per example; the "
+                           "feature-based model reads one")
 
     @property
     def outputs(self) -> int:
@@ -871,7 +898,7 @@ class TaskObjective:
     phrases of 3 to 60 tokens would otherwise pay for the longest in every batch.
     ``lm_weight`` > 0 on a GPT backbone adds GPT-1's auxiliary LM term ``lm``; ``sift``
     adds DeBERTa's SiFT term ``sift`` (weight 1);
-    ``mix_penalty`` (a feature tagger's ``penalty``) adds ELMo's L2 term on its scalar
+    ``mix_penalty`` (a feature-based model's ``penalty``) adds ELMo's L2 term on its scalar
     mixes' weights, lambda * ||s||^2, as ``mix_l2`` (once per step, not per target).
 
     Only ``lm`` is a perplexity: a class, tag, span or choice distribution's exp(loss)
@@ -1123,7 +1150,7 @@ def build_task(
         labels: the class names (tags), in id order.
         max_length: tokens per sequence (QA: per window); None takes the task's ``default_length`` (384 for QA,
             128 otherwise); never more than the backbone's context.
-        **options: the task class's own options (``symmetric``, ``characters``, ``stride`` ...).
+        **options: the task class's own options (``symmetric``, ``words``, ``characters``, ``stride`` ...).
 
     Returns:
         The task.
