@@ -6,13 +6,17 @@ import argparse
 
 from plm.cli.common import HelpFormatter, check_output_file, positive_int
 from plm.device import DEVICES
+from plm.models import RECIPES
 from plm.storage.atomic_files import write_json
+from plm.training.paper_scale import paper_run
 from plm.training.plan import OPTIMIZER_STATES, STRATEGIES, Memory, PlanSetup, parse_bytes, plan, report
+from plm.training.pretrain import HYPERPARAMETER_SETS
 
 EXAMPLES = """examples:
   plm plan --model gpt2-xl --processes 8 --strategy fsdp --device cuda --memory 80GB
   plm plan --model bert-large --batch 32 --block 512 --checkpoint-activations
   plm plan --model gpt2 --strategy fsdp --processes 4 --offload --json plan.json
+  plm plan --model albert-base --hyperparameters paper --batch-size 32   # ALBERT's 4,096 x 512, 32 at a time
 """
 
 
@@ -44,6 +48,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint-activations", action="store_true",
                         help="keep only each block's input and recompute its activations in backward")
     parser.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATES), default="adamw", help="its state per parameter")
+    parser.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS,
+                        help="paper: plan the micro-batch of plm pretrain --hyperparameters paper (the paper's batch "
+                        "accumulated in micro-batches of at most --batch-size, at the paper's sequence length) with "
+                        "the paper's optimizer, and print the global batch")
     parser.add_argument("--device", default="auto", choices=DEVICES,
                         help="what it trains on: auto is CUDA when this machine has it "
                         "(the CPU keeps attention scores)")
@@ -57,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         check_output_file(args.json)
     memory = None if args.memory == "auto" else Memory(parse_bytes(args.memory), "given")
+    if args.hyperparameters == "paper":
+        set_paper_scale(args)
     setup = PlanSetup(args.model, args.processes, args.batch_size, args.block_size, args.strategy, args.offload,
                       args.checkpoint_activations, args.optimizer, args.device)
     result = plan(setup, memory)
@@ -64,3 +74,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result.as_dict())
     return 0 if result.fits else 1  # as a check: a script can stop on a plan that does not fit
+
+
+def set_paper_scale(args: argparse.Namespace) -> None:
+    """--hyperparameters paper: the micro-batch and sequence length of pretrain's run at the paper's scale, and the
+    paper's optimizer, for those flags not given; prints the run's global batch."""
+    given = {"block_size": args.block_size} if "block_size" in args.given_flags else {}
+    scaled = paper_run(args.model, args.batch_size, args.processes, given)
+    args.batch_size = scaled.settings.get("batch_size", args.batch_size)
+    args.block_size = scaled.settings.get("block_size", args.block_size)
+    if "optimizer" not in args.given_flags:
+        args.optimizer = RECIPES[scaled.family].paper.optimizer
+    print(scaled.describe())

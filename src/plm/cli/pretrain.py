@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -12,13 +13,15 @@ from plm.cli.common import (
     add_process,
     add_run_directory,
     add_schedule,
+    positive_float,
     positive_int,
     training_config,
 )
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
 from plm.storage.hub import LEGACY_IDS
-from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain
+from plm.training.paper_scale import PAPER_SETTINGS, paper_run
+from plm.training.pretrain import OBJECTIVES, PretrainSetup, dry_run, pretrain
 
 RUN = RunFlags("pretrain", data=("train", "validation"))
 EXAMPLES = """examples:
@@ -28,7 +31,8 @@ EXAMPLES = """examples:
   plm pretrain --model deberta --objective mlm   # deberta-mini with the enhanced mask decoder
   plm pretrain --model elmo                      # elmo-mini, char-CNN biLM, forward + backward LM over words
   plm pretrain --model gpt2 --train a.txt b.txt --validation v.txt --out runs/gpt2
-  plm pretrain --model bert-base --hyperparameters paper --train wiki.txt   # BERT's own Adam 1e-4, 10k warmup
+  plm pretrain --model bert-base --hyperparameters paper --train wiki.txt   # BERT's Adam, batch 256, 1M steps
+  plm pretrain --model albert-base --hyperparameters paper --dry-run   # the time and memory it would take
   plm pretrain --out runs/gpt2 --resume          # continue a run that was stopped
   torchrun --nproc_per_node=2 -m plm.cli.main pretrain --out runs/ddp   # data-parallel
   torchrun --nproc_per_node=8 -m plm.cli.main pretrain --model gpt2-xl --strategy fsdp --out runs/xl   # sharded
@@ -40,11 +44,13 @@ def recipe_table() -> str:
     """One line per family: what `--model FAMILY` trains, and the paper's hyperparameters beside plm's."""
     lines = ["recipes (--model FAMILY; optimizer flags left out take these CPU-scale values):"]
     for family, recipe in RECIPES.items():
-        cpu, paper = recipe.hyperparameters, recipe.paper
+        cpu, paper, scale = recipe.hyperparameters, recipe.paper, recipe.paper_scale
+        size = "" if scale is None else (f", batch {scale.batch_size:,} x {scale.block_size}, "
+                                         + (f"{scale.steps:,} steps" if scale.steps else f"{scale.epochs:g} epochs"))
         lines.append(
             f"  {family:8} {recipe.preset}, {recipe.tokenizer}, {recipe.objective}: {cpu.optimizer} lr {cpu.lr:g}, "
             f"{cpu.schedule}, warmup {cpu.warmup}, betas {cpu.betas[0]:g} {cpu.betas[1]:g}, eps {cpu.eps:g}"
-            f"  (paper: {paper.optimizer} lr {paper.lr:g}, {paper.schedule}, warmup {paper.warmup:,})"
+            f"  (paper: {paper.optimizer} lr {paper.lr:g}, {paper.schedule}, warmup {paper.warmup:,}{size})"
         )
     return "\n".join(lines) + "\n\n"
 
@@ -95,6 +101,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)"
     )
+    parser.add_argument("--short-block-size", type=positive_int, metavar="N",
+                        help="with --short-steps S: the first S steps read sequences of N tokens, the rest "
+                        "--block-size (BERT's 90%% of the steps at 128 tokens, then 512)")
+    parser.add_argument("--short-steps", type=int, default=0, metavar="S", help="the steps at --short-block-size")
+    parser.add_argument("--epochs", type=positive_float,
+                        help="passes over the training text, instead of --steps (a --steps given wins, so that "
+                        "--resume --steps extends such a run)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build the run (model, data, optimizer), time a few optimizer steps and print the time "
+                        "per step, tokens/s, the whole run's projected time and the peak memory; write nothing")
     parser.add_argument("--dropout", type=float,
                         help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads "
                         "(default: the preset's)")
@@ -113,6 +129,10 @@ def mask_ratios(text: str) -> tuple[float, float, float]:
 
 
 def run(args: argparse.Namespace) -> None:
+    dry = vars(args).pop("dry_run")  # how to start, not what the run is: not saved in OUT/run.json
+    first_process = os.environ.get("RANK", "0") == "0"
+    if args.hyperparameters == "paper" and not args.resume:  # a resumed run has the values in its run.json
+        set_paper_scale(args, first_process)
     definition = run_definition(args, RUN)
     if args.model in LEGACY_IDS and not Path(args.model).exists():
         print(f"--model {args.model}: plm's preset of that name, a new untrained model; the released weights are "
@@ -129,14 +149,22 @@ def run(args: argparse.Namespace) -> None:
         max_ngram=args.max_ngram,
         mask_ratios=args.mask_ratios,
         block_size=args.block_size,
+        short_block_size=args.short_block_size,
+        short_steps=args.short_steps,
         batch_size=args.batch_size,
         dropout=args.dropout,
         hyperparameters=args.hyperparameters,
     )
-    training = training_config(args)
+    epochs = None if "steps" in args.given_flags else args.epochs
+    training = dataclasses.replace(training_config(args), epochs=epochs)
+    if dry:
+        measured = dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
+        if first_process:
+            print(measured.report())
+        return
     _, _, metrics = pretrain(setup, training, args.out, resume=args.resume, overwrite=args.overwrite,
                              definition=definition)
-    if os.environ.get("RANK", "0") != "0":
+    if not first_process:
         return
     # An objective with several language models (ELMo's two directions) reports the perplexity of each.
     each = {name.removeprefix("val_perplexity_"): value for name, value in metrics.items()
@@ -148,3 +176,14 @@ def run(args: argparse.Namespace) -> None:
         print(f"step {metrics['step']}: validation loss {metrics['val_loss']:.4f}, "
               f"perplexity {metrics['val_perplexity']:.2f}")
     print(f"saved to {args.out}/checkpoint")
+
+
+def set_paper_scale(args: argparse.Namespace, first_process: bool) -> None:
+    """--hyperparameters paper: the paper's batch (accumulated), sequence length and steps or epochs, and BERT's
+    short first phase, for every one of those flags not given; says what it set."""
+    given = {name: getattr(args, name) for name in PAPER_SETTINGS if name in args.given_flags}
+    scaled = paper_run(args.model, args.batch_size, int(os.environ.get("WORLD_SIZE", "1")), given)
+    for name, value in scaled.settings.items():
+        setattr(args, name, value)
+    if first_process:
+        print(scaled.describe(), file=sys.stderr)

@@ -29,7 +29,7 @@ from torch import nn
 from plm.core import FeedForward, MultiHeadAttention, TransformerBlock
 from plm.errors import PLMError
 from plm.models.encoder import Encoder, EncoderConfig
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 
 SHARING = ("all", "attention", "ffn", "none")
 
@@ -104,6 +104,8 @@ RECIPE = PretrainingRecipe(
         optimizer="lamb", lr=0.00176, min_lr=0.0, warmup=3125, schedule="linear", betas=(0.9, 0.999), eps=1e-6
     ),
     source="ALBERT (Lan et al., 2020) section 4.1",
+    # Seed 002 lines 175-177: "Max_seq_len = 512", "BS = 4096, LAMB(LR = 0.00176), 125000 steps".
+    paper_scale=PaperScale(batch_size=4096, block_size=512, steps=125_000, source="ALBERT section 4.1"),
 )
 
 

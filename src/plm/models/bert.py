@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plm.models.encoder import Encoder, EncoderConfig
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ RECIPE = PretrainingRecipe(
     # steps and linear decay (eps 1e-6 is the released code's).
     paper=Hyperparameters(lr=1e-4, min_lr=0.0, warmup=10_000, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
     source="BERT (Devlin et al., 2019) appendix A.2",
+    # Seed 000 line 551: "128k words/batch * 1M steps", which appendix A.2 gives as 256 sequences x 512 tokens
+    # (256 x 512 = 131,072) for 1,000,000 steps, 90% of them on 128-token sequences (attention is quadratic in
+    # the length) and the last 10% at 512, to learn the positions beyond 128.
+    paper_scale=PaperScale(batch_size=256, block_size=512, steps=1_000_000, short_block_size=128,
+                           short_fraction=0.9, source="BERT appendix A.2"),
 )
 
 

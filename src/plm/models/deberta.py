@@ -118,6 +118,7 @@ RECIPE = PretrainingRecipe(
     # linear decay.
     paper=Hyperparameters(lr=2e-4, min_lr=0.0, warmup=10_000, schedule="linear", betas=(0.9, 0.999), eps=1e-6),
     source="DeBERTa (He et al., 2021) appendix A, pre-training hyperparameters",
+    paper_scale=None,  # the seed (001) gives no batch, sequence length or steps: only the optimizer is the paper's
 )
 
 

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 from plm.tokenization.characters import CHARACTERS, MAX_CHARACTERS, PADDING, add_sentence_boundaries, batch_to_ids
 
 # On the CPU, torch runs an LSTM with proj_size through its own fused kernel instead of oneDNN's, and says so.
@@ -136,6 +136,9 @@ RECIPE = PretrainingRecipe(
                           weight_decay=0.0),
     source="bilm-tf train_elmo.py (the released code of Peters et al., 2018)",
     block_size=20,  # bilm-tf unrolls 20 words
+    # bilm-tf's train_elmo.py: batch_size 128 per GPU on n_gpus 3, so 384 sequences a step, of unroll_steps 20
+    # words, for n_epochs 10 (seed 000 line 929: trained for 10 epochs on the 1B Word Benchmark).
+    paper_scale=PaperScale(batch_size=128 * 3, block_size=20, epochs=10, source="bilm-tf train_elmo.py"),
 )
 
 

@@ -27,7 +27,7 @@ from plm.core import (
 from plm.core.embeddings import check_context
 from plm.cpu.linear import linear
 from plm.models.base import CausalLM
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ RECIPE = PretrainingRecipe(
     # (its learning rates were tuned per model on held-out WebText).
     paper=Hyperparameters(lr=2.5e-4, min_lr=0.0, warmup=2000, schedule="cosine", betas=(0.9, 0.999), weight_decay=0.01),
     source="GPT-1 (Radford et al., 2018) section 4.1",
+    # Seed 000, GPT-1's table (lines 719-720): "Batch size 64 random sample x 512 token/sample", "100 epochs".
+    paper_scale=PaperScale(batch_size=64, block_size=512, epochs=100, source="GPT-1 section 4.1"),
 )
 
 

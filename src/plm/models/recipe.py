@@ -5,7 +5,8 @@ A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
 its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
 the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
 as data so that a test can hold them to the paper and ``--hyperparameters paper``
-can use them; an encoder-decoder family adds how it decodes (a :class:`plm.decoding.GenerationConfig`). The
+can use them, with the size of the paper's run (:class:`PaperScale`); an encoder-decoder
+family adds how it decodes (a :class:`plm.decoding.GenerationConfig`). The
 pre-training entry point (``plm.training.pretrain``), ``plm translate`` and ``plm eval
 bleu`` read the recipe and have no per-family code, so a new family adds a recipe and
 nothing else.
@@ -51,6 +52,44 @@ class Hyperparameters:
     weight_decay: float = 0.01
 
 
+@dataclass(frozen=True)
+class PaperScale:
+    """The size of the paper's pre-training run: its batch, its sequences and how long it ran.
+
+    A run is given in ``steps`` or in ``epochs``, whichever the paper gives (one of the two).
+    BERT trained its first steps on shorter sequences, for speed, and the rest at full
+    length: ``short_block_size`` and ``short_fraction`` say how.
+
+    Attributes:
+        batch_size: sequences per optimizer step, over all processes and accumulated micro-batches.
+        block_size: tokens per sequence (words, for ELMo's biLM).
+        source: where the numbers come from.
+        steps: optimizer steps; None when the paper counts epochs.
+        epochs: passes over the training text; None when the paper counts steps.
+        short_block_size: the tokens per sequence of the first steps; None: one length throughout.
+        short_fraction: the share of the steps at ``short_block_size``.
+
+    Raises:
+        ValueError: neither or both of ``steps`` and ``epochs``, or a short phase that is not shorter.
+    """
+
+    batch_size: int
+    block_size: int
+    source: str
+    steps: int | None = None
+    epochs: float | None = None
+    short_block_size: int | None = None
+    short_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if (self.steps is None) == (self.epochs is None):
+            raise ValueError(f"{self.source}: a paper's run is given in steps or in epochs, not {self.steps=}, "
+                             f"{self.epochs=}")
+        if self.short_block_size is not None and not (self.short_block_size < self.block_size
+                                                      and 0 < self.short_fraction < 1):
+            raise ValueError(f"{self.source}: a short phase is shorter than block_size and a share of the steps")
+
+
 TRANSLATION = GenerationConfig(max_len_a=1.5, max_new_tokens=10)
 """How an encoder-decoder family translates unless its recipe says otherwise: greedy, at most 1.5 target tokens
 per source token and 10 more."""
@@ -68,6 +107,8 @@ class PretrainingRecipe:
         hyperparameters: the CPU-scale defaults plm trains with.
         paper: the published hyperparameters.
         source: where ``paper`` comes from.
+        paper_scale: the size of the paper's run (batch, sequence length, steps or epochs); None where the
+            papers give none that plm can train (DeBERTa), or plm's trainer for the family does not take it yet.
         max_ngram: the longest masked span, in words.
         block_size: the training sequences' tokens; None means the model's context.
         decoding: how an encoder-decoder family translates by default.
@@ -82,6 +123,7 @@ class PretrainingRecipe:
     hyperparameters: Hyperparameters
     paper: Hyperparameters
     source: str
+    paper_scale: PaperScale | None = None
     max_ngram: int = 1
     block_size: int | None = None
     decoding: GenerationConfig = TRANSLATION

@@ -14,6 +14,7 @@ from plm.objectives.bilm import BiLMObjective
 from plm.objectives.builders import OBJECTIVES, ObjectiveData, ObjectiveSpec, objective_spec
 from plm.objectives.clm import CausalLMObjective
 from plm.objectives.mlm import MaskedLMObjective
+from plm.objectives.phased import PhasedObjective, phased_objective
 
 __all__ = [
     "OBJECTIVES",
@@ -23,6 +24,8 @@ __all__ = [
     "Objective",
     "ObjectiveData",
     "ObjectiveSpec",
+    "PhasedObjective",
     "Selection",
     "objective_spec",
+    "phased_objective",
 ]

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import resource
+import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -31,12 +34,12 @@ from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
 from plm.models.recipe import Hyperparameters, PretrainingRecipe
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
-from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec
+from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec, phased_objective
 from plm.objectives.masking import MASK_RATIOS, check_mask_ratios
 from plm.storage.atomic_files import read_json
 from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
-from plm.training.distributed import Distributed, setup_distributed
+from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
 from plm.training.parallel import built_on_first_process
 from plm.training.run_directory import check_run_directory
 from plm.training.trainer import Trainer, TrainingConfig, train_run
@@ -64,6 +67,8 @@ class PretrainSetup:
     max_ngram: int | None = None  # None: the recipe's (3 for ALBERT, else 1)
     mask_ratios: tuple[float, float, float] = MASK_RATIOS  # [MASK], random, unchanged (BERT's Appendix C.2)
     block_size: int | None = None  # None: the recipe's (128 for encoders), at most the context
+    short_block_size: int | None = None  # a short first phase (BERT's 90% of the steps at 128): its tokens ...
+    short_steps: int = 0  # ... for this many steps, then block_size (see plm.objectives.phased)
     batch_size: int = 16
     validation_blocks: int = 64
     dropout: float | None = None  # None: the preset's own
@@ -179,6 +184,12 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
     block_size = setup.block_size or min(recipe.block_size or context, context)
     if block_size > context:
         raise PLMError(f"--block-size {block_size} exceeds the model's context of {context} tokens")
+    if setup.short_steps < 0 or (setup.short_block_size is None) != (setup.short_steps == 0):
+        raise PLMError("--short-block-size N and --short-steps S go together (S at least 1): the first S steps "
+                       "read sequences of N tokens")
+    if setup.short_block_size is not None and not 1 <= setup.short_block_size <= block_size:
+        raise PLMError(f"--short-block-size {setup.short_block_size} must be between 1 and the block size, "
+                       f"{block_size}")
     return block_size
 
 
@@ -306,6 +317,39 @@ def warn_if_too_little_data(objective: Objective, setup: PretrainSetup, block_si
         )
 
 
+def with_recipe_values(training: TrainingConfig, defaults: Hyperparameters) -> tuple[TrainingConfig, str | None]:
+    """``training`` with the recipe's value for every optimizer field left None, checked.
+
+    Args:
+        training: how long and how to train.
+        defaults: the recipe's optimizer values (its CPU-scale ones or the paper's).
+
+    Returns:
+        The filled-in config, and what became of a default warmup that would fill the whole run (None: nothing).
+
+    Raises:
+        PLMError: a value that cannot train.
+    """
+    note = training.warmup_note(defaults)
+    training = training.with_defaults(defaults)
+    training.validate()
+    return training, note
+
+
+def steps_for_epochs(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
+    """The optimizer steps that read ``epochs`` passes over a training text of ``train_tokens`` (at least one).
+
+    Args:
+        epochs: the passes over the training text.
+        train_tokens: its size, in tokens (words, for the biLM).
+        tokens_per_step: the tokens one optimizer step reads, over all processes and micro-batches.
+
+    Returns:
+        The steps.
+    """
+    return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
+
+
 def prepare(
     setup: PretrainSetup,
     training: TrainingConfig,
@@ -342,9 +386,8 @@ def prepare(
         )
     block_size = check_setup(setup, config.context_length, recipe)
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
-    warmup_note = training.warmup_note(defaults)  # said once everything is checked
-    training = training.with_defaults(defaults)
-    training.validate()
+    requested = training  # as given: a run in epochs is filled in again once its steps are known
+    training, warmup_note = with_recipe_values(requested, defaults)  # every value checked before the slow work
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
     if world.is_main:
         check_run_directory(out, resume, overwrite)
@@ -364,9 +407,16 @@ def prepare(
         max_ngram=setup.max_ngram or recipe.max_ngram,
         mask_ratios=setup.mask_ratios,
     )
-    objective = spec.build(data)
+    if setup.short_block_size is None:
+        objective: Objective = spec.build(data)
+    else:
+        objective = phased_objective(spec, data, setup.short_block_size, setup.short_steps)
     if world.is_main:
         warn_if_too_little_data(objective, setup, block_size)
+    if requested.epochs is not None:  # their steps, now that the data's size is known
+        tokens_per_step = setup.batch_size * block_size * requested.grad_accum * world.world_size
+        steps = steps_for_epochs(requested.epochs, objective.train_tokens, tokens_per_step)
+        training, warmup_note = with_recipe_values(dataclasses.replace(requested, steps=steps, epochs=None), defaults)
     trainer = Trainer(model, objective, training, out, tokenizer, world)
     if warmup_note and world.is_main and not resume:  # a resumed run keeps its own warmup
         warnings.warn(warmup_note, PLMWarning, stacklevel=2)
@@ -401,3 +451,173 @@ def pretrain(
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
     return train_run(out, resume, overwrite, definition, partial(prepare, setup, training, out, resume, overwrite))
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    """The measured speed of a run's steps at one sequence length.
+
+    Attributes:
+        block_size: the tokens per sequence.
+        steps: the run's steps at this length.
+        seconds_per_step: the mean time of an optimizer step.
+        tokens_per_step: the tokens one step reads, over all processes and micro-batches.
+    """
+
+    block_size: int
+    steps: int
+    seconds_per_step: float
+    tokens_per_step: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        """The tokens read per second."""
+        return self.tokens_per_step / self.seconds_per_step
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What :func:`dry_run` measured, and the whole run it projects.
+
+    Attributes:
+        phases: the timing of each sequence length the run trains at (BERT's two phases, else one).
+        timed_steps: the steps timed per phase, after one untimed warm-up step.
+        peak_memory: the bytes at the peak of the timed steps.
+        memory_source: what ``peak_memory`` measures.
+    """
+
+    phases: tuple[PhaseTiming, ...]
+    timed_steps: int
+    peak_memory: int
+    memory_source: str
+
+    @property
+    def steps(self) -> int:
+        """The run's optimizer steps."""
+        return sum(phase.steps for phase in self.phases)
+
+    @property
+    def projected_seconds(self) -> float:
+        """The whole run's time at the measured speed: each phase's steps x its time per step."""
+        return sum(phase.steps * phase.seconds_per_step for phase in self.phases)
+
+    def report(self) -> str:
+        """The measurements and the projection, as ``plm pretrain --dry-run`` prints them.
+
+        Returns:
+            The text, one line per phase and one for the whole run.
+        """
+        lines = [f"dry run: {self.timed_steps} optimizer steps timed after one warm-up step, nothing written"]
+        for phase in self.phases:
+            lines.append(f"  {phase.steps:,} steps of {phase.block_size} tokens per sequence: "
+                         f"{phase.seconds_per_step:.3g} s per step of {phase.tokens_per_step:,} tokens, "
+                         f"{phase.tokens_per_second:,.0f} tokens/s")
+        lines.append(f"projected: {self.steps:,} steps in {duration(self.projected_seconds)}; peak memory "
+                     f"{self.peak_memory / 2**30:.3g} GiB ({self.memory_source})")
+        return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """A time span as a reader says it: ``42 s``, ``17 min``, ``3.5 h``, ``12.3 days``.
+
+    Args:
+        seconds: the span.
+
+    Returns:
+        The text.
+    """
+    for unit, length in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def dry_run(
+    setup: PretrainSetup,
+    training: TrainingConfig,
+    out: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    timed_steps: int = 3,
+) -> DryRun:
+    """Build the run as :func:`pretrain` would, time a few optimizer steps, and project the whole run.
+
+    The model, the data and the optimizer are :func:`prepare`'s; each sequence length the run
+    trains at (BERT's short phase, then the long one) is timed from its first step, after one
+    untimed warm-up step (which also compiles, with ``compile``). Nothing is written to ``out``.
+
+    Args:
+        setup: what the run trains.
+        training: how long and how to train.
+        out: the run directory, checked as the run would check it.
+        resume: the run would continue the one in ``out`` (its tokenizer is read).
+        overwrite: the run would replace the run (or other files) in ``out``.
+        timed_steps: the optimizer steps timed per phase.
+
+    Returns:
+        The measurements and the projection.
+
+    Raises:
+        PLMError: an argument that cannot train, or a run directory that cannot take this run.
+    """
+    try:
+        trainer, _ = prepare(setup, training, out, resume, overwrite)
+        steps, block_size = trainer.config.steps, block_size_of(setup)
+        if setup.short_block_size is None:
+            lengths = [(block_size, 0, steps)]
+        else:
+            switch = min(setup.short_steps, steps)
+            lengths = [(setup.short_block_size, 0, switch), (block_size, switch, steps)]
+        wrapped = trainer.wrap(trainer.model)
+        if trainer.config.compile:  # as the training loop runs it
+            wrapped = cast(torch.nn.Module, torch.compile(wrapped))
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+        phases = []
+        for length, start, end in lengths:
+            if end > start:  # a phase the run reaches
+                seconds, tokens = time_steps(trainer, wrapped, range(start, end), timed_steps)
+                phases.append(PhaseTiming(length, end - start, seconds, tokens))
+        return DryRun(tuple(phases), timed_steps, *peak_memory(trainer.device))
+    finally:
+        teardown_distributed()
+
+
+def time_steps(trainer: Trainer, wrapped: torch.nn.Module, phase: range, count: int) -> tuple[float, int]:
+    """The mean seconds and tokens of ``count`` optimizer steps of ``phase``, after its first step, untimed.
+
+    The timed steps are the phase's next ones (again from its start in a phase of fewer), so that
+    they read its batches. Each optimizer step ends by reading its losses back from the device, so
+    the clock stops only once the device's work is done.
+
+    Args:
+        trainer: the run's trainer.
+        wrapped: the module its steps run (see :meth:`plm.training.trainer.Trainer.wrap`).
+        phase: the run's steps at one sequence length.
+        count: the steps timed.
+
+    Returns:
+        The seconds and the tokens per step.
+    """
+    trainer.step = phase[0]
+    trainer.optimizer_step(wrapped)
+    started, tokens = time.perf_counter(), 0
+    for index in range(1, count + 1):
+        trainer.step = phase[index % len(phase)]
+        tokens += trainer.optimizer_step(wrapped)[1]
+    return (time.perf_counter() - started) / count, tokens // count
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """The peak memory of this process so far: on a GPU what PyTorch allocated there, else the process's RSS.
+
+    Args:
+        device: the run's device.
+
+    Returns:
+        The bytes and what they measure.
+    """
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "the GPU's peak allocated by PyTorch"
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, in KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit, "the process's peak RSS"
