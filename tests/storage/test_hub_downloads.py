@@ -28,6 +28,7 @@ from tests.tokenization.test_released_tokenizers import write_marian_tokenizer
 
 GPT = "tiny-org/tiny-gpt2"
 OPUS = "tiny-org/opus-mt-tiny"
+ELMO = "tiny-org/tiny-elmo"
 BERT = "tiny-org/tiny-bert"
 BERT_SST = "tiny-org/tiny-bert-sst2"
 LABELS = {0: "negative", 1: "positive"}
@@ -167,6 +168,8 @@ def models_on_a_hub(tmp_path_factory: pytest.TempPathFactory, tokenizers) -> Ite
     torch.manual_seed(0)
     hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=100, lines=300)).save_pretrained(opus)
     stand_in.publish(OPUS, opus)
+    plm.save(plm.from_preset("elmo-micro", softmax=False), folder / "elmo")  # plm's own format, on the Hub
+    stand_in.publish(ELMO, folder / "elmo")
     inputs = folder / "inputs"
     inputs.mkdir()
     (inputs / "text.txt").write_text(synthetic_text(paragraphs=4), encoding="utf-8")
@@ -202,6 +205,11 @@ COMMANDS = {
     "quantize": ["quantize", "--model", GPT, "--out", "outputs/int8"],
     "convert": ["convert", "--model", GPT, "--out", "outputs/plm"],
     "translate": ["translate", "--model", OPUS, "{inputs}/de.txt", "--max-len-b", "4"],
+    "seq2seq train": ["seq2seq", "train", "--model", OPUS, "--src", "{inputs}/de.txt", "--tgt", "{inputs}/en.txt",
+                      "--valid-src", "{inputs}/de.txt", "--valid-tgt", "{inputs}/en.txt", "--steps", "1",
+                      "--metric-examples", "0", "--out", "outputs/opus", "--no-progress"],
+    "elmo embed": ["elmo", "embed", "--model", ELMO, "{inputs}/de.txt", "--out", "outputs/vectors.npy",
+                   "--no-progress"],
     "eval bleu": ["eval", "bleu", "--model", OPUS, "--src", "{inputs}/de.txt", "--ref", "{inputs}/en.txt",
                   "--max-len-b", "4", "--no-progress"],
     "finetune": ["finetune", "--task", "classify", "--model", BERT_SST, "--train", "{inputs}/sst.jsonl",
