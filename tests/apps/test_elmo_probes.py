@@ -10,10 +10,12 @@ import torch
 import plm
 from plm.apps import elmo_probes
 from plm.apps.elmo_probes import LabelledSentence, probe_pos, probe_wsd, read_conll_column, read_sense_tagged
+from tests.conftest import SHARED_DATA
 
-CONLL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "conll2003" / "eng.train"
+CONLL = SHARED_DATA / "conll2003" / "eng.train"
 
 
+@pytest.mark.skipif(not CONLL.is_file(), reason=f"{CONLL} is not in the shared data folder")
 def test_the_pos_column_of_conll_2003_reads_as_words_and_tags() -> None:
     first, second = read_conll_column(CONLL, column=2, limit=2)
     assert first.words[:3] == ("EU", "rejects", "German") and first.labels[:3] == ("NNP", "VBZ", "JJ")

@@ -166,7 +166,9 @@ def models_on_a_hub(tmp_path_factory: pytest.TempPathFactory, tokenizers) -> Ite
     opus = folder / "opus"
     opus.mkdir()
     torch.manual_seed(0)
-    hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=100, lines=300)).save_pretrained(opus)
+    sentences = synthetic_text(paragraphs=30).splitlines()  # no shared data needed
+    hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=100, texts=(sentences, sentences))).save_pretrained(
+        opus)
     stand_in.publish(OPUS, opus)
     plm.save(plm.from_preset("elmo-micro", softmax=False), folder / "elmo")  # plm's own format, on the Hub
     stand_in.publish(ELMO, folder / "elmo")

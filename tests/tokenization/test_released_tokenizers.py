@@ -34,15 +34,18 @@ def multi30k(name: str, count: int, start: int = 0) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()[start : start + count]
 
 
-def write_marian_tokenizer(directory: Path, vocab_size: int = 200, lines: int = 1000) -> int:
+def write_marian_tokenizer(directory: Path, vocab_size: int = 200, lines: int = 1000,
+                           texts: tuple[list[str], list[str]] | None = None) -> int:
     """source.spm (German), target.spm (English) and vocab.json as Marian's conversion lays them out.
 
     vocab.json is the one id table of both sides: ``</s>`` 0, ``<unk>`` 1, every piece of either model once,
-    a language code, and ``<pad>`` last. Returns its size.
+    a language code, and ``<pad>`` last. Returns its size. ``texts``: the source and target sentences to learn
+    from instead of Multi30k's first ``lines``.
     """
-    for side, name in (("source", "train.de"), ("target", "train.en")):
+    sides = texts or (multi30k("train.de", lines), multi30k("train.en", lines))
+    for side, sentences in zip(("source", "target"), sides):
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(multi30k(name, lines)), model_prefix=str(directory / side), vocab_size=vocab_size,
+            sentence_iterator=iter(sentences), model_prefix=str(directory / side), vocab_size=vocab_size,
             character_coverage=1.0, bos_id=-1, eos_id=0, unk_id=1, minloglevel=2, num_threads=1,
         )
         (directory / f"{side}.model").rename(directory / f"{side}.spm")
