@@ -69,3 +69,4 @@ def test_without_the_package_the_flag_says_what_to_install(text_file: Path, tmp_
                  "--report-to", "tensorboard"]) == 2
     assert capsys.readouterr().err.endswith("--report-to tensorboard needs the tensorboard package: pip install "
                                             "'plm[tensorboard]'\n")
+    assert not (tmp_path / "run").exists()  # refused before anything is written

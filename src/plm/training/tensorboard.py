@@ -17,6 +17,23 @@ from plm.training.run_directory import TENSORBOARD_DIR
 REPORTERS = ("none", "tensorboard")  # --report-to's choices
 
 
+def require_tensorboard() -> Any:
+    """torch's TensorBoard writer class, which needs the tensorboard package (plm's tensorboard extra).
+
+    Returns:
+        ``torch.utils.tensorboard.SummaryWriter``.
+
+    Raises:
+        PLMError: the package is not installed.
+    """
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise PLMError("--report-to tensorboard needs the tensorboard package: pip install 'plm[tensorboard]'"
+                       ) from None
+    return SummaryWriter
+
+
 class TensorBoardLog:
     """Scalars of the run's metrics in ``RUN/tensorboard/`` (``torch.utils.tensorboard``).
 
@@ -29,11 +46,7 @@ class TensorBoardLog:
     """
 
     def __init__(self, run: Path, resumed_from: int | None) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # torch's writer needs the tensorboard package, an extra of plm's
-            raise PLMError("--report-to tensorboard needs the tensorboard package: pip install 'plm[tensorboard]'"
-                           ) from None
+        SummaryWriter = require_tensorboard()
         # purge_step: TensorBoard hides what this folder holds from that step on, written before this session
         self.writer = SummaryWriter(str(run / TENSORBOARD_DIR),
                                     purge_step=None if resumed_from is None else resumed_from + 1)

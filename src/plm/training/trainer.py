@@ -60,7 +60,7 @@ from plm.training.run_directory import (
     write_definition,
 )
 from plm.training.stopping import StopSignals, signal_name
-from plm.training.tensorboard import TensorBoardLog
+from plm.training.tensorboard import TensorBoardLog, require_tensorboard
 
 HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
 # What may differ when a run resumes: how long it goes on, where and how it runs, how it reports. Anything
@@ -232,6 +232,8 @@ class Trainer:
             self.config = config = dataclasses.replace(config, steps=self.steps_for_epochs(config.epochs))
         self.tokenizer = tokenizer
         self.tensorboard: TensorBoardLog | None = None  # opened by start(), on the first process
+        if config.report_to == "tensorboard":
+            require_tensorboard()  # before anything is written to the run directory
         h = config.hyperparameters
         self.optimizer = build_optimizer(h.optimizer, self.model, h.lr, h.weight_decay, h.betas, h.eps)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
