@@ -18,7 +18,7 @@ REPORTERS = ("none", "tensorboard")  # --report-to's choices
 
 
 def require_tensorboard() -> Any:
-    """torch's TensorBoard writer class, which needs the tensorboard package (plm's tensorboard extra).
+    """The TensorBoard writer class of torch, which needs the tensorboard package (plm's tensorboard extra).
 
     Returns:
         ``torch.utils.tensorboard.SummaryWriter``.
