@@ -167,7 +167,7 @@ def models_on_a_hub(tmp_path_factory: pytest.TempPathFactory, tokenizers) -> Ite
     opus.mkdir()
     torch.manual_seed(0)
     sentences = synthetic_text(paragraphs=30).splitlines()  # no shared data needed
-    hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=100, texts=(sentences, sentences))).save_pretrained(
+    hf_marian(vocab_size=write_marian_tokenizer(opus, vocab_size=40, texts=(sentences, sentences))).save_pretrained(
         opus)
     stand_in.publish(OPUS, opus)
     plm.save(plm.from_preset("elmo-micro", softmax=False), folder / "elmo")  # plm's own format, on the Hub
