@@ -4,6 +4,7 @@
 #   examples/seq2seq/equal-time.sh dates 12                           # the built-in dates task
 #   examples/seq2seq/equal-time.sh multi30k 20 ../shared/data/multi30k
 #   MODELS="rnn-luong rnn-luong-local-m rnn-luong-local-p" examples/seq2seq/equal-time.sh dates 8   # others
+#   MODELS="rnn rnn+reverse" examples/seq2seq/equal-time.sh multi30k 20   # +reverse: --reverse-source
 #
 # The four runs train at the same time, one thread each, for the same wall-clock minutes,
 # so each gets the same share of the CPU whatever else the machine is doing (the "user CPU"
@@ -30,9 +31,10 @@ else
 fi
 read -r -a models <<< "${MODELS:-rnn rnn-bahdanau rnn-luong transformer}"
 for model in "${models[@]}"; do
+  reverse=(); [ "${model%+reverse}" != "$model" ] && reverse=(--reverse-source)
   /usr/bin/time -f "$task $model: %e s wall, %U s user CPU" \
-    plm seq2seq train --model "$model" "${files[@]}" --minutes "$minutes" --steps 1000000 \
-    --eval-every 500 --save-every 500 --no-progress --out "$out/$task-$model" --overwrite \
+    plm seq2seq train --model "${model%+reverse}" "${reverse[@]}" "${files[@]}" --minutes "$minutes" \
+    --steps 1000000 --eval-every 500 --save-every 500 --no-progress --out "$out/$task-$model" --overwrite \
     > "$out/$task-$model.log" 2>&1 &
 done
 wait

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
-from plm.decoding import GenerationConfig
+from plm.decoding import GenerationConfig, beam_search
 from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
 from tests.conftest import DATE_PAIRS
@@ -274,3 +275,30 @@ def test_label_smoothing_is_the_familys_papers_unless_a_flag_says_otherwise(
                          vocab_size=300, label_smoothing=flag, metric_examples=0)
     trainer, _ = prepare_seq2seq(setup, TrainingConfig(steps=1, device="cpu"), tmp_path / "run")
     assert trainer.objective.label_smoothing == expected
+
+
+def test_a_model_trained_on_reversed_sources_translates_them_reversed(date_pair_files: Path, tmp_path: Path,
+                                                                       monkeypatch, capsys) -> None:
+    """Sutskever et al.'s reversed source is kept with the model: plm translate feeds it x_n .. x_1 </s> too."""
+    run = tmp_path / "reversed"
+    assert main(["seq2seq", "train", "--model", "rnn", "--reverse-source", "--src", str(date_pair_files / "src.txt"),
+                 "--tgt", str(date_pair_files / "tgt.txt"), "--vocab-size", "300", "--steps", "2",
+                 "--metric-examples", "0", "--out", str(run), "--no-progress", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    read = []
+
+    def recorded_search(model, start, *, source_ids, **options):
+        read.append(source_ids[0].tolist())
+        return beam_search(model, start, source_ids=source_ids, **options)
+
+    monkeypatch.setattr("plm.apps.translation.beam_search", recorded_search)
+    sentence = "the fifth of May, nineteen ninety-nine"
+    monkeypatch.setattr("sys.stdin", io.StringIO(sentence + "\n"))
+    assert main(["translate", "--model", str(run), "--max-len-a", "0", "--max-len-b", "6", "--device", "cpu"]) == 0
+    _, tokenizers = load_seq2seq(run)
+    assert read == [[*reversed(tokenizers.source.encode(sentence)), tokenizers.source.eos_id]]
+    # a model continued must keep its order
+    assert main(["seq2seq", "train", "--model", str(run), "--src", str(date_pair_files / "src.txt"), "--tgt",
+                 str(date_pair_files / "tgt.txt"), "--steps", "1", "--out", str(tmp_path / "on"), "--device",
+                 "cpu"]) == 2
+    assert "reads its sources reversed; continue it with --reverse-source" in capsys.readouterr().err

@@ -85,3 +85,27 @@ def test_a_batch_shifts_the_target_for_teacher_forcing() -> None:
     assert batch["source_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["decoder_input_ids"].tolist() == [[1, 8, 9], [1, 4, 2]]
     assert batch["labels"].tolist() == [[8, 9, 2], [4, 2, 0]]
+
+
+def test_reversed_sources_read_their_tokens_backwards_and_the_order_is_saved_with_the_tokenizers(
+        tmp_path: Path) -> None:
+    pairs = [SentencePair(s, t) for s, t in zip(GERMAN, ENGLISH)] * 20
+    tokenizers = Seq2SeqTokenizers.train(pairs, vocab_size=400, reverse_source=True)
+    words = tokenizers.source.encode("der mann liest ein buch")
+    eos = tokenizers.source.eos_id
+    assert tokenizers.encode_sources(["der mann liest ein buch"]) == [[*reversed(words), eos]]  # Sutskever's x_n..x_1
+    assert tokenizers.encode_targets(["a dog runs"]) == Seq2SeqTokenizers.train(pairs, vocab_size=400).encode_targets(
+        ["a dog runs"])  # the targets keep their order
+    tokenizers.save(tmp_path / "reversed")
+    assert Seq2SeqTokenizers.load(tmp_path / "reversed").encode_sources(["ein hund"]) == [
+        [*reversed(tokenizers.source.encode("ein hund")), eos]]
+    tokenizers.in_source_order(False).save(tmp_path / "in-order")
+    assert not Seq2SeqTokenizers.load(tmp_path / "in-order").reverse_source
+
+
+def test_an_unreadable_source_order_names_its_file(tmp_path: Path) -> None:
+    pairs = [SentencePair(s, t) for s, t in zip(GERMAN, ENGLISH)] * 20
+    Seq2SeqTokenizers.train(pairs, vocab_size=400).save(tmp_path)
+    (tmp_path / "seq2seq.json").write_text('{"reverse_source": "yes"}', encoding="utf-8")
+    with pytest.raises(PLMError, match=r"seq2seq.json: reverse_source must be true or false, got 'yes'"):
+        Seq2SeqTokenizers.load(tmp_path)

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
+from plm.data.parallel import reads_reversed
+from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
 from plm.storage.checkpoint import load_model, model_directory, save_model
@@ -56,6 +58,9 @@ def run(args: argparse.Namespace) -> None:
             if is_sharded_checkpoint(model_dir):  # read whole from the shards of all its processes
                 save_model(model, directory, find_tokenizer(model_dir))
                 return f"plm {model.family} model (consolidated from {model_dir}'s shards)"
+            if reads_reversed(model_dir):  # Marian's and FSMT's configs have no such field: users would get nonsense
+                raise PLMError(f"{model_dir} reads its sources reversed (--reverse-source), which a Hugging Face "
+                               "translation model cannot say; translate it with plm")
             save_hf(model, directory)
             if tokenizer := find_tokenizer(model_dir):
                 tokenizer.save(directory)

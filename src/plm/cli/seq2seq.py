@@ -41,6 +41,7 @@ EXAMPLES = """examples:
   plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
   plm seq2seq train --model rnn-luong --src train.de --tgt train.en --valid-src val.de --valid-tgt val.en
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
+  plm seq2seq train --model rnn --reverse-source --out runs/dates-reversed   # Sutskever et al.'s reversed source
   plm seq2seq train --model Helsinki-NLP/opus-mt-de-en --src train.de --tgt train.en --out runs/opus-de-en
   plm translate --model runs/dates <<< "the fifth of May, nineteen ninety-nine"
 """
@@ -98,6 +99,9 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one"
     )
+    parser.add_argument("--reverse-source", action="store_true",
+                        help="read each source sentence backwards, as Sutskever et al. (2014) do for the RNN without "
+                        "attention; kept with the model, so that translate and eval bleu reverse too")
     parser.add_argument("--max-tokens", type=positive_int, default=2048,
                         help="token budget of a batch (source + target, padding included)")
     parser.add_argument("--label-smoothing", type=float,
@@ -168,7 +172,7 @@ def run_train(args: argparse.Namespace) -> None:
             validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
             vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies, max_tokens=args.max_tokens,
             label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
-            dropout=args.dropout, hyperparameters=args.hyperparameters,
+            dropout=args.dropout, hyperparameters=args.hyperparameters, reverse_source=args.reverse_source,
         )
         with claimed(args.out, check, enabled=is_first_process()):
             trained(setup, training, args, definition)

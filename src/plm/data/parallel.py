@@ -4,16 +4,19 @@ Pairs come from two aligned files (line i of one translates line i of the other)
 one TSV (``source<TAB>target`` per line). Misaligned files and empty sentences are
 errors naming the file and line, found before anything trains.
 
-A source is encoded as ``x_1 .. x_n </s>``; a target as ``<s> y_1 .. y_m </s>``, whose
+A source is encoded as ``x_1 .. x_n </s>`` (or ``x_n .. x_1 </s>``, reversed as Sutskever et al. reverse it,
+when the tokenizers say so); a target as ``<s> y_1 .. y_m </s>``, whose
 first m + 1 tokens the decoder reads (teacher forcing) to predict the last m + 1.
 The tokenizer is byte-level BPE trained on both sides at once (one joint vocabulary)
-or one per side; a separate target tokenizer is saved in ``target/`` of the model directory.
+or one per side; a separate target tokenizer is saved in ``target/`` of the model directory, and a
+reversed source order in its ``seq2seq.json``, so that every user of the model reads sources as it was trained.
 A released translation model's directory (Marian's, fairseq's) holds the files of its own
 tokenizers (:mod:`plm.tokenization.released`), which are read, and saved, in their place.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 # Special tokens of seq2seq tokenizers, ids 0 to 2: padding, start of target, end of sentence.
 SEQ2SEQ_SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>"}
 TARGET_TOKENIZER_DIR = "target"
+SOURCE_ORDER_FILE = "seq2seq.json"  # {"reverse_source": true} when the model reads its sources reversed
 
 
 @dataclass(frozen=True)
@@ -153,14 +157,18 @@ class Seq2SeqTokenizers:
     Args:
         source: the source tokenizer (and the target's, for a joint vocabulary).
         target: the target tokenizer, or None for a joint vocabulary.
+        reverse_source: encode each source's tokens in reverse order (Sutskever et al., 2014, section 3.3):
+            the first target words then sit close to the first source words the encoder read last.
 
     Raises:
         PLMError: a tokenizer without a pad, bos or eos token.
     """
 
-    def __init__(self, source: SideTokenizer, target: SideTokenizer | None = None) -> None:
+    def __init__(self, source: SideTokenizer, target: SideTokenizer | None = None, *,
+                 reverse_source: bool = False) -> None:
         self.source = source
         self.target = target or source
+        self.reverse_source = reverse_source
         for side, tokenizer in (("source", self.source), ("target", self.target)):
             missing = [role for role in ("pad", "bos", "eos") if tokenizer.id_of(role) is None]
             if missing:
@@ -173,7 +181,8 @@ class Seq2SeqTokenizers:
 
     @classmethod
     def train(
-        cls, pairs: Sequence[SentencePair], vocab_size: int = 8000, joint: bool = True, kind: str = "bpe"
+        cls, pairs: Sequence[SentencePair], vocab_size: int = 8000, joint: bool = True, kind: str = "bpe",
+        reverse_source: bool = False,
     ) -> Seq2SeqTokenizers:
         """Learn one vocabulary from both sides (``joint``) or one per side, of ``vocab_size`` each.
 
@@ -183,6 +192,7 @@ class Seq2SeqTokenizers:
             joint: one vocabulary for both sides.
             kind: the tokenizer kind, a key of :data:`plm.tokenization.tokenizer.TOKENIZER_TRAINERS`; "bpe" gets
                 the seq2seq special tokens ``<pad> <s> </s>``.
+            reverse_source: encode sources reversed (see the class).
 
         Returns:
             The tokenizers.
@@ -195,18 +205,33 @@ class Seq2SeqTokenizers:
         sources = [pair.source for pair in pairs]
         targets = [pair.target for pair in pairs]
         if joint:
-            return cls(train(sources + targets, vocab_size=vocab_size, **options))
-        return cls(train(sources, vocab_size=vocab_size, **options), train(targets, vocab_size=vocab_size, **options))
+            return cls(train(sources + targets, vocab_size=vocab_size, **options), reverse_source=reverse_source)
+        return cls(train(sources, vocab_size=vocab_size, **options), train(targets, vocab_size=vocab_size, **options),
+                   reverse_source=reverse_source)
+
+    def in_source_order(self, reverse_source: bool) -> Seq2SeqTokenizers:
+        """The same tokenizers, reading sources reversed or in order.
+
+        Args:
+            reverse_source: encode each source's tokens in reverse order.
+
+        Returns:
+            The tokenizers with that source order.
+        """
+        return Seq2SeqTokenizers(self.source, None if self.joint else self.target, reverse_source=reverse_source)
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Save the source tokenizer into ``directory``, and a separate target one into its ``target/``.
 
-        A released model's two sides both go into ``directory``, under the names its files have there.
+        A released model's two sides both go into ``directory``, under the names its files have there. A reversed
+        source order is written in ``seq2seq.json``.
 
         Args:
             directory: the model directory.
         """
         self.source.save(directory)
+        if self.reverse_source:
+            Path(directory, SOURCE_ORDER_FILE).write_text(json.dumps({"reverse_source": True}) + "\n", encoding="utf-8")
         if isinstance(self.target, ReleasedTokenizer):
             self.target.save(directory)
         elif not self.joint:
@@ -221,16 +246,18 @@ class Seq2SeqTokenizers:
             directory: the model directory.
 
         Returns:
-            The tokenizers; a joint one when ``target/`` holds no tokenizer.
+            The tokenizers; a joint one when ``target/`` holds no tokenizer; reading sources reversed when
+            ``seq2seq.json`` says so.
 
         Raises:
-            PLMError: no readable tokenizer, or one without a pad, bos or eos token.
+            PLMError: no readable tokenizer, one without a pad, bos or eos token, or an unreadable ``seq2seq.json``.
         """
         released = load_released(directory)
         if released is not None:
             return cls(*released)
         target = Path(directory, TARGET_TOKENIZER_DIR)
-        return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None)
+        return cls(Tokenizer.load(directory), Tokenizer.load(target) if (target / "tokenizer.json").is_file() else None,
+                   reverse_source=reads_reversed(directory))
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         """Source sentences as ids ``x_1 .. x_n </s>``.
@@ -239,10 +266,10 @@ class Seq2SeqTokenizers:
             texts: the source sentences.
 
         Returns:
-            The ids of each sentence.
+            The ids of each sentence (``x_n .. x_1 </s>`` when the tokenizers reverse sources).
         """
         eos = self.source.required_id("eos")
-        return [ids + [eos] for ids in self.source.encode_batch(texts)]
+        return [(ids[::-1] if self.reverse_source else ids) + [eos] for ids in self.source.encode_batch(texts)]
 
     def encode_targets(self, texts: Sequence[str]) -> list[list[int]]:
         """Target sentences as ids ``<s> y_1 .. y_m </s>``.
@@ -270,6 +297,30 @@ class Seq2SeqTokenizers:
             row = list(row)
             texts.append(self.target.decode(row[: row.index(eos)] if eos in row else row, skip_special_tokens=True))
         return texts
+
+
+def reads_reversed(directory: str | os.PathLike[str]) -> bool:
+    """Whether the model directory's ``seq2seq.json`` says its sources are read reversed.
+
+    Args:
+        directory: the model directory.
+
+    Returns:
+        True when the file is there and says so.
+
+    Raises:
+        PLMError: a file that is not a JSON object with a boolean ``reverse_source``.
+    """
+    path = Path(directory, SOURCE_ORDER_FILE)
+    if not path.is_file():
+        return False
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("reverse_source")
+    except (ValueError, UnicodeDecodeError, AttributeError) as error:
+        raise PLMError(f"{path}: not a JSON object ({error})") from None
+    if not isinstance(value, bool):
+        raise PLMError(f"{path}: reverse_source must be true or false, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

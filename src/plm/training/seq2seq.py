@@ -70,6 +70,8 @@ class Seq2SeqSetup:
         dropout: every dropout of a new preset's config; None: the preset's own.
         hyperparameters: "cpu": the recipe's CPU-scale values; "paper": the paper's.
         beam: the beam size of the validation metrics' decoding (1: greedy).
+        reverse_source: read each source reversed (Sutskever et al.); kept with the model's tokenizers, so that
+            ``translate`` and ``eval bleu`` reverse too.
     """
 
     model: str = DEFAULT_MODEL
@@ -90,6 +92,7 @@ class Seq2SeqSetup:
     dropout: float | None = None
     hyperparameters: str = "cpu"
     beam: int = 1  # for the validation metrics
+    reverse_source: bool = False
 
 
 def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePair]]:
@@ -184,11 +187,17 @@ def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair
     if resume and (out / CHECKPOINT_DIR / "tokenizer.json").is_file():
         return Seq2SeqTokenizers.load(out / CHECKPOINT_DIR)
     if setup.tokenizer:
-        return Seq2SeqTokenizers.load(setup.tokenizer)
+        return Seq2SeqTokenizers.load(setup.tokenizer).in_source_order(setup.reverse_source)
     if model not in PRESETS:
-        return Seq2SeqTokenizers.load(model_directory(model))
+        tokenizers = Seq2SeqTokenizers.load(model_directory(model))
+        if setup.reverse_source != tokenizers.reverse_source:  # the model's weights learnt one order
+            learnt = "reversed" if tokenizers.reverse_source else "in order"
+            raise PLMError(f"--model {model} reads its sources {learnt}; continue it "
+                           f"{'with' if tokenizers.reverse_source else 'without'} --reverse-source")
+        return tokenizers
     default_size = 8000 if setup.source or setup.tsv else DEFAULT_TASK_VOCABULARY
-    return Seq2SeqTokenizers.train(train, vocab_size=setup.vocab_size or default_size, joint=setup.joint_vocabulary)
+    return Seq2SeqTokenizers.train(train, vocab_size=setup.vocab_size or default_size, joint=setup.joint_vocabulary,
+                                   reverse_source=setup.reverse_source)
 
 
 def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) -> PretrainedModel:
