@@ -201,6 +201,52 @@ def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": [p for p in parameters if id(p) not in matrices], "weight_decay": 0.0}]
 
 
+class ReferenceLamb(torch.optim.Optimizer):
+    """LAMB as You et al. (2019, Algorithm 2) write it, with phi the identity, apart from plm's own: Adam's
+    bias-corrected step r plus decoupled weight decay, scaled per tensor by ||w|| / ||r|| (1 where a norm is
+    0). Groups with ``adapt=False`` take that step unscaled (AdamW's), as ALBERT's code does for biases and
+    norms."""
+
+    def __init__(self, groups: list[dict], lr: float, betas: tuple[float, float], eps: float) -> None:
+        super().__init__(groups, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0, "adapt": True})
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:
+        for group in self.param_groups:
+            (beta1, beta2), eps = group["betas"], group["eps"]
+            for w in group["params"]:
+                if w.grad is None:
+                    continue
+                state = self.state[w]
+                if not state:
+                    state.update(t=0, m=torch.zeros_like(w), v=torch.zeros_like(w))
+                state["t"] += 1
+                t, m, v = state["t"], state["m"], state["v"]
+                m.mul_(beta1).add_(w.grad, alpha=1 - beta1)
+                v.mul_(beta2).add_(w.grad.square(), alpha=1 - beta2)
+                r = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + eps) + group["weight_decay"] * w
+                ratio = 1.0
+                if group["adapt"]:
+                    w_norm, r_norm = w.norm().item(), r.norm().item()
+                    ratio = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
+                w.sub_(group["lr"] * ratio * r)
+
+
+def reference_optimizer(model: nn.Module, config: object) -> torch.optim.Optimizer:
+    """The optimizer plm's recipe names (``config`` is plm's ``TrainingConfig``), written apart from plm's:
+    torch's AdamW, or :class:`ReferenceLamb` with biases and norms unadapted."""
+    groups = decay_groups(model, config.weight_decay)
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+    if config.optimizer == "lamb":
+        # the trust ratio on matrices and embeddings; biases and norms (the vectors) take AdamW's step
+        adapted = [{**group, "params": [p for p in group["params"] if p.dim() >= 2]} for group in groups]
+        vectors = [p for group in groups for p in group["params"] if p.dim() < 2]
+        return ReferenceLamb([*adapted, {"params": vectors, "weight_decay": 0.0, "adapt": False}], lr=config.lr,
+                             betas=config.betas, eps=config.eps)
+    raise SystemExit(f"no reference for the optimizer {config.optimizer!r}")
+
+
 class OwnRandomStream:
     """The reference's own CPU random state: dropout inside ``with stream:`` draws from it; plm's is left alone."""
 

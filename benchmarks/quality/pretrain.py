@@ -20,6 +20,11 @@ random stream of its own, so plm's run is the one it would be alone.
   transformers' ``BertForPreTraining`` (the masked-LM and next-sentence heads) loaded
   from plm's initial weights; both read the MLM objective's batches (the same masks)
   and minimise mean MLM loss + mean NSP loss. The curve and metric are the MLM term.
+- ``albert-mini``: plm's ALBERT with its default objective (MLM over n-grams + SOP) against
+  transformers' ``AlbertForPreTraining`` loaded from plm's initial weights, on the same
+  batches, minimising mean MLM loss + mean SOP loss with LAMB written here
+  (``common.ReferenceLamb``). The curve is the MLM term; each evaluation prints both sides'
+  masked-LM and SOP accuracies too.
 - ``elmo-mini``: plm's ELMo (char-CNN token encoder, ``bilm``) against a word-level
   biLM written here on torch.nn: word embeddings of the projection size (the same word
   vocabulary, rare words as ``<UNK>``), a forward and a backward 2-layer ``nn.LSTM``
@@ -29,14 +34,14 @@ random stream of its own, so plm's run is the one it would be alone.
   reference reads ``<UNK>`` and the char-CNN the spelling (the issue expects the
   characters to help there).
 
-Each reference is a plain PyTorch loop: ``torch.optim.AdamW`` with the recipe's lr,
+Each reference is a plain PyTorch loop: ``torch.optim.AdamW`` (LAMB for ALBERT) with the recipe's lr,
 betas, eps and weight decay (on weight matrices only, not embeddings, biases or norms,
 as plm's recipe does), the recipe's learning rate at every step (from
 ``plm.training.optim.learning_rate``), gradients clipped at the Trainer's norm. Seconds
 per step time the whole step (drawing the batch, forward, backward, update), not the
 evaluations.
 
-For gpt2-mini and bert-mini the two sides compute the same function from the same
+For gpt2-mini, bert-mini and albert-mini the two sides compute the same function from the same
 weights: given the same dropout stream (``build_reference(trainer, seed)`` with plm's
 seed) they give identical validation losses, so any gap in these rows is the noise of
 different dropout masks, or a change in plm's recipe that the reference does not follow.
@@ -61,7 +66,16 @@ for folder in (HERE, HERE.parent):  # common.py, and bench_common.py
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from common import Curve, OwnRandomStream, Row, Settings, StepTimer, decay_groups, group_main, reference_step  # noqa: E402
+from common import (  # noqa: E402
+    Curve,
+    OwnRandomStream,
+    Row,
+    Settings,
+    StepTimer,
+    group_main,
+    reference_optimizer,
+    reference_step,
+)
 
 from bench_common import quiet_transformers  # noqa: E402
 from plm.hf import save_hf  # noqa: E402
@@ -71,11 +85,12 @@ from plm.training.pretrain import PretrainSetup, prepare  # noqa: E402
 from plm.training.trainer import Trainer, TrainingConfig  # noqa: E402
 
 GROUP = "pretrain"
-STEPS = {"gpt2-mini": 300, "bert-mini": 400, "elmo-mini": 800}  # at scale 1
+STEPS = {"gpt2-mini": 300, "bert-mini": 400, "elmo-mini": 800, "albert-mini": 800}  # at scale 1
 EVALUATIONS = 10  # validation points after step 0
 
 Batch = dict[str, torch.Tensor]
-Sums = dict[str, tuple[torch.Tensor, int]]  # loss term -> (summed loss, targets)
+Sums = dict[str, tuple[torch.Tensor, int]]  # loss term -> (summed loss, targets); accuracy_* terms: (hits, targets)
+ACCURACY = "accuracy_"  # the terms that are counted, not trained
 
 
 # The references ------------------------------------------------------------------------------------------
@@ -133,8 +148,7 @@ class Reference:
 
     def __post_init__(self) -> None:
         config = self.config
-        self.optimizer = torch.optim.AdamW(decay_groups(self.model, config.weight_decay), lr=config.lr,
-                                           betas=config.betas, eps=config.eps)
+        self.optimizer = reference_optimizer(self.model, config)
         self.random = OwnRandomStream(self.seed)
         self.timer = StepTimer()
 
@@ -142,7 +156,8 @@ class Reference:
         config = self.config
         with self.timer, self.random:
             reference_step(self.model, self.optimizer, config, step, lambda: sum(
-                total / max(1, count) for total, count in self.losses(self.model, self.draw(step)).values()))
+                total / max(1, count) for term, (total, count) in self.losses(self.model, self.draw(step)).items()
+                if not term.startswith(ACCURACY)))
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -217,6 +232,33 @@ def bert_reference(trainer: Trainer, seed: int) -> Reference:
                      trainer.config, seed)
 
 
+def albert_reference(trainer: Trainer, seed: int) -> Reference:
+    from transformers import AlbertForPreTraining
+
+    if trainer.objective.pair_task != "sop":
+        raise SystemExit(f"the reference is AlbertForPreTraining (MLM + SOP); plm's recipe trains "
+                         f"{trainer.objective.pair_task}")
+    config, objective = trainer.model.config, trainer.objective
+    model = from_plm_weights(trainer.model, AlbertForPreTraining, {
+        "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.attention_dropout,
+        "classifier_dropout_prob": config.dropout})
+
+    def losses(model: nn.Module, batch: Batch) -> Sums:
+        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       token_type_ids=batch["token_type_ids"])
+        labels, pairs = batch["labels"], batch["pair_labels"]  # labels: -100 except at the masked positions
+        mlm = F.cross_entropy(output.prediction_logits.flatten(0, 1), labels.flatten(), reduction="sum")
+        sop = F.cross_entropy(output.sop_logits, pairs, reduction="sum")
+        masked = labels != -100
+        hits = (output.prediction_logits.argmax(-1) == labels)[masked].sum()
+        return {"mlm": (mlm, int(masked.sum())), "sop": (sop, len(labels)),
+                "accuracy_mlm": (hits.float(), int(masked.sum())),
+                "accuracy_sop": ((output.sop_logits.argmax(-1) == pairs).sum().float(), len(labels))}
+
+    return Reference(model, losses, lambda step: objective.batch(step, 0), objective.validation_batches,
+                     trainer.config, seed)
+
+
 def vocabulary_ids(objective: BiLMObjective, blocks: torch.Tensor) -> Batch:
     """Type ids (B, T + 2) -> the middle T words and both directions' targets, as vocabulary ids (B, T).
 
@@ -273,6 +315,8 @@ ROWS = (
                 ("lm",), gpt2_reference),
     PretrainRow("bert-mini", "WikiText-2 bert-mini (mlm+nsp)", "MLM val perplexity", "transformers BertForPreTraining",
                 ("mlm",), bert_reference),
+    PretrainRow("albert-mini", "WikiText-2 albert-mini (mlm+sop)", "MLM val perplexity",
+                "transformers AlbertForPreTraining", ("mlm",), albert_reference),
     PretrainRow("elmo-mini", "WikiText-2 elmo-mini (bilm)", "val perplexity (fwd, bwd mean)",
                 "torch.nn word-level biLM", ("forward", "backward"), elmo_reference, after_rare_words),
 )
@@ -324,9 +368,11 @@ class PairedRun:
         self.plm.record(step, curve_point(self.row, ours))
         self.ref.record(step, curve_point(self.row, theirs))
         self.last = (ours, theirs)
+        accuracies = "".join(f"; {term} plm {metrics.get('val_' + term, float('nan')):.3f}, reference "
+                             f"{theirs[term]:.3f}" for term in theirs if term.startswith(ACCURACY))
         print(f"  {self.row.name} step {step}: val loss plm {self.plm.val_loss[-1]:.4f}, reference "
               f"{self.ref.val_loss[-1]:.4f} (perplexity plm {perplexities(self.row, ours)}; "
-              f"reference {perplexities(self.row, theirs)})", flush=True)
+              f"reference {perplexities(self.row, theirs)}){accuracies}", flush=True)
         return metrics
 
     def run(self) -> None:

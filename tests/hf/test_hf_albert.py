@@ -16,6 +16,7 @@ import torch
 import plm.hf
 from plm.errors import PLMError
 from plm.models import AlbertConfig, from_config
+from tests.hf.random_weights import randomized
 from tests.hf.test_hf_bert import (
     TINY,
     assert_same_outputs,
@@ -24,7 +25,6 @@ from tests.hf.test_hf_bert import (
     check_save,
     hf_outputs,
     plm_outputs,
-    randomized,
 )
 
 transformers = pytest.importorskip("transformers")

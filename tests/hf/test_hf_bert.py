@@ -16,6 +16,7 @@ import torch
 import plm.hf
 from plm.errors import PLMError
 from plm.models import BertConfig, from_config, with_heads
+from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,17 +35,6 @@ ARCHITECTURES = {  # HF class -> (pooler, pretraining heads) of the plm model it
     "BertForPreTraining": (True, ("mlm", "nsp")),
 }
 
-
-def randomized(model):
-    """Every parameter drawn at random (LayerNorm gains near 1), so that a bias or norm mapped wrong shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(std=0.3 if parameter.dim() > 1 else 0.1)
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.add_(1.0)
-    return model.eval()
 
 
 def batch() -> dict[str, torch.Tensor]:

@@ -16,6 +16,7 @@ import torch
 import plm.hf
 from plm.errors import PLMError
 from plm.models import PRESETS, DebertaConfig, from_config, from_preset, with_heads
+from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
 
@@ -42,16 +43,6 @@ VARIANTS = {
     "both-positions": dict(position_biased_input=True, max_relative_positions=3),
 }
 
-
-def randomized(model):
-    """Every parameter drawn at random (LayerNorm gains near 1), so that a bias or norm mapped wrong shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.normal_(std=0.3 if parameter.dim() > 1 else 0.1)
-            if "LayerNorm.weight" in name or name.endswith("norm.weight"):
-                parameter.add_(1.0)
-    return model.eval()
 
 
 def hf_model(variant: str = "c2p+p2c", mlm: bool = True, legacy: bool = True):

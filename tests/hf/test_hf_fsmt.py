@@ -22,6 +22,7 @@ from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.models.transformer import TransformerConfig
+from tests.hf.random_weights import randomized
 from tests.tokenization.test_released_tokenizers import write_fsmt_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -36,18 +37,6 @@ SOURCE_MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])
 TARGETS = torch.tensor([[2, 4, 9, 13, 21, 6], [2, 8, 3, 3, 30, 5]])  # </s> y: fairseq's decoder starts from </s>
 
 
-def randomized(model):
-    """Every weight drawn at random (LayerNorm gains near 1) but the fixed sinusoids, so that a misplaced one shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "embed_positions" not in name:
-                parameter.normal_(std=0.5 if parameter.dim() > 1 else 0.1)
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.add_(1.0)
-    return model.eval()
-
 
 def padded(pad: int) -> torch.Tensor:
     """SOURCES padded with ``pad``: transformers numbers fairseq's positions from the ids, skipping padding."""
@@ -58,7 +47,7 @@ def hf_fsmt(variant: str = "separate", src_vocab_size: int | None = None, tgt_vo
     tied, default_src, pad = VARIANTS[variant]
     config = transformers.FSMTConfig(src_vocab_size=src_vocab_size or default_src, tgt_vocab_size=tgt_vocab_size,
                                      tie_word_embeddings=tied, pad_token_id=pad, **SHAPE)
-    return randomized(transformers.FSMTForConditionalGeneration(config))
+    return randomized(transformers.FSMTForConditionalGeneration(config), std=0.5, keep=("embed_positions",))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

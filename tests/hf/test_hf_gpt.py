@@ -16,36 +16,26 @@ import torch
 import plm.hf
 from plm.errors import PLMError
 from plm.models import PRESETS, GPTConfig, from_config
+from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
 
 TINY = dict(vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
 
-def randomized(model):
-    """Every parameter drawn at random (LayerNorm gains near 1), so that a bias or norm mapped wrong shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(std=0.5 if parameter.dim() > 1 else 0.1)
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.add_(1.0)
-    return model.eval()
-
 
 def hf_model(kind: str):
     if kind == "gpt2":  # no bos/eos: nothing may stop generation early
         config = transformers.GPT2Config(**TINY, n_inner=48, bos_token_id=None, eos_token_id=None)
-        return randomized(transformers.GPT2LMHeadModel(config))
-    return randomized(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**TINY)))
+        return randomized(transformers.GPT2LMHeadModel(config), std=0.5)
+    return randomized(transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**TINY)), std=0.5)
 
 
 def plm_model(kind: str):
     config = GPTConfig(vocab_size=101, context_length=32, dim=32, layers=2, heads=4, ffn_dim=128)
     if kind == "openai-gpt":
         config = dataclasses.replace(config, norm_first=False, final_norm=False, scaled_residual_init=False)
-    return randomized(from_config(config))
+    return randomized(from_config(config), std=0.5)
 
 
 def hf_logits(model, input_ids, attention_mask):
@@ -310,7 +300,7 @@ def test_gpt2_variants_plm_cannot_reproduce_are_refused(changes, tmp_path):
 
 def test_untied_lm_head_is_refused_unless_it_equals_the_embedding(tmp_path):
     config = transformers.GPT2Config(**TINY, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
-    reference = randomized(transformers.GPT2LMHeadModel(config))
+    reference = randomized(transformers.GPT2LMHeadModel(config), std=0.5)
     reference.save_pretrained(tmp_path / "untied")
     with pytest.raises(PLMError, match="lm_head.weight differs from the token embedding"):
         plm.hf.load_hf(tmp_path / "untied")

@@ -29,6 +29,7 @@ from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.models.transformer import TransformerConfig
+from tests.hf.random_weights import randomized
 from tests.tokenization.test_released_tokenizers import write_marian_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -43,18 +44,6 @@ SOURCES = torch.tensor([[5, 17, 42, 8, 9, 3, 21], [12, 7, 7, 30, 2, 0, 0]])
 SOURCE_MASK = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]])
 
 
-def randomized(model):
-    """Every weight drawn at random (LayerNorm gains near 1) but the fixed sinusoids, so that a misplaced one shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "embed_positions" not in name:
-                parameter.normal_(std=0.5 if parameter.dim() > 1 else 0.1)
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.add_(1.0)
-    return model.eval()
-
 
 def hf_marian(layout: str = "shared", vocab_size: int = 50):
     """A random MarianMTModel whose padding token (the decoder's start) is the last id of the target vocabulary."""
@@ -64,7 +53,7 @@ def hf_marian(layout: str = "shared", vocab_size: int = 50):
         vocab_size=vocab_size, decoder_vocab_size=decoder_vocab_size, share_encoder_decoder_embeddings=shared,
         tie_word_embeddings=tied, pad_token_id=pad, decoder_start_token_id=pad, **SHAPE,
     )
-    model = randomized(transformers.MarianMTModel(config))
+    model = randomized(transformers.MarianMTModel(config), std=0.5, keep=("embed_positions",))
     with torch.no_grad():
         model.final_logits_bias.normal_()
     return model

@@ -16,6 +16,7 @@ from plm.errors import PLMError
 from plm.models import from_preset
 from plm.storage.atomic_files import read_tensors
 from plm.tasks import TaskModel, task_model
+from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,17 +45,6 @@ CLASSES = [
     "OpenAIGPTForSequenceClassification",
 ]
 
-
-def randomized(model):
-    """Every parameter drawn at random (LayerNorm gains near 1), so that a bias or norm mapped wrong shows."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.normal_(std=0.3 if parameter.dim() > 1 else 0.1)
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.add_(1.0)
-    return model.eval()
 
 
 def hf_model(name: str):

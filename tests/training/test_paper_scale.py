@@ -13,8 +13,8 @@ import plm.cli.pretrain
 from plm.cli.main import main
 from plm.errors import PLMError
 from plm.models import RECIPES
-from plm.models.recipe import PaperScale
-from plm.training.paper_scale import accumulation, paper_run
+from plm.models.recipe import PaperScale, TranslationScale
+from plm.training.paper_scale import accumulation, paper_run, translation_run
 from plm.training.pretrain import PretrainSetup, block_size_of, prepare, steps_for_epochs
 from plm.training.trainer import TrainingConfig
 
@@ -35,6 +35,10 @@ def test_each_family_s_paper_scale_is_the_seeds() -> None:
     # ELMo (bilm-tf): 128 sequences per GPU on 3 GPUs, 20 words unrolled, 10 epochs.
     assert (elmo.batch_size, elmo.block_size, elmo.epochs, elmo.steps) == (384, 20, 10, None)
     assert scale["deberta"] is scale["rnn"] is scale["transformer"] is None
+    # The Transformer: "Batch size 25000", about 25,000 source and 25,000 target tokens; base: 100,000 steps.
+    transformer = RECIPES["transformer"].translation_scale
+    assert (transformer.batch_tokens, transformer.steps) == (25_000 + 25_000, 100_000)
+    assert RECIPES["rnn"].translation_scale is None  # the seed gives no run size of the RNN papers
     with pytest.raises(ValueError, match="steps or in epochs"):
         PaperScale(batch_size=1, block_size=1, source="neither")
 
@@ -168,3 +172,38 @@ def test_plan_shows_the_paper_s_micro_batch_and_global_batch(capsys: pytest.Capt
     assert "--hyperparameters paper: batch 4,096 = 32 x 128 accumulated, 125,000 steps" in shown
     # The paper's optimizer, and the micro-batch (the largest divisor of 4,096 up to 48) at the paper's length.
     assert "lamb, batch 32 x 512 tokens per process" in shown
+
+
+@pytest.mark.parametrize(("max_tokens", "processes", "given", "expected"), [
+    (4096, 1, {}, {"grad_accum": 13, "steps": 100_000}),       # 13 x 4,096 = 53,248 >= 50,000 > 12 x 4,096
+    (4096, 2, {}, {"grad_accum": 7, "steps": 100_000}),        # 7 x 4,096 x 2 = 57,344
+    (50_000, 1, {}, {"grad_accum": 1, "steps": 100_000}),
+    (4096, 1, {"grad_accum": 2, "steps": 10}, {"grad_accum": 2, "steps": 10}),  # flags given win
+])
+def test_the_transformer_accumulates_micro_batches_up_to_its_paper_s_tokens(
+    max_tokens: int, processes: int, given: dict[str, int], expected: dict[str, int]
+) -> None:
+    settings, line = translation_run("transformer-base", max_tokens, processes, given)
+    assert settings == expected
+    assert "(the paper's: 50,000)" in line
+
+
+def test_seq2seq_train_takes_the_paper_s_token_batches_and_a_resume_keeps_them(
+        date_pair_files: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RECIPES, "transformer", dataclasses.replace(
+        RECIPES["transformer"], translation_scale=TranslationScale(batch_tokens=600, steps=2, source="test")))
+    out = tmp_path / "run"
+    files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
+    assert main(["seq2seq", "train", "--model", "transformer-micro", "--hyperparameters", "paper", *files,
+                 "--max-tokens", "256", "--metric-examples", "0", "--out", str(out), *QUICK]) == 0
+    assert ("--hyperparameters paper: batches of 768 source and target tokens = --max-tokens 256 x 3 accumulated "
+            "(the paper's: 600), 2 steps (test)") in capsys.readouterr().err
+    assert json.loads((out / "training_config.json").read_text())["grad_accum"] == 3
+    assert json.loads((out / "run.json").read_text())["flags"]["steps"] == 2
+    # The recipe changes; the run resumed (extended to 3 steps) keeps the accumulation it started with.
+    monkeypatch.setitem(RECIPES, "transformer", dataclasses.replace(
+        RECIPES["transformer"], translation_scale=TranslationScale(batch_tokens=6000, steps=2, source="test")))
+    assert main(["seq2seq", "train", "--out", str(out), "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert "--hyperparameters paper" not in capsys.readouterr().err
+    assert json.loads((out / "training_config.json").read_text())["grad_accum"] == 3
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 3

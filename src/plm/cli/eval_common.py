@@ -5,12 +5,31 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping
 
-from plm.cli.common import check_output_file
+from plm.cli.common import add_device, add_weights, check_output_file, positive_int
 from plm.storage.atomic_files import write_json
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to this JSON file")
+
+
+def add_prompted_answers(parser: argparse.ArgumentParser, answer: str, max_new_tokens: int, predictions: str) -> None:
+    """The flags of a zero-shot command that answers its prompts greedily, in batches: the length of an
+    ``answer``, the batch, a file of the ``predictions`` (what it holds), --json, --device and the weights'."""
+    parser.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens,
+                        help=f"the most tokens of {answer}")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
+    parser.add_argument("--predictions", metavar="FILE", help=f"also write {predictions} to this JSON file")
+    add_json(parser)
+    add_device(parser)
+    add_weights(parser)
+
+
+def report_answers(args: argparse.Namespace, title: str, numbers: Mapping[str, Any], predictions: Any) -> None:
+    """:func:`report` the scores, and write the ``predictions`` to ``--predictions`` when given."""
+    report(title, numbers, args.json)
+    if args.predictions:
+        write_json(args.predictions, predictions)
 
 
 def check_outputs(*paths: str | None) -> None:

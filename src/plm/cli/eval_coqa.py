@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.coqa import evaluate_coqa
-from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_outputs, report
-from plm.storage.atomic_files import write_json
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
   plm eval coqa --model runs/pretrain coqa-dev-v1.0.json --limit 500
@@ -32,14 +31,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run (plm or Hugging Face)")
     parser.add_argument("file", help="CoQA JSON file")
     parser.add_argument("--limit", type=positive_int, help="answer only the first N questions of the file")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=32, help="the most tokens of an answer")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="questions decoded together")
-    parser.add_argument("--predictions", metavar="FILE",
-                        help='also write the answers to this JSON file ([{"id", "turn_id", "answer"}], the official '
-                        "script's format)")
-    add_json(parser)
-    add_device(parser)
-    add_weights(parser)
+    add_prompted_answers(parser, "an answer", 32, 'the answers ([{"id", "turn_id", "answer"}], the official '
+                         "script's format)")
     parser.set_defaults(run=run_coqa)
 
 
@@ -48,6 +41,4 @@ def run_coqa(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args)
     result = evaluate_coqa(model, tokenizer, args.file, args.limit, args.max_new_tokens, args.batch_size,
                            progress=True)
-    report(f"CoQA (F1 and exact match x 100): {args.file}", result.as_dict(), args.json)
-    if args.predictions:
-        write_json(args.predictions, result.predictions)
+    report_answers(args, f"CoQA (F1 and exact match x 100): {args.file}", result.as_dict(), result.predictions)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.open_qa import evaluate_open_qa
-from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_outputs, report
-from plm.storage.atomic_files import write_json
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
   plm eval qa --model runs/pretrain NQ-open.dev.jsonl --limit 500
@@ -37,14 +36,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=positive_int, help="answer only the first N questions after the examples")
     parser.add_argument("--confident-fraction", type=float, default=0.01,
                         help="the share of the most confident answers scored apart")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=32, help="the most tokens of an answer")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="questions decoded together")
-    parser.add_argument("--predictions", metavar="FILE",
-                        help='also write the answers to this JSON file ([{"question", "answer", "probability", '
-                        '"correct"}])')
-    add_json(parser)
-    add_device(parser)
-    add_weights(parser)
+    add_prompted_answers(parser, "an answer", 32,
+                         'the answers ([{"question", "answer", "probability", "correct"}])')
     parser.set_defaults(run=run_qa)
 
 
@@ -53,6 +46,4 @@ def run_qa(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args)
     result = evaluate_open_qa(model, tokenizer, args.file, args.shots, args.examples, args.limit,
                               args.confident_fraction, args.max_new_tokens, args.batch_size, progress=True)
-    report(f"open-domain QA (exact match %): {args.file}", result.as_dict(), args.json)
-    if args.predictions:
-        write_json(args.predictions, result.predictions)
+    report_answers(args, f"open-domain QA (exact match %): {args.file}", result.as_dict(), result.predictions)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.translation_prompt import evaluate_translation_prompt
-from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
-from plm.cli.eval_common import add_json, check_outputs, report
-from plm.storage.atomic_files import write_json
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
   plm eval translate --model runs/pretrain --src test_2016_flickr.en --ref test_2016_flickr.fr
@@ -35,12 +34,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--examples-src", metavar="FILE", help="take the example sentences from this file instead")
     parser.add_argument("--examples-ref", metavar="FILE", help="their translations, aligned with --examples-src")
     parser.add_argument("--limit", type=positive_int, help="translate only the first N sentences after the examples")
-    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="the most tokens of a translation")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="sentences decoded together")
-    parser.add_argument("--predictions", metavar="FILE", help="also write the translations to this JSON file")
-    add_json(parser)
-    add_device(parser)
-    add_weights(parser)
+    add_prompted_answers(parser, "a translation", 64, "the translations")
     parser.set_defaults(run=run_translate)
 
 
@@ -51,6 +45,4 @@ def run_translate(args: argparse.Namespace) -> None:
         model, tokenizer, args.src, args.ref, args.shots, args.examples_src, args.examples_ref, args.limit,
         args.max_new_tokens, args.batch_size, progress=True,
     )
-    report(f"translation by prompting: {args.src} -> {args.ref}", result.as_dict(), args.json)
-    if args.predictions:
-        write_json(args.predictions, result.translations)
+    report_answers(args, f"translation by prompting: {args.src} -> {args.ref}", result.as_dict(), result.translations)

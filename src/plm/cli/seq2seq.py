@@ -4,6 +4,7 @@ plm seq2seq average: average a run's last checkpoints."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from plm.storage.checkpoint import is_training_run, save_model
 from plm.storage.loading import is_plm_directory
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
+from plm.training.paper_scale import translation_run
 from plm.training.parallel import unsharded
 from plm.training.run_directory import check_run_directory, claimed
 from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
@@ -164,9 +166,12 @@ def starting_model(name: str) -> Iterator[str]:
 
 def run_train(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
-    training = training_config(args)
     check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
     with starting_model(args.model) as model:
+        if args.hyperparameters == "paper" and not args.resume:  # a resumed run has the values in its run.json
+            set_translation_scale(args, model)
+            definition = run_definition(args, RUN)
+        training = training_config(args)
         setup = Seq2SeqSetup(
             model=model, source=args.src, target=args.tgt, tsv=args.tsv, validation_source=args.valid_src,
             validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
@@ -176,6 +181,17 @@ def run_train(args: argparse.Namespace) -> None:
         )
         with claimed(args.out, check, enabled=is_first_process()):
             trained(setup, training, args, definition)
+
+
+def set_translation_scale(args: argparse.Namespace, model: str) -> None:
+    """--hyperparameters paper: the paper's tokens per batch (micro-batches of --max-tokens accumulated) and steps,
+    for each of --grad-accum and --steps not given; says what it set."""
+    given = {name: getattr(args, name) for name in ("grad_accum", "steps") if name in args.given_flags}
+    settings, line = translation_run(model, args.max_tokens, int(os.environ.get("WORLD_SIZE", "1")), given)
+    for name, value in settings.items():
+        setattr(args, name, value)
+    if is_first_process():
+        print(line, file=sys.stderr)
 
 
 def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:

@@ -90,6 +90,22 @@ class PaperScale:
             raise ValueError(f"{self.source}: a short phase is shorter than block_size and a share of the steps")
 
 
+@dataclass(frozen=True)
+class TranslationScale:
+    """The size of an encoder-decoder paper's training run, whose batches are counted in tokens.
+
+    Attributes:
+        batch_tokens: source and target tokens per optimizer step, over all processes and accumulated
+            micro-batches (plm's ``--max-tokens`` counts both sides, padding included).
+        steps: optimizer steps.
+        source: where the numbers come from.
+    """
+
+    batch_tokens: int
+    steps: int
+    source: str
+
+
 TRANSLATION = GenerationConfig(max_len_a=1.5, max_new_tokens=10)
 """How an encoder-decoder family translates unless its recipe says otherwise: greedy, at most 1.5 target tokens
 per source token and 10 more."""
@@ -107,8 +123,10 @@ class PretrainingRecipe:
         hyperparameters: the CPU-scale defaults plm trains with.
         paper: the published hyperparameters.
         source: where ``paper`` comes from.
-        paper_scale: the size of the paper's run (batch, sequence length, steps or epochs); None where the
-            papers give none that plm can train (DeBERTa), or plm's trainer for the family does not take it yet.
+        paper_scale: the size of the paper's pre-training run (batch, sequence length, steps or epochs); None
+            where the papers give none that plm can train (DeBERTa) or the family does not pre-train.
+        translation_scale: an encoder-decoder paper's run (tokens per batch, steps); None where the seeds give
+            none (the RNNs).
         max_ngram: the longest masked span, in words.
         block_size: the training sequences' tokens; None means the model's context.
         decoding: how an encoder-decoder family translates by default.
@@ -124,6 +142,7 @@ class PretrainingRecipe:
     paper: Hyperparameters
     source: str
     paper_scale: PaperScale | None = None
+    translation_scale: TranslationScale | None = None
     max_ngram: int = 1
     block_size: int | None = None
     decoding: GenerationConfig = TRANSLATION

@@ -146,7 +146,7 @@ RECIPE = PretrainingRecipe(
     paper=Hyperparameters(lr=2e-4, min_lr=2e-4, warmup=0, schedule="constant", betas=(0.9, 0.999), weight_decay=0.0),
     source="Luong et al. (2015) section 4.1; Adam values of GNMT (Wu et al. 2016) section 8.1",
     label_smoothing=0.0,  # neither Bahdanau et al. nor Luong et al. smooth labels (Szegedy et al. came a year later)
-    paper_scale=None,  # plm seq2seq train does not take the paper's run size yet
+    translation_scale=None,  # the seed (004) gives no batch or length of the RNN papers' runs
 )
 
 

@@ -55,7 +55,7 @@ from plm.cpu.linear import Linear, linear
 from plm.decoding.generation_config import GenerationConfig
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PretrainingRecipe, TranslationScale
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,10 @@ RECIPE = PretrainingRecipe(
         weight_decay=0.0,
     ),
     source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
+    # Section 5.1: batches of about 25,000 source and 25,000 target tokens (the seed: "Batch size 25000");
+    # 5.2: the base model for 100,000 steps (the big one for 300,000: --steps 300000).
+    translation_scale=TranslationScale(batch_tokens=2 * 25_000, steps=100_000,
+                                       source="Attention Is All You Need sections 5.1-5.2"),
     # Section 6.1: beam search with a beam of 4 and length penalty alpha 0.6, at most input length + 50 tokens.
     decoding=GenerationConfig(num_beams=4, length_penalty=0.6, max_len_a=1.0, max_new_tokens=50),
     label_smoothing=0.1,  # section 5.4: epsilon_ls = 0.1

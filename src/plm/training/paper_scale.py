@@ -10,6 +10,7 @@ kept as given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -163,3 +164,41 @@ def short_phase(scale: PaperScale, settings: Mapping[str, int | float], given: M
     if short >= settings["block_size"]:
         return {}
     return {"short_block_size": short, "short_steps": round(scale.short_fraction * settings["steps"])}
+
+
+def translation_run(model: str, max_tokens: int, processes: int = 1,
+                    given: Mapping[str, int] | None = None) -> tuple[dict[str, int], str]:
+    """The accumulation and steps of an encoder-decoder's run at its paper's scale, but for those ``given``.
+
+    Micro-batches of ``max_tokens`` source and target tokens are accumulated (on every process) up to the
+    paper's tokens per batch, rounded up: the Transformer's 50,000 with ``--max-tokens 4096`` on one process
+    take 13 micro-batches, 53,248 tokens.
+
+    Args:
+        model: a family, a preset or a plm model directory of an encoder-decoder.
+        max_tokens: the token budget of one micro-batch (``--max-tokens``).
+        processes: the run's processes.
+        given: ``grad_accum`` or ``steps`` the user gave explicitly, which are kept.
+
+    Returns:
+        The settings (``grad_accum``, ``steps``; none where the recipe has no paper run) and a line that says what
+        was set.
+
+    Raises:
+        PLMError: an unknown model.
+    """
+    given = dict(given or {})
+    family = model_class(model_config(check_model_name(model))).family
+    scale = RECIPES[family].translation_scale
+    if scale is None:
+        return {}, (f"--hyperparameters paper: the {family} recipe holds no batch or steps of its paper, so only the "
+                    "optimizer and its schedule come from the paper")
+    settings = {"grad_accum": given.get("grad_accum", math.ceil(scale.batch_tokens / (max_tokens * processes))),
+                "steps": given.get("steps", scale.steps)}
+    processed = f" x {processes} processes" if processes > 1 else ""
+    kept = [f"--{name.replace('_', '-')}" for name in settings if name in given]
+    line = (f"--hyperparameters paper: batches of {max_tokens * settings['grad_accum'] * processes:,} source and "
+            f"target tokens = --max-tokens {max_tokens:,} x {settings['grad_accum']} accumulated{processed} (the "
+            f"paper's: {scale.batch_tokens:,}), {settings['steps']:,} steps ({scale.source})"
+            + (f"; {', '.join(kept)} as given" if kept else ""))
+    return settings, line
