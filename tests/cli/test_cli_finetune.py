@@ -463,3 +463,12 @@ def test_under_torchrun_each_step_reads_one_batch_per_process_and_one_process_re
     assert load_model(out) is not None
     best, kept = load_model(summary["best"]["directory"]).state_dict(), load_model(out).state_dict()
     assert best.keys() == kept.keys() and all(torch.equal(best[name], kept[name]) for name in best)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_precision_chooses_the_autocast_of_fine_tuning_as_of_pre_training(tmp_path, capsys, precision):
+    out = tmp_path / "run"
+    code, _, err = run_main(capsys, "finetune", "--task", "classify", *QUICK, "--max-steps", "1", "--precision",
+                            precision, "--no-progress", "--device", "cpu", "--out", out)
+    assert code == 0, err
+    assert json.loads((out / "training_config.json").read_text())["precision"] == precision

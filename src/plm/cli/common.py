@@ -209,8 +209,7 @@ def add_schedule(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
     add_keep_last(parser)
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
-    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
-                        help="autocast precision (auto: bf16/fp16 on GPU, fp32 on CPU)")
+    add_training_precision(parser)
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
 
@@ -226,6 +225,14 @@ def add_process(parser: argparse.ArgumentParser) -> None:
                         "default is the environment's PLM_REPORT_TO, or none")
     add_seed(parser)
     add_device(parser)
+
+
+def add_training_precision(parser: argparse.ArgumentParser) -> None:
+    """``--precision``: the autocast precision of a training run (the weights and optimizer state stay fp32)."""
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
+                        help="autocast precision of the forward and backward passes; the weights and optimizer "
+                        "state stay fp32 (auto: bf16 on a GPU that has it, else fp16; bf16 on a CPU with "
+                        "AVX512-BF16 or AMX, else fp32)")
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:

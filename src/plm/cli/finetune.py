@@ -11,6 +11,7 @@ from plm.cli.common import (
     add_revision,
     add_run_directory,
     add_tag_column,
+    add_training_precision,
     check_output_directory,
     parallelism,
     positive_float,
@@ -150,6 +151,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                       "are kept, the interrupted one resumes from its checkpoint")
     parser.add_argument("--save-every", type=positive_int, default=500,
                         help="steps between checkpoints within an epoch (each epoch's end saves one too)")
+    add_training_precision(parser)
     add_process(parser)
     parser.set_defaults(run=run_finetune)
 
@@ -162,7 +164,8 @@ def run_finetune(args: argparse.Namespace) -> None:
         warmup_fraction=args.warmup,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
         tag_column=args.tag_column, seed=args.seed,
-        device=args.device, synthetic_size=args.synthetic_size, features=args.features, combine=args.combine,
+        device=args.device, precision=args.precision, synthetic_size=args.synthetic_size, features=args.features,
+        combine=args.combine,
         elmo=args.elmo, elmo_output=args.elmo_output, symmetric=args.symmetric, progress=not args.no_progress,
         minutes=args.minutes, max_steps=args.max_steps, pooling=args.pooling,
         mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),

@@ -98,6 +98,8 @@ class FinetuneSetup:
         tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
         seed: the first run's seed.
         device: "auto", "cpu", "cuda" or "cuda:N".
+        precision: autocast precision of training (:func:`plm.device.resolve_precision`): "auto", "fp32", "bf16"
+            or "fp16".
         progress: show progress bars.
         synthetic_size: the built-in task's training examples (a quarter as many for validation).
         features: the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3), for every task of
@@ -132,6 +134,7 @@ class FinetuneSetup:
     tag_column: int | None = None  # tag: the CoNLL column of the tags (1: the word); None: the layout's last
     seed: int = 0
     device: str = "auto"
+    precision: str = "auto"
     progress: bool = True
     synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
     features: tuple[int, ...] | None = None  # the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3)
@@ -484,7 +487,8 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
                 betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch,
                 save_every=min(per_epoch, setup.save_every),
-                log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, progress=setup.progress,
+                log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, precision=setup.precision,
+                progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
                 report_to=setup.report_to,
             )
