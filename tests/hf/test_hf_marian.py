@@ -185,6 +185,20 @@ def test_seq2seq_train_fine_tunes_a_marian_directory_and_translate_reads_the_run
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
+def test_convert_carries_the_two_tokenizers_both_ways(marian_directory, tmp_path, capsys):
+    """plm convert of an opus-mt directory gives a plm model that translates as the original; converting it back
+    gives a directory transformers' MarianTokenizer reads with the same ids."""
+    directory, _ = marian_directory
+    assert main(["convert", "--model", str(directory), "--out", str(tmp_path / "plm")]) == 0
+    search = GenerationConfig(num_beams=2, length_penalty=0.0, max_len_a=0.0, max_new_tokens=6)
+    expected = translate_ids(*load_seq2seq(directory), SENTENCES, search)
+    assert translate_ids(*load_seq2seq(tmp_path / "plm"), SENTENCES, search) == expected
+    assert main(["convert", "--model", str(tmp_path / "plm"), "--out", str(tmp_path / "hf")]) == 0
+    original = transformers.MarianTokenizer.from_pretrained(directory)
+    assert transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")(SENTENCES).input_ids == original(
+        SENTENCES).input_ids
+
+
 # --- plm -> Hugging Face ---------------------------------------------------------------------------------
 
 

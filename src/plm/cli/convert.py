@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
-from plm.data.parallel import reads_reversed
+from plm.data.parallel import Seq2SeqTokenizers, reads_reversed
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
@@ -14,6 +14,8 @@ from plm.storage.checkpoint import load_model, model_directory, save_model
 from plm.storage.hub import local_or_hub
 from plm.storage.loading import find_tokenizer, is_plm_directory
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
+from plm.tokenization.released import load_released
+from plm.tokenization.tokenizer import Tokenizer
 
 EXAMPLES = """examples:
   plm convert --model hf-gpt2/ --out gpt2-plm/          # Hugging Face -> plm
@@ -48,6 +50,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def carried_tokenizer(directory: Path) -> Seq2SeqTokenizers | Tokenizer | None:
+    """What goes with a converted model: a released translation model's two tokenizers (Marian's SentencePiece,
+    FSMT's BPE files), else the tokenizer :func:`find_tokenizer` finds, or None."""
+    released = load_released(directory)
+    return Seq2SeqTokenizers(*released) if released is not None else find_tokenizer(directory)
+
+
 def run(args: argparse.Namespace) -> None:
     source = local_or_hub(args.model, args.revision)
 
@@ -56,20 +65,20 @@ def run(args: argparse.Namespace) -> None:
             model_dir = model_directory(source)
             model = load_model(model_dir)
             if is_sharded_checkpoint(model_dir):  # read whole from the shards of all its processes
-                save_model(model, directory, find_tokenizer(model_dir))
+                save_model(model, directory, carried_tokenizer(model_dir))
                 return f"plm {model.family} model (consolidated from {model_dir}'s shards)"
             if reads_reversed(model_dir):  # Marian's and FSMT's configs have no such field: users would get nonsense
                 raise PLMError(f"{model_dir} reads its sources reversed (--reverse-source), which a Hugging Face "
                                "translation model cannot say; translate it with plm")
             save_hf(model, directory)
-            if tokenizer := find_tokenizer(model_dir):
+            if tokenizer := carried_tokenizer(model_dir):
                 tokenizer.save(directory)
             return f"Hugging Face {model.family} checkpoint"
         if (allennlp := allennlp_elmo_files(source)) is not None:
             save_model(load_allennlp_elmo(*allennlp), directory)
             return "plm elmo model (AllenNLP's biLM)"
         model = load_hf(source)
-        save_model(model, directory, find_tokenizer(source))
+        save_model(model, directory, carried_tokenizer(source))
         return f"plm {model.family} model"
 
     print(f"wrote {write_model_directory(source, Path(args.out), args.overwrite, write)} to {args.out}")
