@@ -120,3 +120,30 @@ def test_the_state_survives_a_checkpoint(tmp_path):
 def test_bad_hyperparameters_are_refused():
     with pytest.raises(PLMError, match="betas in"):
         Lamb([nn.Parameter(torch.ones(1))], betas=(0.9, 1.0))
+
+
+def test_a_fused_projection_steps_as_its_three_matrices_would_apart():
+    """plm's in_proj stacks W_Q, W_K, W_V; ALBERT's code has three matrices, each with its own trust ratio."""
+    torch.manual_seed(0)
+    blocks = [torch.randn(4, 6) * scale for scale in (0.02, 0.05, 1.0)]  # norms far apart
+    fused = nn.Parameter(torch.cat(blocks))
+    apart = [nn.Parameter(block.clone()) for block in blocks]
+    fused_lamb = Lamb([{"params": [fused], "parts": 3}], lr=0.1, weight_decay=0.01)
+    apart_lamb = Lamb(apart, lr=0.1, weight_decay=0.01)
+    for _ in range(3):
+        gradients = [torch.randn(4, 6) * scale for scale in (1e-3, 1.0, 10.0)]
+        fused.grad = torch.cat(gradients)
+        for parameter, gradient in zip(apart, gradients):
+            parameter.grad = gradient.clone()
+        fused_lamb.step()
+        apart_lamb.step()
+    torch.testing.assert_close(fused.detach(), torch.cat([parameter.detach() for parameter in apart]))
+
+
+def test_the_optimizer_groups_put_each_fused_projection_in_its_own_blocks():
+    from plm.models import from_config, preset_config
+    from plm.training.optim import parameter_groups
+
+    model = from_config(preset_config("albert-micro"))
+    [fused] = [group for group in parameter_groups(model, 0.01) if group.get("parts") == 3]
+    assert fused["params"] == [block.attention.in_proj.weight for block in model.blocks[:1]]  # shared by all layers

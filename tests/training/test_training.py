@@ -63,18 +63,22 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
 
 def test_weight_decay_on_weight_matrices_only_and_no_trust_ratio_for_biases_and_norms() -> None:
     model = plm.from_preset("gpt2-micro")
-    matrices, embeddings, biases_and_norms = parameter_groups(model, 0.01)
+    matrices, fused, embeddings, biases_and_norms = parameter_groups(model, 0.01)
     names = {id(p): n for n, p in model.named_parameters()}
 
     def group(g):
         return {names[id(p)] for p in g["params"]}
 
-    assert group(matrices) == {n for n, p in model.named_parameters() if p.dim() == 2} - group(embeddings)
+    assert group(fused) == {f"blocks.{i}.attention.in_proj.weight" for i in range(len(model.blocks))}
+    two_dimensional = {n for n, p in model.named_parameters() if p.dim() == 2}
+    assert group(matrices) == two_dimensional - group(embeddings) - group(fused)
     assert group(embeddings) == {"token_embedding.weight", "position_embedding.weight"}
     assert {"blocks.0.attention.in_proj.bias", "blocks.0.attention_norm.weight"} <= group(biases_and_norms)
-    assert [g["weight_decay"] for g in (matrices, embeddings, biases_and_norms)] == [0.01, 0.0, 0.0]
-    assert [g["layer_adaptation"] for g in (matrices, embeddings, biases_and_norms)] == [True, True, False]
-    assert len(group(matrices) | group(embeddings) | group(biases_and_norms)) == len(list(model.parameters()))
+    groups = (matrices, fused, embeddings, biases_and_norms)
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.01, 0.0, 0.0]
+    assert [g["layer_adaptation"] for g in groups] == [True, True, True, False]
+    assert fused["parts"] == 3  # W_Q, W_K, W_V: a trust ratio each
+    assert len(set.union(*map(group, groups))) == len(list(model.parameters()))
 
 
 def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path, monkeypatch) -> None:

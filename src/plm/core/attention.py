@@ -28,6 +28,8 @@ from plm.core.masks import Packing
 from plm.cpu.linear import Linear, linear
 from plm.errors import PLMError
 
+FUSED_PARTS = 3  # the blocks of the fused in_proj: W_Q, W_K, W_V, stacked by rows
+
 
 class KVCache:
     """Keys and values of one attention layer, pre-allocated for ``max_length`` tokens.
@@ -175,6 +177,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = dim // heads
         self.dropout = dropout
         self.in_proj = Linear(dim, 3 * dim, bias=bias)
+        self.in_proj.fused_parts = FUSED_PARTS  # W_Q, W_K, W_V: three layers to a layer-wise optimizer (LAMB)
         self.out_proj = Linear(dim, dim, bias=bias)
         self.keep_weights = False  # set by attention_weights(); then ``weights`` holds the last call's
         self.weights: torch.Tensor | None = None  # (B, H, T, S)

@@ -235,7 +235,14 @@ class WideLinear(torch.autograd.Function):
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) whose product is :func:`linear`."""
+    """nn.Linear (same parameters and state dict) whose product is :func:`linear`.
+
+    Attributes:
+        fused_parts: the row blocks that are layers of their own to a layer-wise optimizer (LAMB): 3 for a fused
+            W_Q, W_K, W_V projection; 1 for one layer.
+    """
+
+    fused_parts: int = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Compute x W^T + b through :func:`linear`.

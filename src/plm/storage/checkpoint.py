@@ -483,7 +483,12 @@ def load_checkpoint(
         load_shards(directory, model, optimizer, state)
     else:
         model.load_state_dict(load_model(directory).state_dict())
-        optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state["optimizer"]))
+        try:
+            optimizer.load_state_dict(unflatten_optimizer(read_tensors(directory / OPTIMIZER_FILE), state["optimizer"]))
+        except ValueError as error:  # torch's check that the parameter groups match
+            raise PLMError(f"{directory}: the optimizer state does not fit this plm's optimizer ({error}); the run "
+                           "was saved by another version of plm: finish it with that version, or start a new run "
+                           "from its model (--model)") from None
     state.pop("optimizer")
     state.pop("shards", None)
     prefix = f"{rank}."

@@ -12,7 +12,13 @@ length, to ``lr * ||w||``, which lets large batches use a large learning rate
 (ALBERT: batch 4096, lr 0.00176). The paper's phi is the identity here.
 
 A parameter group with ``layer_adaptation=False`` takes plain AdamW steps; Google's
-implementation (used for ALBERT) exempts LayerNorm and bias parameters this way.
+implementation (used for ALBERT) exempts LayerNorm and bias parameters this way. A group
+with ``parts=3`` holds fused matrices (plm's one ``in_proj`` for W_Q, W_K and W_V): each of
+their three row blocks is a layer of its own, with its own ratio, as the separate query, key
+and value matrices of ALBERT's code have. One ratio for the three would let the value
+matrix's steady step set the length of the query's and key's, which at the start of
+training are small and noisy, and keep attention from learning (an albert-mini that did so
+stayed at the most frequent token where transformers' ALBERT on the same batches learned).
 All state is tensors, the step count included, so checkpoints store it in safetensors.
 """
 
@@ -36,6 +42,7 @@ class Lamb(torch.optim.Optimizer):
         eps: added to the second moment's square root.
         weight_decay: the decoupled weight decay, added to the step before the trust ratio.
         layer_adaptation: scale each tensor's step by the trust ratio; False takes AdamW's step.
+        parts: the row blocks of each tensor that take a ratio each (a fused projection's Q, K, V: 3).
 
     Raises:
         PLMError: a negative lr, eps or weight decay, or a beta outside [0, 1).
@@ -49,6 +56,7 @@ class Lamb(torch.optim.Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.01,
         layer_adaptation: bool = True,
+        parts: int = 1,
     ) -> None:
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= beta < 1 for beta in betas):
             raise PLMError(
@@ -60,6 +68,7 @@ class Lamb(torch.optim.Optimizer):
             "eps": eps,
             "weight_decay": weight_decay,
             "layer_adaptation": layer_adaptation,
+            "parts": parts,
         }
         super().__init__(params, defaults)
 
@@ -108,7 +117,9 @@ class Lamb(torch.optim.Optimizer):
                 update = m_hat / (v_hat.sqrt() + group["eps"])
                 if group["weight_decay"] != 0:
                     update.add_(weight, alpha=group["weight_decay"])
-                if group["layer_adaptation"]:
+                if group["layer_adaptation"] and group["parts"] > 1:
+                    scale_parts(weight, update, group["parts"])
+                elif group["layer_adaptation"]:
                     update.mul_(trust_ratio(weight, update))
                 weight.add_(update, alpha=-group["lr"])
         return loss
@@ -127,3 +138,60 @@ def trust_ratio(weight: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
     weight_norm, update_norm = weight.norm(), update.norm()
     usable = (weight_norm > 0) & (update_norm > 0)
     return torch.where(usable, weight_norm / update_norm.clamp(min=torch.finfo(update_norm.dtype).tiny), 1.0)
+
+
+def scale_parts(weight: torch.Tensor, update: torch.Tensor, parts: int) -> None:
+    """Multiply each of the ``parts`` equal row blocks of ``update`` by its own trust ratio, in place.
+
+    Under FSDP (a DTensor whose rows are sharded over the processes in ``torch.chunk``'s blocks) each process
+    sums the squares of its rows into their blocks, and the sums are added over the processes.
+
+    Args:
+        weight: a fused parameter, w, (parts * rows, ...).
+        update: its Adam step with weight decay, r, of the same shape.
+        parts: the row blocks.
+
+    Raises:
+        PLMError: rows that do not split into ``parts`` blocks, or a DTensor sharded otherwise than by rows.
+    """
+    if weight.shape[0] % parts:
+        raise PLMError(f"a tensor of {weight.shape[0]} rows does not split into {parts} blocks")
+    block_rows = weight.shape[0] // parts
+    local_weight, local_update, first_row, group = local_rows(weight, update)
+    block = (first_row + torch.arange(local_weight.shape[0], device=local_weight.device)) // block_rows  # of each row
+    squares = torch.zeros(2, parts, dtype=torch.float32, device=local_weight.device)
+    squares[0].index_add_(0, block, local_weight.float().pow(2).flatten(1).sum(1))
+    squares[1].index_add_(0, block, local_update.float().pow(2).flatten(1).sum(1))
+    if group is not None:
+        torch.distributed.all_reduce(squares, group=group)
+    weight_norm, update_norm = squares.sqrt()  # (parts,) each
+    usable = (weight_norm > 0) & (update_norm > 0)
+    ratio = torch.where(usable, weight_norm / update_norm.clamp(min=torch.finfo(update_norm.dtype).tiny), 1.0)
+    local_update.mul_(ratio[block].to(local_update.dtype).view(-1, *[1] * (local_update.dim() - 1)))
+
+
+def local_rows(weight: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
+    """This process's rows of ``weight`` and ``update``, the index of the first, and the group that holds the
+    others (None: all are here).
+
+    Args:
+        weight: a parameter, a plain tensor or FSDP2's DTensor sharded by rows.
+        update: its step, laid out as ``weight``.
+
+    Returns:
+        The local rows of each, the first one's index in the whole tensor, and the process group or None.
+
+    Raises:
+        PLMError: a DTensor sharded otherwise than by rows over one mesh dimension.
+    """
+    from torch.distributed.tensor import DTensor, Shard
+
+    if not isinstance(weight, DTensor):
+        return weight, update, 0, None
+    if not isinstance(update, DTensor) or tuple(weight.placements) != (Shard(0),) or tuple(update.placements) != (
+            Shard(0),):
+        raise PLMError(f"LAMB's fused blocks need rows sharded over one mesh dimension, not {weight.placements}")
+    mesh = weight.device_mesh
+    rows_per_process = -(-weight.shape[0] // mesh.size())  # torch.chunk's blocks: the last ones may be short
+    first_row = min(mesh.get_local_rank() * rows_per_process, weight.shape[0])
+    return weight.to_local(), update.to_local(), first_row, mesh.get_group()

@@ -8,22 +8,25 @@ import torch
 from torch import nn
 
 from plm.core import LearnedPositions
+from plm.core.attention import FUSED_PARTS
 from plm.errors import PLMError
 from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.training.lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Three groups: weight matrices (decayed), embeddings, and biases and norms (neither decayed).
+    """Four groups: weight matrices (decayed), fused Q, K, V projections (decayed), embeddings, and biases and
+    norms (neither decayed); an empty group is left out.
 
     Weight decay applies to weight matrices only, as in GPT-1 ("all non bias or gain
-    weights") and BERT. The groups carry ``layer_adaptation`` for LAMB: biases and
-    LayerNorm parameters take plain Adam steps, as in the LAMB implementation ALBERT
-    used. Their trust ratio ||w|| / ||r|| would otherwise pin a zero-initialised bias
-    to growing by a factor of about (1 + lr) per step.
+    weights") and BERT. A fused projection (a module whose ``fused_parts`` is 3) is a group of
+    its own, whose ``parts`` tell LAMB to take each of its blocks as a layer. The groups carry
+    ``layer_adaptation`` for LAMB: biases and LayerNorm parameters take plain Adam steps, as in
+    the LAMB implementation ALBERT used. Their trust ratio ||w|| / ||r|| would otherwise pin a
+    zero-initialised bias to growing by a factor of about (1 + lr) per step.
     """
     embedding_modules = (nn.Embedding, LearnedPositions)
-    matrices, embeddings, biases_and_norms = [], [], []
+    matrices, fused, embeddings, biases_and_norms = [], [], [], []
     for module in model.modules():
         for name, parameter in module.named_parameters(recurse=False):
             if not parameter.requires_grad:
@@ -32,13 +35,17 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
                 biases_and_norms.append(parameter)
             elif isinstance(module, embedding_modules):
                 embeddings.append(parameter)
+            elif getattr(module, "fused_parts", 1) == FUSED_PARTS:
+                fused.append(parameter)
             else:
                 matrices.append(parameter)
-    return [
+    groups = [
         {"params": matrices, "weight_decay": weight_decay, "layer_adaptation": True},
+        {"params": fused, "weight_decay": weight_decay, "layer_adaptation": True, "parts": FUSED_PARTS},
         {"params": embeddings, "weight_decay": 0.0, "layer_adaptation": True},
         {"params": biases_and_norms, "weight_decay": 0.0, "layer_adaptation": False},
     ]
+    return [group for group in groups if group["params"]]
 
 
 def learning_rate(schedule: str, step: int, peak: float, warmup: int, total: int, floor: float) -> float:
@@ -76,6 +83,7 @@ def build_optimizer(
     if name == "adamw":
         for group in groups:
             del group["layer_adaptation"]
+            group.pop("parts", None)
         fused = next(model.parameters()).device.type == "cuda"
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
     if name == "lamb":
@@ -83,5 +91,6 @@ def build_optimizer(
     if name == "adagrad":  # as bilm-tf (TensorFlow's): accumulators start at 1; it takes no betas
         for group in groups:
             del group["layer_adaptation"]
+            group.pop("parts", None)
         return torch.optim.Adagrad(groups, lr=lr, eps=eps, initial_accumulator_value=1.0)
     raise PLMError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
