@@ -171,8 +171,9 @@ def scale_parts(weight: torch.Tensor, update: torch.Tensor, parts: int) -> None:
 
 
 def local_rows(weight: torch.Tensor, update: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
-    """This process's rows of ``weight`` and ``update``, the index of the first, and the group that holds the
-    others (None: all are here).
+    """This process's rows of ``weight`` and ``update``, where the first is, and the group that holds the rest.
+
+    A plain tensor is all here: its rows start at 0 and there is no group.
 
     Args:
         weight: a parameter, a plain tensor or FSDP2's DTensor sharded by rows.

@@ -15,8 +15,9 @@ from plm.training.lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Four groups: weight matrices (decayed), fused Q, K, V projections (decayed), embeddings, and biases and
-    norms (neither decayed); an empty group is left out.
+    """Weight matrices, fused Q, K, V projections (both decayed), embeddings, biases and norms: a group each.
+
+    A group with no parameters is left out.
 
     Weight decay applies to weight matrices only, as in GPT-1 ("all non bias or gain
     weights") and BERT. A fused projection (a module whose ``fused_parts`` is 3) is a group of
