@@ -48,6 +48,7 @@ def test_every_command_has_help_with_examples(command: list[str], capsys: pytest
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     assert "usage: plm" in help_text
+    assert "%%" not in help_text  # a description is printed as written: "15%%" would show doubled
     groups = {("tokenizer",), ("eval",), ("elmo",), ("seq2seq",)}  # a group's help lists its subcommands
     if command and command != ["demo"] and tuple(command) not in groups:
         assert "examples:" in help_text

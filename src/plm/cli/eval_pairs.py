@@ -19,9 +19,9 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "pairs",
         help="accuracy of an encoder's masked-LM and NSP/SOP heads on a text",
         description="Build pre-training examples from FILE as training builds them (documents separated by blank "
-        "lines, 15%% of the tokens masked, pairs for --task) and print the accuracy of the masked-LM head over the "
+        "lines, 15% of the tokens masked, pairs for --task) and print the accuracy of the masked-LM head over the "
         "masked positions and of the pair head over the pairs. A head trained for one pair task is scored on the "
-        "other's pairs as ALBERT's Table 5 does (an NSP head scores about 52%% on SOP pairs, an SOP head about 79%% "
+        "other's pairs as ALBERT's Table 5 does (an NSP head scores about 52% on SOP pairs, an SOP head about 79% "
         "on NSP pairs); a model without a pair head says so.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
