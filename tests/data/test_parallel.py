@@ -101,6 +101,8 @@ def test_reversed_sources_read_their_tokens_backwards_and_the_order_is_saved_wit
         [*reversed(tokenizers.source.encode("ein hund")), eos]]
     tokenizers.in_source_order(False).save(tmp_path / "in-order")
     assert not Seq2SeqTokenizers.load(tmp_path / "in-order").reverse_source
+    tokenizers.in_source_order(False).save(tmp_path / "reversed")  # over the reversed ones: in order now
+    assert not Seq2SeqTokenizers.load(tmp_path / "reversed").reverse_source
 
 
 def test_an_unreadable_source_order_names_its_file(tmp_path: Path) -> None:

@@ -230,8 +230,11 @@ class Seq2SeqTokenizers:
             directory: the model directory.
         """
         self.source.save(directory)
+        order = Path(directory, SOURCE_ORDER_FILE)
         if self.reverse_source:
-            Path(directory, SOURCE_ORDER_FILE).write_text(json.dumps({"reverse_source": True}) + "\n", encoding="utf-8")
+            order.write_text(json.dumps({"reverse_source": True}) + "\n", encoding="utf-8")
+        else:  # saved over a directory that held a reversed model's tokenizers: sources in order now
+            order.unlink(missing_ok=True)
         if isinstance(self.target, ReleasedTokenizer):
             self.target.save(directory)
         elif not self.joint:
