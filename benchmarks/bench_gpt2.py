@@ -31,6 +31,7 @@ from plm.cpu.int8 import quantize
 from plm.decoding.generation import generate
 from plm.hf import load_hf
 from plm.models import GPTConfig
+from plm.models.gpt import GPT
 
 CONFIGS = {
     # Like the gpt2-mini preset: per-token Python overhead dominates decoding here.
@@ -157,11 +158,20 @@ def logits_of(model, input_ids: torch.Tensor) -> torch.Tensor:
     return model(input_ids).logits
 
 
+def mean_loss(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """Each library's own next-token loss: plm's from its targets (the loss taken with the head,
+    plm.core.linear_cross_entropy), HF's from the logits, upcast as its own loss function does."""
+    inputs, targets = input_ids[:, :-1], input_ids[:, 1:]
+    if isinstance(getattr(model, "_orig_mod", model), GPT):  # plm's, or plm's under torch.compile
+        return model(inputs, targets=targets).loss / targets.numel()
+    logits = logits_of(model, inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
 def train_step_fn(model, optimizer, input_ids: torch.Tensor, autocast) -> Callable[[], float]:
     def step() -> float:
         with autocast():
-            logits = logits_of(model, input_ids[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), input_ids[:, 1:].reshape(-1))
+            loss = mean_loss(model, input_ids)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -6,6 +6,7 @@ from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_pos
 from plm.core.masks import Packing, build_attention_mask
 from plm.core.outputs import CausalLMOutput, ModelOutput
 from plm.core.stack import run_blocks
+from plm.cpu.cross_entropy import linear_cross_entropy
 from plm.cpu.linear import Linear, linear
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "build_attention_mask",
     "build_position_ids",
     "linear",
+    "linear_cross_entropy",
     "run_blocks",
 ]

@@ -34,6 +34,8 @@ class CausalLMOutput(ModelOutput):
 
     Attributes:
         logits: (batch, time, vocab) the scores of the next token at each position.
+        loss: the summed next-token cross-entropy, when the model was given targets (and then no logits).
     """
 
     logits: torch.Tensor | None = None
+    loss: torch.Tensor | None = None

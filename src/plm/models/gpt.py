@@ -25,6 +25,7 @@ from plm.core import (
     run_blocks,
 )
 from plm.core.embeddings import check_context
+from plm.cpu.cross_entropy import linear_cross_entropy
 from plm.cpu.linear import linear
 from plm.models.base import CausalLM
 from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
@@ -179,13 +180,16 @@ class GPT(CausalLM):
         position_ids: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
         num_logits: int | None = None,
+        targets: torch.Tensor | None = None,
     ) -> CausalLMOutput:
         """Next-token logits of input_ids (batch, time); attention_mask (batch, past + time), 0 marks padding.
 
         With a cache, ``input_ids`` are only the new tokens and the mask covers the
         cached ones too (a static cache's: all its positions, 0 at those not written
         yet; see :meth:`plm.core.KVCache.make_static`). ``num_logits`` computes the LM
-        head for the last positions only (generation needs one).
+        head for the last positions only (generation needs one). ``targets`` gives the
+        summed next-token loss instead of the logits, which it never keeps whole
+        (:func:`plm.core.linear_cross_entropy`): the way to train.
 
         Args:
             input_ids: (batch, time) token ids (with a cache, the new tokens only).
@@ -193,10 +197,12 @@ class GPT(CausalLM):
             position_ids: (batch, time) positions (default: counted from the mask, or from the cache's length).
             cache: one key/value cache per block, which the new tokens' keys and values are appended to.
             num_logits: compute the logits of only this many last positions (default: all).
+            targets: (batch, time) the next token of each position (-100: not scored); with them the output
+                holds the summed ``loss`` and no logits.
 
         Returns:
             The output: the final hidden states (batch, time, dim), the logits (batch, time or num_logits, vocab)
-            and the cache.
+            or the loss, and the cache.
 
         Raises:
             PLMError: the cached and new tokens need more positions than the context, or do not fit in the cache.
@@ -214,6 +220,9 @@ class GPT(CausalLM):
         mask, is_causal = build_attention_mask(attention_mask, time, key_length, causal=True)
         hidden = self.embedding_dropout(self.token_embedding(input_ids) + positions)
         hidden = self.final_norm(run_blocks(self.blocks, hidden, mask, is_causal=is_causal, caches=cache))
+        if targets is not None:
+            loss = linear_cross_entropy(hidden, self.token_embedding.weight, targets)  # tied head
+            return CausalLMOutput(last_hidden_state=hidden, loss=loss, cache=cache)
         head_input = hidden if num_logits is None else hidden[:, -num_logits:]
         logits = linear(head_input, self.token_embedding.weight)  # tied: (B, T, vocab)
         return CausalLMOutput(last_hidden_state=hidden, logits=logits, cache=cache)

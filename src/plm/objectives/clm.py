@@ -6,7 +6,6 @@ from typing import Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from plm.data.tokens import BlockSampler, validation_blocks
@@ -87,8 +86,7 @@ class CausalLMObjective:
             ``lm``, the summed loss.
         """
         tokens = batch["tokens"]  # (B, T + 1): inputs are [:, :-1], targets [:, 1:]
-        logits = model(tokens[:, :-1]).logits
-        return {"lm": F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")}
+        return {"lm": model(tokens[:, :-1], targets=tokens[:, 1:]).loss}
 
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """The validation blocks, in order and the same every time.
