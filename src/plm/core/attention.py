@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.masks import Packing
+from plm.cpu.attention import scaled_dot_product_attention
 from plm.cpu.linear import Linear, linear
 from plm.errors import PLMError
 
@@ -364,9 +365,7 @@ class MultiHeadAttention(nn.Module):
         """
         dropout = self.dropout if self.training else 0.0
         if not self.keep_weights:
-            return F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
-            )
+            return scaled_dot_product_attention(queries, keys, values, mask, dropout, is_causal, scale)
         scores = (queries @ keys.transpose(-1, -2)) * scale  # (B, H, T, S)
         if is_causal:
             mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
