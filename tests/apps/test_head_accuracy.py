@@ -50,3 +50,28 @@ def test_a_model_without_a_pair_head_is_reported_as_such(text, tokenizer, capsys
     assert str(result).endswith("no pair head to score on nsp pairs")
     with pytest.raises(plm.PLMError, match="has no masked-LM head"):
         head_accuracies(encoder(tokenizer, ()), tokenizer, text, "sop")
+
+
+def test_the_table_5_script_scores_each_trained_head_on_both_tasks(tmp_path: Path) -> None:
+    """examples/pretraining/albert-table5.sh at 2 steps of a micro model: its four cells are the four pairings."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "valid.txt").write_text(synthetic_text(paragraphs=80, seed=1), encoding="utf-8")
+    (data / "test.txt").write_text(synthetic_text(paragraphs=30, seed=2), encoding="utf-8")
+    script = Path(__file__).parents[2] / "examples" / "pretraining" / "albert-table5.sh"
+    environment = {**os.environ, "STEPS": "2", "MODEL": "albert-micro", "OUT": str(tmp_path / "runs"),
+                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # this plm and python
+    table = subprocess.run([str(script), str(data)], env=environment, capture_output=True, text=True, check=True)
+    rows = table.stdout.splitlines()[2:]
+    assert [row.split("|")[1].strip() for row in rows] == ["MLM + NSP", "MLM + SOP"]
+    for row, trained in zip(rows, ("nsp", "sop")):
+        cells = [cell.strip() for cell in row.split("|")[2:4]]
+        for cell, task in zip(cells, ("nsp", "sop")):
+            scored = json.loads((tmp_path / "runs" / f"{trained}-on-{task}.json").read_text())
+            assert (scored["pair_head"], scored["task"]) == (trained, task)
+            assert cell == f"{scored['accuracy_pair']:.1%}"

@@ -19,6 +19,7 @@ from plm.objectives import MaskedLMObjective
 from plm.tokenization.tokenizer import Tokenizer
 
 PAIR_TASKS = ("nsp", "sop")
+PRETRAINING_LENGTH = 128  # the recipes' encoder examples (plm pretrain --block-size)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class HeadAccuracies:
 
 
 def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLike[str], task: str,
-                    max_length: int = 128, batch_size: int = 32, seed: int = 0) -> HeadAccuracies:
+                    max_length: int | None = None, batch_size: int = 32, seed: int = 0) -> HeadAccuracies:
     """Score ``model``'s masked-LM head, and its pair head on ``task``'s pairs, on the text of ``path``.
 
     Args:
@@ -63,7 +64,7 @@ def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLik
         tokenizer: its tokenizer.
         path: a UTF-8 text, documents separated by blank lines (NSP draws its random B from another document).
         task: ``nsp`` or ``sop``: the pairs to build.
-        max_length: tokens per example.
+        max_length: tokens per example (None: 128, as pre-training's examples, or the model's context if shorter).
         batch_size: examples per forward pass.
         seed: the masking and pairing's seed.
 
@@ -81,6 +82,7 @@ def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLik
         raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
     pair_head = next((head for head in PAIR_TASKS if head in heads), None)
     documents = read_corpus([path], [path]).validation
+    max_length = max_length or min(PRETRAINING_LENGTH, model.config.context_length)
     objective = MaskedLMObjective(documents, documents, tokenizer, max_length=max_length, batch_size=batch_size,
                                   pair_task=task if pair_head else "none", seed=seed, validation_batches_max=None)
     metrics = objective.validation_metrics(model.eval())

@@ -29,7 +29,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_model(parser, "encoder directory or training run (plm or Hugging Face)")
     parser.add_argument("file", help="UTF-8 text, documents separated by blank lines")
     parser.add_argument("--task", choices=PAIR_TASKS, required=True, help="the pairs to build: nsp or sop")
-    parser.add_argument("--max-length", type=positive_int, default=128, help="tokens per example")
+    parser.add_argument("--max-length", type=positive_int,
+                        help="tokens per example (default: 128, as pre-training's, or the model's context if shorter)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_seed(parser)
     add_json(parser)
