@@ -78,8 +78,13 @@ class CausalLMObjective:
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed next-token cross-entropy: the model reads ``tokens[:, :-1]`` and predicts ``tokens[:, 1:]``.
 
+        The model takes the loss itself, from ``targets`` (as :class:`plm.models.GPT` does with
+        :func:`plm.core.linear_cross_entropy`), so that FSDP's whole output weight is at hand and
+        no (batch, time, vocab) logits are kept.
+
         Args:
-            model: the causal LM (or its DDP wrapper).
+            model: the causal LM (or its DDP or FSDP wrapper); ``model(ids, targets=...)`` returns an output
+                whose ``loss`` is the summed next-token cross-entropy.
             batch: a batch of this objective.
 
         Returns:
