@@ -47,6 +47,7 @@ bench: setup
 	$(PY) benchmarks/bench_seq2seq.py --config small
 	$(PY) benchmarks/bench_finetune.py --config both
 	$(PY) benchmarks/bench_fsdp.py --config both
+	$(PY) benchmarks/bench_data.py
 	$(PY) benchmarks/summary.py
 
 quality: setup

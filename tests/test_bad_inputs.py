@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gzip
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+import pyarrow
 import pytest
+from pyarrow import parquet
 from safetensors.torch import load_file, save_file
 
 from plm.cli.main import build_parser, main
 from plm.config import config_from_dict, config_to_dict
+from plm.data.prepare import PrepareOptions, prepare_corpus
 from plm.errors import PLMError
 from plm.models import PRESETS, from_config, from_preset, preset_config, with_heads
 from plm.storage.checkpoint import load_model, save_model
@@ -92,6 +96,18 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "a-directory").mkdir()
     (root / "gap.txt").write_text("the first line\n\nthe third line\n")
     (root / "empty-sentence.tsv").write_text("sentence\tlabel\na good film\t1\n\t0\n")
+
+    # Corpora in the formats plm data prepare reads, broken; prepared corpora, finished or not.
+    (root / "cut.txt.gz").write_bytes(gzip.compress(text.encode())[:-30])
+    (root / "list.jsonl").write_text('{"text": "fine"}\n["not", "an", "object"]\n')
+    (root / "fields.jsonl").write_text('{"body": "the text is here"}\n')
+    parquet.write_table(pyarrow.table({"content": ["a row"]}), root / "rows.parquet")
+    (root / "glob").mkdir()
+    (root / "glob" / "a.txt").write_text("fine\n")
+    (root / "glob" / "b.txt").write_bytes("one\n\ntwo caf\u00e9\n".encode("latin-1"))
+    prepare_corpus([root / "text.txt"], bpe, root / "prepared-gpt", options=PrepareOptions(progress=False))
+    (root / "unfinished").mkdir()
+    (root / ".unfinished.preparing").mkdir()
     return root
 
 
@@ -102,7 +118,7 @@ CASES = {
     # From the first table: unreadable text, unknown names, broken or foreign checkpoints.
     "empty": (["pretrain", *TINY_RUN, "--train", "{w}/empty.txt", "--out", "{w}/run"], "empty.txt: the file is empty"),
     "not utf-8": (["pretrain", *TINY_RUN, "--train", "{w}/latin1.txt", "--out", "{w}/run"],
-                  "latin1.txt: not valid UTF-8 at byte 3 (0xe9)"),
+                  "latin1.txt:1: not valid UTF-8 at byte 3 (0xe9)"),
     "missing": (["pretrain", *TINY_RUN, "--train", "{w}/nope.txt", "--out", "{w}/run"], "nope.txt: no such file"),
     "preset": (["pretrain", "--model", "gpt5", "--out", "{w}/run"], "unknown preset 'gpt5'"),
     "block size": (["pretrain", *TINY_RUN, "--block-size", "100", "--train", "{w}/text.txt", "--out", "{w}/run"],
@@ -186,11 +202,32 @@ CASES = {
     "stride equals window": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/text.txt",
                               "--window", "32", "--stride", "32"],
                              "stride must be between 1 and window - 1 (31), got 32"),
+    # Corpora of every format, and prepared corpora.
+    "truncated gz": (["pretrain", *TINY_RUN, "--train", "{w}/cut.txt.gz", "--out", "{w}/run"],
+                     "cut.txt.gz: truncated or corrupt gzip file"),
+    "jsonl not an object": (["data", "prepare", "{w}/list.jsonl", "--tokenizer", "{w}/gpt", "--out", "{w}/prepared"],
+                            "list.jsonl:2: expected a JSON object {...}, got list"),
+    "jsonl without the field": (["pretrain", *TINY_RUN, "--train", "{w}/fields.jsonl", "--out", "{w}/run"],
+                                "fields.jsonl:1: no field 'text' (the fields are body)"),
+    "parquet without the column": (["data", "prepare", "{w}/rows.parquet", "--tokenizer", "{w}/gpt",
+                                    "--out", "{w}/prepared"],
+                                   "rows.parquet: no column 'text' (the columns are content)"),
+    "not utf-8 in a glob": (["data", "prepare", "{w}/glob/*.txt", "--tokenizer", "{w}/gpt", "--out", "{w}/prepared"],
+                            "b.txt:3: not valid UTF-8 at byte 12 (0xe9)"),
+    "empty input": (["data", "prepare", "{w}/empty.txt", "--tokenizer", "{w}/gpt", "--out", "{w}/prepared"],
+                    "empty.txt: the file is empty"),
+    "unfinished prepare": (["pretrain", *TINY_RUN, "--data", "{w}/unfinished", "--out", "{w}/run"],
+                           "unfinished: its prepare has not finished"),
+    "prepared with another tokenizer": (["pretrain", *TINY_RUN, "--data", "{w}/prepared-gpt", "--tokenizer",
+                                         "{w}/bert", "--out", "{w}/run"], "prepared-gpt: prepared with another "
+                                        "tokenizer"),
+    "prepare over a model": (["data", "prepare", "{w}/text.txt", "--tokenizer", "{w}/gpt", "--out", "{w}/bert"],
+                             "bert: holds other files; choose another directory, or overwrite it"),
     # Binary files wherever text is read.
     "binary pretrain": (["pretrain", *TINY_RUN, "--train", "{w}/binary.txt", "--out", "{w}/run"],
-                        "binary.txt: looks like a binary file (it has NUL bytes"),
+                        "binary.txt:1: looks like a binary file (it has NUL bytes"),
     "binary tokenizer": (["tokenizer", "train", "{w}/binary.txt", "--out", "{w}/tok"],
-                         "binary.txt: looks like a binary file"),
+                         "binary.txt:1: looks like a binary file"),
     "binary prompt file": (["generate", "--model", "{w}/gpt", "--prompt-file", "{w}/binary.txt"],
                            "binary.txt: looks like a binary file"),
     "binary embed file": (["embed", "--model", "{w}/bert", "--file", "{w}/binary.txt"],

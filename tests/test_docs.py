@@ -35,7 +35,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 DOCUMENTS = [ROOT / "README.md", *PAGES]
 # The workflow pages of the site, each to start with a runnable example (runs.md starts with a full-size run).
-WORKFLOWS = ("install", "models", "tokenizers", "pretraining", "finetuning", "seq2seq", "elmo", "zeroshot",
+WORKFLOWS = ("install", "models", "tokenizers", "pretraining", "data", "finetuning", "seq2seq", "elmo", "zeroshot",
              "compare", "serve", "scaling", "huggingface", "architecture")
 
 MARKER = re.compile(r"^<!-- (runnable|file: ([\w.-]+)) -->$")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.cli.test_cli import TINY_RUN
 
-EXTRAS = ("starlette", "uvicorn", "huggingface_hub", "tensorboard", "sentencepiece", "sacremoses", "h5py")
+EXTRAS = ("starlette", "uvicorn", "huggingface_hub", "tensorboard", "sentencepiece", "sacremoses", "h5py", "pyarrow",
+          "zstandard")
 WITHOUT_EXTRAS = f"""
 import sys
 for name in {EXTRAS!r}:
@@ -36,6 +37,9 @@ def test_the_base_install_trains_and_generates_and_names_the_extra_a_command_nee
     generated = plm_without_extras("generate", "--model", "run", "the", "--max-new-tokens", "2", "--device", "cpu",
                                    cwd=tmp_path)
     assert generated.returncode == 0, generated.stderr
+    parquet, zstd = tmp_path / "rows.parquet", tmp_path / "text.txt.zst"
+    parquet.write_bytes(b"PAR1")
+    zstd.write_bytes(b"(\xb5/\xfd")
     for args, message in [
         (("serve", "--model", "run"), "plm serve: error: plm serve needs starlette: pip install 'plm[serve]'\n"),
         (("generate", "--model", "owner/model", "hi"),
@@ -43,6 +47,10 @@ def test_the_base_install_trains_and_generates_and_names_the_extra_a_command_nee
          "install 'plm[hub]'\n"),
         (("pretrain", *TINY_RUN, "--train", str(text_file), "--steps", "2", "--out", "run2", "--report-to",
           "tensorboard"), "--report-to tensorboard needs the tensorboard package: pip install 'plm[tensorboard]'\n"),
+        (("data", "prepare", str(parquet), "--tokenizer", "run/tokenizer", "--out", "data"),
+         f"{parquet}: reading Parquet needs pyarrow: pip install 'plm[data]'\n"),
+        (("pretrain", *TINY_RUN, "--train", str(zstd), "--steps", "2", "--out", "run3"),
+         f"{zstd}: reading .zst files needs zstandard: pip install 'plm[data]'\n"),
     ]:
         refused = plm_without_extras(*args, cwd=tmp_path)
         assert refused.returncode == 2 and refused.stderr.endswith(message), refused.stderr

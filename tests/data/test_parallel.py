@@ -68,14 +68,16 @@ def test_a_joint_tokenizer_knows_both_sides_and_separate_ones_round_trip(tmp_pat
 def test_budget_batches_hold_every_pair_once_and_each_stays_under_the_budget() -> None:
     lengths = [(3, 4), (10, 12), (5, 5), (2, 2), (9, 11), (4, 3), (7, 8), (1, 2), (12, 9)]
     data = EncodedPairs([[0] * s for s, _ in lengths], [[0] * t for _, t in lengths])
-    batches = token_budget_batches(data, max_tokens=40)
+    batches = token_budget_batches(data.source_lengths, data.target_lengths, max_tokens=40)
     assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
     for batch in batches:  # the padded size, computed from the definition
         assert len(batch) * (max(lengths[i][0] for i in batch) + max(lengths[i][1] for i in batch)) <= 40
     # greedy over the length-sorted pairs
     assert [sorted(batch) for batch in batches] == [[0, 3, 5, 7], [2, 6], [4], [1], [8]]
+    among = token_budget_batches(data.source_lengths, data.target_lengths, max_tokens=40, among=[1, 2, 3, 6])
+    assert [sorted(batch) for batch in among] == [[2, 3], [6], [1]]  # the pairs given, by their own indices
     with pytest.raises(PLMError, match="pair 2 has 10 \\+ 12 tokens, more than the budget of 20"):
-        token_budget_batches(data, max_tokens=20)
+        token_budget_batches(data.source_lengths, data.target_lengths, max_tokens=20)
 
 
 def test_a_batch_shifts_the_target_for_teacher_forcing() -> None:

@@ -87,8 +87,10 @@ def test_validation_is_the_first_examples_with_fixed_masks(tokenizer):
     batches = list(mlm.validation_batches())
     assert len(batches) == 2 and all(len(b["input_ids"]) == 8 for b in batches)
     assert all(equal(a, b) for a, b in zip(batches, mlm.validation_batches()))
-    every = list(objective(tokenizer, validation_batches_max=None).validation_batches())
-    assert sum(len(b["input_ids"]) for b in every) == len(mlm.validation)
+    whole = objective(tokenizer, validation_batches_max=None)
+    every = list(whole.validation_batches())
+    assert sum(len(b["input_ids"]) for b in every) == len(whole.validation_examples) > 16
+    assert whole.validation_examples[:16] == mlm.validation_examples
 
 
 def test_the_loss_is_the_same_with_or_without_masked_positions(tokenizer):

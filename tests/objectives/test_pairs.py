@@ -1,4 +1,7 @@
-"""Pre-training examples: NSP and SOP pairs and single segments, checked on a few thousand examples."""
+"""Pre-training examples: NSP and SOP pairs and single segments, checked on a few thousand examples.
+
+Both ways through the documents are checked: in order (validation, BERT's script) and at random (training).
+"""
 
 import random
 
@@ -6,17 +9,10 @@ import pytest
 import torch
 
 from plm.data.corpus import Document
+from plm.data.prepared import PreparedSplit
+from plm.data.segments import segment_starts, split_segments
 from plm.errors import PLMError
-from plm.objectives.pairs import (
-    IN_ORDER,
-    IS_NEXT,
-    NOT_NEXT,
-    SWAPPED,
-    nsp_pairs,
-    sentence_order_pairs,
-    single_segments,
-    split_segments,
-)
+from plm.objectives.pairs import IN_ORDER, IS_NEXT, NOT_NEXT, SWAPPED, PairExamples
 from plm.tokenization.tokenizer import Tokenizer
 from tests.conftest import synthetic_sentence
 
@@ -41,14 +37,37 @@ def tokenizer() -> Tokenizer:
     return Tokenizer.train_wordpiece((doc.text for doc in DOCUMENTS), vocab_size=200)
 
 
-@pytest.fixture(scope="module")
-def nsp(tokenizer):
-    return nsp_pairs(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0)
+def pair_examples(documents, tokenizer, task, max_length=MAX_LENGTH, **options) -> PairExamples:
+    return PairExamples(PreparedSplit.from_documents(documents, tokenizer), tokenizer, task, max_length, **options)
 
 
-@pytest.fixture(scope="module")
-def sop(tokenizer):
-    return sentence_order_pairs(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0)
+class Examples(list):
+    """Examples made in order, with the PairExamples that made them."""
+
+    def __init__(self, pairs: PairExamples, examples) -> None:
+        super().__init__(examples)
+        self.pairs = pairs
+
+
+def in_order(documents, tokenizer, task, max_length=MAX_LENGTH, seed=0, **options) -> Examples:
+    pairs = pair_examples(documents, tokenizer, task, max_length, **options)
+    return Examples(pairs, pairs.in_order(seed))
+
+
+def at_random(documents, tokenizer, task, count=3000, seed=0) -> Examples:
+    pairs = pair_examples(documents, tokenizer, task)
+    rng = random.Random(seed)
+    return Examples(pairs, [pairs.at_random(rng) for _ in range(count)])
+
+
+@pytest.fixture(scope="module", params=["in order", "at random"])
+def nsp(tokenizer, request):
+    return (in_order if request.param == "in order" else at_random)(DOCUMENTS, tokenizer, "nsp")
+
+
+@pytest.fixture(scope="module", params=["in order", "at random"])
+def sop(tokenizer, request):
+    return (in_order if request.param == "in order" else at_random)(DOCUMENTS, tokenizer, "sop")
 
 
 def share(values) -> float:
@@ -60,6 +79,8 @@ def test_documents_are_cut_into_lines_and_sentences():
     text = 'First one. "Quoted!" Then (a bracket.) and e.g. more\nA new line? yes\n\n  '
     segments = ["First one.", '"Quoted!"', "Then (a bracket.)", "and e.g.", "more", "A new line?", "yes"]
     assert split_segments(text) == segments
+    assert [text[start:].split("\n")[0][: len(segment)] for start, segment in
+            zip(segment_starts(text), segments)] == segments
 
 
 def test_nsp_pairs_are_half_true_continuations_half_random_documents(nsp):
@@ -100,29 +121,43 @@ def test_about_ten_percent_of_examples_are_short_and_the_others_fill_the_room(ns
         short = [e for e in examples if e.target_length < room]
         assert len(short) / len(examples) == pytest.approx(0.1, abs=0.025)
         full = [len(e.a) + len(e.b) for e in examples if e.target_length == room]
-        assert share(length == room for length in full) > 0.6  # the others end their document
+        assert share(length == room for length in full) > 0.6  # the others end their document (in order)
         assert share(full) > 0.8 * room
         assert share(len(e.a) + len(e.b) for e in short) < 0.7 * room
 
 
+def test_random_examples_start_anywhere_and_fill_the_room_even_at_a_document_end(tokenizer):
+    examples = at_random(DOCUMENTS, tokenizer, "sop")
+    room = MAX_LENGTH - 3
+    full = [len(e.a) + len(e.b) for e in examples if e.target_length == room]
+    assert share(length == room for length in full) > 0.9  # a chunk that meets its document's end grows back
+    assert len({(e.a.document, min(e.a.start, e.b.start)) for e in examples}) > 0.8 * len(examples)  # ~13k sentences
+
+
+def test_random_examples_are_a_function_of_the_generator(tokenizer):
+    pairs = pair_examples(DOCUMENTS[:100], tokenizer, "nsp")
+    first, again, other = ([pairs.at_random(random.Random(seed)) for _ in range(50)] for seed in (3, 3, 4))
+    assert first == again and first != other
+
+
 def test_single_segments_cover_each_document_in_order(tokenizer):
-    examples = single_segments(DOCUMENTS, tokenizer, MAX_LENGTH, seed=0, short_seq_prob=0.0)
+    examples = in_order(DOCUMENTS, tokenizer, "none", short_seq_prob=0.0)
     assert all(e.b is None and e.label == -1 and 1 <= len(e.a) <= MAX_LENGTH - 2 for e in examples)
     by_document: dict[int, list] = {}
     for example in examples:
         by_document.setdefault(example.a.document, []).append(example.a)
     assert len(by_document) == len(DOCUMENTS)
     for document, spans in by_document.items():
-        assert spans[0].start == 0 and spans[-1].stop == len(examples.documents.ids[document])
+        assert spans[0].start == 0 and spans[-1].stop == len(examples.pairs.split.document_tokens(document))
         assert all(before.stop == after.start for before, after in zip(spans, spans[1:]))  # nothing lost
 
 
 def test_a_batch_is_cls_a_sep_b_sep_padded(nsp, tokenizer):
-    batch = nsp.batch([0, 1, 2, 3])
+    batch = nsp.pairs.batch(nsp[:4])
     assert batch["pair_labels"].tolist() == [nsp[i].label for i in range(4)]
     for row in range(4):
         a, b = nsp[row].a, nsp[row].b
-        ids = [tokenizer.cls_id, *nsp.tokens(a), tokenizer.sep_id, *nsp.tokens(b), tokenizer.sep_id]
+        ids = [tokenizer.cls_id, *nsp.pairs.tokens(a), tokenizer.sep_id, *nsp.pairs.tokens(b), tokenizer.sep_id]
         length = len(ids)
         assert batch["input_ids"][row, :length].tolist() == ids
         assert (batch["input_ids"][row, length:] == tokenizer.pad_id).all()
@@ -137,32 +172,32 @@ def test_a_batch_is_cls_a_sep_b_sep_padded(nsp, tokenizer):
 
 def test_examples_are_a_function_of_the_seed(tokenizer):
     documents = DOCUMENTS[:100]
-    first, again = (sentence_order_pairs(documents, tokenizer, MAX_LENGTH, seed=7) for _ in range(2))
-    other = sentence_order_pairs(documents, tokenizer, MAX_LENGTH, seed=8)
+    first, again = (in_order(documents, tokenizer, "sop", seed=7) for _ in range(2))
+    other = in_order(documents, tokenizer, "sop", seed=8)
     assert list(first) == list(again)
     assert list(first) != list(other)
 
 
 def test_a_document_of_one_sentence_is_split_between_words(tokenizer):
     documents = [Document(f"d{i}", f"The cat reads the book {i} and every token of a string.") for i in range(50)]
-    for build in (nsp_pairs, sentence_order_pairs):
-        examples = build(documents, tokenizer, 64, seed=1)
+    for task in ("nsp", "sop"):
+        examples = in_order(documents, tokenizer, task, 64, seed=1)
         assert len(examples) == 50
         for example in examples:
             if example.a.document == example.b.document:
                 first, second = sorted([example.a, example.b], key=lambda span: span.start)
-                words = examples.documents.word_ids[first.document]
-                assert first.stop == second.start and words[first.stop - 1] != words[second.start]
+                assert first.stop == second.start
+                assert examples.pairs.split.document_word_starts(first.document)[second.start]
 
 
 def test_unusable_input_is_refused_with_a_reason(tokenizer):
     # a file of one sentence a line, without blank lines, is one document: the message says both ways out
     with pytest.raises(PLMError, match=r"at least 2 documents with text, got 1: separate the documents with blank "
-                       r"lines, or train the masked LM alone \(--objective mlm\)$"):
-        nsp_pairs(DOCUMENTS[:1], tokenizer, MAX_LENGTH)
+                       r"lines, or train the masked LM alone \(objective mlm\)$"):
+        pair_examples(DOCUMENTS[:1], tokenizer, "nsp")
     with pytest.raises(PLMError, match="max_length 4 leaves no room"):
-        sentence_order_pairs(DOCUMENTS, tokenizer, 4)
+        pair_examples(DOCUMENTS, tokenizer, "sop", 4)
     with pytest.raises(PLMError, match="no cls token"):
-        single_segments(DOCUMENTS, Tokenizer.train_bpe(["some text"] * 5, vocab_size=260), MAX_LENGTH)
+        pair_examples(DOCUMENTS, Tokenizer.train_bpe(["some text"] * 5, vocab_size=260), "none")
     with pytest.raises(PLMError, match="no none example"):
-        single_segments([Document("empty", "\n\n")], tokenizer, MAX_LENGTH)
+        pair_examples([Document("empty", "\n\n")], tokenizer, "none")

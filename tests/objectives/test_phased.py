@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from plm.data.corpus import read_corpus
+from plm.data.prepare import PrepareOptions, cached_corpus
 from plm.objectives import ObjectiveData, PhasedObjective, objective_spec, phased_objective
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS
 
@@ -17,7 +18,8 @@ SHORT, LONG, SWITCH = 16, 48, 3
 def run_data(text_file: Path, kind: str) -> ObjectiveData:
     corpus = read_corpus([text_file])
     tokenizer = TOKENIZER_TRAINERS[kind]((document.text for document in corpus.train), vocab_size=300)
-    return ObjectiveData(corpus=corpus, tokenizer=tokenizer, block_size=LONG, batch_size=4, seed=0,
+    prepared = cached_corpus([text_file], tokenizer, options=PrepareOptions(progress=False))
+    return ObjectiveData(prepared=prepared, corpus=corpus, tokenizer=tokenizer, block_size=LONG, batch_size=4, seed=0,
                          validation_blocks=8)
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.parallel import EncodedPairs, SentencePair, Seq2SeqTokenizers
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
@@ -36,12 +36,19 @@ def test_the_losses_are_torchs_cross_entropy_with_and_without_label_smoothing_ig
         torch.testing.assert_close(smoothed, expected)
 
 
+def objective_of(train: list[SentencePair], held_out: list[SentencePair], tokenizers: Seq2SeqTokenizers,
+                 **options) -> Seq2SeqObjective:
+    """The objective of pairs in memory, every held-out pair's text kept for the metrics."""
+    return Seq2SeqObjective(EncodedPairs.of(train, tokenizers), EncodedPairs.of(held_out, tokenizers), tokenizers,
+                            held_out, **options)
+
+
 def tiny_objective(**options) -> tuple[Seq2SeqObjective, RNNSeq2Seq]:
     train, held_out = date_pairs(200, seed=0), date_pairs(8, seed=1, held_out=True)
     tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
     decoding = GenerationConfig(max_len_a=1.5, max_new_tokens=12)
     options = {"max_tokens": 256, "seed": 0, "metric_examples": 8, "decoding": decoding} | options
-    objective = Seq2SeqObjective(train, held_out, tokenizers, **options)
+    objective = objective_of(train, held_out, tokenizers, **options)
     torch.manual_seed(0)
     size = len(tokenizers.source)
     model = RNNSeq2Seq(RNNConfig(vocab_size=size, embedding_dim=8, hidden_dim=16, layers=1,
@@ -133,7 +140,7 @@ def test_pairs_longer_than_the_models_context_are_left_out_everywhere() -> None:
     train, held_out = date_pairs(200, seed=0), date_pairs(40, seed=1, held_out=True)
     tokenizers = Seq2SeqTokenizers.train(train, vocab_size=300)
     limit = 9  # cuts sources (7-39 tokens with </s>) and decoder inputs (7-10 tokens) alike
-    objective = Seq2SeqObjective(train, held_out, tokenizers, metric_examples=40, max_positions=limit)
+    objective = objective_of(train, held_out, tokenizers, metric_examples=40, max_positions=limit)
 
     def fits(pair) -> bool:  # the oracle: the source with </s>, and <s> + target, each within the limit
         source = tokenizers.source.encode_batch([pair.source])[0]
@@ -145,9 +152,10 @@ def test_pairs_longer_than_the_models_context_are_left_out_everywhere() -> None:
     assert objective.dropped == {
         "train": len(train) - len(kept_train), "validation": len(held_out) - len(kept_held_out)
     }
-    assert len(objective.train_data) == len(kept_train) and len(objective.validation_data) == len(kept_held_out)
+    assert len(objective.sampler.batches.order) == len(kept_train)  # each kept pair is in one batch, no other is
+    assert len(objective.validation_groups.order) == len(kept_held_out)
     assert objective.metric_pairs == kept_held_out
     batch = objective.batch(step=0, index=0)
     assert batch["source_ids"].shape[1] <= limit and batch["decoder_input_ids"].shape[1] <= limit
     with pytest.raises(PLMError, match="no training pair fits the model's context of 2 tokens"):
-        Seq2SeqObjective(train, held_out, tokenizers, max_positions=2)
+        objective_of(train, held_out, tokenizers, max_positions=2)

@@ -2,8 +2,8 @@
 
 A word's pieces are masked all together or not at all (in transformers whole-word
 masking knows only WordPiece's ``##``). :class:`MaskedLMObjective` makes real batches
-from Shakespeare here, and the words are found again without the word ids the
-objective uses: the tokenizer's pre-tokenizer cuts each segment into words, and its
+from Shakespeare here, and the words are found again without the word starts the
+objective uses: the tokenizer's pre-tokenizer cuts each document into words, and its
 model cuts each word alone into pieces.
 """
 
@@ -17,7 +17,6 @@ import torch
 from plm.data.corpus import Document
 from plm.objectives import MaskedLMObjective
 from plm.objectives.masking import IGNORE_INDEX
-from plm.objectives.pairs import split_segments
 from plm.tokenization.tokenizer import Tokenizer
 from tests.conftest import SHARED_DATA
 
@@ -71,14 +70,14 @@ def masked_words(tokenizer: Tokenizer, speeches: list[Document], **options) -> l
     )
     word_of = []  # document -> the number of the word of each of its tokens
     for d, speech in enumerate(speeches):
-        found = [w for segment in split_segments(speech.text) for w in words(tokenizer, segment)]
+        found = words(tokenizer, speech.text)
         # The oracle cuts the text as the objective did, piece for piece.
-        assert [i for w in found for i in w] == mlm.validation.documents.ids[d].tolist()
+        assert [i for w in found for i in w] == mlm.validation.split.document_tokens(d).tolist()
         word_of.append([number for number, w in enumerate(found) for _ in w])
     rows = [row for batch in mlm.validation_batches() for row in zip(batch["input_ids"], batch["labels"])]
-    assert len(rows) == len(mlm.validation)
+    assert len(rows) == len(mlm.validation_examples)
     found_rows = []
-    for example, (input_ids, labels) in zip(mlm.validation, rows):
+    for example, (input_ids, labels) in zip(mlm.validation_examples, rows):
         original = torch.where(labels != IGNORE_INDEX, labels, input_ids)
         row, position = [], 1  # after [CLS]
         for span in (example.a, example.b):

@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -200,9 +202,14 @@ def gpt_setup(text_file: Path) -> PretrainSetup:
     return PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=32, batch_size=4)
 
 
-def interrupted_then_resumable(setup: PretrainSetup, config: TrainingConfig, out: Path) -> Trainer:
-    """Train into ``out`` until interrupted during step 6; return the trainer a new process would resume with."""
-    interrupted, _ = prepare(setup, config, out)
+def interrupted_then_resumable(setup: Any, config: TrainingConfig, out: Path,
+                               build: Callable[..., tuple[Trainer, Any]] = prepare) -> Trainer:
+    """Train into ``out`` until interrupted during step 6; return the trainer a new process would resume with.
+
+    ``build(setup, config, out, resume=...)`` makes the trainer: :func:`plm.training.pretrain.prepare`, or
+    another recipe's (:func:`plm.training.seq2seq.prepare_seq2seq`).
+    """
+    interrupted, _ = build(setup, config, out)
     draw = interrupted.objective.batch
 
     def interrupted_during_step_six(step: int, micro: int) -> dict[str, torch.Tensor]:
@@ -213,7 +220,7 @@ def interrupted_then_resumable(setup: PretrainSetup, config: TrainingConfig, out
     interrupted.objective.batch = interrupted_during_step_six
     with pytest.raises(KeyboardInterrupt):
         interrupted.train()
-    return prepare(setup, config, out, resume=True)[0]
+    return build(setup, config, out, resume=True)[0]
 
 
 def test_an_interrupted_run_resumes_bit_exactly(tmp_path: Path, text_file: Path) -> None:

@@ -180,9 +180,12 @@ def test_a_new_start_removes_what_interrupted_saves_left(tmp_path: Path) -> None
     kept = {"checkpoint", "checkpoints", "metrics.jsonl", ".lock"}
     litter = [staging_directory(run, ".checkpoint-"), staging_directory(run, ".best-"),
               staging_directory(run / "checkpoints", ".step-"), run / ".checkpoint-previous",
-              run / ".metrics.jsonl.x81kd.tmp"]
+              run / ".metrics.jsonl.x81kd.tmp", staging_directory(run, ".deleted-"),
+              staging_directory(run / "checkpoints", ".deleted-")]
     litter[3].mkdir()  # the old checkpoint of a swap whose second rename was done
     litter[4].write_text("{")
+    for trash in litter[5:]:  # remove_directory killed between its rename and its rmtree
+        (trash / "step-000004").mkdir()
     assert set(remove_leftovers(run)) == set(litter)
     assert {path.name for path in run.iterdir()} == kept
     assert not any((run / "checkpoints").iterdir())

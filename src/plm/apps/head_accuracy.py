@@ -87,4 +87,4 @@ def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLik
                                   pair_task=task if pair_head else "none", seed=seed, validation_batches_max=None)
     metrics = objective.validation_metrics(model.eval())
     return HeadAccuracies(task, pair_head, metrics["accuracy_mlm"], metrics.get(f"accuracy_{task}"),
-                          len(objective.validation))
+                          len(objective.validation_examples))

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import sacrebleu
 import torch
 from tqdm.auto import tqdm
 
-from plm.data.parallel import EncodedPairs, Seq2SeqTokenizers, right_pad, token_budget_batches
+from plm.data.parallel import Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import GenerationConfig, beam_search
 from plm.device import available_memory
 from plm.errors import PLMError, with_article
@@ -162,11 +163,12 @@ def translate_ids(
     vocabulary = model.config.vocab_size
     if config.num_beams > vocabulary:
         raise PLMError(f"--beam {config.num_beams} is more than the {vocabulary:,} target tokens a step chooses from")
-    # Only the sources matter for batching; the empty targets make each pair's cost its source length. A beam
+    # Only the sources matter for batching; targets of 0 tokens make each pair's cost its source length. A beam
     # of k decodes k hypotheses a sentence, so the budget is max_tokens / k source tokens: the memory a batch
     # takes does not grow with the beam (past one sentence a batch).
     budget = max(max_tokens // config.num_beams, max(map(len, sources)))
-    batches = token_budget_batches(EncodedPairs(sources, [[] for _ in sources]), budget)
+    lengths = np.fromiter(map(len, sources), np.int64, len(sources))
+    batches = token_budget_batches(lengths, np.zeros_like(lengths), budget)
     check_search_memory(model, config, [[sources[i] for i in batch] for batch in batches])
     translations: list[list[int]] = [[] for _ in sentences]
     with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",

@@ -316,17 +316,24 @@ def check_output_directory(path: str | Path) -> Path:
 
 
 def write_model_directory(source: Path, out: Path, overwrite: bool, write: Callable[[Path], str]) -> str:
-    """Have ``write(directory)`` fill a new model directory made from ``source``, which then becomes ``out``.
-
-    It writes into a staging directory beside ``out``, swapped in whole when done: a failure or a
-    kill leaves the old ``out`` as it was, and --overwrite leaves no file of the replaced model
-    behind. Returns what ``write`` says it wrote.
-    """
+    """Have ``write(directory)`` fill a new model directory made from ``source``, which then becomes ``out``
+    (see :func:`write_directory`). Returns what ``write`` says it wrote."""
     if not source.exists():
         raise PLMError(f"{source}: no such directory")
     check_output_directory(out)
     if out.is_dir() and out.resolve() == source.resolve():
         raise PLMError(f"{out}: is the model being read; choose another --out")
+    return write_directory(out, overwrite, write)
+
+
+def write_directory(out: Path, overwrite: bool, write: Callable[[Path], str]) -> str:
+    """Have ``write(directory)`` fill a new directory, which then becomes ``out``: new or empty unless ``overwrite``.
+
+    It writes into a staging directory beside ``out``, swapped in whole when done: a failure or a
+    kill leaves the old ``out`` as it was, and --overwrite leaves no file of the replaced one
+    behind. Returns what ``write`` says it wrote.
+    """
+    check_output_directory(out)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise PLMError(f"{out}: the directory is not empty; choose another --out or pass --overwrite to replace it")
     # A run directory is replaced only while no process trains in it (and none starts meanwhile).

@@ -23,7 +23,7 @@ from plm.tasks.heads import POOLINGS
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tasks.task_objective import TASKS
 
-RUN = RunFlags("finetune", data=("train", "validation"), required=("task",))
+RUN = RunFlags("finetune", data=("train", "validation"), paths=("model", "elmo"), required=("task",))
 TASK_HELP = """tasks:
   classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
   pair      a sentence pair -> a class, read as [CLS] A [SEP] B [SEP] (GLUE TSV, JSONL with "text_pair")
@@ -40,6 +40,7 @@ EXAMPLES = """examples:
   plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (seconds)
   plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
+  plm finetune --out runs/sst2 --resume --steps 600   # a finished run extended to 600 steps
   # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa \
 --features -4,-3,-2,-1 --combine concat
@@ -100,16 +101,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
     parser.add_argument(
-        "--max-steps", type=positive_int, metavar="N",
-        help="stop each run after N steps if the epochs have not ended it first; the schedule is then laid out "
-        "over the N steps (--warmup's fraction of them, then linear decay to 0 at the last)",
+        "--steps", type=positive_int, metavar="N",
+        help="optimizer steps of each run, instead of --epochs (a --steps given wins, so that --resume --steps "
+        "extends a finished run); the schedule is laid out over the N steps (--warmup's fraction of them, then "
+        "linear decay to 0 at the last)",
     )
     parser.add_argument(
         "--minutes", type=positive_float, metavar="M",
         help="stop each run at the first step past M minutes of training (evaluations and saves included), then "
         "evaluate and keep the best model as usual. The schedule is still laid out over the epochs (or "
-        "--max-steps), as plm pretrain does: its decay is cut where the time runs out; for a full decay within "
-        "the budget give --max-steps about the steps that fit",
+        "--steps), as plm pretrain does: its decay is cut where the time runs out; for a full decay within "
+        "the budget give --steps about the steps that fit",
     )
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
     parser.add_argument("--warmup", type=float, help="warmup as a fraction of training (default 0.1; GPT 0.002)")
@@ -148,7 +150,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--synthetic-size", type=positive_int, default=1024,
                         help="built-in task: training examples (a quarter as many for validation)")
     add_run_directory(parser, "runs/finetune", resume_help=": the finished runs of an --lr sweep or --restarts "
-                      "are kept, the interrupted one resumes from its checkpoint")
+                      "are kept (or extended to more --steps, the linear decay laid out over them), the interrupted "
+                      "one resumes from its checkpoint")
     parser.add_argument("--save-every", type=positive_int, default=500,
                         help="steps between checkpoints within an epoch (each epoch's end saves one too)")
     add_training_precision(parser)
@@ -167,7 +170,7 @@ def run_finetune(args: argparse.Namespace) -> None:
         device=args.device, precision=args.precision, synthetic_size=args.synthetic_size, features=args.features,
         combine=args.combine,
         elmo=args.elmo, elmo_output=args.elmo_output, symmetric=args.symmetric, progress=not args.no_progress,
-        minutes=args.minutes, max_steps=args.max_steps, pooling=args.pooling,
+        minutes=args.minutes, steps=args.steps, pooling=args.pooling,
         mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
         parallelism=parallelism(args), save_every=args.save_every, report_to=args.report_to,
     )

@@ -14,6 +14,7 @@ from plm.cli import (
     attention,
     compare,
     convert,
+    data,
     demo,
     elmo,
     embed,
@@ -36,7 +37,7 @@ from plm.errors import PLMError, PLMWarning, RunStopped
 from plm.training.distributed import is_first_process
 
 COMMANDS = (
-    demo, tokenizer, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
+    demo, tokenizer, data, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
     attention, serve, compare, overlap, convert, quantize, plan,
 )
 

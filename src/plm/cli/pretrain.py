@@ -23,10 +23,11 @@ from plm.storage.hub import LEGACY_IDS
 from plm.training.paper_scale import PAPER_SETTINGS, paper_run
 from plm.training.pretrain import OBJECTIVES, PretrainSetup, dry_run, pretrain
 
-RUN = RunFlags("pretrain", data=("train", "validation"))
+RUN = RunFlags("pretrain", data=("train", "validation", "data"), paths=("model", "tokenizer", "data"))
 EXAMPLES = """examples:
   plm pretrain                                   # gpt2-mini on the embedded corpus
   plm pretrain --model bert                      # bert-mini, MLM + NSP, WordPiece trained on the corpus
+  plm pretrain --model gpt2 --data data/web      # a corpus prepared by plm data prepare, of any size
   plm pretrain --model albert --objective mlm+sop   # albert-mini, n-gram masking, LAMB, Unigram
   plm pretrain --model deberta --objective mlm   # deberta-mini with the enhanced mask decoder
   plm pretrain --model elmo                      # elmo-mini, char-CNN biLM, forward + backward LM over words
@@ -88,11 +89,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mask-ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME",
                         help="percentages of the selected tokens that become [MASK], a random token, or stay (BERT's "
                         "80,10,10; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
+    parser.add_argument("--data", metavar="DIR",
+                        help="a prepared corpus (plm data prepare): token ids mapped from disk, for a corpus of "
+                        "any size; its tokenizer is the run's")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
-                        help="UTF-8 training text; documents are separated by blank lines")
+                        help="training text: plain text (documents separated by blank lines), JSONL, Parquet, "
+                        ".gz/.zst; prepared into plm's cache on first use, as plm data prepare would")
     parser.add_argument("--validation", nargs="+", default=[], metavar="FILE",
                         help="validation text (default: 5%% of the documents held out)")
+    parser.add_argument("--text-field", default="text",
+                        help="the field of a JSONL record, or the column of a Parquet file or dataset, that holds "
+                        "the text of --train")
     parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
+    parser.add_argument("--tokenizer-sample", type=positive_int, metavar="CHARS",
+                        help="train the new tokenizer on about this many characters of --train, from documents "
+                        "spread over all of it (default: all of it)")
     parser.add_argument(
         "--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given"
     )
@@ -140,9 +151,12 @@ def run(args: argparse.Namespace) -> None:
               "commands that load a model take", file=sys.stderr)
     setup = PretrainSetup(
         model=args.model,
+        data=args.data,
         train_files=tuple(args.train),
         validation_files=tuple(args.validation),
         tokenizer=args.tokenizer,
+        tokenizer_sample=args.tokenizer_sample,
+        text_field=args.text_field,
         vocab_size=args.vocab_size,
         objective=args.objective,
         whole_word=args.whole_word,

@@ -5,7 +5,8 @@ SHA-256 of each data file in ``OUT/run.json`` before its first step. On ``--resu
 given take the saved values; a flag given with another value is refused, naming it, except those
 that may change on a resume (:data:`CHANGEABLE`): ``--steps`` to extend a run, ``--device``, and
 progress, logging and saving. A data file whose contents changed is refused too, unless
-``--allow-data-change``.
+``--allow-data-change``. Data files, and the files and directories other flags name, are saved by their
+absolute paths, so that a resume may start in another working directory.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plm.data.prepared import MANIFEST
 from plm.errors import PLMError, PLMWarning
-from plm.training.run_directory import DEFINITION_FILE, file_digest, read_definition
+from plm.models import PRESETS, RECIPES
+from plm.training.run_directory import DEFINITION_FILE, check_not_in_use, file_digest, holds_run, read_definition
 
 # Flags that may differ on --resume: how long the run goes on, where it runs, how it reports and saves.
 CHANGEABLE = ("steps", "minutes", "device", "no_progress", "log_every", "save_every", "keep_last", "compile",
@@ -27,15 +30,20 @@ CHANGEABLE = ("steps", "minutes", "device", "no_progress", "log_every", "save_ev
 # What says how to start, not what the run is (and argparse's own entries).
 NOT_SAVED = ("out", "resume", "overwrite", "allow_data_change", "run", "command", "command_name", "action",
              "given_flags")
+# Which command started the run, when another than the definition's own (plm demo's run is a plm pretrain run).
+STARTED_BY = "started_by"
 
 
 @dataclass(frozen=True)
 class RunFlags:
-    """A training command's name, which of its flags name data files (their contents define the run), and
-    which it requires (but for a --resume, which has them from the run)."""
+    """A training command's name, which of its flags name data files (their contents define the run), which
+    name other files or directories (a model, a tokenizer: saved by their absolute paths, but for the names
+    of plm's presets and families and Hub ids), and which it requires (but for a --resume, which has them from
+    the run)."""
 
     command: str
     data: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
 
 
@@ -44,26 +52,33 @@ def run_definition(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
 
     On ``--resume``, ``args`` is first completed from the run's saved definition (see the module's doc).
     """
-    if args.resume:
-        restore(args, flags)
+    started_by = restore(args, flags).get(STARTED_BY) if args.resume else None
     missing = [flag_name(dest) for dest in flags.required if getattr(args, dest) is None]
     if missing:
         raise PLMError(f"the following arguments are required: {', '.join(missing)}")
     # A file that is not there is the reader's to name, with the flag's other checks.
-    return {"command": flags.command, "flags": saved_flags(args, flags),
-            "data": {dest: {path: file_digest(path) for path in paths(getattr(args, dest)) if os.path.isfile(path)}
-                     for dest in flags.data if getattr(args, dest)}}
+    definition = {"command": flags.command, "flags": saved_flags(args, flags),
+                  "data": {dest: {os.path.abspath(path): file_digest(path) for path in data_files(getattr(args, dest))
+                                  if os.path.isfile(path)}
+                           for dest in flags.data if getattr(args, dest)}}
+    return definition | ({STARTED_BY: started_by} if started_by else {})
 
 
-def restore(args: argparse.Namespace, flags: RunFlags) -> None:
-    """Complete ``args`` from the run's saved flags; refuse a contradicting flag or changed data."""
+def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
+    """Complete ``args`` from the run's saved flags; refuse a contradicting flag or changed data, or no run.
+
+    Returns:
+        The run's saved definition (empty for a run of a plm before definitions).
+    """
     out = Path(args.out)
     saved = read_definition(out)
     if saved is None:
-        if out.is_dir():
-            warnings.warn(f"{out} has no {DEFINITION_FILE} (a run of an older plm): it resumes with the flags given "
-                          "here, the defaults for the others", PLMWarning, stacklevel=2)
-        return  # no run there: the trainer says so
+        check_not_in_use(out)  # a run still starting has written nothing yet
+        if not holds_run(out):
+            raise PLMError(f"{out}: no run there, so no checkpoint to resume from (drop --resume to start a new run)")
+        warnings.warn(f"{out} has no {DEFINITION_FILE} (a run of an older plm): it resumes with the flags given "
+                      "here, the defaults for the others", PLMWarning, stacklevel=2)
+        return {}
     if saved.get("command") != flags.command:
         raise PLMError(f"{out}: a run of plm {saved.get('command')}, not of plm {flags.command}; resume it with "
                        f"plm {saved.get('command')} --out {out} --resume")
@@ -76,8 +91,10 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> None:
         elif dest not in CHANGEABLE and current[dest] != value:
             flag = flag_name(dest)
             started = f"with {flag} {shown(value)}" if value not in (None, [], False) else f"without {flag}"
+            extend = "; --steps N extends it" if dest == "epochs" and "steps" in current else ""
             raise PLMError(f"{flag} {shown(current[dest])}: the run in {out} was started {started}; --resume "
-                           f"continues a run as it was started (drop {flag}), or start a new run in another --out")
+                           f"continues a run as it was started (drop {flag}{extend}), or start a new run in another "
+                           "--out")
     for dest, files in saved.get("data", {}).items():
         for path, digest in files.items():
             if not os.path.isfile(path):
@@ -86,19 +103,39 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> None:
                 raise PLMError(f"{flag_name(dest)} {path}: the file changed since the run started (its SHA-256 is not "
                                f"the one in {out / DEFINITION_FILE}); pass --allow-data-change to go on with its new "
                                "contents")
+    return saved
 
 
 def saved_flags(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
-    """The flags to save, as JSON values; data files by their absolute paths (a resume may start elsewhere)."""
+    """The flags to save, as JSON values; files and directories by their absolute paths (a resume may start
+    elsewhere).
+
+    Data files are made absolute as given (the reader names one that is missing); the other paths only
+    when they exist, and never a name of plm's (``--model gpt2-mini`` stays a preset, even beside a
+    directory of that name, which plm does not read in its place) nor a Hub id.
+    """
     values = {dest: value for dest, value in vars(args).items() if dest not in NOT_SAVED}
-    for dest in flags.data:
+    for dest in (*flags.data, *flags.paths):
         if values.get(dest):
-            absolute = [os.path.abspath(path) for path in paths(values[dest])]
+            absolute = [absolute_path(path, dest in flags.data) for path in listed(values[dest])]
             values[dest] = absolute if isinstance(values[dest], (list, tuple)) else absolute[0]
     return json.loads(json.dumps(values, default=str))
 
 
-def paths(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
+def absolute_path(path: str, data: bool) -> str:
+    """``path`` made absolute, if a data file or an existing path that is not the name of a preset or family."""
+    if data or (path not in PRESETS and path not in RECIPES and os.path.exists(path)):
+        return os.path.abspath(path)
+    return path
+
+
+def data_files(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The files whose contents define a data flag's: each file given, and a prepared corpus' manifest, which
+    holds the hashes of its inputs and its tokenizer."""
+    return [os.path.join(path, MANIFEST) if os.path.isdir(path) else path for path in listed(value)]
+
+
+def listed(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
     if not value:
         return []
     return [value] if isinstance(value, str) else list(value)

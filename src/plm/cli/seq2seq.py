@@ -37,12 +37,15 @@ from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepar
 from plm.training.trainer import TrainingConfig
 
 HEATMAP = "attention.png"
-RUN = RunFlags("seq2seq train", data=("src", "tgt", "tsv", "valid_src", "valid_tgt", "valid_tsv"))
+RUN = RunFlags("seq2seq train", data=("src", "tgt", "tsv", "valid_src", "valid_tgt", "valid_tsv", "data"),
+               paths=("model", "tokenizer", "data"))
 EXAMPLES = """examples:
   plm seq2seq train --out runs/dates         # transformer-small on the dates task, no files needed
   plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
   plm seq2seq train --model rnn-luong --src train.de --tgt train.en --valid-src val.de --valid-tgt val.en
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
+  plm data prepare wmt14.jsonl.gz --src-lang de --tgt-lang en --tokenizer tok --out data/wmt14-de-en
+  plm seq2seq train --model transformer --data data/wmt14-de-en --out runs/wmt   # millions of pairs, mapped
   plm seq2seq train --model rnn --reverse-source --out runs/dates-reversed   # Sutskever et al.'s reversed source
   plm seq2seq train --model Helsinki-NLP/opus-mt-de-en --src train.de --tgt train.en --out runs/opus-de-en
   plm translate --model runs/dates <<< "the fifth of May, nineteen ninety-nine"
@@ -88,6 +91,10 @@ def register_train(actions: argparse._SubParsersAction) -> None:
                         help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}), a model directory, "
                         "or a released Marian or FSMT model to fine-tune (a Hugging Face directory or Hub id, with its "
                         "tokenizers); with no arguments it learns the dates task (over 95%% exact match by step 300)")
+    parser.add_argument("--data", metavar="DIR",
+                        help="sentence pairs prepared by plm data prepare (--src/--tgt, --tsv or --src-lang/"
+                        "--tgt-lang): mapped from disk, so a corpus of millions of pairs fits; its tokenizers are the "
+                        "run's")
     parser.add_argument("--src", help="source sentences, one per line (with --tgt)")
     parser.add_argument("--tgt", help="their translations, line by line")
     parser.add_argument("--tsv", help="source<TAB>target pairs, instead of --src/--tgt")
@@ -173,9 +180,10 @@ def run_train(args: argparse.Namespace) -> None:
             definition = run_definition(args, RUN)
         training = training_config(args)
         setup = Seq2SeqSetup(
-            model=model, source=args.src, target=args.tgt, tsv=args.tsv, validation_source=args.valid_src,
-            validation_target=args.valid_tgt, validation_tsv=args.valid_tsv, tokenizer=args.tokenizer,
-            vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies, max_tokens=args.max_tokens,
+            model=model, data=args.data, source=args.src, target=args.tgt, tsv=args.tsv,
+            validation_source=args.valid_src, validation_target=args.valid_tgt, validation_tsv=args.valid_tsv,
+            tokenizer=args.tokenizer, vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies,
+            max_tokens=args.max_tokens,
             label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
             dropout=args.dropout, hyperparameters=args.hyperparameters, reverse_source=args.reverse_source,
         )

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from plm.cli.common import HelpFormatter, check_output_directory, positive_int
-from plm.data.corpus import default_corpus, read_corpus
+from plm.cli.common import HelpFormatter, positive_int, write_directory
+from plm.data.corpus import default_corpus
+from plm.data.prepare import corpus_texts
 from plm.tokenization.tokenizer import Tokenizer, train_words
 
 EXAMPLES = """examples:
   plm tokenizer train --out tok                     # on the embedded corpus
-  plm tokenizer train my.txt more.txt --out tok --vocab-size 16000
+  plm tokenizer train my.txt more.txt --out tok-16k --vocab-size 16000
   plm tokenizer train my.txt --kind wordpiece --out bert-tok      # BERT: [CLS] A [SEP] B [SEP]
   plm tokenizer train my.txt --kind unigram --out albert-tok      # ALBERT's SentencePiece-style
   plm tokenizer train my.txt --kind words --out elmo-words        # ELMo's word vocabulary (softmax)
+  plm tokenizer train my.txt --out tok --overwrite                # a new tokenizer in tok's place
 """
 
 KINDS = ("bpe", "wordpiece", "unigram", "words")
@@ -29,12 +32,25 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the alphabet, so any text round-trips; merges never cross letters, digits, punctuation and spaces). "
         "wordpiece: BERT's, with [CLS] [SEP] [MASK] [PAD] [UNK]. unigram: ALBERT's SentencePiece-style model. "
         "words: ELMo's vocabulary of the most frequent words, <UNK> for the rest. "
-        "Writes tokenizer.json and tokenizer_config.json (special-token roles) into --out.",
+        "Writes tokenizer.json and tokenizer_config.json (special-token roles) into --out, a new or empty "
+        "directory unless --overwrite; the tokenizer takes its place whole once trained, so a failure or a kill "
+        "leaves --out as it was.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
-    train.add_argument("files", nargs="*", help="UTF-8 text files (default: the embedded corpus)")
-    train.add_argument("--out", required=True, help="directory to write the tokenizer into")
+    train.add_argument("files", nargs="*", help="text files (documents separated by blank lines), JSONL, Parquet, "
+                       ".gz/.zst, globs or directories, read a document at a time (default: the embedded corpus)")
+    train.add_argument("--text-field", default="text",
+                       help="the field of a JSONL record, or the column of a Parquet file or dataset, that holds "
+                       "the text")
+    train.add_argument("--tokenizer-sample", type=positive_int, metavar="CHARS",
+                       help="learn from about this many characters, from documents spread over all the files "
+                       "(default: all of them)")
+    train.add_argument("--out", required=True, help="directory to write the tokenizer into; new or empty unless "
+                       "--overwrite")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace a directory that is not empty (a tokenizer, a model): the new tokenizer takes "
+                       "its place whole, so no file of the old one stays")
     train.add_argument("--kind", default="bpe", choices=KINDS, help="the tokenizer model")
     train.add_argument("--lowercase", action="store_true", help="wordpiece/unigram: lower-case (and strip accents)")
     train.add_argument("--vocab-size", type=positive_int, default=8192, help="size of the vocabulary")
@@ -43,18 +59,23 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    check_output_directory(args.out)
-    corpus = read_corpus(args.files, validation_fraction=0.05) if args.files else default_corpus()
-    texts = (document.text for document in (*corpus.train, *corpus.validation))
-    if args.kind == "bpe":
-        tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
-    elif args.kind == "wordpiece":
-        tokenizer = Tokenizer.train_wordpiece(
-            texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True
-        )
-    elif args.kind == "words":
-        tokenizer = train_words(texts, args.vocab_size)
-    else:
-        tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase, show_progress=True)
-    tokenizer.save(args.out)
-    print(f"wrote a {len(tokenizer):,}-token {args.kind} tokenizer to {args.out}")
+    def write(directory: Path) -> str:
+        if args.files:
+            texts = corpus_texts(args.files, args.text_field, args.tokenizer_sample)
+        else:
+            embedded = default_corpus()
+            texts = (document.text for document in (*embedded.train, *embedded.validation))
+        if args.kind == "bpe":
+            tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
+        elif args.kind == "wordpiece":
+            tokenizer = Tokenizer.train_wordpiece(
+                texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True
+            )
+        elif args.kind == "words":
+            tokenizer = train_words(texts, args.vocab_size)
+        else:
+            tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase, show_progress=True)
+        tokenizer.save(directory)
+        return f"a {len(tokenizer):,}-token {args.kind} tokenizer"
+
+    print(f"wrote {write_directory(Path(args.out), args.overwrite, write)} to {args.out}")

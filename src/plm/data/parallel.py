@@ -1,7 +1,10 @@
 """Parallel text for sequence to sequence: sentence pairs, their tokenizers, and batches under a token budget.
 
-Pairs come from two aligned files (line i of one translates line i of the other) or
-one TSV (``source<TAB>target`` per line). Misaligned files and empty sentences are
+Pairs come from two aligned files (line i of one translates line i of the other), one TSV
+(``source<TAB>target`` per line), or JSON lines of Hugging Face translation records
+(``{"translation": {"de": ..., "en": ...}}``, WMT's form), all read line by line
+(:class:`ParallelText`), so that a corpus of millions of pairs streams into
+:func:`plm.data.prepare.prepare_pairs` in bounded memory. Misaligned files and empty sentences are
 errors naming the file and line, found before anything trains.
 
 A source is encoded as ``x_1 .. x_n </s>`` (or ``x_n .. x_1 </s>``, reversed as Sutskever et al. reverse it,
@@ -12,21 +15,29 @@ or one per side; a separate target tokenizer is saved in ``target/`` of the mode
 reversed source order in its ``seq2seq.json``, so that every user of the model reads sources as it was trained.
 A released translation model's directory (Marian's, fairseq's) holds the files of its own
 tokenizers (:mod:`plm.tokenization.released`), which are read, and saved, in their place.
+
+Batches are drawn from encoded pairs in memory (:class:`EncodedPairs`) or mapped from a prepared
+corpus (:class:`plm.data.prepared.PreparedPairs`) alike (:class:`PairRows`): from their lengths as
+arrays and a pair's ids by its index, so that grouping millions of pairs by length builds two integer
+arrays (:class:`BudgetBatches`), not a list per batch.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import zip_longest
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from plm.data.corpus import read_text
+from plm.data.corpus import json_object
+from plm.data.sources import iter_lines
 from plm.errors import PLMError
 from plm.tokenization.released import ReleasedTokenizer, load_released
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
@@ -49,27 +60,53 @@ class SentencePair:
     target: str
 
 
-def non_empty_lines(path: str | os.PathLike[str]) -> list[str]:
-    """The lines of a user's file (one sentence each); an empty one is an error naming its line.
+def sentence_lines(path: str | os.PathLike[str]) -> Iterator[str]:
+    """The lines of a user's file of sentences, one a line, read as they are needed; an empty one is an error.
 
     Args:
-        path: the file.
+        path: the file (also ``.gz``, ``.zst``).
 
-    Returns:
-        Its lines, without the final line end.
+    Yields:
+        Its lines, without their line ends.
 
     Raises:
-        PLMError: a file :func:`plm.data.corpus.read_text` refuses, or an empty line.
+        PLMError: a file :func:`plm.data.sources.iter_lines` refuses, or an empty line (naming it).
     """
-    lines = read_text(path).removesuffix("\n").split("\n")
-    for number, line in enumerate(lines, 1):
+    for number, line in iter_lines(path):
         if not line.strip():
             raise PLMError(f"{path}:{number}: empty line; every line must hold one sentence")
-    return lines
+        yield line
+
+
+def iter_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Iterator[SentencePair]:
+    """Pairs from two aligned files, one sentence per line, read line by line in lockstep.
+
+    Args:
+        source: the file of source sentences.
+        target: the file of their translations, line for line.
+
+    Yields:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: an unreadable file, an empty line, or files of different lengths (once the shorter one ends:
+            the longer one is counted to its end).
+    """
+    sources, targets = sentence_lines(source), sentence_lines(target)
+    matched = 0
+    for source_line, target_line in zip_longest(sources, targets):
+        if source_line is None or target_line is None:
+            rest = 1 + sum(1 for _ in (targets if source_line is None else sources))
+            counts = (matched, matched + rest) if source_line is None else (matched + rest, matched)
+            shorter, longer = (source, target) if source_line is None else (target, source)
+            raise PLMError(f"{source} has {counts[0]} lines but {target} has {counts[1]}: the files are not aligned "
+                           f"({longer}:{matched + 1} has no counterpart in {shorter})")
+        matched += 1
+        yield SentencePair(source_line, target_line)
 
 
 def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from two aligned files, one sentence per line.
+    """Pairs from two aligned files, one sentence per line (see :func:`iter_parallel`), as a list.
 
     Args:
         source: the file of source sentences.
@@ -81,19 +118,33 @@ def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]
     Raises:
         PLMError: an unreadable file, an empty line, or files of different lengths.
     """
-    sources, targets = non_empty_lines(source), non_empty_lines(target)
-    if len(sources) != len(targets):
-        shorter, longer = (source, target) if len(sources) < len(targets) else (target, source)
-        first_unmatched = min(len(sources), len(targets)) + 1
-        raise PLMError(
-            f"{source} has {len(sources)} lines but {target} has {len(targets)}: the files are not aligned "
-            f"({longer}:{first_unmatched} has no counterpart in {shorter})"
-        )
-    return [SentencePair(s, t) for s, t in zip(sources, targets)]
+    return list(iter_parallel(source, target))
+
+
+def iter_tsv(path: str | os.PathLike[str]) -> Iterator[SentencePair]:
+    """Pairs from ``source<TAB>target`` lines, read line by line.
+
+    Args:
+        path: the TSV file (also ``.gz``, ``.zst``).
+
+    Yields:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: an unreadable file, a line without exactly one tab, or an empty sentence.
+    """
+    for number, line in iter_lines(path):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise PLMError(f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs")
+        if not fields[0].strip() or not fields[1].strip():
+            side = "source" if not fields[0].strip() else "target"
+            raise PLMError(f"{path}:{number}: empty {side} sentence")
+        yield SentencePair(*fields)
 
 
 def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from ``source<TAB>target`` lines.
+    """Pairs from ``source<TAB>target`` lines (see :func:`iter_tsv`), as a list.
 
     Args:
         path: the TSV file.
@@ -104,16 +155,112 @@ def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
     Raises:
         PLMError: an unreadable file, a line without exactly one tab, or an empty sentence.
     """
-    pairs = []
-    for number, line in enumerate(read_text(path).removesuffix("\n").split("\n"), 1):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise PLMError(f"{path}:{number}: expected source<TAB>target, found {len(fields) - 1} tabs")
-        if not fields[0].strip() or not fields[1].strip():
-            side = "source" if not fields[0].strip() else "target"
-            raise PLMError(f"{path}:{number}: empty {side} sentence")
-        pairs.append(SentencePair(*fields))
-    return pairs
+    return list(iter_tsv(path))
+
+
+def iter_translations(path: str | os.PathLike[str], source_language: str,
+                      target_language: str) -> Iterator[SentencePair]:
+    """Pairs from JSON lines of Hugging Face translation records, ``{"translation": {"de": ..., "en": ...}}``.
+
+    This is the form of the ``wmt14``, ``wmt16``, ``opus_books`` ... datasets' rows. Blank lines are skipped.
+
+    Args:
+        path: the JSONL file (also ``.gz``, ``.zst``).
+        source_language: the key of the source sentence in ``translation``.
+        target_language: the key of the target sentence.
+
+    Yields:
+        The pairs, in file order.
+
+    Raises:
+        PLMError: an unreadable file, a line that is not a JSON object, a record without ``translation`` or
+            without one of the languages, a sentence that is not a string, or an empty sentence.
+    """
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        record = json_object(line, path, number)
+        translation = record.get("translation")
+        if not isinstance(translation, dict):
+            fields = ", ".join(record) or "the object has none"
+            raise PLMError(f"{path}:{number}: expected a record {{\"translation\": {{\"{source_language}\": ..., "
+                           f"\"{target_language}\": ...}}}} (the fields are {fields})")
+        sentences = []
+        for language in (source_language, target_language):
+            if language not in translation:
+                raise PLMError(f"{path}:{number}: the translation has no {language!r} (its languages are "
+                               f"{', '.join(translation) or 'none'})")
+            sentence = translation[language]
+            if not isinstance(sentence, str) or not sentence.strip():
+                what = "an empty sentence" if isinstance(sentence, str) else f"{sentence!r}, not a sentence"
+                raise PLMError(f"{path}:{number}: {language!r} holds {what}")
+            sentences.append(sentence)
+        yield SentencePair(*sentences)
+
+
+@dataclass(frozen=True)
+class ParallelText:
+    """Where sentence pairs are kept: two aligned files, a TSV file, or JSON lines of translation records.
+
+    Give ``source`` and ``target``, or ``tsv``, or ``translations`` and ``languages``.
+
+    Attributes:
+        source: the file of source sentences, one a line.
+        target: the file of their translations, line for line.
+        tsv: a file of ``source<TAB>target`` lines.
+        translations: JSONL files of translation records (see :func:`iter_translations`), read in order.
+        languages: the keys of the source and the target in the records of ``translations``.
+
+    Raises:
+        PLMError: none of the forms, or more than one, or half of one.
+    """
+
+    source: str | os.PathLike[str] | None = None
+    target: str | os.PathLike[str] | None = None
+    tsv: str | os.PathLike[str] | None = None
+    translations: tuple[str | os.PathLike[str], ...] = ()
+    languages: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        forms = [self.source is not None or self.target is not None, self.tsv is not None, bool(self.translations)]
+        aligned = self.source is not None and self.target is not None
+        if forms.count(True) != 1 or (forms[0] and not aligned) or (forms[2] != (self.languages is not None)):
+            raise PLMError("sentence pairs are read from a source and a target file, from a TSV file, or from "
+                           "translation records with their two languages: give one of these")
+
+    @property
+    def form(self) -> str:
+        """``aligned``, ``tsv`` or ``translations``."""
+        return "aligned" if self.source is not None else "tsv" if self.tsv is not None else "translations"
+
+    def files(self) -> list[Path]:
+        """The files the pairs are read from, in order.
+
+        Returns:
+            The paths.
+        """
+        if self.source is not None and self.target is not None:
+            return [Path(self.source), Path(self.target)]
+        return [Path(self.tsv)] if self.tsv is not None else [Path(path) for path in self.translations]
+
+    def pairs(self) -> Iterator[SentencePair]:
+        """The pairs, read as they are needed.
+
+        Yields:
+            The pairs, in file order.
+
+        Raises:
+            PLMError: a file the form's reader refuses (:func:`iter_parallel`, :func:`iter_tsv`,
+                :func:`iter_translations`).
+        """
+        if self.source is not None and self.target is not None:
+            yield from iter_parallel(self.source, self.target)
+        elif self.tsv is not None:
+            yield from iter_tsv(self.tsv)
+        else:
+            assert self.languages is not None  # checked with the form
+            for path in self.translations:
+                yield from iter_translations(path, *self.languages)
 
 
 class SideTokenizer(Protocol):
@@ -326,9 +473,36 @@ def reads_reversed(directory: str | os.PathLike[str]) -> bool:
     return value
 
 
+TokenIds = Sequence[int] | np.ndarray  # a sentence's ids: a list, or a view of a prepared corpus' mapped file
+
+
+class PairRows(Protocol):
+    """Encoded sentence pairs as batches read them: their lengths as arrays, and a pair's ids by its index.
+
+    :class:`EncodedPairs` holds them in memory; a split of a prepared corpus
+    (:class:`plm.data.prepared.PreparedPairSplit`) maps them from disk.
+    """
+
+    @property
+    def source_lengths(self) -> np.ndarray:
+        """(pairs,) the tokens of each source, ``</s>`` included."""
+        ...
+
+    @property
+    def target_lengths(self) -> np.ndarray:
+        """(pairs,) the tokens of each target, ``<s>`` and ``</s>`` included."""
+        ...
+
+    def pair(self, index: int) -> tuple[TokenIds, TokenIds]:
+        """The source and target ids of pair ``index``."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class EncodedPairs:
-    """Token ids of sentence pairs: sources ``x </s>``, targets ``<s> y </s>``.
+    """Token ids of sentence pairs, in memory: sources ``x </s>``, targets ``<s> y </s>``.
 
     Attributes:
         sources: the ids of each source sentence.
@@ -356,38 +530,48 @@ class EncodedPairs:
     def __len__(self) -> int:
         return len(self.sources)
 
-    def select(self, indices: Sequence[int]) -> EncodedPairs:
-        """The pairs at ``indices``, in that order.
+    @cached_property
+    def source_lengths(self) -> np.ndarray:
+        """(pairs,) int64, the tokens of each source."""
+        return np.fromiter(map(len, self.sources), np.int64, len(self.sources))
+
+    @cached_property
+    def target_lengths(self) -> np.ndarray:
+        """(pairs,) int64, the tokens of each target."""
+        return np.fromiter(map(len, self.targets), np.int64, len(self.targets))
+
+    def pair(self, index: int) -> tuple[list[int], list[int]]:
+        """The source and target ids of pair ``index``.
 
         Args:
-            indices: positions of pairs.
+            index: the pair.
 
         Returns:
-            The selected pairs.
+            Its source ids and its target ids.
         """
-        return EncodedPairs([self.sources[i] for i in indices], [self.targets[i] for i in indices])
+        return self.sources[index], self.targets[index]
 
 
-def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(rows: Sequence[TokenIds], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ids -> (B, T) ids padded on the right with ``pad_id`` and the (B, T) mask, 1 at real tokens.
 
     Args:
-        rows: the ids of each row.
+        rows: the ids of each row (lists, or arrays mapped from a prepared corpus).
         pad_id: the id that fills the padding.
 
     Returns:
         The (B, T) int64 ids and mask; T is the longest row.
     """
     width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
     for row, values in enumerate(rows):
-        ids[row, : len(values)] = torch.tensor(values, dtype=torch.long)
+        ids[row, : len(values)] = values
         mask[row, : len(values)] = 1
-    return ids, mask
+    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_pad: int) -> dict[str, torch.Tensor]:
+def collate(data: PairRows, indices: Iterable[int], source_pad: int, target_pad: int) -> dict[str, torch.Tensor]:
     """The pairs ``indices`` as one batch: source ids and mask, decoder inputs, labels (pad where none).
 
     Args:
@@ -400,8 +584,9 @@ def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_
         ``source_ids`` and ``source_mask`` (B, S); ``decoder_input_ids`` (B, T), ``<s> y`` and padding; ``labels``
         (B, T), ``y </s>`` and padding.
     """
-    source_ids, source_mask = right_pad([data.sources[i] for i in indices], source_pad)
-    targets, _ = right_pad([data.targets[i] for i in indices], target_pad)
+    pairs = [data.pair(int(index)) for index in indices]
+    source_ids, source_mask = right_pad([source for source, _ in pairs], source_pad)
+    targets, _ = right_pad([target for _, target in pairs], target_pad)
     return {
         "source_ids": source_ids,
         "source_mask": source_mask,
@@ -410,42 +595,75 @@ def collate(data: EncodedPairs, indices: Sequence[int], source_pad: int, target_
     }
 
 
-def token_budget_batches(data: EncodedPairs, max_tokens: int) -> list[list[int]]:
-    """Indices of pairs grouped by length, each group's padded size at most ``max_tokens``.
+@dataclass(frozen=True)
+class BudgetBatches:
+    """Batches of pairs: one order of the pairs, cut into runs of consecutive pairs.
+
+    Two arrays, whatever the number of pairs, rather than a list per batch.
+
+    Attributes:
+        order: (pairs,) int64, the indices of the pairs, shortest first.
+        bounds: (batches + 1,) int64, where each batch starts in ``order``; the last is ``len(order)``.
+    """
+
+    order: np.ndarray
+    bounds: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, batch: int) -> np.ndarray:
+        return self.order[self.bounds[batch] : self.bounds[batch + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[batch] for batch in range(len(self)))
+
+
+_GREEDY_CHUNK = 1 << 16  # the pairs whose lengths are made Python ints at a time
+
+
+def token_budget_batches(source_lengths: np.ndarray, target_lengths: np.ndarray, max_tokens: int,
+                         among: np.ndarray | None = None) -> BudgetBatches:
+    """Pairs grouped by length, each group's padded size at most ``max_tokens``.
 
     A group's padded size is rows x (longest source + longest target). Pairs are sorted
     by (source, target) length, so a batch holds sentences of similar lengths and little
-    padding (fairseq's ``--max-tokens``). A pair alone over the budget is an error: it
-    could never be trained on.
+    padding (fairseq's ``--max-tokens``); each batch takes pairs in that order while they fit.
+    A pair alone over the budget is an error: it could never be trained on.
 
     Args:
-        data: the encoded pairs.
+        source_lengths: (pairs,) the tokens of each source.
+        target_lengths: (pairs,) the tokens of each target.
         max_tokens: the budget of padded tokens per batch.
+        among: the indices of the pairs to batch (default: all).
 
     Returns:
-        The batches, each a list of pair indices, shortest pairs first.
+        The batches, shortest pairs first.
 
     Raises:
         PLMError: a pair longer than the budget on its own.
     """
-    order = sorted(range(len(data)), key=lambda i: (len(data.sources[i]), len(data.targets[i])))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest_source = longest_target = 0
-    for index in order:
-        source, target = len(data.sources[index]), len(data.targets[index])
-        if source + target > max_tokens:
-            raise PLMError(f"pair {index + 1} has {source} + {target} tokens, more than the budget of {max_tokens} "
-                           f"tokens per batch; raise --max-tokens or drop the pair")
-        widths = max(longest_source, source) + max(longest_target, target)
-        if current and widths * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest_source, longest_target = [], 0, 0
-        current.append(index)
-        longest_source, longest_target = max(longest_source, source), max(longest_target, target)
-    if current:
-        batches.append(current)
-    return batches
+    among = np.arange(len(source_lengths)) if among is None else np.asarray(among, dtype=np.int64)
+    order = among[np.lexsort((target_lengths[among], source_lengths[among]))]  # by source, then target; stable
+    sources, targets = source_lengths[order], target_lengths[order]
+    too_long = np.flatnonzero(sources + targets > max_tokens)
+    if len(too_long):
+        first = too_long[0]
+        raise PLMError(f"pair {order[first] + 1} has {sources[first]} + {targets[first]} tokens, more than the budget "
+                       f"of {max_tokens} tokens per batch; raise --max-tokens or drop the pair")
+    starts = [0]
+    size = longest_target = 0  # the pairs of the batch being filled, and its longest target
+    for chunk in range(0, len(order), _GREEDY_CHUNK):  # over Python ints: numpy's scalars are several times slower
+        lengths = zip(sources[chunk : chunk + _GREEDY_CHUNK].tolist(), targets[chunk : chunk + _GREEDY_CHUNK].tolist())
+        for source, target in lengths:
+            size += 1
+            if target > longest_target:
+                longest_target = target
+            # Sorted by source length: this pair's source is the batch's longest.
+            if size > 1 and (source + longest_target) * size > max_tokens:  # it opens the next batch
+                starts.append(starts[-1] + size - 1)
+                size, longest_target = 1, target
+    return BudgetBatches(order, np.array([*starts, len(order)] if len(order) else [0], dtype=np.int64))
 
 
 class BudgetSampler:
@@ -455,22 +673,18 @@ class BudgetSampler:
     generator seeded with (seed, step, micro-batch), so a resumed run draws the same.
 
     Args:
-        data: the encoded pairs.
-        max_tokens: the budget of padded tokens per batch (see :func:`token_budget_batches`).
+        batches: the batches (see :func:`token_budget_batches`).
         seed: the seed of the draws.
-
-    Raises:
-        PLMError: a pair longer than the budget on its own.
     """
 
-    def __init__(self, data: EncodedPairs, max_tokens: int, seed: int) -> None:
-        self.batches = token_budget_batches(data, max_tokens)
+    def __init__(self, batches: BudgetBatches, seed: int) -> None:
+        self.batches = batches
         self.seed = seed
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def indices(self, step: int, micro: int) -> list[int]:
+    def indices(self, step: int, micro: int) -> np.ndarray:
         """The batch of micro-batch ``micro`` at step ``step``: the same on every call with the same arguments.
 
         Args:
@@ -482,4 +696,3 @@ class BudgetSampler:
         """
         entropy = np.random.SeedSequence([self.seed, step, micro]).generate_state(1, np.uint64)
         return self.batches[int(np.random.default_rng(entropy).integers(len(self.batches)))]
-

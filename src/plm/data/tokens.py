@@ -1,79 +1,30 @@
-"""Token ids stored once as a flat ``.npy`` array and read back memory-mapped.
+"""Language-model batches: random contiguous blocks of a corpus' token ids.
 
-A corpus is tokenized once into one array with a separator (the ``eos`` token)
-between documents, as GPT-2 trained; language-model batches are then random
-contiguous blocks of that array. Sampling is a pure function of the step, so a
+A corpus is tokenized once (:mod:`plm.data.prepare`) into one memory-mapped stream with
+a separator (the ``eos`` token) after each document, as GPT-2 trained; batches are then
+random contiguous blocks of that stream. Sampling is a pure function of the step, so a
 resumed run sees exactly the batches it would have seen without the interruption.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from plm.data.corpus import Document
 from plm.errors import PLMError
-from plm.storage.atomic_files import atomic_open
-
-if TYPE_CHECKING:
-    from plm.tokenization.tokenizer import Tokenizer
-
-_BATCH_DOCUMENTS = 512
-_PROGRESS_FROM_CHARACTERS = 10_000_000
 
 
-def encode_documents(
-    documents: Sequence[Document], tokenizer: Tokenizer, path: Path, separator_id: int | None
-) -> np.ndarray:
-    """Tokenize ``documents`` into one array, ``separator_id`` between them, saved at ``path``.
+class TokenIds(Protocol):
+    """What blocks are read from: a token array, or a prepared split's stream (:class:`plm.data.prepared.TokenStream`).
 
-    Ids are stored as uint16 when the vocabulary fits (GPT-2's 50,257 does), halving
-    the file. Returns the array memory-mapped from ``path``.
+    Its length, and its ids at an integer array of positions (an array of the same shape).
     """
-    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
-    separator = np.array([] if separator_id is None else [separator_id], dtype)
-    pieces: list[np.ndarray] = []
-    total = sum(len(doc.text) for doc in documents)
-    with tqdm(
-        total=total, unit="char", unit_scale=True, desc=f"tokenizing {Path(path).name}",
-        disable=total < _PROGRESS_FROM_CHARACTERS,
-    ) as progress:
-        for start in range(0, len(documents), _BATCH_DOCUMENTS):
-            batch = documents[start : start + _BATCH_DOCUMENTS]
-            for ids in tokenizer.encode_batch([doc.text for doc in batch]):
-                if pieces:
-                    pieces.append(separator)
-                pieces.append(np.asarray(ids, dtype))
-            progress.update(sum(len(doc.text) for doc in batch))
-    with atomic_open(Path(path)) as file:
-        np.save(file, np.concatenate(pieces) if pieces else np.zeros(0, dtype))
-    return np.load(path, mmap_mode="r")
 
+    def __len__(self) -> int: ...
 
-def cached_token_ids(
-    documents: Sequence[Document], tokenizer: Tokenizer, cache_dir: str | os.PathLike[str], name: str
-) -> np.ndarray:
-    """:func:`encode_documents` with ``eos`` as separator, reused while nothing changed.
-
-    The file name carries a hash of the tokenizer and of every document's name and
-    text, so a changed corpus or vocabulary gets a new file instead of stale ids.
-    """
-    key = hashlib.sha256(tokenizer.backend.to_str().encode())
-    key.update(str(tokenizer.eos_id).encode())
-    for doc in documents:
-        key.update(json.dumps([doc.name, doc.text]).encode())
-    path = Path(cache_dir, f"{name}-{key.hexdigest()[:16]}.npy")
-    if path.exists():
-        return np.load(path, mmap_mode="r")
-    return encode_documents(documents, tokenizer, path, tokenizer.eos_id)
+    def __getitem__(self, index: np.ndarray) -> np.ndarray: ...
 
 
 class BlockSampler:
@@ -84,7 +35,7 @@ class BlockSampler:
     and each rank of a distributed run draws its own blocks.
     """
 
-    def __init__(self, ids: np.ndarray, block_size: int, batch_size: int, seed: int, rank: int = 0) -> None:
+    def __init__(self, ids: TokenIds, block_size: int, batch_size: int, seed: int, rank: int = 0) -> None:
         if len(ids) < block_size + 1:
             raise PLMError(
                 f"the training text has {len(ids)} tokens, too few for one block of "
@@ -101,7 +52,7 @@ class BlockSampler:
         return _gather(self.ids, starts.numpy(), self.block_size)
 
 
-def validation_blocks(ids: np.ndarray, block_size: int, max_blocks: int | None = None) -> torch.Tensor:
+def validation_blocks(ids: TokenIds, block_size: int, max_blocks: int | None = None) -> torch.Tensor:
     """Consecutive blocks (n, block_size + 1) from the start of ``ids``, the same every time.
 
     Block ``i`` starts at ``i * block_size``; its extra last id is the next block's
@@ -118,6 +69,6 @@ def validation_blocks(ids: np.ndarray, block_size: int, max_blocks: int | None =
     return _gather(ids, np.arange(count) * block_size, block_size)
 
 
-def _gather(ids: np.ndarray, starts: np.ndarray, block_size: int) -> torch.Tensor:
+def _gather(ids: TokenIds, starts: np.ndarray, block_size: int) -> torch.Tensor:
     index = starts[:, None] + np.arange(block_size + 1)  # (n, block_size + 1)
     return torch.from_numpy(ids[index].astype(np.int64))

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from plm.data.corpus import Corpus
-from plm.data.tokens import cached_token_ids
+from plm.data.prepared import PreparedCorpus
 from plm.errors import PLMError
 from plm.objectives.base import Objective
 from plm.objectives.bilm import BiLMObjective, word_streams
 from plm.objectives.clm import CausalLMObjective
 from plm.objectives.masking import MASK_RATIOS
 from plm.objectives.mlm import MaskedLMObjective
-from plm.storage.atomic_files import cache_dir
 
 if TYPE_CHECKING:
     from plm.tokenization.tokenizer import Tokenizer
@@ -31,7 +30,8 @@ class ObjectiveData:
     """Everything a builder may read: the text, the tokenizer and the batch shape.
 
     Attributes:
-        corpus: the training and validation documents.
+        prepared: the training and validation documents, tokenized (every objective but the biLM reads these).
+        corpus: the training and validation documents as text (the biLM, which reads words, reads these).
         tokenizer: the model's tokenizer.
         block_size: the tokens (words, for the biLM) a model reads per sequence.
         batch_size: sequences per micro-batch.
@@ -42,7 +42,8 @@ class ObjectiveData:
         mask_ratios: the shares of the selected tokens that become [MASK], a random token, or stay (masked LMs).
     """
 
-    corpus: Corpus
+    prepared: PreparedCorpus | None
+    corpus: Corpus | None
     tokenizer: Tokenizer
     block_size: int
     batch_size: int
@@ -70,8 +71,14 @@ class ObjectiveSpec:
     parallel_text: bool = False  # trains on sentence pairs (plm seq2seq train), not on a corpus
 
 
+def _prepared(data: ObjectiveData) -> PreparedCorpus:
+    if data.prepared is None:
+        raise PLMError("this objective reads a prepared corpus (ObjectiveData.prepared), not text")
+    return data.prepared
+
+
 def causal_lm(data: ObjectiveData) -> CausalLMObjective:
-    """The causal LM objective on the corpus' token ids, cached on disk between runs.
+    """The causal LM objective on the prepared corpus' token ids, documents separated by eos.
 
     Args:
         data: the run's data.
@@ -82,12 +89,9 @@ def causal_lm(data: ObjectiveData) -> CausalLMObjective:
     Raises:
         PLMError: a text too short for one block.
     """
-    ids_cache = cache_dir() / "token-ids"
-    train_ids = cached_token_ids(data.corpus.train, data.tokenizer, ids_cache, "train")
-    validation_ids = cached_token_ids(data.corpus.validation, data.tokenizer, ids_cache, "validation")
-    return CausalLMObjective(
-        train_ids, validation_ids, data.block_size, data.batch_size, data.seed, data.validation_blocks
-    )
+    prepared = _prepared(data)
+    return CausalLMObjective(prepared.train.tokens, prepared.validation.tokens, data.block_size, data.batch_size,
+                             data.seed, data.validation_blocks)
 
 
 def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
@@ -101,9 +105,10 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
         batches, at least one).
     """
     def build(data: ObjectiveData) -> MaskedLMObjective:
+        prepared = _prepared(data)
         return MaskedLMObjective(
-            data.corpus.train,
-            data.corpus.validation,
+            prepared.train,
+            prepared.validation,
             data.tokenizer,
             max_length=data.block_size,
             batch_size=data.batch_size,
@@ -128,8 +133,11 @@ def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
         The objective.
 
     Raises:
-        PLMError: a tokenizer that is not a word vocabulary, or a text too short for one block.
+        PLMError: no text (a prepared corpus holds subword ids, not words), a tokenizer that is not a word
+            vocabulary, or a text too short for one block.
     """
+    if data.corpus is None:
+        raise PLMError("the biLM reads words from text files; a prepared corpus holds subword ids")
     streams = word_streams(data.corpus.train, data.corpus.validation, data.tokenizer.backend.get_vocab())
     return BiLMObjective(streams, data.block_size, data.batch_size, data.seed, data.validation_blocks)
 

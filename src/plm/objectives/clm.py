@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
-from plm.data.tokens import BlockSampler, validation_blocks
+from plm.data.tokens import BlockSampler, TokenIds, validation_blocks
 
 
 class CausalLMObjective:
@@ -28,8 +27,8 @@ class CausalLMObjective:
 
     def __init__(
         self,
-        train_ids: np.ndarray,
-        validation_ids: np.ndarray,
+        train_ids: TokenIds,
+        validation_ids: TokenIds,
         block_size: int,
         batch_size: int,
         seed: int = 0,

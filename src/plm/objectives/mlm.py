@@ -2,13 +2,14 @@
 
 L = sum over masked positions of -log P(original token | corrupted sequence), plus,
 with a pair task, the cross-entropy of the [CLS] classifier on the pair label.
-The examples are built once from the documents (:mod:`plm.objectives.pairs`); the
-masks are drawn afresh for every batch (RoBERTa's dynamic masking; BERT made 10
-static copies instead), so no two epochs see the same corruption.
+Each training example is drawn afresh from the prepared split (:mod:`plm.objectives.pairs`),
+and so are its masks (RoBERTa's dynamic masking; BERT made 10 static copies instead), so
+no two epochs see the same corruption and nothing is built up front.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.data.corpus import Document
+from plm.data.prepared import PreparedSplit
 from plm.errors import PLMError
 from plm.objectives.masking import IGNORE_INDEX, MASK_RATIOS, MLM_PROBABILITY, check_mask_ratios, mask_tokens
-from plm.objectives.pairs import BUILDERS, PAIR_TASKS, PretrainingExamples
+from plm.objectives.pairs import Example, PairExamples
 
 if TYPE_CHECKING:
     from plm.tokenization.tokenizer import Tokenizer
@@ -32,13 +34,13 @@ class MaskedLMObjective:
     """Random examples with fresh masks for training; the first examples with fixed masks for validation.
 
     A batch is a pure function of (seed, step, index): its examples and its masks
-    come from a generator seeded with those three numbers, so a resumed run sees the
+    come from generators seeded with those three numbers, so a resumed run sees the
     batches it would have seen, and micro-batch ``index`` is the same on whichever
     process draws it.
 
     Args:
-        train_documents: the training documents.
-        validation_documents: the validation documents.
+        train: the training documents: a prepared split, or documents to encode in memory.
+        validation: the validation documents, as ``train``.
         tokenizer: the encoder's tokenizer, with mask, [CLS], [SEP] and padding tokens.
         max_length: the most tokens of an example, special tokens included.
         batch_size: examples per micro-batch.
@@ -55,13 +57,13 @@ class MaskedLMObjective:
 
     Raises:
         PLMError: an unknown pair task, a tokenizer without one of those tokens, or documents from which no
-            example can be made (see :mod:`plm.objectives.pairs`).
+            example can be made (see :class:`plm.objectives.pairs.PairExamples`).
     """
 
     def __init__(
         self,
-        train_documents: Sequence[Document],
-        validation_documents: Sequence[Document],
+        train: PreparedSplit | Sequence[Document],
+        validation: PreparedSplit | Sequence[Document],
         tokenizer: Tokenizer,
         max_length: int = 128,
         batch_size: int = 32,
@@ -74,16 +76,13 @@ class MaskedLMObjective:
         seed: int = 0,
         validation_batches_max: int | None = 16,
     ) -> None:
-        if pair_task not in PAIR_TASKS:
-            raise PLMError(f"unknown pair task {pair_task!r}; choose one of {', '.join(PAIR_TASKS)}")
-        for role in ("mask", "cls", "sep", "pad"):
-            if tokenizer.id_of(role) is None:
-                raise PLMError(f"{tokenizer!r} has no {role} token; an encoder needs a WordPiece or Unigram tokenizer")
-        options = (tokenizer, max_length, seed, short_seq_prob)
-        self.train = _examples("training", pair_task, train_documents, *options)
-        self.validation = _examples("validation", pair_task, validation_documents, *options)
+        if tokenizer.id_of("mask") is None:
+            raise PLMError(f"{tokenizer!r} has no mask token; an encoder needs a WordPiece or Unigram tokenizer")
+        options = (tokenizer, pair_task, max_length, short_seq_prob)
+        self.train = _examples("training", train, *options)
+        self.validation = _examples("validation", validation, *options)
         self.pair_task, self.batch_size, self.seed = pair_task, batch_size, seed
-        self.train_tokens = sum(len(ids) for ids in self.train.documents.ids)
+        self.train_tokens = self.train.split.token_count
         self.masking: dict[str, Any] = {  # mask_tokens' options
             "mask_id": tokenizer.mask_id,
             "vocab_size": tokenizer.vocab_size,
@@ -93,12 +92,13 @@ class MaskedLMObjective:
             "max_ngram": max_ngram,
             "ratios": check_mask_ratios(mask_ratios),
         }
-        count = len(self.validation) if validation_batches_max is None else validation_batches_max * batch_size
-        count = min(count, len(self.validation))
+        # The first examples of the validation documents, in order (all of them without a maximum).
+        count = None if validation_batches_max is None else validation_batches_max * batch_size
+        self.validation_examples = list(self.validation.in_order(seed, count))
         self._validation = [
-            self._masked(self.validation, range(i, min(i + batch_size, count)), _generator(_VALIDATION, seed, i),
-                         MASK_RATIOS)
-            for i in range(0, count, batch_size)
+            self._masked(self.validation, self.validation_examples[i : i + batch_size],
+                         _generators(_VALIDATION, seed, i)[0], MASK_RATIOS)
+            for i in range(0, len(self.validation_examples), batch_size)
         ]
 
     def batch(self, step: int, index: int) -> dict[str, torch.Tensor]:
@@ -112,9 +112,8 @@ class MaskedLMObjective:
             ``input_ids`` (masked), ``labels`` (the originals at the targets, -100 elsewhere), ``token_type_ids``
             and ``attention_mask``, each (B, T); ``pair_labels`` (B,) with a pair task.
         """
-        generator = _generator(_TRAIN, self.seed, step, index)
-        rows = torch.randint(len(self.train), (self.batch_size,), generator=generator)
-        return self._masked(self.train, rows.tolist(), generator)
+        generator, rng = _generators(_TRAIN, self.seed, step, index)
+        return self._masked(self.train, [self.train.at_random(rng) for _ in range(self.batch_size)], generator)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
         """The tokens of a batch, padding not counted.
@@ -217,11 +216,11 @@ class MaskedLMObjective:
         yield from self._validation
 
     def _masked(
-        self, examples: PretrainingExamples, rows: Sequence[int], generator: torch.Generator,
+        self, pairs: PairExamples, examples: Sequence[Example], generator: torch.Generator,
         ratios: tuple[float, float, float] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """A batch of ``rows``, masked as training masks, or with other ``ratios`` (validation: BERT's)."""
-        batch = examples.batch(rows)
+        """A batch of ``examples``, masked as training masks, or with other ``ratios`` (validation: BERT's)."""
+        batch = pairs.batch(examples)
         word_ids, special = batch.pop("word_ids"), batch.pop("special_tokens_mask")
         options = self.masking if ratios is None else {**self.masking, "ratios": ratios}
         batch["input_ids"], batch["labels"] = mask_tokens(
@@ -230,13 +229,16 @@ class MaskedLMObjective:
         return batch
 
 
-def _examples(name: str, pair_task: str, documents: Sequence[Document], *options) -> PretrainingExamples:
+def _examples(name: str, documents: PreparedSplit | Sequence[Document], tokenizer: Tokenizer,
+              *options) -> PairExamples:
+    split = documents if isinstance(documents, PreparedSplit) else PreparedSplit.from_documents(documents, tokenizer)
     try:
-        return BUILDERS[pair_task](documents, *options)
+        return PairExamples(split, tokenizer, *options)
     except PLMError as error:
         raise PLMError(f"{name} text: {error}") from None
 
 
-def _generator(*numbers: int) -> torch.Generator:
-    entropy = np.random.SeedSequence(list(numbers)).generate_state(1, np.uint64)
-    return torch.Generator().manual_seed(int(entropy[0]))
+def _generators(*numbers: int) -> tuple[torch.Generator, random.Random]:
+    """A torch generator (the masks) and a Python one (the examples), both seeded from ``numbers``."""
+    entropy = np.random.SeedSequence(list(numbers)).generate_state(2, np.uint64)
+    return torch.Generator().manual_seed(int(entropy[0])), random.Random(int(entropy[1]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,7 +28,7 @@ from torch import nn
 from plm.apps.translation import score_translations, translate
 from plm.data.parallel import (
     BudgetSampler,
-    EncodedPairs,
+    PairRows,
     SentencePair,
     Seq2SeqTokenizers,
     collate,
@@ -67,14 +68,20 @@ def cross_entropies(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
 class Seq2SeqObjective:
     """Teacher-forced batches of similar lengths under a token budget, the label-smoothed loss and the likelihood.
 
+    The pairs are encoded already, in memory (:class:`plm.data.parallel.EncodedPairs`) or mapped from a prepared
+    corpus (:class:`plm.data.prepared.PreparedPairs`' splits): the objective reads their lengths, as arrays, to
+    group them, and the ids of the pairs of each batch it draws.
+
     Args:
         train: the training pairs.
         validation: the validation pairs.
         tokenizers: the source and target tokenizers.
+        validation_text: the text of the first validation pairs (or of all), in order, for the metrics.
         max_tokens: the padded tokens of a batch at most.
         label_smoothing: epsilon.
         seed: the seed of the batches' draw.
-        metric_examples: how many validation pairs ``validation_metrics`` translates (0: none).
+        metric_examples: how many validation pairs ``validation_metrics`` translates (0: none), of those
+            ``validation_text`` holds.
         decoding: how ``validation_metrics`` translates.
         select_by: "bleu", "exact_match" or "chrf": the trainer keeps the model with the best such validation
             score in ``best/``; None: no selection.
@@ -82,14 +89,16 @@ class Seq2SeqObjective:
             ``</s>``) or decoder input (``<s> y``) is longer are left out, and counted in ``dropped``.
 
     Raises:
-        PLMError: tokenizers without padding, or no training or no validation pair that fits.
+        PLMError: tokenizers without padding, no training or no validation pair that fits, or a pair longer than
+            ``max_tokens`` on its own.
     """
 
     def __init__(
         self,
-        train: Sequence[SentencePair],
-        validation: Sequence[SentencePair],
+        train: PairRows,
+        validation: PairRows,
         tokenizers: Seq2SeqTokenizers,
+        validation_text: Sequence[SentencePair] = (),
         max_tokens: int = 2048,
         label_smoothing: float = 0.1,
         seed: int = 0,
@@ -98,31 +107,26 @@ class Seq2SeqObjective:
         select_by: str | None = None,
         max_positions: int | None = None,
     ) -> None:
-        """``metric_examples``: how many validation pairs ``validation_metrics`` translates (0: none).
-
-        ``select_by`` (``"bleu"``, ``"exact_match"``, ``"chrf"``) makes the trainer keep the
-        model with the best such validation score in ``best/``. ``max_positions``: the model's
-        context (a Transformer's position table); pairs whose source (with ``</s>``) or
-        decoder input (``<s> y``) is longer are left out, and counted in ``dropped``.
-        """
         self.tokenizers = tokenizers
         self.source_pad, self.target_pad = tokenizers.source.required_id("pad"), tokenizers.target.required_id("pad")
-        train_data, validation_data = EncodedPairs.of(train, tokenizers), EncodedPairs.of(validation, tokenizers)
-        train_kept, validation_kept = fitting(train_data, max_positions), fitting(validation_data, max_positions)
+        train_kept, validation_kept = fitting(train, max_positions), fitting(validation, max_positions)
         self.dropped = {"train": len(train) - len(train_kept), "validation": len(validation) - len(validation_kept)}
-        if not train_kept:
+        if not len(train_kept):
             raise PLMError(f"no training pair fits the model's context of {max_positions} tokens")
-        if not validation_kept:
+        if not len(validation_kept):
             raise PLMError(f"no validation pair fits the model's context of {max_positions} tokens")
-        self.train_data, self.validation_data = train_data.select(train_kept), validation_data.select(validation_kept)
-        self.sampler = BudgetSampler(self.train_data, max_tokens, seed)
-        self.validation_groups = token_budget_batches(self.validation_data, max_tokens)
+        self.train_data, self.validation_data = train, validation
+        self.sampler = BudgetSampler(
+            token_budget_batches(train.source_lengths, train.target_lengths, max_tokens, among=train_kept), seed)
+        self.validation_groups = token_budget_batches(validation.source_lengths, validation.target_lengths,
+                                                      max_tokens, among=validation_kept)
         self.max_tokens = max_tokens
         self.label_smoothing = label_smoothing
-        self.metric_pairs = [validation[i] for i in validation_kept[:metric_examples]]
+        with_text = validation_kept[validation_kept < len(validation_text)]
+        self.metric_pairs = [validation_text[i] for i in with_text[:metric_examples]]
         self.decoding = decoding
         self.selection = Selection(f"val_{select_by}", maximize=True) if select_by else None
-        self.train_tokens = sum(map(len, self.train_data.targets))
+        self.train_tokens = int(train.target_lengths[train_kept].sum(dtype=np.int64))
         self.batches_per_epoch = len(self.sampler)
         self.loss_weights = {NLL: 0.0}
         self.perplexity_terms = (NLL,)
@@ -203,7 +207,7 @@ class Seq2SeqObjective:
         return score_translations(hypotheses, [[p.target for p in self.metric_pairs]]).as_dict()
 
 
-def fitting(data: EncodedPairs, max_positions: int | None) -> list[int]:
+def fitting(data: PairRows, max_positions: int | None) -> np.ndarray:
     """Indices of the pairs whose source and decoder input each fit in ``max_positions`` (None: all).
 
     Args:
@@ -211,9 +215,8 @@ def fitting(data: EncodedPairs, max_positions: int | None) -> list[int]:
         max_positions: the model's context, or None.
 
     Returns:
-        The indices, in order.
+        (kept pairs,) int64, the indices, in order.
     """
     if max_positions is None:
-        return list(range(len(data)))
-    return [i for i, (source, target) in enumerate(zip(data.sources, data.targets))
-            if len(source) <= max_positions and len(target) - 1 <= max_positions]
+        return np.arange(len(data))
+    return np.flatnonzero((data.source_lengths <= max_positions) & (data.target_lengths - 1 <= max_positions))

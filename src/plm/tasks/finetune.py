@@ -8,9 +8,10 @@ over 0.2% of training, and the auxiliary LM loss with lambda 0.5. Each run keeps
 best model by the task's dev metric; with several runs, the best of them is copied
 to ``OUT/best`` and ``OUT/summary.json`` lists them all.
 
-``max_steps`` and ``minutes`` cut each run short (the schedule is laid out over ``max_steps``,
-but not squeezed into ``minutes``). A sentence-transformers checkpoint is read through the pooling
-it was trained with (:func:`trained_pooling`).
+``steps`` sets each run's length instead of the epochs (the schedule is laid out over them), and
+extends finished runs on a resume; ``minutes`` cuts each run short (the schedule not squeezed into
+it). A sentence-transformers checkpoint is read through the pooling it was trained with
+(:func:`trained_pooling`).
 
 ``features`` turns to the feature-based approach (BERT section 5.3, ELMo section 3.3) for
 every task but choice: the model stays frozen and a BiLSTM learns over the chosen layers
@@ -110,7 +111,8 @@ class FinetuneSetup:
         symmetric: GPT pairs without an order, read in both (GPT-1's similarity form).
         pooling: classify, pair, regress, choice: cls, last or mean; None: see :func:`trained_pooling`.
         minutes: each run stops at the first step past this many minutes of training.
-        max_steps: each run stops after this many steps; the schedule is laid out over them.
+        steps: each run's optimizer steps, instead of ``epochs``' (the schedule is laid out over them); on a resume,
+            more steps than a finished run took extend it.
         save_every: steps between checkpoints within an epoch (and at its end), so that a stop loses little.
         mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
         parallelism: DDP or FSDP, activation checkpointing.
@@ -144,7 +146,7 @@ class FinetuneSetup:
     symmetric: bool = False  # GPT pairs without an order, read in both (GPT-1's similarity form)
     pooling: str | None = None  # classify, pair, regress, choice: cls, last or mean; None: see trained_pooling
     minutes: float | None = None  # each run stops at the first step past this many minutes of training
-    max_steps: int | None = None  # each run stops after this many steps; the schedule is laid out over them
+    steps: int | None = None  # each run's optimizer steps, instead of the epochs'; more extend a finished run
     save_every: int = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
     mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
     parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
@@ -161,7 +163,7 @@ class FinetuneSetup:
                 an unknown ``combine`` or ``pooling``; or a number
                 out of its range (learning rates, ``restarts``, ``batch_size``, ``stride``, ``max_length``,
                 ``synthetic_size``, ``save_every``, ``epochs``, ``lm_weight``, ``warmup_fraction``, ``minutes``,
-                ``max_steps``).
+                ``steps``).
         """
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
@@ -208,8 +210,8 @@ class FinetuneSetup:
             raise PLMError(f"--warmup must be a fraction of training in [0, 1), got {self.warmup_fraction}")
         if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
             raise PLMError(f"--minutes must be a number above 0, got {self.minutes}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise PLMError(f"--max-steps must be at least 1, got {self.max_steps}")
+        if self.steps is not None and self.steps < 1:
+            raise PLMError(f"steps must be at least 1, got {self.steps}")
         if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
             raise PLMError("--mix-layer-norm, --mix-dropout and --mix-l2 set the feature-based model's scalar "
                            "mixes: give --features with --combine mix or --elmo")
@@ -351,8 +353,10 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
              definition: dict[str, Any] | None = None) -> FinetuneResult:
     """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set.
 
-    Each run writes ``result.json`` when it has finished. ``resume`` keeps those, continues the run that
-    was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and starts the rest.
+    Each run writes ``result.json`` when it has finished. ``resume`` keeps those (or, when ``setup.steps`` is
+    more than one of them took, extends it from its checkpoint, its schedule laid out over the new steps),
+    continues the run that was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and
+    starts the rest; when there was nothing to train, one line on stderr says the fine-tuning was complete.
     ``out`` is locked throughout; ``definition`` is saved in ``out/run.json`` (see
     :mod:`plm.training.run_directory`).
 
@@ -426,7 +430,8 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
         setup: what to fine-tune on what.
         out: the run directory.
         overwrite: replace the runs already there.
-        resume: keep the finished runs, continue an interrupted one and start the rest.
+        resume: keep the finished runs (extend them, to more ``setup.steps``), continue an interrupted one and
+            start the rest.
         data: the training examples, the validation examples and the labels.
         definition: a single run's definition, written by its trainer; None for a sweep (written by
             :func:`finetune`).
@@ -465,6 +470,7 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
     if sift is not None:
         normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
     runs = []
+    trained = False  # on a resume: whether any run had steps left
     several = len(lrs) * setup.restarts > 1
     for lr in lrs:
         for restart in range(setup.restarts):
@@ -480,9 +486,9 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                 mix_penalty=mix_penalty, micro_batches_per_step=world.world_size,
             )
             per_epoch = math.ceil(objective.batches_per_epoch / world.world_size)
-            steps = max(1, math.ceil(setup.epochs * per_epoch))
-            if setup.max_steps is not None:  # the schedule's warmup and decay fit the steps that run
-                steps = min(steps, setup.max_steps)
+            # Steps given win over the epochs (so that a resume with more extends a finished run); the schedule's
+            # warmup and decay fit the steps that run.
+            steps = max(1, math.ceil(setup.epochs * per_epoch)) if setup.steps is None else setup.steps
             config = TrainingConfig(
                 steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
                 betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch,
@@ -490,12 +496,15 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                 log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, precision=setup.precision,
                 progress=setup.progress,
                 time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
-                report_to=setup.report_to,
+                report_to=setup.report_to, extension="layout",
             )
             directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if several else out
             if resume and (directory / RESULT_FILE).is_file():
-                runs.append(read_json(directory / RESULT_FILE))
-                continue
+                finished = read_json(directory / RESULT_FILE)
+                if setup.steps is None or finished["steps"] >= setup.steps:
+                    runs.append(finished)
+                    continue
+            trained = True
             continuing = resume and has_checkpoint(directory)
             trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer, distributed=world)
             metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing),
@@ -505,6 +514,10 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
                          task.selection: trainer.best})
             if world.is_main:
                 write_json(directory / RESULT_FILE, runs[-1])
+    if resume and not trained and world.is_main:
+        reached = ", ".join(map(str, sorted({run["steps"] for run in runs})))
+        print(f"{out}: {'every run of the sweep' if several else 'the run'} was complete already, at step {reached}; "
+              "nothing trained (resume it with more steps to extend it)", file=sys.stderr)
     best = max(runs, key=lambda run: run[task.selection])
     if several and world.is_main:  # the others would copy over the same files at once
         staging = staging_directory(out, f".{BEST_DIR}-")  # swapped in whole: a kill leaves the old best or the new

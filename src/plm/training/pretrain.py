@@ -19,6 +19,7 @@ import resource
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,6 +30,8 @@ import torch
 from plm.config import config_from_dict
 from plm.cpu.int8 import check_trainable
 from plm.data.corpus import Corpus, default_corpus, read_corpus
+from plm.data.prepare import PrepareOptions, cached_corpus, cached_documents, corpus_texts
+from plm.data.prepared import PreparedCorpus
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
@@ -58,10 +61,13 @@ class PretrainSetup:
     """
 
     model: str = "gpt2-mini"
+    data: str | None = None  # a prepared corpus (plm.data.prepare); else train_files, else the embedded corpus
     train_files: tuple[str, ...] = ()
     validation_files: tuple[str, ...] = ()
     tokenizer: str | None = None
     vocab_size: int = 8192
+    tokenizer_sample: int | None = None  # characters a new tokenizer learns from (None: all the training text)
+    text_field: str = "text"  # the field (JSONL) or column (Parquet, datasets) of the training files' text
     objective: str = "auto"
     whole_word: bool = False
     max_ngram: int | None = None  # None: the recipe's (3 for ALBERT, else 1)
@@ -176,6 +182,8 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
         raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
     if setup.validation_files and not setup.train_files:
         raise PLMError("--validation needs --train files as well")
+    if setup.data is not None and setup.train_files:
+        raise PLMError("--data is a prepared corpus, --train text files: give one of them")
     for name in ("vocab_size", "batch_size", "validation_blocks"):
         if getattr(setup, name) < 1:
             raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
@@ -193,8 +201,26 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
     return block_size
 
 
+def training_texts(setup: PretrainSetup) -> Iterator[str]:
+    """The training text a new tokenizer learns from, document by document: the user's files, or the embedded corpus.
+
+    The files are streamed; a sample of about ``tokenizer_sample`` characters of them, when it is given.
+
+    Args:
+        setup: the run's setup.
+
+    Yields:
+        Each training document's text; not those held out for validation.
+    """
+    if setup.train_files:
+        fraction = None if setup.validation_files else PrepareOptions.validation_fraction
+        yield from corpus_texts(setup.train_files, setup.text_field, setup.tokenizer_sample, fraction)
+    else:
+        yield from (document.text for document in default_corpus().train)
+
+
 def load_corpus(setup: PretrainSetup) -> Corpus:
-    """The run's corpus: the user's files, else the embedded one.
+    """The run's corpus in memory, for the biLM, which reads words: the user's files, else the embedded one.
 
     Args:
         setup: the run's setup.
@@ -207,25 +233,58 @@ def load_corpus(setup: PretrainSetup) -> Corpus:
     return default_corpus()
 
 
+def prepared_corpus(setup: PretrainSetup, tokenizer: Tokenizer, world: Distributed, progress: bool) -> PreparedCorpus:
+    """The run's corpus, tokenized: the prepared directory given, else its text prepared in plm's cache.
+
+    The first process prepares the text (the user's files or the embedded corpus); the others map what it wrote.
+
+    Args:
+        setup: the run's setup.
+        tokenizer: the run's tokenizer.
+        world: the processes of the run.
+        progress: show a progress bar while preparing.
+
+    Returns:
+        The prepared corpus.
+
+    Raises:
+        PLMError: an unreadable input, or a prepared corpus of another tokenizer.
+    """
+    if setup.data is not None:
+        corpus = PreparedCorpus.open(setup.data)
+        corpus.check_tokenizer(tokenizer)
+        return corpus
+    path: Path | None = None
+    if world.is_main:
+        if setup.train_files:
+            options = PrepareOptions(text_field=setup.text_field, progress=progress)
+            path = cached_corpus(setup.train_files, tokenizer, setup.validation_files, options).path
+        else:
+            embedded = default_corpus()
+            path = cached_documents(embedded.train, embedded.validation, tokenizer, progress).path
+    path = world.broadcast(path)
+    assert path is not None  # the first process's, on every process
+    return PreparedCorpus.open(path)
+
+
 def resolve_tokenizer(
     setup: PretrainSetup,
     model: str,
     recipe: PretrainingRecipe,
-    corpus: Corpus,
     out: Path,
     resume: bool,
     world: Distributed,
 ) -> Tokenizer:
-    """The run's own tokenizer when resuming, else the one given, the model's, or a new one of the recipe's kind.
+    """The run's own tokenizer when resuming, else the one given, the prepared corpus', the model's, or a new one.
 
-    A new one is trained by the first process and handed to the others, so that every
+    A new one, of the recipe's kind, is trained on the training text (streamed: see
+    :func:`training_texts`) by the first process and handed to the others, so that every
     process of a distributed run encodes with the same vocabulary.
 
     Args:
         setup: the run's setup.
         model: the preset or model directory (see :func:`check_model_name`).
         recipe: the family's recipe.
-        corpus: the text a new tokenizer is trained on.
         out: the run directory.
         resume: the run continues the one in ``out``.
         world: the processes of the run.
@@ -237,12 +296,13 @@ def resolve_tokenizer(
         return Tokenizer.load(out / CHECKPOINT_DIR)
     if setup.tokenizer:
         return Tokenizer.load(setup.tokenizer)
+    if setup.data is not None:
+        return PreparedCorpus.open(setup.data).tokenizer()
     if model not in PRESETS and (model_directory(model) / "tokenizer.json").is_file():
         return Tokenizer.load(model_directory(model))
     trained = None
     if world.is_main:
-        texts = (document.text for document in corpus.train)
-        trained = TOKENIZER_TRAINERS[recipe.tokenizer](texts, vocab_size=setup.vocab_size)
+        trained = TOKENIZER_TRAINERS[recipe.tokenizer](training_texts(setup), vocab_size=setup.vocab_size)
     trained = world.broadcast(trained)
     assert trained is not None  # the first process's, on every process
     return trained
@@ -391,12 +451,17 @@ def prepare(
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
     if world.is_main:
         check_run_directory(out, resume, overwrite)
-    corpus = load_corpus(setup)
-    tokenizer = resolve_tokenizer(setup, model_name, recipe, corpus, out, resume, world)
+    tokenizer = resolve_tokenizer(setup, model_name, recipe, out, resume, world)
+    reads_words = objective_name == "bilm"
+    if reads_words and setup.data is not None:
+        raise PLMError("--data is a prepared corpus of subword ids; the biLM reads words: give it --train files")
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
         model = build_model(setup, model_name, spec.heads, tokenizer)
+    corpus = load_corpus(setup) if reads_words else None
+    prepared = None if reads_words else prepared_corpus(setup, tokenizer, world, training.progress)
     data = ObjectiveData(
+        prepared=prepared,
         corpus=corpus,
         tokenizer=tokenizer,
         block_size=block_size,

@@ -98,8 +98,7 @@ def run_lock(directory: str | Path, enabled: bool = True) -> Iterator[Path]:
     except BlockingIOError:
         holder = os.read(descriptor, 4096).decode("utf-8", "replace")
         os.close(descriptor)
-        raise PLMError(f"{directory}: in use by {describe_holder(holder)}; wait until it ends or stop it "
-                       "(a stopped run resumes with --resume)") from None
+        raise in_use(directory, holder) from None
     # Who holds it, for the message of the process refused (the file is never deleted: a process could
     # open the old file just before, and lock it while another locks a new one).
     os.ftruncate(descriptor, 0)
@@ -139,6 +138,39 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
         if enabled:
             check()
         yield directory
+
+
+def check_not_in_use(directory: str | Path) -> None:
+    """Refuse a run directory whose lock another process holds, naming that process (as :func:`run_lock` does).
+
+    For the checks that would otherwise blame the directory's contents: a run that is still
+    starting, or still training towards its first checkpoint, has none yet.
+
+    Args:
+        directory: the run directory; one without a lock file is not in use.
+
+    Raises:
+        PLMError: another process holds the lock.
+    """
+    path = Path(directory) / LOCK_FILE
+    if not path.is_file() or path.parent.resolve() in _held:  # this process's own lock is no obstacle
+        return
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # unreadable: run_lock says so when it is taken
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)  # only a test: released at once
+    except BlockingIOError:
+        raise in_use(Path(directory), os.read(descriptor, 4096).decode("utf-8", "replace")) from None
+    finally:
+        os.close(descriptor)
+
+
+def in_use(directory: Path, holder: str) -> PLMError:
+    """The error of a run directory locked by another process; ``holder`` is its lock file's contents."""
+    return PLMError(f"{directory}: in use by {describe_holder(holder)}; wait until it ends or stop it "
+                    "(a stopped run resumes with --resume)")
 
 
 def command_line() -> str:
@@ -195,6 +227,18 @@ def remove_leftovers(directory: str | Path) -> list[Path]:
     return removed
 
 
+def holds_run(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a training run's files (a run started, with or without a checkpoint yet).
+
+    Args:
+        directory: the run directory.
+
+    Returns:
+        True when any of :data:`RUN_FILES` is there.
+    """
+    return any((Path(directory) / name).exists() for name in RUN_FILES)
+
+
 def remove_run(directory: str | Path) -> None:
     """Delete the files of a run (``--overwrite``), so that nothing of it can be resumed; others stay.
 
@@ -224,7 +268,8 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
 
     Raises:
         PLMError: both ``resume`` and ``overwrite``; ``out`` or a parent is a file; the nearest existing
-            parent is not writable; nothing to resume from; or ``out`` holds a run or other files.
+            parent is not writable; nothing to resume from (or, before its first checkpoint, a run that
+            another process is training there); or ``out`` holds a run or other files.
     """
     if resume and overwrite:
         raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
@@ -239,11 +284,12 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
             break
     if resume:
         if not has_checkpoint(out):
+            check_not_in_use(out)  # a run still training towards its first checkpoint
             raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
         return
     if overwrite or not out.exists() or not any(path.name != LOCK_FILE for path in out.iterdir()):
         return
-    if any((out / name).exists() for name in RUN_FILES):
+    if holds_run(out):
         raise PLMError(
             f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,7 +21,8 @@ import torch
 
 from plm.cpu.int8 import check_trainable
 from plm.data.dates import date_pairs
-from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
+from plm.data.parallel import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
+from plm.data.prepared import PreparedPairs
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_config, model_class, preset_config
@@ -48,11 +50,14 @@ DEFAULT_MODEL = "transformer-small"
 class Seq2SeqSetup:
     """What a run trains on. No files: the dates task. ``tsv`` or ``source`` + ``target``: the user's pairs.
 
+    ``data``: pairs prepared once (:func:`plm.data.prepare.prepare_pairs`), mapped from disk, of any size.
     Validation pairs come from ``validation_source`` + ``validation_target`` (or
-    ``validation_tsv``), else the last ``validation_fraction`` of the training pairs.
+    ``validation_tsv``), else the last ``validation_fraction`` of the training pairs; a prepared
+    corpus holds its own.
 
     Attributes:
         model: a family, preset or model directory (an encoder-decoder's).
+        data: a prepared corpus of sentence pairs, instead of the files; its tokenizers are the run's.
         source: the file of source sentences, one per line.
         target: the file of their translations, line for line.
         tsv: a file of ``source<TAB>target`` lines, instead of ``source`` and ``target``.
@@ -75,6 +80,7 @@ class Seq2SeqSetup:
     """
 
     model: str = DEFAULT_MODEL
+    data: str | None = None
     source: str | None = None
     target: str | None = None
     tsv: str | None = None
@@ -146,9 +152,14 @@ def check_setup(setup: Seq2SeqSetup) -> None:
         setup: the run's setup.
 
     Raises:
-        PLMError: a dropout or label smoothing outside [0, 1), an unknown hyperparameter set or metric, or
-            ``max_tokens``, ``beam``, ``vocab_size`` below 1 or ``metric_examples`` below 0.
+        PLMError: a dropout or label smoothing outside [0, 1), an unknown hyperparameter set or metric,
+            ``max_tokens``, ``beam``, ``vocab_size`` below 1 or ``metric_examples`` below 0, or a prepared corpus
+            given with files of pairs.
     """
+    files = (setup.source, setup.target, setup.tsv, setup.validation_source, setup.validation_target,
+             setup.validation_tsv)
+    if setup.data is not None and any(files):
+        raise PLMError("--data is a prepared corpus of pairs, --src/--tgt and --tsv files of them: give one of them")
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
         raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
     if setup.hyperparameters not in HYPERPARAMETER_SETS:
@@ -167,14 +178,14 @@ def check_setup(setup: Seq2SeqSetup) -> None:
         raise PLMError(f"--metric-examples must be >= 0, got {setup.metric_examples}")
 
 
-def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair], out: Path,
+def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair] | PreparedPairs, out: Path,
                        resume: bool) -> Seq2SeqTokenizers:
-    """The run's own tokenizers when resuming, else the ones given, the model's, or new ones trained on ``train``.
+    """The run's own tokenizers when resuming, else the ones given, the model's, a prepared corpus', or new ones.
 
     Args:
         setup: the run's setup.
         model: the preset or model directory.
-        train: the training pairs.
+        train: the training pairs (new tokenizers are trained on them), or the prepared corpus.
         out: the run directory.
         resume: continue the run in ``out``.
 
@@ -195,9 +206,40 @@ def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair
             raise PLMError(f"--model {model} reads its sources {learnt}; continue it "
                            f"{'with' if tokenizers.reverse_source else 'without'} --reverse-source")
         return tokenizers
+    if isinstance(train, PreparedPairs):  # its order of the sources, unless the setup asks to reverse them
+        tokenizers = train.tokenizers()
+        return tokenizers.in_source_order(True) if setup.reverse_source else tokenizers
     default_size = 8000 if setup.source or setup.tsv else DEFAULT_TASK_VOCABULARY
     return Seq2SeqTokenizers.train(train, vocab_size=setup.vocab_size or default_size, joint=setup.joint_vocabulary,
                                    reverse_source=setup.reverse_source)
+
+
+def encoded_pairs(setup: Seq2SeqSetup, model: str, out: Path,
+                  resume: bool) -> tuple[PairRows, PairRows, Sequence[SentencePair], Seq2SeqTokenizers]:
+    """The run's training and validation pairs, encoded, the validation pairs' text, and the tokenizers.
+
+    A prepared corpus is mapped, not read: only the lengths of its pairs are in memory.
+
+    Args:
+        setup: the run's setup.
+        model: the preset or model directory.
+        out: the run directory.
+        resume: continue the run in ``out``.
+
+    Returns:
+        The training pairs, the validation pairs, the text of the first validation pairs, and the tokenizers.
+
+    Raises:
+        PLMError: unreadable pairs, or a prepared corpus of other tokenizers than the run's.
+    """
+    if setup.data is None:
+        train, validation = read_pairs(setup)
+        tokenizers = resolve_tokenizers(setup, model, train, out, resume)
+        return EncodedPairs.of(train, tokenizers), EncodedPairs.of(validation, tokenizers), validation, tokenizers
+    corpus = PreparedPairs.open(setup.data)
+    tokenizers = resolve_tokenizers(setup, model, corpus, out, resume)
+    corpus.check_tokenizers(tokenizers)
+    return corpus.train, corpus.validation, corpus.validation_text(), tokenizers
 
 
 def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) -> PretrainedModel:
@@ -266,14 +308,13 @@ def prepare_seq2seq(
     training.validate()
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
     check_run_directory(out, resume, overwrite)
-    train, validation = read_pairs(setup)
-    tokenizers = resolve_tokenizers(setup, model_name, train, out, resume)
+    train, validation, validation_text, tokenizers = encoded_pairs(setup, model_name, out, resume)
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
         model = build_model(setup, model_name, tokenizers)
     assert isinstance(model, Seq2SeqModel)  # check_model_name lets only an encoder-decoder through
     objective = Seq2SeqObjective(
-        train, validation, tokenizers, max_tokens=setup.max_tokens,
+        train, validation, tokenizers, validation_text, max_tokens=setup.max_tokens,
         label_smoothing=recipe.label_smoothing if setup.label_smoothing is None else setup.label_smoothing,
         seed=training.seed, metric_examples=setup.metric_examples,
         decoding=dataclasses.replace(TRANSLATION, num_beams=setup.beam),

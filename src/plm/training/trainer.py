@@ -63,6 +63,9 @@ from plm.training.stopping import StopSignals, signal_name
 from plm.training.tensorboard import TensorBoardLog, require_tensorboard
 
 HYPERPARAMETERS = tuple(field.name for field in dataclasses.fields(Hyperparameters))
+# How a run's schedule goes on when a resume gives it more steps (see Trainer.extend_schedule): "continue" its
+# decay from the learning rate reached; or "layout", the learning rates of the schedule laid out over the new steps.
+EXTENSIONS = ("continue", "layout")
 # What may differ when a run resumes: how long it goes on, where and how it runs, how it reports. Anything
 # else defines the run. (The warmup is the run's own: see Trainer.resume. A sharded run resumed on another
 # number of processes takes the micro-batches per process that keep its global batch.)
@@ -103,6 +106,7 @@ class TrainingConfig:
     compile: bool = False  # torch.compile the training forward and backward
     parallelism: Parallelism = Parallelism()  # DDP or FSDP over torchrun's processes, activation checkpointing
     report_to: str = "none"  # "tensorboard": the logged metrics in RUN/tensorboard/ too (plm.training.tensorboard)
+    extension: str = "continue"  # how more steps on a resume extend the schedule: one of EXTENSIONS
 
     def with_defaults(self, defaults: Hyperparameters) -> TrainingConfig:
         """This config with every optimizer field left None taken from ``defaults``.
@@ -159,6 +163,8 @@ class TrainingConfig:
             raise PLMError(f"--keep-last must be >= 0, got {self.keep_last}")
         if self.time_limit is not None and not self.time_limit > 0:
             raise PLMError(f"the time limit must be above 0 seconds, got {self.time_limit}")
+        if self.extension not in EXTENSIONS:
+            raise PLMError(f"unknown extension {self.extension!r}; choose one of {', '.join(EXTENSIONS)}")
         h = self.hyperparameters
         if h.optimizer not in OPTIMIZERS:
             raise PLMError(f"unknown optimizer {h.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
@@ -269,7 +275,8 @@ class Trainer:
 
         The first process holds the run directory's lock throughout. SIGTERM or SIGINT
         ends the run after the step in flight, with a checkpoint of that step: a
-        :class:`plm.errors.RunStopped` saying how to resume.
+        :class:`plm.errors.RunStopped` saying how to resume. A resumed run that had reached
+        ``config.steps`` already trains and writes nothing: one line on stderr says so.
 
         Args:
             resume: continue the run directory's checkpoint.
@@ -277,7 +284,7 @@ class Trainer:
             definition: what defines the run, written to ``run.json``.
 
         Returns:
-            The last metrics (with validation loss).
+            The last metrics (with validation loss); for a run complete already, those it logged at its last step.
 
         Raises:
             PLMError: a run directory that cannot take this run, or a checkpoint that does not fit it.
@@ -287,6 +294,8 @@ class Trainer:
         with claimed(self.out, check, enabled=self.distributed.is_main), StopSignals() as signals:
             try:
                 self.start(resume, overwrite, definition)
+                if resume and self.step >= self.config.steps:
+                    return self.completed()
                 return self.run(signals)
             finally:
                 if self.tensorboard is not None:
@@ -308,6 +317,8 @@ class Trainer:
         torch.manual_seed(self.config.seed + self.distributed.rank)  # kept by a process the run did not have
         if resume:
             self.resume()
+            if self.step >= self.config.steps:
+                return  # complete already: nothing to write (see completed)
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
             if not resume:
@@ -325,6 +336,21 @@ class Trainer:
                 print(f"--precision auto: {str(self.dtype).removeprefix('torch.')} autocast on this {self.device.type} "
                       "(fp32 master weights and optimizer state; --precision fp32 for fp32 throughout)",
                       file=sys.stderr)
+
+    def completed(self) -> dict[str, float]:
+        """Say (on stderr) that a resumed run had reached its steps already.
+
+        Returns:
+            The metrics the run logged at its last step (empty on the processes after the first, or without them).
+        """
+        if not self.distributed.is_main:
+            return {}
+        print(f"{self.out}: the run was complete already, at step {self.step} of {self.config.steps}; nothing "
+              "trained (resume it with more steps to extend it)", file=sys.stderr)
+        path = self.out / METRICS_FILE
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+        last = json.loads(lines[-1]) if lines else {}
+        return last if last.get("step") == self.step else {}
 
     def resume(self) -> None:
         """Restore the checkpoint: weights, optimizer, RNG states, step, schedule."""
@@ -348,22 +374,33 @@ class Trainer:
             self.extend_schedule(state["steps"])
 
     def extend_schedule(self, saved_steps: int) -> None:
-        """Lay the rest of a resumed run's decay over its new ``--steps``, from the learning rate it has reached.
+        """Lay the rest of a resumed run's decay over its new ``steps``, as the config's ``extension`` says.
 
-        Warmup, inverse-sqrt and constant schedules do not depend on the steps; a cosine or linear
-        decay continues from where it is, without a jump, to ``min_lr`` at the new last step.
+        Warmup, inverse-sqrt and constant schedules do not depend on the steps. With ``extension``
+        "continue" (pre-training's), a cosine or linear decay continues from where it is, without a
+        jump, to ``min_lr`` at the new last step. With "layout" (fine-tuning's, whose recipe lays its
+        decay over the run, down to 0), the steps left take the learning rates of the schedule laid out
+        over the new steps (its warmup kept), from wherever the old one had reached.
 
         Args:
             saved_steps: the steps the run's schedule was laid out over.
 
         Raises:
-            PLMError: the run has reached the new ``--steps`` already, or its learning rate decayed to 0.
+            PLMError: the run has reached the new ``steps`` already, or (extension "continue") its learning
+                rate decayed to 0.
         """
         config, h = self.config, self.config.hyperparameters
         if self.step >= config.steps:
             raise PLMError(f"{self.out}: the run is at step {self.step} already; --steps {config.steps} would not "
                            "train it further")
         if h.schedule not in ("cosine", "linear") or self.step < h.warmup:
+            return
+        if config.extension == "layout":
+            self.decay_start = None
+            if self.distributed.is_main:
+                print(f"extending the run from {saved_steps} to {config.steps} steps: its {config.schedule} "
+                      f"schedule laid out over {config.steps} steps, lr {self.learning_rate(self.step):.3g} at step "
+                      f"{self.step}", file=sys.stderr)
             return
         reached = self.learning_rate(self.step, total=saved_steps)
         if reached <= h.min_lr == 0:
@@ -662,8 +699,10 @@ class Trainer:
         path = self.out / METRICS_FILE
         if not self.distributed.is_main or not path.exists():
             return
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        written = path.read_text(encoding="utf-8").splitlines()
+        lines = [line for line in written if json.loads(line)["step"] <= step]
+        if lines != written:
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> None:
