@@ -196,6 +196,10 @@ def test_shards_joined_hold_each_document_once_as_one_prepare_does(tmp_path, tok
     joined = join_prepared([shard.path for shard in reversed(shards)], tmp_path / "joined")  # in shard order
     for split in ("train", "validation"):
         assert documents_of(joined, split) == documents_of(whole, split)
+    stream, expected = joined.train.tokens, whole.train.tokens  # a causal LM's blocks cross the parts
+    assert stream[np.arange(len(stream))].tolist() == expected[np.arange(len(expected))].tolist()
+    blocks = np.arange(len(stream) - 40, step=7)[:, None] + np.arange(40)  # (n, 40), some across two parts
+    assert np.array_equal(stream[blocks], expected[blocks])
     assert joined.manifest["splits"]["train"]["parts"] == [f"{i:05d}" for i in range(count)]
     assert os.stat(tmp_path / "joined" / "train" / "00000.tokens").st_ino == os.stat(
         tmp_path / "shard-0" / "train" / "00000.tokens").st_ino  # linked, not copied
