@@ -23,10 +23,10 @@ from plm.cpu.int8 import quantize
 from plm.decoding.generation import generate
 from plm.errors import PLMError
 from plm.hf import save_hf
+from plm.loading import load, load_pretrained
 from plm.models import PRESETS, from_config, from_preset, with_heads
 from plm.models.pretraining_heads import sentence_embeddings
 from plm.storage.checkpoint import save_model as save
-from plm.storage.loading import load, load_pretrained
 from plm.tasks import TaskModel, task_model
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, pretrain

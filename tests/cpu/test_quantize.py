@@ -13,8 +13,8 @@ import plm
 from plm.apps.text_pipelines import file_perplexity
 from plm.cli.main import main
 from plm.cpu.int8 import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
+from plm.loading import inference_weights
 from plm.storage.checkpoint import WEIGHTS_FILE
-from plm.storage.loading import inference_weights
 from tests.conftest import synthetic_text
 
 QUICK = ["--batch-size", "8", "--warmup", "10", "--dropout", "0", "--no-progress", "--device", "cpu"]

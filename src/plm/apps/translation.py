@@ -31,9 +31,9 @@ from plm.data.parallel import Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import GenerationConfig, beam_search
 from plm.device import available_memory
 from plm.errors import PLMError, with_article
+from plm.loading import opened
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
-from plm.storage.loading import opened
 
 
 def load_seq2seq(

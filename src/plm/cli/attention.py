@@ -10,10 +10,10 @@ from plm.cli.common import HelpFormatter, add_device, add_model, check_output_fi
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.device import resolve_device
 from plm.errors import PLMError
+from plm.loading import load_pretrained
 from plm.models.base import Seq2SeqModel
 from plm.storage.checkpoint import model_directory
 from plm.storage.hub import local_or_hub
-from plm.storage.loading import load_pretrained
 
 EXAMPLES = """examples:
   plm attention --model runs/dates "the fifth of May, nineteen ninety-nine" --out may.png

@@ -16,11 +16,11 @@ import torch
 from plm.cpu.int8 import QUANTIZATIONS
 from plm.device import DEVICES, INFERENCE_PRECISIONS, PRECISIONS, resolve_device
 from plm.errors import PLMError, with_article
+from plm.loading import inference_weights, load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel
 from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.storage.atomic_files import make_directory, staging_directory
 from plm.storage.checkpoint import swap_in
-from plm.storage.loading import inference_weights, load_pretrained
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.parallel import STRATEGIES, Parallelism
 from plm.training.pretrain import HYPERPARAMETER_SETS

@@ -10,9 +10,9 @@ from plm.data.parallel import Seq2SeqTokenizers, reads_reversed
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
+from plm.loading import find_tokenizer, is_plm_directory
 from plm.storage.checkpoint import load_model, model_directory, save_model
 from plm.storage.hub import local_or_hub
-from plm.storage.loading import find_tokenizer, is_plm_directory
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
 from plm.tokenization.released import load_released
 from plm.tokenization.tokenizer import Tokenizer

@@ -20,9 +20,9 @@ from plm.cli.eval_common import add_json, check_outputs, report
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
+from plm.loading import find_tokenizer, opened
 from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
 from plm.storage.atomic_files import atomic_open
-from plm.storage.loading import find_tokenizer, opened
 from plm.tokenization.characters import WORD_ROLES, split_words
 from plm.tokenization.tokenizer import Tokenizer
 

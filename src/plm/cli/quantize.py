@@ -8,10 +8,10 @@ from pathlib import Path
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
 from plm.cpu.int8 import QUANTIZATIONS, quantize
 from plm.data.parallel import Seq2SeqTokenizers
+from plm.loading import is_plm_directory, load_pretrained
 from plm.models.base import Seq2SeqModel
 from plm.storage.checkpoint import WEIGHTS_FILE, model_directory, save_model
 from plm.storage.hub import local_or_hub
-from plm.storage.loading import is_plm_directory, load_pretrained
 
 EXAMPLES = """examples:
   plm quantize --model runs/pretrain --out gpt2-int8/

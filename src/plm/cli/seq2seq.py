@@ -24,10 +24,10 @@ from plm.cli.common import (
     training_config,
 )
 from plm.cli.run_definition import RunFlags, run_definition
+from plm.loading import is_plm_directory
 from plm.models import PRESETS, RECIPES, Seq2SeqModel
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.storage.checkpoint import is_training_run, save_model
-from plm.storage.loading import is_plm_directory
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.paper_scale import translation_run

@@ -27,13 +27,13 @@ from plm.data.parallel import Seq2SeqTokenizers
 from plm.decoding.generation_config import GenerationConfig
 from plm.device import resolve_device
 from plm.errors import PLMError
+from plm.loading import inference_weights, load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
 from plm.models.elmo import Elmo, embed_sentences
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
 from plm.storage.checkpoint import model_directory
 from plm.storage.hub import local_or_hub
-from plm.storage.loading import inference_weights, load_pretrained
 from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
@@ -573,7 +573,7 @@ def load_service(
         name: its name in the API.
         device: where the weights go ("auto" picks one).
         quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
-        precision: the weights' precision, ``fp32`` or ``bf16`` (see :func:`plm.storage.loading.inference_weights`).
+        precision: the weights' precision, ``fp32`` or ``bf16`` (see :func:`plm.loading.inference_weights`).
 
     Returns:
         The service of the model's kind.

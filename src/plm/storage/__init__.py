@@ -1,5 +1,6 @@
 """What plm keeps on disk.
 
 Model directories and training checkpoints (atomic, safetensors with checksums), FSDP's sharded
-checkpoints, and opening any model directory, plm's or Hugging Face's, with its tokenizer.
+checkpoints, and the Hub's files. Opening any model directory, plm's or Hugging Face's, with its
+tokenizer is :mod:`plm.loading`'s, a layer above this one, the Hugging Face formats and the tokenizers.
 """

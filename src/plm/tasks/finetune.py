@@ -37,10 +37,10 @@ from plm.cpu.int8 import check_trainable
 from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
+from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.storage.atomic_files import read_json, staging_directory, write_json
 from plm.storage.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
-from plm.storage.loading import load_pretrained
 from plm.tasks import readers
 from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
