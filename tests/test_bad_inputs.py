@@ -128,7 +128,7 @@ CASES = {
                   "model.safetensors: not a readable safetensors file, perhaps truncated"),
     "mismatched": (["generate", "--model", "{w}/other", "x"], "weights do not fit a GPT of this config"),
     "long prompt": (["generate", "--model", "{w}/gpt", "cat " * 80], "but the model's context is 64"),
-    "prompt fills the context": (["generate", "--model", "{w}/gpt", "cat " * 80, "--keep-last", "64"],
+    "prompt fills the context": (["generate", "--model", "{w}/gpt", "cat " * 80, "--max-prompt-tokens", "64"],
                                  "prompt of 64 tokens fills the model's context of 64"),
     # config.json
     "config wrong type": (["generate", "--model", "{w}/config-type", "x"],
@@ -178,7 +178,7 @@ CASES = {
     "tokenizer out under a file": (["tokenizer", "train", "{w}/text.txt", "--out", "{w}/somefile.txt/tok"],
                                    "somefile.txt: is a file, not a directory"),
     # Flag values.
-    "fill-mask top-k": (["fill-mask", "--model", "{w}/bert", "the [MASK] reads", "--top-k", "100000"],
+    "fill-mask top-k": (["fill-mask", "--model", "{w}/bert", "the [MASK] reads", "--guesses", "100000"],
                         "top_k must be between 1 and the vocabulary's"),
     "fill-mask no mask": (["fill-mask", "--model", "{w}/bert", "the cat reads"],
                           "the text has no mask token; write [MASK]"),
@@ -233,7 +233,7 @@ CASES = {
     "binary embed file": (["embed", "--model", "{w}/bert", "--file", "{w}/binary.txt"],
                           "binary.txt: looks like a binary file"),
     "binary perplexity": (["eval", "perplexity", "--model", "{w}/gpt", "{w}/binary.txt"],
-                          "binary.txt: looks like a binary file"),
+                          "binary.txt:1: looks like a binary file (it has NUL bytes"),  # read as --train reads it
     # Inputs that lose the line-by-line correspondence or train on nothing.
     "overlap empty training file": (["overlap", "--train", "{w}/empty.txt", "--test", "{w}/text.txt"],
                                     "empty.txt: the file is empty: no words to compare"),

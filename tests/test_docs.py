@@ -1,5 +1,5 @@
-"""The documentation cannot rot: the site builds in strict mode, every example a page marks runnable runs, and
-every ``plm ...`` line of the site and the README parses with plm's own parser, defaults included.
+"""The documentation cannot rot: the site builds in strict mode, every example a page (or the README) marks runnable
+runs, and every ``plm ...`` line of the site and the README parses with plm's own parser, defaults included.
 
 A page marks a fenced block with an HTML comment on the line before it, which neither MkDocs nor GitHub shows:
 
@@ -186,6 +186,11 @@ def test_the_readme_links_lead_to_pages_and_headings_that_exist() -> None:
             assert anchor in {slug(heading) for heading in headings}, f"README.md: no heading #{anchor} in {target}"
 
 
+def test_the_readme_s_python_example_is_run_as_written() -> None:
+    python = [block for block in blocks(ROOT / "README.md") if block.language == "python"]
+    assert python and all(block.marker == "runnable" for block in python), "README.md: a Python block not run"
+
+
 @pytest.mark.parametrize("name", WORKFLOWS)
 def test_each_workflow_page_starts_with_a_runnable_example(name: str) -> None:
     first = next(block for block in blocks(DOCS / f"{name}.md") if block.marker != "file")
@@ -255,7 +260,7 @@ def same_value(documented: str, action: argparse.Action) -> bool:
 # Runnable examples ---------------------------------------------------------------------------------------------------
 
 
-RUNNABLE_PAGES = [path for path in PAGES if any(block.marker == "runnable" for block in blocks(path))]
+RUNNABLE_PAGES = [path for path in DOCUMENTS if any(block.marker == "runnable" for block in blocks(path))]
 
 
 @pytest.mark.parametrize("path", RUNNABLE_PAGES, ids=page_id)

@@ -258,8 +258,8 @@ class PairedTrainer(plm_finetune.Trainer):
         self.reference.train_step(step, lambda: self.objective.batch(step, 0))
         return result
 
-    def evaluate(self) -> dict[str, float]:
-        metrics = super().evaluate()
+    def evaluate(self, sample: bool = False) -> dict[str, float]:
+        metrics = super().evaluate(sample)
         objective = self.objective
         selection = objective.task.selection
         self.plm_curve.record(self.step, metrics["val_loss"])

@@ -203,9 +203,10 @@ def gpt2_reference(trainer: Trainer, seed: int) -> Reference:
 
     def losses(model: nn.Module, batch: Batch) -> Sums:
         tokens = batch["tokens"]  # (B, T + 1)
+        targets = batch.get("targets", tokens[:, 1:])  # a validation window's context is -100: not scored
         logits = model(tokens[:, :-1]).logits
-        return {"lm": (F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum"),
-                       tokens[:, 1:].numel())}
+        return {"lm": (F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"),
+                       int((targets != -100).sum()))}
 
     return Reference(model, losses, lambda step: objective.batch(step, 0), objective.validation_batches,
                      trainer.config, seed)
@@ -361,8 +362,8 @@ class PairedRun:
         self.reference.train_step(step)
         return result
 
-    def paired_evaluate(self) -> dict[str, float]:
-        metrics = self.evaluate()
+    def paired_evaluate(self, sample: bool = False) -> dict[str, float]:
+        metrics = self.evaluate(sample)
         ours, theirs = plm_losses(metrics), self.reference.evaluate()
         step = self.trainer.step
         self.plm.record(step, curve_point(self.row, ours))

@@ -121,7 +121,8 @@ def evaluation_steps(steps: int) -> set[int]:
 
 def train_plm(name: str, steps: int, files: dict[str, Path], tokenizer: Path, settings: Settings,
               out: Path) -> tuple[Curve, nn.Module, Seq2SeqObjective, Seq2SeqTokenizers]:
-    """plm seq2seq train --model NAME --src .. --tgt .. --valid-src .. --valid-tgt .. --tokenizer .. --steps STEPS.
+    """plm seq2seq train --model NAME --src .. --tgt .. --validation-src .. --validation-tgt .. --tokenizer ..
+    --steps STEPS.
 
     The trainer is plm's own; its ``optimizer_step`` is timed and its ``evaluate`` also
     records the plain validation NLL, so the run is exactly the command's.
@@ -140,8 +141,8 @@ def train_plm(name: str, steps: int, files: dict[str, Path], tokenizer: Path, se
         with timer:
             return optimizer_step(wrapped)
 
-    def evaluate_and_record() -> dict[str, float]:
-        metrics = evaluate()
+    def evaluate_and_record(sample: bool = False) -> dict[str, float]:
+        metrics = evaluate(sample)
         curve.record(trainer.step, validation_nll(trainer.model, trainer.objective))
         print(f"  plm {name} step {trainer.step}: val nll {curve.val_loss[-1]:.3f} "
               f"(plm's own: {', '.join(f'{k} {v:.3f}' for k, v in metrics.items() if k.startswith('val_'))})",

@@ -23,7 +23,7 @@ case $kind in
 esac
 TIMEFORMAT="train: %U + %S CPU seconds, %R s wall"
 time plm seq2seq train "${train[@]}" \
-  --src "$data/train.de" --tgt "$data/train.en" --valid-src "$data/val.de" --valid-tgt "$data/val.en" \
+  --src "$data/train.de" --tgt "$data/train.en" --validation-src "$data/val.de" --validation-tgt "$data/val.en" \
   --save-every 250 --keep-last 5 --no-progress --out "$out" --overwrite
 TIMEFORMAT="average: %U + %S CPU seconds, %R s wall"
 time plm seq2seq average --model "$out" --last 5 --out "$out-avg5" --overwrite

@@ -26,7 +26,7 @@ open('$out/dates-test.src', 'w').write(''.join(p.source + '\n' for p in pairs))
 open('$out/dates-test.tgt', 'w').write(''.join(p.target + '\n' for p in pairs))"
   src=$out/dates-test.src; ref=$out/dates-test.tgt
 else
-  files=(--src "$data/train.de" --tgt "$data/train.en" --valid-src "$data/val.de" --valid-tgt "$data/val.en")
+  files=(--src "$data/train.de" --tgt "$data/train.en" --validation-src "$data/val.de" --validation-tgt "$data/val.en")
   src=$data/test_2016_flickr.de; ref=$data/test_2016_flickr.en
 fi
 read -r -a models <<< "${MODELS:-rnn rnn-bahdanau rnn-luong transformer}"

@@ -10,8 +10,7 @@ import torch
 from plm.errors import PLMError
 
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # autocast, for training
-INFERENCE_PRECISIONS = ("fp32", "bf16")  # the weights, for inference
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # training's autocast, inference's weights
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -77,3 +77,32 @@ def test_word_sense_takes_the_nearest_training_occurrence_at_each_layer(tmp_path
                 right += bool(sense and candidates and max(candidates)[1] == sense)
         expected[name] = right / 3
     assert accuracy == pytest.approx(expected)
+
+
+
+def test_word_sense_neighbours_are_nearest_by_cosine_not_by_dot_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vectors made so that a long training vector has the larger dot product with the test word at both layers,
+    but the larger cosine only at the token layer; the oracle ranks by cosine, computed here by hand."""
+    far = LabelledSentence(("bank",), ("river",))
+    near = LabelledSentence(("bank",), ("money",))
+    test = LabelledSentence(("bank",), ("money",))
+    vectors = {  # (words, layers, dim): the token layer, then the LSTM layer
+        id(far): torch.tensor([[[10.0, 0.0], [10.0, 0.0]]]),
+        id(near): torch.tensor([[[0.6, 0.8], [0.6, 0.8]]]),
+        id(test): torch.tensor([[[1.0, 0.1], [0.7, 0.7]]]),
+    }
+    monkeypatch.setattr(elmo_probes, "token_features", lambda model, sentences: torch.cat([vectors[id(s)]
+                                                                                          for s in sentences]))
+
+    def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a * b).sum()) / float((a * a).sum().sqrt() * (b * b).sum().sqrt())
+
+    expected = {}
+    for layer, name in enumerate(["token", "lstm 1"]):
+        query = vectors[id(test)][0, layer]
+        nearest = max((far, near), key=lambda s: cosine(vectors[id(s)][0, layer], query))
+        expected[name] = float(nearest.labels[0] == test.labels[0])
+        dot = max((far, near), key=lambda s: float(vectors[id(s)][0, layer] @ query))
+        assert dot is far  # a dot product would take the long vector's sense at both layers
+    assert expected == {"token": 0.0, "lstm 1": 1.0}
+    assert probe_wsd(None, [far, near], [test]) == expected  # type: ignore[arg-type]

@@ -122,17 +122,37 @@ def test_a_gpt_with_the_default_window_and_stride_matches_token_by_token_scoring
     assert result.loss == pytest.approx(nll / 99, rel=1e-5)
 
 
-def test_file_perplexity_scores_the_first_token_after_the_beginning_of_text(tmp_path: Path):
-    text = "The cat reads the book. A dog sees the answer. The list sorts every token.\n"
+def test_a_file_is_scored_as_its_documents_each_followed_by_the_end_of_text(tmp_path: Path):
+    """Paragraphs separated by blank lines, each encoded alone and followed by <|endoftext|>, after one start token:
+    the stream pre-training reads (plm.data.prepare), every token of it scored, the first one included."""
+    paragraphs = ["The cat reads the book.\nA dog sees the answer.", "The list sorts every token.", "Every cat reads."]
+    text = "\n\n\n".join(paragraphs[:2]) + "\n \n" + paragraphs[2] + "\n"  # blank lines, one of them a space
     tokenizer = plm.Tokenizer.train_bpe([text * 20], vocab_size=300, min_frequency=1)
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8")
     model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
     result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8)
-    ids = [tokenizer.eos_id, *tokenizer.encode(text)]  # GPT-2's <|endoftext|> also begins a text
+    eos = tokenizer.eos_id  # GPT-2's <|endoftext|> also begins a text
+    ids = [eos] + [token for paragraph in paragraphs for token in [*tokenizer.encode(paragraph), eos]]
+    nll = brute_force_nll(model, ids, window=16, stride=8)
+    assert result.tokens == len(ids) - 1
+    assert result.loss == pytest.approx(nll / result.tokens, rel=1e-6)
+    assert result.bytes == sum(len(paragraph.encode()) for paragraph in paragraphs)
+    assert result.words == len(text.split())
+
+
+def test_one_text_scores_the_file_whole_blank_lines_and_all(tmp_path: Path):
+    text = "The cat reads the book.\n\nA dog sees the answer. The list sorts every token.\n"
+    tokenizer = plm.Tokenizer.train_bpe([text * 20], vocab_size=300, min_frequency=1)
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
+    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, one_text=True)
+    ids = [tokenizer.eos_id, *tokenizer.encode(text)]
     nll = brute_force_nll(model, ids, window=16, stride=8)
     assert result.tokens == len(ids) - 1 == len(tokenizer.encode(text))
     assert result.loss == pytest.approx(nll / result.tokens, rel=1e-6)
+    assert result.bytes == len(text.encode())
 
 
 def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: Path):
@@ -142,7 +162,8 @@ def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: P
     path = tmp_path / "wiki.txt"
     path.write_text(tokenised, encoding="utf-8")
     model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
-    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, detokenize="wikitext")
+    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, detokenize="wikitext",
+                                 one_text=True)  # as GPT-2 scored WikiText
     nll = brute_force_nll(model, [tokenizer.eos_id, *tokenizer.encode(written)], window=16, stride=8)
     words = 19  # as WikiText counts them: "The cat 's book , well @-@ read , ..."
     assert (result.words, result.bytes) == (words, len(written.encode("utf-8")))

@@ -22,7 +22,8 @@ def test_scores_are_sacrebleus_documented_example() -> None:
     scores = score_translations(HYPOTHESES, REFERENCES)
     assert round(scores.bleu, 2) == 48.53
     assert round(scores.chrf, 2) == 59.73
-    assert scores.exact_match == pytest.approx(100 / 3)  # the first sentence equals its first reference
+    assert scores.exact_match == pytest.approx(1 / 3)  # the first sentence equals its first reference: a fraction
+    assert "exact match 33.33% (3 sentences)" in str(scores)  # printed as a percentage, marked
     with pytest.raises(PLMError, match="3 translations but 2 references"):
         score_translations(HYPOTHESES, [REFERENCES[0][:2]])
 

@@ -120,13 +120,13 @@ def test_coqa_scores_the_greedy_answers_as_the_official_script(tmp_path: Path, t
     model = AnswerLM(tok, {"Who reads?\nA:": (" cat\n", 5.0), "read?\nA:": (" the red book\n", 5.0)})
     result = evaluate_coqa(model, tok, path, batch_size=2)
     # turn 1: "cat" matches every group (1, 1); turn 2: EM 2/3, F1 8/9 (the case above)
-    assert result.f1 == pytest.approx(100 * (1 + 8 / 9) / 2)
-    assert result.exact_match == pytest.approx(100 * (1 + 2 / 3) / 2)
+    assert result.f1 == pytest.approx((1 + 8 / 9) / 2)  # fractions, as every rate plm writes
+    assert result.exact_match == pytest.approx((1 + 2 / 3) / 2)
     assert result.predictions == [{"id": "s1", "turn_id": 1, "answer": "cat"},
                                   {"id": "s1", "turn_id": 2, "answer": "the red book"}]
     assert model.prompts == [prompt.text for prompt in coqa_prompts(read_coqa(path)[0], str(path))]
     assert (result.questions, result.prompts_cut) == (2, 0)
-    assert evaluate_coqa(model, tok, path, limit=1).as_dict() == {"f1": 100.0, "exact_match": 100.0, "questions": 1,
+    assert evaluate_coqa(model, tok, path, limit=1).as_dict() == {"f1": 1.0, "exact_match": 1.0, "questions": 1,
                                                                   "prompts_cut": 0}
 
 
@@ -218,15 +218,15 @@ def test_qa_exact_match_overall_and_on_the_most_confident(tmp_path: Path, tok) -
     })
     result = evaluate_open_qa(model, tok, path, shots=1, fraction=0.5)
     assert result.as_dict() == {
-        "exact_match": 50.0, "questions": 4, "correct": 2, "confident_fraction": 0.5, "confident_questions": 2,
-        "confident_correct": 2, "confident_exact_match": 100.0, "shots": 1, "prompts_cut": 0,
+        "exact_match": 0.5, "questions": 4, "correct": 2, "confident_fraction": 0.5, "confident_questions": 2,
+        "confident_correct": 2, "confident_exact_match": 1.0, "shots": 1, "prompts_cut": 0,
     }
     assert [row["answer"] for row in result.predictions] == ["dog", "answer", "He", "cat"]
     assert [row["probability"] for row in result.predictions] == pytest.approx(
         [model.probability(logit) ** 2 for logit in (10.0, 6.0, 8.0, 1.0)]
     )
     assert model.prompts[0] == "Q: who reads the book\nA: the cat\n\nQ: who sees the answer\nA:"
-    assert evaluate_open_qa(model, tok, path, shots=1, limit=2, fraction=0.5).confident_exact_match == 100.0
+    assert evaluate_open_qa(model, tok, path, shots=1, limit=2, fraction=0.5).confident_exact_match == 1.0
 
 
 def test_examples_from_another_file_leave_every_question_scored(tmp_path: Path, tok) -> None:
@@ -272,6 +272,6 @@ def test_translation_keeps_the_first_sentence_and_scores_corpus_bleu(tmp_path: P
                              "The cat reads. = Le chat lit.\nHe sat down. ="]
     expected = sacrebleu.corpus_bleu(result.translations, [["Un chien voit la réponse.", "Il s'assit."]]).score
     assert result.bleu == pytest.approx(expected) and 0 < expected < 100
-    assert (result.exact_match, result.sentences, result.shots) == (50.0, 2, 1)
+    assert (result.exact_match, result.sentences, result.shots) == (0.5, 2, 1)
     with pytest.raises(PLMError, match="give both example files"):
         evaluate_translation_prompt(model, tok, src, ref, examples_src=src)

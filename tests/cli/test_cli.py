@@ -77,7 +77,8 @@ def test_a_wrong_flag_is_one_line_and_exit_code_2() -> None:
     "argv, line",
     [
         (["seq2seq", "train", "--stepz", "3"],
-         "plm seq2seq train: error: unrecognized arguments: --stepz 3 (see plm seq2seq train --help)"),
+         "plm seq2seq train: error: unrecognized arguments: --stepz 3; did you mean --steps? (see plm seq2seq train "
+         "--help)"),
         (["eval", "lambada", "--model", "{tmp}/nowhere", "{tmp}/x.jsonl"], "plm eval lambada: error: "),
         (["finetune", "--task", "qa", "--max-length", "1"],
          "plm finetune: error: --max-length must be at least 8, got 1"),

@@ -39,7 +39,7 @@ def test_finetune_help_lists_the_tasks(capsys):
 def finetuned(tmp_path_factory):
     """Two learning rates on the built-in classification task: one run each, the better kept."""
     out = tmp_path_factory.mktemp("ft") / "run"
-    assert main(["finetune", "--task", "classify", "--lr", "1e-3,3e-3", *QUICK, "--out", str(out)]) == 0
+    assert main(["finetune", "--task", "classify", "--lr-grid", "1e-3,3e-3", *QUICK, "--out", str(out)]) == 0
     return out
 
 
@@ -102,7 +102,7 @@ def test_steps_win_over_the_epochs_and_end_the_linear_schedule_at_that_step(tmp_
     """16 steps planned (4 epochs of 4); --steps 5 runs 5, warmup 1 of them, the decay reaching 0 at the 5th."""
     out = tmp_path / "run"
     args = ["finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "16", "--epochs", "4",
-            "--steps", "5", "--warmup", "0.2", "--lr", "3e-3", "--no-progress", "--out", out]
+            "--steps", "5", "--warmup-fraction", "0.2", "--lr", "3e-3", "--no-progress", "--out", out]
     assert run_main(capsys, *args)[0] == 0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = {line["step"]: line["lr"] for line in lines}
@@ -180,7 +180,7 @@ def test_finetune_reads_a_sentence_transformers_model_through_the_mean_of_its_to
     [
         (["--task", "classify", "--train", "a.jsonl"], "give both --train and --validation"),
         (["--task", "tag", "--train", "{bad}", "--validation", "{bad}"], "bad.conll:2: a word without a tag"),
-        (["--task", "classify", "--epochs", "0"], "--epochs must be above 0"),
+        (["--task", "classify", "--warmup-fraction", "1"], "--warmup-fraction must be in [0, 1), got 1.0"),
         (["--task", "tag", "--pooling", "mean"], "--pooling is for --task classify, pair, regress, choice"),
         (["--task", "classify", "--symmetric"], "--symmetric reads sentence pairs: it is for --task pair or regress"),
         (["--task", "pair", "--symmetric"], "--symmetric is GPT-1's similarity form; an encoder reads a pair as"),
@@ -197,7 +197,7 @@ def test_bad_finetune_inputs_are_one_line_and_exit_2(tmp_path, capsys, args, mes
 
 def test_a_bad_learning_rate_list_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as raised:
-        main(["finetune", "--task", "classify", "--lr", "1e-3,fast"])
+        main(["finetune", "--task", "classify", "--lr-grid", "1e-3,fast"])
     err = capsys.readouterr().err
     assert raised.value.code == 2 and err.count("\n") == 1 and "expected numbers separated by commas" in err
 
@@ -368,7 +368,7 @@ def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, c
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert isinstance(config["config"]["head"]["null_threshold"], float)
 
-    # tau 1e9: no answer to anything, so EM is the share of impossible questions, 50; tau -1e9: a span for every
+    # tau 1e9: no answer to anything, so EM is the share of impossible questions, 0.5; tau -1e9: a span for every
     # question, so both impossible ones are missed (a tau refitted to this file's answers would answer "" to some).
     for tau in (1e9, -1e9):
         config["config"]["head"]["null_threshold"] = tau
@@ -382,7 +382,7 @@ def test_squad_v2_tau_is_chosen_on_dev_saved_and_used_on_other_files(tmp_path, c
                                   "--max-length", "48", "--json", tmp_path / "scores.json")
         assert code == 0, err
         right = sum(p == answer for p, (_, _, answer) in zip(predictions, questions) if answer is not None)
-        expected = 50.0 if tau > 0 else 100 * right / 4
+        expected = 0.5 if tau > 0 else right / 4
         assert json.loads((tmp_path / "scores.json").read_text())["exact_match"] == pytest.approx(expected)
     # Questions without answers, as a test file has them: predict reads them and answers with the saved tau.
     unanswered = json.loads(squad_v2(questions))
@@ -405,7 +405,7 @@ def test_an_interrupted_lr_sweep_resumes_bit_exactly(tmp_path, capsys, monkeypat
     """The finished run is kept, the interrupted one continues from its checkpoint: the logs of an unbroken sweep."""
     from plm.training.trainer import Trainer
 
-    sweep = ["finetune", "--task", "classify", "--lr", "1e-3,3e-3", *QUICK[:4], "--epochs", "3", "--no-progress"]
+    sweep = ["finetune", "--task", "classify", "--lr-grid", "1e-3,3e-3", *QUICK[:4], "--epochs", "3", "--no-progress"]
     assert run_main(capsys, *sweep, "--out", tmp_path / "straight")[0] == 0
     save = Trainer.save
 
@@ -453,7 +453,7 @@ def test_under_torchrun_each_step_reads_one_batch_per_process_and_one_process_re
     out = tmp_path / "run"
     result = subprocess.run(
         [*TORCHRUN, "finetune", "--task", "classify", "--synthetic-size", "64", "--batch-size", "8", "--epochs", "1",
-         "--lr", "1e-3,3e-3", "--device", "cpu", "--no-progress", "--out", str(out)],
+         "--lr-grid", "1e-3,3e-3", "--device", "cpu", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,10 +1,13 @@
-"""Where plm's output goes: a pipe closed early, and files whose names say another format."""
+"""Where plm's output goes: a pipe closed early, files whose names say another format, nothing but the result on
+standard output."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from plm.cli.main import main
 
@@ -24,3 +27,13 @@ def test_attention_refuses_a_file_name_that_is_not_a_png(tmp_path: Path, capsys)
     assert capsys.readouterr().err == (f"plm attention: error: --out {out}: the attention map is a PNG image; give a "
                                        "file name ending in .png\n")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
+def test_tokenizer_train_writes_its_one_line_to_standard_output(kind: str, text_file: Path, tmp_path: Path,
+                                                                capfd: pytest.CaptureFixture) -> None:
+    out = tmp_path / "tok"
+    assert main(["tokenizer", "train", str(text_file), "--kind", kind, "--vocab-size", "300", "--out", str(out)]) == 0
+    printed = capfd.readouterr().out  # what the tokenizers library writes to the file descriptor, too
+    assert printed.startswith("wrote a ") and printed.endswith(f"-token {kind} tokenizer to {out}\n")
+    assert printed.count("\n") == 1, repr(printed)

@@ -113,7 +113,7 @@ def test_fill_mask_puts_the_learned_word_at_each_mask(alphabet_bert, capsys):
 def test_fill_mask_takes_several_texts_and_shows_small_probabilities(alphabet_bert, capsys):
     capsys.readouterr()
     assert main(["fill-mask", "--model", str(alphabet_bert), "alpha [MASK] gamma delta.", "alpha beta [MASK] delta.",
-                 "--top-k", "30"]) == 0
+                 "--guesses", "30"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "alpha [MASK] gamma delta." and lines[2] == "alpha beta [MASK] delta."
     assert lines[1].split()[:3] == ["mask", "1:", "beta"] and lines[3].split()[:3] == ["mask", "1:", "gamma"]

@@ -22,7 +22,7 @@ def test_an_sop_head_scored_on_nsp_pairs(tmp_path: Path) -> None:
     model = plm.from_preset("bert-micro", vocab_size=len(tokenizer), pretraining_heads=("mlm", "sop"))
     plm.save(model, tmp_path / "model", tokenizer)
     out = tmp_path / "pairs.json"
-    assert main(["eval", "pairs", "--model", str(tmp_path / "model"), str(text), "--task", "nsp", "--max-length",
+    assert main(["eval", "pairs", "--model", str(tmp_path / "model"), str(text), "--pairs", "nsp", "--max-length",
                  "64", "--json", str(out), "--device", "cpu"]) == 0
     expected = head_accuracies(plm.load(tmp_path / "model"), tokenizer, text, "nsp", max_length=64).as_dict()
     assert json.loads(out.read_text()) == expected and expected["pair_head"] == "sop"

@@ -168,7 +168,7 @@ def test_a_finished_finetune_run_is_extended_with_steps(tmp_path: Path, capsys: 
     """4 steps (an epoch of 4 batches), then --steps 8: steps 5-8 take the rates of the schedule laid out over 8."""
     out = tmp_path / "run"
     code, _, err = run_main(capsys, "finetune", "--task", "classify", "--synthetic-size", 64, "--batch-size", 16,
-                            "--epochs", 1, "--warmup", 0, "--lr", "3e-3", "--no-progress", "--device", "cpu",
+                            "--epochs", 1, "--warmup-fraction", 0, "--lr", "3e-3", "--no-progress", "--device", "cpu",
                             "--out", out)
     assert code == 0, err
     assert logged(out, "lr") == pytest.approx([3e-3, 2e-3, 1e-3, 0.0])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from plm import progress
 from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
 from plm.decoding import GenerationConfig, beam_search
@@ -52,7 +53,8 @@ def test_eval_bleu_prints_bleu_chrf_and_exact_match(trained: Path, capsys) -> No
 
 
 @pytest.mark.parametrize("command", ["translate", "eval bleu"])
-def test_a_progress_bar_counts_the_sentences_unless_no_progress(trained: Path, capsys, command) -> None:
+def test_a_progress_bar_counts_the_sentences_unless_no_progress(trained: Path, capsys, monkeypatch, command) -> None:
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0)  # captured stderr is no terminal: the bar's lines, at once
     files = ([str(trained / "src.txt")] if command == "translate"
              else ["--src", str(trained / "src.txt"), "--ref", str(trained / "tgt.txt")])
     argv = [*command.split(), "--model", str(trained / "run"), *files, "--max-len-a", "0", "--max-len-b", "3",
@@ -70,9 +72,11 @@ def test_eval_bleu_writes_the_printed_scores_to_json(trained: Path, tmp_path: Pa
                  str(trained / "tgt.txt"), "--max-len-a", "0", "--max-len-b", "3", "--json", str(out),
                  "--device", "cpu"])
     assert code == 0
-    printed = re.search(r"BLEU (\S+)  chrF (\S+)  exact match (\S+)% \((\d+) sentences\)", capsys.readouterr().out)
+    printed = re.search(r"BLEU (\S+)  chrF (\S+)  exact match (\S+%) \((\d+) sentences\)", capsys.readouterr().out)
     written = json.loads(out.read_text(encoding="utf-8"))
-    assert [f"{written[k]:.2f}" for k in ("bleu", "chrf", "exact_match")] == list(printed.groups()[:3])
+    assert [f"{written['bleu']:.2f}", f"{written['chrf']:.2f}", f"{written['exact_match']:.2%}"] == list(
+        printed.groups()[:3])  # BLEU and chrF 0-100; exact match a fraction, printed as a percentage
+    assert 0 <= written["exact_match"] <= 1
     assert written["sentences"] == int(printed.group(4)) == 24
     assert (written["beam"], written["max_len_a"], written["max_len_b"]) == (1, 0.0, 3)  # the search with the scores
 
@@ -175,7 +179,7 @@ def test_a_pair_longer_than_the_transformers_context_is_left_out_with_a_note(tmp
     (tmp_path / "vsrc.txt").write_text(long_source + "\n" + DATE_PAIRS[0].source + "\n", encoding="utf-8")
     (tmp_path / "vtgt.txt").write_text("1999-05-01\n" + DATE_PAIRS[0].target + "\n", encoding="utf-8")
     code = main(["seq2seq", "train", "--model", "transformer-micro", "--src", str(tmp_path / "src.txt"),
-                 "--tgt", str(tmp_path / "tgt.txt"), "--valid-src", str(tmp_path / "vsrc.txt"), "--valid-tgt",
+                 "--tgt", str(tmp_path / "tgt.txt"), "--validation-src", str(tmp_path / "vsrc.txt"), "--validation-tgt",
                  str(tmp_path / "vtgt.txt"), "--vocab-size", "300", "--steps", "2", "--metric-examples", "2",
                  "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"])
     err = capsys.readouterr().err
@@ -302,3 +306,14 @@ def test_a_model_trained_on_reversed_sources_translates_them_reversed(date_pair_
                  str(date_pair_files / "tgt.txt"), "--steps", "1", "--out", str(tmp_path / "on"), "--device",
                  "cpu"]) == 2
     assert "reads its sources reversed; continue it with --reverse-source" in capsys.readouterr().err
+
+
+def test_a_dry_run_projects_the_run_and_writes_nothing(date_pair_files: Path, tmp_path: Path, capsys) -> None:
+    folder = date_pair_files
+    code = main(["seq2seq", "train", "--model", "rnn", "--src", str(folder / "src.txt"), "--tgt",
+                 str(folder / "tgt.txt"), "--vocab-size", "300", "--max-tokens", "256", "--steps", "40",
+                 "--out", str(tmp_path / "never"), "--no-progress", "--device", "cpu", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and not (tmp_path / "never").exists()
+    assert out.startswith("dry run: ") and "nothing written" in out
+    assert "  40 steps: " in out and " s per step of " in out and "projected: 40 steps in " in out

@@ -58,7 +58,7 @@ def test_summarize_writes_rouge_and_the_summaries(model_dir: Path, tmp_path: Pat
     data = write_jsonl(tmp_path / "news.jsonl", [{"article": "The cat reads the book.", "summary": "A cat reads."}])
     out, summaries = tmp_path / "rouge.json", tmp_path / "summaries.json"
     args = ["eval", "summarize", "--model", str(model_dir), str(data), "--max-new-tokens", "8", "--json", str(out),
-            "--summaries", str(summaries)]
+            "--predictions", str(summaries)]
     assert main(args) == 0
     numbers = json.loads(out.read_text())
     assert set(numbers) == {"rouge1", "rouge2", "rougeL", "articles"} and numbers["articles"] == 1
@@ -96,7 +96,7 @@ def test_perplexity_with_wikitext_detokenising_prints_and_writes_per_word_number
     model, tok = plm.load_pretrained(model_dir)
     expected = plm.file_perplexity(model, tok, str(data), detokenize="wikitext").as_dict()
     assert json.loads(out.read_text()) == pytest.approx(expected)
-    assert expected["words"] == 16 and expected["bytes"] == len(
-        "= The cat =\nThe cat reads the book, a dog sees the answer.\n"
+    assert expected["words"] == 16 and expected["bytes"] == len(  # the one document: its end-of-text ends it
+        "= The cat =\nThe cat reads the book, a dog sees the answer."
     )
     assert "word_perplexity" in printed and "per word" in printed

@@ -62,8 +62,8 @@ def test_coqa_writes_the_official_f1_of_its_predictions(model_dir: Path, tmp_pat
     scores = [turn_score(row["answer"], refs) for row, refs in zip(answers, references)]
     numbers = read_json(out)
     assert set(numbers) == {"f1", "exact_match", "questions", "prompts_cut"} and numbers["questions"] == 3
-    assert numbers["f1"] == pytest.approx(100 * sum(f1 for _, f1 in scores) / 3) and numbers["f1"] >= 100 / 6
-    assert numbers["exact_match"] == pytest.approx(100 * sum(em for em, _ in scores) / 3)
+    assert numbers["f1"] == pytest.approx(sum(f1 for _, f1 in scores) / 3) and numbers["f1"] >= 1 / 6  # fractions
+    assert numbers["exact_match"] == pytest.approx(sum(em for em, _ in scores) / 3)
     assert run(model_dir, "coqa", str(data), "--limit", "2", "--json", str(out)) == 0
     assert read_json(out)["questions"] == 2
 
@@ -86,9 +86,9 @@ def test_qa_writes_exact_match_and_the_most_confident_share_of_its_predictions(m
     assert [row["correct"] for row in answers] == right and sum(right) >= 1
     confident = most_confident([row["probability"] for row in answers], 0.5)
     assert numbers == pytest.approx({
-        "exact_match": 100 * sum(right) / 3, "questions": 3, "correct": sum(right), "confident_fraction": 0.5,
+        "exact_match": sum(right) / 3, "questions": 3, "correct": sum(right), "confident_fraction": 0.5,
         "confident_questions": 2, "confident_correct": sum(right[i] for i in confident),
-        "confident_exact_match": 100 * sum(right[i] for i in confident) / 2, "shots": 1, "prompts_cut": 0,
+        "confident_exact_match": sum(right[i] for i in confident) / 2, "shots": 1, "prompts_cut": 0,
     })
 
 
@@ -107,7 +107,7 @@ def test_translate_writes_the_corpus_bleu_of_its_translations(model_dir: Path, t
     assert run(model_dir, *args) == 0
     numbers, translations = read_json(out), read_json(predictions)
     assert set(numbers) == {"bleu", "chrf", "exact_match", "sentences", "shots", "prompts_cut"}
-    assert translations == first and numbers["exact_match"] == 50.0
+    assert translations == first and numbers["exact_match"] == 0.5  # a fraction, not a percentage
     assert numbers["bleu"] == pytest.approx(sacrebleu.corpus_bleu(translations, [references]).score)
     assert numbers["bleu"] > 0
     assert numbers["chrf"] == pytest.approx(sacrebleu.corpus_chrf(translations, [references]).score)

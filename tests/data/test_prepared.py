@@ -12,14 +12,16 @@ import pytest
 import tokenizers
 from tokenizers import models, pre_tokenizers
 
-import plm.data.prepare as prepare_module
+import plm.data.workers as workers_module
 from plm.data.corpus import Document
 from plm.data.prepare import PrepareOptions, cached_corpus, corpus_texts, held_out, join_prepared, prepare_corpus
 from plm.data.prepared import MANIFEST, PreparedCorpus, PreparedSplit
 from plm.data.sources import document_start, iter_documents, shard_inputs
 from plm.data.tokens import validation_blocks
 from plm.errors import PLMError
-from plm.tokenization.tokenizer import Tokenizer
+from plm.objectives.bilm import SpelledWords
+from plm.tokenization.characters import split_words
+from plm.tokenization.tokenizer import Tokenizer, train_words
 from tests.conftest import synthetic_text
 
 QUIET = PrepareOptions(progress=False)
@@ -100,8 +102,8 @@ def test_a_single_document_holds_out_its_tail(tmp_path, tokenizer, text):
 def test_worker_processes_write_the_same_files_as_one_process(tmp_path, tokenizer, monkeypatch):
     text = write(tmp_path / "text.txt", synthetic_text(300))
     prepare_corpus([text], tokenizer, tmp_path / "alone", options=QUIET)
-    monkeypatch.setattr(prepare_module, "_PARALLEL_FROM_CHARACTERS", 0)
-    monkeypatch.setattr(prepare_module, "_BATCH_CHARACTERS", 5_000)  # many batches, in input order
+    monkeypatch.setattr(workers_module, "PARALLEL_FROM_CHARACTERS", 0)
+    monkeypatch.setattr(workers_module, "BATCH_CHARACTERS", 5_000)  # many batches, in input order
     prepare_corpus([text], tokenizer, tmp_path / "workers", options=PrepareOptions(workers=2, progress=False))
     for split in ("train", "validation"):
         for file in sorted((tmp_path / "alone" / split).iterdir()):
@@ -275,3 +277,57 @@ def test_two_processes_preparing_one_corpus_at_once_both_get_it(tmp_path, tokeni
     assert [process.returncode for process in processes] == [0, 0], [err for _, err in results]
     assert results[0][0] == results[1][0] == f"{PreparedCorpus.open(tmp_path / 'data').train.tokens.__len__()}\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a.txt", "data", "tok"]
+
+
+def spelled_documents(split: PreparedSplit, tokenizer: Tokenizer) -> list[list[str]]:
+    """Each document's words: the vocabulary's, and each rare one as the corpus spelled it."""
+    words = SpelledWords(split, tokenizer.id_of("unk"))
+    spellings = {index: word for word, index in tokenizer.backend.get_vocab().items()}
+    documents = []
+    for document in range(len(split)):
+        _, start, stop = split._token_range(document)
+        number = int(np.searchsorted(split.document_starts, document, side="right")) - 1  # its part
+        first = start + int(words.part_starts[number])  # its place in the split's stream
+        codes = words[np.arange(first, first + stop - start)]
+        documents.append([spellings[int(c)] if c >= 0 else words.spelling(-1 - int(c)) for c in codes])
+    return documents
+
+
+def test_a_word_vocabulary_opens_each_document_and_keeps_every_rare_spelling_through_cuts_and_joins(tmp_path):
+    """The biLM reads every word's characters: <S> opens a document, and a word mapped to <UNK> keeps its spelling
+    whether its document was held out whole, cut in two, sharded or joined."""
+    texts = [p for p in synthetic_text(60, seed=4).split("\n\n") if p.strip()]
+    words = train_words(texts, vocab_size=12)
+    expected = sorted(["<S>", *split_words(text)] for text in texts)
+    big = write(tmp_path / "big.txt", "\n\n".join(texts))
+    whole = prepare_corpus([big], words, tmp_path / "whole", options=QUIET)
+    shards = [prepare_corpus([big], words, tmp_path / f"shard-{i}", options=PrepareOptions(progress=False,
+                                                                                              shard=(i, 3)))
+              for i in range(3)]
+    joined = join_prepared([shard.path for shard in shards], tmp_path / "joined")
+    for corpus in (whole, joined):
+        found = spelled_documents(corpus.train, words) + spelled_documents(corpus.validation, words)
+        assert sorted(found) == expected
+        assert corpus.manifest["opener_id"] == words.bos_id
+    one = write(tmp_path / "one.txt", " ".join(texts[:5]))  # one document: its tail cut off for validation
+    cut = prepare_corpus([one], words, tmp_path / "cut", options=QUIET)
+    halves = spelled_documents(cut.train, words)[0] + spelled_documents(cut.validation, words)[0]
+    assert halves == ["<S>", *split_words(" ".join(texts[:5]))]
+    assert len(cut.train.parts[0].unknown) and len(cut.validation.parts[0].unknown)
+
+
+def test_a_prepare_worker_imports_neither_pytorch_nor_the_command_that_started_it():
+    """A spawned worker imports the encoding's module and the parent's main module: neither may pull in PyTorch
+    (240 MB a worker)."""
+    import subprocess
+    import sys
+    from multiprocessing import spawn
+
+    code = "import sys, plm.data.encoded, plm.data.workers; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    main = sys.modules["__main__"]
+    before = (main.__spec__, getattr(main, "__file__", None))
+    with workers_module._main_module_hidden():
+        prepared_for_a_worker = spawn.get_preparation_data("worker")
+    assert not {"init_main_from_name", "init_main_from_path"} & set(prepared_for_a_worker)
+    assert (main.__spec__, getattr(main, "__file__", None)) == before

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import plm.data.prepare as prepare_module
+import plm.data.workers as workers_module
 from plm.cli.main import main
 from plm.data.dates import date_pairs
 from plm.data.parallel import EncodedPairs, ParallelText, SentencePair, Seq2SeqTokenizers, token_budget_batches
@@ -104,8 +104,8 @@ def test_validation_files_are_the_validation_pairs_and_a_corpus_without_held_out
 def test_worker_processes_write_the_same_files_as_one_process(tmp_path, tokenizers, monkeypatch):
     text = aligned(tmp_path, PAIRS)
     prepare_pairs(text, tokenizers, tmp_path / "one", options=QUIET)
-    monkeypatch.setattr(prepare_module, "_PARALLEL_FROM_CHARACTERS", 0)
-    monkeypatch.setattr(prepare_module, "_BATCH_CHARACTERS", 500)  # many batches, in input order
+    monkeypatch.setattr(workers_module, "PARALLEL_FROM_CHARACTERS", 0)
+    monkeypatch.setattr(workers_module, "BATCH_CHARACTERS", 500)  # many batches, in input order
     prepare_pairs(text, tokenizers, tmp_path / "workers", options=PrepareOptions(workers=2, progress=False))
     files = sorted(path.relative_to(tmp_path / "one") for path in (tmp_path / "one").rglob("*") if path.is_file())
     assert len([path for path in files if path.suffix == ".tokens"]) == 4  # source and target of each split

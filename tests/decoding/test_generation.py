@@ -155,11 +155,40 @@ def test_sampling_is_reproducible_with_a_seed_and_differs_across_seeds():
     assert not torch.equal(first, generate(model, prompt, seed=2, **options))
 
 
+def test_each_row_with_a_generator_of_its_own_samples_as_it_does_alone():
+    model = tiny_gpt()
+    prompts = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    config = GenerationConfig(max_new_tokens=12, do_sample=True, temperature=2.0)
+
+    def sampled(ids: torch.Tensor, seeds: list[int]) -> torch.Tensor:
+        generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        return torch.stack([step.tokens for step in decode_steps(model, ids, config, generators=generators)], 1)
+
+    together = sampled(prompts, [7, 8])
+    assert torch.equal(together[0], sampled(prompts[:1], [7])[0])
+    assert torch.equal(together[1], sampled(prompts[1:], [8])[0])
+    assert torch.equal(together[0], generate(model, prompts[:1], config=config, seed=7)[0, 3:])  # as one seed does
+    with pytest.raises(PLMError, match="one per row"):
+        decode_steps(model, prompts, config, generators=[torch.Generator()])
+
+
 def test_top_k_one_is_greedy():
     model = tiny_gpt()
     prompt = torch.tensor([[4, 5, 6]])
     greedy = generate(model, prompt, max_new_tokens=15)
     assert torch.equal(generate(model, prompt, max_new_tokens=15, do_sample=True, top_k=1, seed=3), greedy)
+
+
+def test_a_temperature_or_top_p_near_zero_samples_the_most_likely_token():
+    """Guards against NaN: logits over a temperature of 1e-320, or a top_p that float32 rounds to 0, once left no
+    token to draw."""
+    model = tiny_gpt()
+    prompt = torch.tensor([[4, 5, 6]])
+    greedy = generate(model, prompt, max_new_tokens=10)
+    for options in ({"temperature": 1e-320}, {"top_p": 1e-320}):
+        assert torch.equal(generate(model, prompt, max_new_tokens=10, do_sample=True, seed=3, **options), greedy)
+    logits = torch.tensor([[1.0, 4.0, 2.0, 3.0]])
+    assert torch.isfinite(filter_top_k_top_p(logits, top_k=0, top_p=1e-320)).tolist() == [[False, True, False, False]]
 
 
 def test_top_k_keeps_the_k_most_likely_tokens():
@@ -224,6 +253,14 @@ def test_eos_finishes_a_row_and_pads_after_it():
     model = CountingLM()
     out = generate(model, torch.tensor([[1, 2], [5, 6]]), max_new_tokens=5, eos_token_id=4, pad_token_id=0)
     assert out.tolist() == [[1, 2, 3, 4, 0, 0, 0], [5, 6, 7, 8, 9, 10, 11]]
+
+
+def test_ignore_eos_writes_the_eos_token_as_any_other_and_every_token_asked_for():
+    model = CountingLM()
+    out = generate(model, torch.tensor([[1, 2], [5, 6]]), max_new_tokens=5, eos_token_id=4, ignore_eos=True)
+    assert out.tolist() == [[1, 2, 3, 4, 5, 6, 7], [5, 6, 7, 8, 9, 10, 11]]
+    beams = generate(model, torch.tensor([[1]]), max_new_tokens=5, eos_token_id=4, ignore_eos=True, num_beams=2)
+    assert beams.tolist() == [[1, 2, 3, 4, 5, 6]]
 
 
 def test_generation_ends_early_when_every_row_is_finished():

@@ -13,9 +13,14 @@ import json
 import pytest
 import torch
 
+import plm
 import plm.hf
+from plm.cli.main import main
+from plm.decoding import generate
 from plm.errors import PLMError
-from plm.models import PRESETS, GPTConfig, from_config
+from plm.models import PRESETS, GPTConfig, from_config, from_preset
+from plm.tokenization.tokenizer import Tokenizer
+from tests.conftest import synthetic_text
 from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
@@ -124,6 +129,33 @@ def test_greedy_generation_matches_transformers(kind, tmp_path):
     input_ids, mask = padded_batch("left")  # transformers' generate derives positions from the mask
     expected = reference.generate(input_ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=0)
     assert torch.equal(model.generate(input_ids, max_new_tokens=12, attention_mask=mask), expected)
+
+
+def test_convert_writes_the_end_of_text_so_that_transformers_stops_where_plm_does(tmp_path):
+    """A GPT-2 of its own vocabulary: config.json names its tokenizer's <|endoftext|> as bos and eos, which
+    transformers' generate stops at, as plm generate does."""
+    bpe = Tokenizer.train_bpe([synthetic_text(50)], 300)
+    eos = bpe.eos_id
+    torch.manual_seed(0)
+    gpt = from_preset("gpt2-micro", vocab_size=len(bpe))
+    gpt.init_weights(std=0.1)
+    with torch.no_grad():  # the last norm's bias b adds b . e_eos to the logit of <|endoftext|>: about 2 more
+        row = gpt.token_embedding.weight[eos]
+        gpt.final_norm.bias += 2.0 * row / row.dot(row)
+    plm.save(gpt, tmp_path / "gpt", bpe)
+    assert main(["convert", "--model", str(tmp_path / "gpt"), "--out", str(tmp_path / "hf")]) == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text(encoding="utf-8"))
+    assert config["bos_token_id"] == config["eos_token_id"] == eos == bpe.bos_id
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf")
+    lengths = []
+    for prompt in ("The cat", "My friend", "the list"):
+        ids = torch.tensor([bpe.encode(prompt)])
+        ours = generate(gpt.eval(), ids, 40, eos_token_id=eos)[0, ids.shape[1]:].tolist()
+        theirs = reference.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=40,
+                                    pad_token_id=eos)[0, ids.shape[1]:].tolist()
+        assert theirs == ours
+        lengths.append(len(ours))
+    assert min(lengths) < max(lengths) == 40 and sorted(lengths)[1] > 1  # one stops at once, one later, one never
 
 
 def test_bare_gpt2model_checkpoint_loads_like_the_lm_one(tmp_path):

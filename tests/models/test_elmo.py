@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import plm
 from plm.cli.main import main
-from plm.data.corpus import Document
+from plm.data.prepare import PrepareOptions, prepare_corpus
 from plm.errors import PLMError
 from plm.models.scalar_mix import ScalarMix
 from plm.objectives.bilm import BiLMObjective, word_streams
@@ -127,24 +127,38 @@ def test_plm_tokenizer_train_writes_the_word_vocabulary(text_file: Path, tmp_pat
     assert loaded.special_tokens == {"bos": "<S>", "eos": "</S>", "unk": "<UNK>"}
 
 
-def test_bilm_batches_read_words_and_target_the_next_and_previous_ones() -> None:
-    documents = [Document(str(i), synthetic_text(paragraphs=3, seed=i)) for i in range(4)]
-    tokenizer = train_words((d.text for d in documents), vocab_size=20)
-    vocab = tokenizer.backend.get_vocab()
-    objective = BiLMObjective(word_streams(documents[:3], documents[3:], vocab), block_size=6, batch_size=5)
-    batch = objective.batch(step=0, micro=0)
-    assert batch["chars"].shape == (5, 6, MAX_CHARACTERS)
-    assert objective.target_counts(batch) == {"forward": 30, "backward": 30}
+def test_bilm_batches_read_every_word_as_spelled_and_target_the_next_and_previous_ones(tmp_path: Path) -> None:
+    texts = [synthetic_text(paragraphs=3, seed=i).replace("\n\n", " ") for i in range(4)]
+    files = [tmp_path / "train.txt", tmp_path / "validation.txt"]
+    files[0].write_text("\n\n".join(texts[:3]), encoding="utf-8")
+    files[1].write_text(texts[3], encoding="utf-8")
+    tokenizer = train_words(texts, vocab_size=20)  # most words are rare: <UNK> to the softmax
+    corpus = prepare_corpus([files[0]], tokenizer, tmp_path / "data", [files[1]], PrepareOptions(progress=False))
+    objective = BiLMObjective(word_streams(corpus, tokenizer), block_size=6, batch_size=5)
+    # The oracle: the documents split into words by hand, each between <S> and </S>.
+    stream = [word for text in texts[:3] for word in ("<S>", *split_words(text), "</S>")]
+    vocab, unknown = tokenizer.backend.get_vocab(), tokenizer.id_of("unk")
+    windows = {tuple(stream[start : start + 8]) for start in range(len(stream) - 7)}
+    rare = 0
+    for step in range(3):
+        batch = objective.batch(step=step, micro=0)
+        assert batch["chars"].shape == (5, 6, MAX_CHARACTERS)
+        assert objective.target_counts(batch) == {"forward": 30, "backward": 30}
+        for row in range(5):
+            read = [word_of(chars) for chars in batch["chars"][row]]
+            previous = [vocab.get(word, unknown) for word in read]
+            assert batch["next_words"][row, :-1].tolist() == previous[1:]
+            assert batch["previous_words"][row, 1:].tolist() == previous[:-1]
+            assert any(window[1:-1] == tuple(read) for window in windows)
+            rare += sum(word not in vocab for word in read)
+    assert rare > 0  # and read as spelled, not as <UNK>
+    assert objective.train_tokens == len(stream)
 
-    def word_id(chars: torch.Tensor) -> int:  # the oracle: read the word back from its bytes
-        inner = [c for c in chars.tolist()[1:] if c < 256]
-        word = bytes(inner).decode() if inner else {258: "<S>", 259: "</S>"}[chars[1].item()]
-        return vocab.get(word, tokenizer.id_of("unk"))
 
-    for row in range(5):
-        ids = [word_id(chars) for chars in batch["chars"][row]]
-        assert batch["next_words"][row, :-1].tolist() == ids[1:]
-        assert batch["previous_words"][row, 1:].tolist() == ids[:-1]
+def word_of(chars: torch.Tensor) -> str:
+    """The word whose character ids these are, read back from its bytes."""
+    inner = [c for c in chars.tolist()[1:] if c < 256]
+    return bytes(inner).decode() if inner else {258: "<S>", 259: "</S>"}[chars[1].item()]
 
 
 def test_the_loss_of_each_direction_is_the_summed_negative_log_likelihood() -> None:
@@ -286,7 +300,7 @@ def test_elmo_embed_writes_each_layer_or_the_mix(elmo_dir: Path, tmp_path: Path,
 
 def test_elmo_neighbors_lists_sentences_and_words(elmo_dir: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, _ = run_cli("elmo", "neighbors", "--model", str(elmo_dir / "elmo"), "--word", "play",
-                           str(elmo_dir / "plays.txt"), "--top-k", "2", capsys=capsys)
+                           str(elmo_dir / "plays.txt"), "--neighbors", "2", capsys=capsys)
     assert code == 0
     lines = out.splitlines()
     # The oracle for the words: cosine of the char-CNN's vectors over the vocabulary, by brute force.

@@ -19,7 +19,7 @@ def run_data(text_file: Path, kind: str) -> ObjectiveData:
     corpus = read_corpus([text_file])
     tokenizer = TOKENIZER_TRAINERS[kind]((document.text for document in corpus.train), vocab_size=300)
     prepared = cached_corpus([text_file], tokenizer, options=PrepareOptions(progress=False))
-    return ObjectiveData(prepared=prepared, corpus=corpus, tokenizer=tokenizer, block_size=LONG, batch_size=4, seed=0,
+    return ObjectiveData(prepared=prepared, tokenizer=tokenizer, block_size=LONG, batch_size=4, seed=0,
                          validation_blocks=8)
 
 

@@ -140,6 +140,19 @@ def test_a_streamed_completion_is_the_whole_one_in_chunks_then_done(client: Open
     assert usage.choices == [] and usage.usage.completion_tokens == whole.usage.completion_tokens
 
 
+def test_streamed_text_offsets_are_the_whole_ones_advancing_with_each_tokens_text(client: OpenAI) -> None:
+    prompt = "a dog likes the"
+    body = {"model": "gpt", "prompt": prompt, "max_tokens": 10, "temperature": 0, "logprobs": 1}
+    whole = client.completions.create(**body).choices[0].logprobs
+    chunks = list(client.completions.create(**body, stream=True))
+    streamed = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs is not None]
+    assert [len(piece.tokens) for piece in streamed] == [1] * len(whole.tokens)  # a chunk per token
+    offsets = [offset for piece in streamed for offset in piece.text_offset]
+    assert offsets == whole.text_offset
+    assert offsets == [len(prompt) + len("".join(whole.tokens[:i])) for i in range(len(whole.tokens))]
+    assert len(set(offsets)) > 1  # they move on: the tokens are not all empty
+
+
 def test_a_stop_string_ends_the_text_before_it_streamed_or_not(client: OpenAI) -> None:
     body = {"model": "gpt", "prompt": "The cat", "temperature": 0}
     free = client.completions.create(**body, max_tokens=24).choices[0].text
@@ -250,9 +263,11 @@ OUT_OF_RANGE = {
     "logprobs 6": ({"logprobs": 6}, "logprobs"),
     "top_p above 1": ({"top_p": 1.5}, "top_p"),
     "five stop strings": ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    "echo": ({"echo": True}, "echo"),
     "a penalty": ({"presence_penalty": 0.5}, "presence_penalty"),
-    "token ids for a prompt": ({"prompt": [1, 2, 3]}, "prompt"),
+    "top_p 0": ({"top_p": 0}, "top_p"),
+    "a seed past 64 bits": ({"seed": 2**63}, "seed"),
+    "a token id outside the vocabulary": ({"prompt": [1, 2, 300]}, "prompt"),
+    "an empty list of token ids": ({"prompt": [[1, 2], []]}, "prompt"),
 }
 
 
@@ -309,3 +324,68 @@ def test_the_answers_field_names_are_openais(server: BackgroundServer) -> None:
         "object", "embedding", "index"}
     chunk = httpx.post(f"{server.url}/v1/completions", json={**body, "stream": True}, headers=headers).text
     assert set(json.loads(chunk.split("\n\n")[0].removeprefix("data: "))) == set(answer) - {"usage"}
+
+
+def test_a_prompt_past_the_context_is_context_length_exceeded_naming_the_prompt(client: OpenAI) -> None:
+    for prompt in ("The cat reads the book. " * 40, [1] * 65, [1] * 64):  # the last fills the context of 64
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model="gpt", prompt=prompt)
+        assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "prompt")
+    whole = client.completions.create(model="gpt", prompt=[1] * 64, echo=True, max_tokens=0, logprobs=0)
+    assert len(whole.choices[0].logprobs.tokens) == 64  # echoed: it needs no room for new tokens
+
+
+def test_embeddings_of_an_empty_text_are_refused(client: OpenAI) -> None:
+    for texts in ("", ["A man plays a guitar.", ""]):
+        with pytest.raises(openai.BadRequestError, match="empty") as refused:
+            client.embeddings.create(model="bert", input=texts)
+        assert refused.value.param == "input"
+
+
+# --- what lm-evaluation-harness sends: echo, max_tokens 0, token ids (tests/serve/test_lm_eval.py runs it) -----
+
+
+def test_echo_gives_the_prompts_tokens_and_the_models_log_probabilities_the_first_none(client: OpenAI,
+                                                                                      services: dict) -> None:
+    prompt = "a dog likes the"
+    gpt = services["gpt"]
+    ids = gpt.tokenizer.encode(prompt)
+    answer = client.completions.create(model="gpt", prompt=prompt, echo=True, max_tokens=0, logprobs=2)
+    [choice] = answer.choices
+    logprobs = choice.logprobs
+    assert (choice.text, "".join(logprobs.tokens), len(logprobs.tokens)) == (prompt, prompt, len(ids))
+    assert (choice.finish_reason, answer.usage.prompt_tokens, answer.usage.completion_tokens) == ("length", len(ids), 0)
+    with torch.no_grad():
+        expected = gpt.model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)  # (time - 1, vocab): each next token
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None  # nothing predicts the first
+    chosen = expected.gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1)
+    assert logprobs.token_logprobs[1:] == pytest.approx(chosen.tolist(), abs=1e-5)
+    for top, scores in zip(logprobs.top_logprobs[1:], expected):
+        best = scores.topk(2)
+        texts = [gpt.tokenizer.decode([token]) for token in best.indices.tolist()]
+        assert top == pytest.approx(dict(zip(texts, best.values.tolist())), abs=1e-5)
+    assert logprobs.text_offset == [len("".join(logprobs.tokens[:i])) for i in range(len(ids))]
+
+    body = {"model": "gpt", "prompt": prompt, "max_tokens": 5, "temperature": 0, "logprobs": 1}
+    plain = client.completions.create(**body).choices[0]
+    echoed = client.completions.create(**body, echo=True).choices[0]  # the prompt's tokens, then the completion's
+    assert echoed.text == prompt + plain.text
+    assert echoed.logprobs.tokens == logprobs.tokens + plain.logprobs.tokens
+    assert echoed.logprobs.token_logprobs[len(ids):] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
+    assert echoed.logprobs.text_offset[len(ids):] == plain.logprobs.text_offset
+    chunks = [chunk.choices[0] for chunk in client.completions.create(**body, echo=True, stream=True)]
+    assert chunks[0].text == prompt and "".join(chunk.text for chunk in chunks) == echoed.text
+
+
+def test_a_prompt_of_token_ids_is_completed_as_its_text_is(client: OpenAI, services: dict) -> None:
+    texts = ["The cat", "a dog likes the"]
+    ids = [services["gpt"].tokenizer.encode(text) for text in texts]
+    body = {"model": "gpt", "max_tokens": 6, "temperature": 0, "logprobs": 1}
+    by_text = client.completions.create(prompt=texts, **body)
+    by_ids = client.completions.create(prompt=ids, **body)  # a list of lists of token ids
+    assert [(c.text, c.logprobs.text_offset) for c in by_ids.choices] == [
+        (c.text, c.logprobs.text_offset) for c in by_text.choices]
+    assert by_ids.usage == by_text.usage
+    assert client.completions.create(prompt=ids[1], **body).choices[0].text == by_text.choices[1].text  # one list
+    with pytest.raises(openai.BadRequestError, match="token ids"):  # /embeddings reads text only, and says so
+        client.embeddings.create(model="bert", input=ids[0])

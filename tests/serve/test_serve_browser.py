@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from plm.serve import BackgroundServer, create_app, load_service
-from tests.serve.test_serve import NAMES, model_dirs  # noqa: F401 (model_dirs: the fixture of tiny models of every kind)
+from tests.serve.test_serve import NAMES, model_dirs, released_dirs  # noqa: F401 (fixtures: tiny models of every kind)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -119,6 +119,18 @@ def test_the_translation_tab_draws_the_attention_heatmap(browser, server: Backgr
     shades = {cell.value_of_css_property("background-color") for cell in cells}
     assert len(shades) > 1  # the weights are drawn, not one colour
     screenshot(browser, "translate")
+
+
+def test_the_translation_tab_translates_with_a_released_marian_model(browser, released_dirs: dict) -> None:  # noqa: F811
+    source = "Ein Mann fährt Fahrrad."
+    with BackgroundServer(create_app([load_service(released_dirs["opus-mt"], "opus-mt", "cpu")])) as server:
+        open_tab(browser, server, "translate")
+        assert "opus-mt (encoder-decoder, transformer)" in browser.find_element(By.ID, "models-summary").text
+        run(browser, "translate", text=source)
+        expected = httpx.post(f"{server.url}/translate", json={"text": source}).json()
+        assert browser.find_element(By.ID, "translate-output").text == (expected["translation"] or "(empty)")
+        cells = browser.find_elements(By.CSS_SELECTOR, "#translate-heatmap td")
+        assert len(cells) == len(expected["target_tokens"]) * len(expected["source_tokens"]) > 0
 
 
 def test_the_other_tabs_answer(browser, server: BackgroundServer) -> None:

@@ -3,8 +3,9 @@
 ``snapshot_download`` asks ``/api/models/ID/revision/REV`` for the commit a revision points to, lists the
 commit's files at ``/api/models/ID/tree/COMMIT``, and fetches each file from ``/ID/resolve/COMMIT/FILE``
 (HEAD for its size and ETag, then GET, with a Range header when it resumes). Errors carry the
-``X-Error-Code`` header that huggingface_hub turns into its exceptions. Serve it with
-``plm.serve.BackgroundServer(hub.app())`` and point ``HF_ENDPOINT`` at it.
+``X-Error-Code`` header that huggingface_hub turns into its exceptions. Every request that reaches it, an API
+call (``model_info``, ``list_repo_files`` ...) or a file's HEAD or GET, served or not, is logged in ``requests``.
+Serve it with ``plm.serve.BackgroundServer(hub.app())`` and point ``HF_ENDPOINT`` at it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 @dataclass
@@ -41,12 +44,26 @@ class Fetch:
     range: str | None
 
 
+class RequestLog:
+    """ASGI middleware that appends ``METHOD /path`` of every HTTP request to ``log``, before any route answers."""
+
+    def __init__(self, app: ASGIApp, log: list[str]) -> None:
+        self.app, self.log = app, log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.log.append(f"{scope['method']} {scope['path']}")
+        await self.app(scope, receive, send)
+
+
 class StandInHub:
-    """Repositories served as the Hub serves them, a log of the file requests, and files to cut short once."""
+    """Repositories served as the Hub serves them, a log of every request and of the file downloads, and files to
+    cut short once."""
 
     def __init__(self) -> None:
         self.repositories: dict[str, Repository] = {}
-        self.fetches: list[Fetch] = []
+        self.requests: list[str] = []  # every request, API calls and HEADs included: "GET /api/models/..."
+        self.fetches: list[Fetch] = []  # the GETs of files
         self.cut_once: set[str] = set()  # files whose first GET stops halfway, as a dropped connection does
 
     def publish(self, repo_id: str, folder: Path, branch: str = "main") -> str:
@@ -68,7 +85,7 @@ class StandInHub:
             Route("/api/models/{repo_id:path}/revision/{revision}", self.repository_info),
             Route("/api/models/{repo_id:path}/tree/{revision}", self.tree),
             Route("/{repo_id:path}/resolve/{revision}/{filename:path}", self.resolve, methods=["GET", "HEAD"]),
-        ])
+        ], middleware=[Middleware(RequestLog, log=self.requests)])
 
     def files(self, request: Request) -> tuple[str, dict[str, bytes]] | Response:
         """The commit and files the request's repository and revision name, or the Hub's 404 for them."""

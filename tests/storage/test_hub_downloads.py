@@ -92,11 +92,22 @@ def test_a_model_downloads_by_id_and_then_opens_offline_from_the_cache(hub, tmp_
     assert len(tokenizer) == len(tokenizers["bpe"])
     fetched = {fetch.filename for fetch in hub.fetches}
     assert "model.safetensors" in fetched and "tf_model.h5" not in fetched
+    assert f"GET /api/models/{GPT}/revision/main" in hub.requests  # the log holds the API calls too
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    requests = len(hub.fetches)
+    asked = len(hub.requests)
     same_logits(plm.load(GPT), reference)
-    assert len(hub.fetches) == requests  # the cache alone
+    assert hub.requests[asked:] == []  # the cache alone: no API call, no HEAD, no download
+
+
+def test_offline_the_hub_is_not_asked_even_for_a_model_it_has(hub, tmp_path, tokenizers, monkeypatch) -> None:
+    folder, _ = gpt_folder(tmp_path / "published", tokenizers["bpe"], seed=0)
+    hub.publish(GPT, folder)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(plm.PLMError, match=f"^{GPT}: no such local directory, not in the Hugging Face cache, and "
+                                           "HF_HUB_OFFLINE=1 is set$"):
+        plm.load(GPT)
+    assert hub.requests == []
 
 
 def test_a_revision_pins_a_branch_or_a_commit(hub, tmp_path, tokenizers) -> None:
@@ -208,7 +219,7 @@ COMMANDS = {
     "convert": ["convert", "--model", GPT, "--out", "outputs/plm"],
     "translate": ["translate", "--model", OPUS, "{inputs}/de.txt", "--max-len-b", "4"],
     "seq2seq train": ["seq2seq", "train", "--model", OPUS, "--src", "{inputs}/de.txt", "--tgt", "{inputs}/en.txt",
-                      "--valid-src", "{inputs}/de.txt", "--valid-tgt", "{inputs}/en.txt", "--steps", "1",
+                      "--validation-src", "{inputs}/de.txt", "--validation-tgt", "{inputs}/en.txt", "--steps", "1",
                       "--metric-examples", "0", "--out", "outputs/opus", "--no-progress"],
     "elmo embed": ["elmo", "embed", "--model", ELMO, "{inputs}/de.txt", "--out", "outputs/vectors.npy",
                    "--no-progress"],

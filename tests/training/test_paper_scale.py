@@ -164,6 +164,38 @@ def test_a_dry_run_writes_nothing_and_projects_the_run(small_gpt_paper: PaperSca
     assert "tokens/s" in report and "projected: 1,000 steps in " in report and "peak memory" in report
 
 
+def test_a_dry_run_of_a_large_step_on_the_cpu_times_a_few_micro_batches_of_one_sequence(
+        text_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paper's step (GPT-2's 512 sequences of 1,024 tokens) takes minutes on a CPU: a dry run must not run one.
+
+    Oracle: the forward passes counted, and the projection rebuilt from the pieces the module says it uses."""
+    from plm.objectives.clm import CausalLMObjective
+    from plm.training import dry_run as dry_run_module
+    from plm.training.pretrain import pretrain_dry_run
+
+    sequences: list[int] = []
+    loss = CausalLMObjective.loss
+    monkeypatch.setattr(CausalLMObjective, "loss", lambda self, model, batch: (
+        sequences.append(len(batch["tokens"])), loss(self, model, batch))[1])
+    monkeypatch.setattr(dry_run_module, "WHOLE_STEP_SECONDS", 0.0)  # a step too long to run, as a paper's
+    passes: list[float] = []
+    forward_backward = dry_run_module.forward_backward
+    monkeypatch.setattr(dry_run_module, "forward_backward", lambda *args: (
+        passes.append(forward_backward(*args)), passes[-1])[1])
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, batch_size=16,
+                          block_size=32)
+    training = TrainingConfig(steps=1000, grad_accum=8, device="cpu", precision="fp32", progress=False)
+    measured = pretrain_dry_run(setup, training, tmp_path / "never")
+    assert sequences == [1, 2, 1, 1, 2, 2]  # warm-ups, then 1 and 2 timed twice each: no step of 128
+    assert not (tmp_path / "never").exists()
+    (phase,) = measured.phases
+    assert phase.tokens_per_step == 16 * 8 * 32 and phase.steps == 1000
+    one, two = min(passes[2:4]), min(passes[4:])  # a pass's fixed cost and one sequence's; one more sequence's
+    assert phase.seconds_per_step >= (one + 15 * max(0, two - one)) * 8  # 16 x 8 sequences, and the update
+    assert "micro-batches of 1 and 2 sequences timed" in measured.report()
+    assert "steps of 128 sequences per process projected" in measured.report()
+
+
 def test_plan_shows_the_paper_s_micro_batch_and_global_batch(capsys: pytest.CaptureFixture) -> None:
     argv = ["plan", "--model", "albert-base", "--hyperparameters", "paper", "--batch-size", "48", "--device", "cpu",
             "--memory", "1TB"]

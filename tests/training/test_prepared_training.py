@@ -22,6 +22,7 @@ FAMILIES = {  # preset: its tokenizer's kind, and the objective its recipe train
     "bert-micro": ("wordpiece", "mlm+nsp"),
     "albert-micro": ("unigram", "mlm+sop"),
     "deberta-micro": ("wordpiece", "mlm"),
+    "elmo-micro": ("words", "bilm"),
 }
 
 
@@ -33,7 +34,7 @@ def corpora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paragraphs = [p for p in synthetic_text(300).split("\n\n") if p.strip()]
     text.write_text("".join(json.dumps({"text": p}) + "\n" for p in paragraphs), encoding="utf-8")
     prepared = {}
-    for kind in ("bpe", "wordpiece", "unigram"):
+    for kind in ("bpe", "wordpiece", "unigram", "words"):
         tokenizer = TOKENIZER_TRAINERS[kind](paragraphs, vocab_size=300)
         options = PrepareOptions(progress=False)
         prepared[kind] = prepare_corpus([text], tokenizer, directory / kind, options=options).path
@@ -56,7 +57,7 @@ def test_each_objective_trains_from_a_prepared_corpus_and_resumes_bit_exactly(mo
     assert [line["step"] for line in expected] == list(range(1, 9))
     assert logged_losses(tmp_path / "halves") == expected
     terms = {"clm": {"loss"}, "mlm+nsp": {"loss_mlm", "loss_nsp"}, "mlm+sop": {"loss_mlm", "loss_sop"},
-             "mlm": {"loss"}}[objective]
+             "mlm": {"loss"}, "bilm": {"loss_forward", "loss_backward"}}[objective]
     assert terms <= set(expected[-1])
 
 
@@ -76,7 +77,7 @@ def test_a_prepared_corpus_is_refused_with_text_files_another_tokenizer_or_the_b
     with pytest.raises(PLMError, match="prepared with another tokenizer"):
         prepare(PretrainSetup(model="gpt2-micro", data=str(corpora["bpe"]),
                               tokenizer=str(corpora["wordpiece"] / "tokenizer")), config, tmp_path / "b")
-    with pytest.raises(PLMError, match="the biLM reads words"):
+    with pytest.raises(PLMError, match="the biLM predicts words.*prepared with a subword tokenizer"):
         prepare(PretrainSetup(model="elmo-micro", data=str(corpora["bpe"])), config, tmp_path / "c")
 
 

@@ -74,7 +74,7 @@ def test_fill_mask_and_embed_commands(text_file, tmp_path, capsys):
     argv = ["pretrain", "--model", "bert-micro", *QUICK, "--steps", "2", "--train", str(text_file), "--out", str(run)]
     assert main(argv) == 0
     capsys.readouterr()
-    assert main(["fill-mask", "--model", str(run), "The cat [MASK] the book.", "--top-k", "3"]) == 0
+    assert main(["fill-mask", "--model", str(run), "The cat [MASK] the book.", "--guesses", "3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("mask 1: ") and out.count("(") == 3
 

@@ -347,7 +347,7 @@ def test_the_runs_page_python_example_trains_and_resumes(tmp_path: Path, text_fi
 def test_a_finetune_sweep_stopped_in_its_second_run_resumes_with_only_out(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     sweep = ["finetune", "--task", "classify", "--synthetic-size", "32", "--batch-size", "8", "--epochs", "2",
-             "--lr", "1e-3,3e-3", "--no-progress", "--device", "cpu"]
+             "--lr-grid", "1e-3,3e-3", "--no-progress", "--device", "cpu"]
     assert main([*sweep, "--out", str(tmp_path / "straight")]) == 0
     log = Trainer.log
 
@@ -401,7 +401,7 @@ def test_finetune_saves_every_save_every_steps(tmp_path: Path, monkeypatch: pyte
 def test_a_signal_in_the_last_step_of_a_sweeps_run_starts_no_other_run(tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture) -> None:
     sweep = ["finetune", "--task", "classify", "--synthetic-size", "32", "--batch-size", "8", "--epochs", "2",
-             "--lr", "1e-3,3e-3", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "run")]
+             "--lr-grid", "1e-3,3e-3", "--no-progress", "--device", "cpu", "--out", str(tmp_path / "run")]
     log = Trainer.log
 
     def stop_at_the_first_runs_end(trainer: Trainer, metrics: dict[str, float]) -> None:

@@ -138,11 +138,12 @@ class RunResult:
     curve: list[tuple[int, float, float]]
 
 
-def read_spec(path: str | Path) -> CompareSpec:
+def read_spec(path: str | Path, budget: Budget | None = None) -> CompareSpec:
     """Parse and check a comparison spec; every mistake is a PLMError naming the file and the run.
 
     Args:
         path: the TOML file.
+        budget: what every run gets instead of the spec's ``[budget]`` (None: the spec's).
 
     Returns:
         The spec.
@@ -163,7 +164,7 @@ def read_spec(path: str | Path) -> CompareSpec:
     unknown = sorted(set(data) - {"title", "metric", "budget", "base", "run"})
     if unknown:
         raise PLMError(f"{path}: unknown key(s) {', '.join(unknown)}; a spec has title, metric, budget, base and run")
-    budget = read_budget(data.get("budget"), path)
+    budget = budget or read_budget(data.get("budget"), path)
     base = data.get("base", {})
     if not isinstance(base, dict):
         raise PLMError(f"{path}: [base] should be a table")

@@ -16,6 +16,7 @@ Framework and Empirical Comparison"), convert to it line by line.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,7 +140,7 @@ def layer_names(layers: int) -> list[str]:
     return ["token", *(f"lstm {j}" for j in range(1, layers))]
 
 
-def probe_pos(model: Elmo, train: Sequence[LabelledSentence], test: Sequence[LabelledSentence], epochs: int = 20,
+def probe_pos(model: Elmo, train: Sequence[LabelledSentence], test: Sequence[LabelledSentence], epochs: float = 20,
               lr: float = 1e-2, batch_size: int = 256, seed: int = 0) -> dict[str, float]:
     """Test accuracy of a linear classifier trained on each layer alone, and on a learned scalar mix (``mix``).
 
@@ -147,7 +148,7 @@ def probe_pos(model: Elmo, train: Sequence[LabelledSentence], test: Sequence[Lab
         model: the frozen biLM.
         train: sentences with a tag per word.
         test: sentences to score.
-        epochs: passes over the training words.
+        epochs: passes over the training words (a fraction: that share of the last pass's batches).
         lr: Adam's learning rate.
         batch_size: words per step.
         seed: the initialisation and the order of the words.
@@ -196,7 +197,7 @@ class MixProbe(nn.Module):
         return self.linear(self.mix(features.transpose(0, 1)[None])[0])  # (1, L + 1, words, D) -> (words, D)
 
 
-def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs: int, lr: float, batch_size: int,
+def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs: float, lr: float, batch_size: int,
         seed: int) -> None:
     """Train ``probe`` with Adam on cross entropy, in shuffled mini-batches of words.
 
@@ -204,7 +205,7 @@ def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs:
         probe: the classifier.
         features: (words, L + 1, D).
         targets: (words,) tag indices.
-        epochs: passes over the words.
+        epochs: passes over the words (a fraction: that share of the last pass's batches).
         lr: the learning rate.
         batch_size: words per step.
         seed: initialisation and order.
@@ -215,8 +216,10 @@ def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs:
             nn.init.xavier_uniform_(module.weight, generator=generator)
             nn.init.zeros_(module.bias)
     optimizer = torch.optim.Adam(probe.parameters(), lr=lr)
-    for _ in range(epochs):
-        for rows in torch.randperm(len(targets), generator=generator).split(batch_size):
+    batches = math.ceil(len(targets) / batch_size)
+    steps = math.ceil(epochs * batches)
+    for epoch in range(math.ceil(epochs)):
+        for rows in torch.randperm(len(targets), generator=generator).split(batch_size)[: steps - epoch * batches]:
             optimizer.zero_grad()
             F.cross_entropy(probe(features[rows]), targets[rows]).backward()
             optimizer.step()

@@ -14,10 +14,11 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from plm.data.tokens import windows
 from plm.errors import PLMError
 from plm.models import CausalLM
+from plm.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -85,28 +86,6 @@ class Perplexity:
         return text
 
 
-def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
-    """(begin, end, first_target) of each window over ``length`` tokens.
-
-    The first window scores tokens 1..window-1; each later one scores the next
-    ``stride`` tokens, reading the ``window - stride`` tokens before them as context.
-
-    Args:
-        length: the number of tokens.
-        window: the tokens a window reads.
-        stride: the tokens each later window scores.
-
-    Returns:
-        (begin, end, first_target) of each window.
-    """
-    spans = [(0, min(window, length), 1)]
-    while spans[-1][1] < length:
-        first = spans[-1][1]
-        end = min(first + stride, length)
-        spans.append((max(0, end - window), end, first))
-    return spans
-
-
 @torch.inference_mode()
 def perplexity(
     model: CausalLM,
@@ -148,7 +127,7 @@ def perplexity(
     spans = windows(len(tokens), window, stride)
     model.eval()
     nll, count = 0.0, 0
-    for start in tqdm(range(0, len(spans), batch_size), disable=not progress, desc="perplexity"):
+    for start in progress_bar(range(0, len(spans), batch_size), disable=not progress, desc="perplexity"):
         chunk = spans[start : start + batch_size]
         width = max(end - begin for begin, end, _ in chunk)
         inputs = torch.zeros(len(chunk), width, dtype=torch.long)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -10,11 +10,14 @@ import torch
 from plm.apps.perplexity import Perplexity, perplexity
 from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.data.corpus import read_text
+from plm.data.encoded import encode_texts, token_dtype
+from plm.data.sources import iter_documents
 from plm.decoding.generation import generate
 from plm.decoding.generation_config import StopStrings
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder
 from plm.models.pretraining_heads import sentence_embeddings
+from plm.progress import progress_bar
 from plm.tokenization.tokenizer import Tokenizer
 
 DEFAULT_NEW_TOKENS = 64  # a continuation's length when none is asked for (plm generate, plm serve)
@@ -39,19 +42,34 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
-def generate_text(
+@dataclass(frozen=True)
+class Continuation:
+    """A prompt's continuation, and where the model ended it.
+
+    Attributes:
+        text: the new text (without the prompt), cut before any stop string.
+        ended_after: how many tokens the model wrote before its end-of-text token, which ended the
+            continuation there; None where it wrote none (it ran to ``max_new_tokens`` or a stop string).
+    """
+
+    text: str
+    ended_after: int | None
+
+
+def continue_prompts(
     model: CausalLM,
     tokenizer: Tokenizer,
     prompts: Sequence[str],
     max_new_tokens: int = 64,
     stop: Sequence[str] = (),
     **options,
-) -> list[str]:
-    """The continuation of each prompt (without the prompt), cut before any stop string.
+) -> list[Continuation]:
+    """The continuation of each prompt (without the prompt), cut before any stop string, and where it ended.
 
     ``options`` are those of :func:`plm.decoding.generation.generate` (temperature, top_k,
-    top_p, repetition_penalty, seed, keep_last, compile, ...). An empty prompt starts from
-    the tokenizer's beginning-of-text token.
+    top_p, repetition_penalty, seed, keep_last, compile, ...). A continuation ends where the
+    model writes the tokenizer's end-of-text token, unless ``ignore_eos`` asks for all
+    ``max_new_tokens``. An empty prompt starts from the tokenizer's beginning-of-text token.
 
     Args:
         model: the causal language model.
@@ -84,8 +102,63 @@ def generate_text(
         **options,
     )
     kept = min(ids.shape[1], options.get("keep_last") or ids.shape[1])  # generate cut the prompt to keep_last
-    texts = tokenizer.decode_batch(output[:, kept:].tolist(), skip_special_tokens=True)
-    return [stop_strings.cut(text) for text in texts] if stop_strings else texts
+    new = output[:, kept:].tolist()
+    texts = tokenizer.decode_batch(new, skip_special_tokens=True)
+    eos = None if options.get("ignore_eos") else tokenizer.eos_id
+    return [Continuation(stop_strings.cut(text) if stop_strings else text, ended_after(row, eos, stop_strings))
+            for text, row in zip(texts, new)]
+
+
+def ended_after(new: list[int], eos: int | None, stop: StopStrings | None) -> int | None:
+    """How many tokens a row wrote before the end-of-text token that ended it, or None where none did.
+
+    The row's first ``eos`` ended it, unless a stop string did before: then that ``eos`` is the padding
+    after it (the padding id is the eos id where the tokenizer has no pad token).
+
+    Args:
+        new: the row's new tokens, as :func:`plm.decoding.generation.generate` wrote them.
+        eos: the end-of-text id (None: nothing ends a row at a token).
+        stop: the stop strings, or None.
+
+    Returns:
+        The tokens before the row's end-of-text token, or None.
+    """
+    if eos is None or eos not in new:
+        return None
+    before = new.index(eos)
+    if stop is not None and any(s in stop.decode(new[:before]) for s in stop.strings):
+        return None
+    return before
+
+
+def generate_text(
+    model: CausalLM,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = 64,
+    stop: Sequence[str] = (),
+    **options,
+) -> list[str]:
+    """The continuation of each prompt (without the prompt), cut before any stop string.
+
+    The texts of :func:`continue_prompts`, which says where the model ended each.
+
+    Args:
+        model: the causal language model.
+        tokenizer: its tokenizer.
+        prompts: the prompts, decoded as one batch.
+        max_new_tokens: the most new tokens per prompt.
+        stop: strings that end a continuation.
+        **options (Any): as for :func:`plm.decoding.generation.generate`.
+
+    Returns:
+        Each prompt's continuation.
+
+    Raises:
+        PLMError: an empty prompt and no beginning-of-text token, an option out of range, or a prompt
+            that does not fit the context with the new tokens.
+    """
+    return [c.text for c in continue_prompts(model, tokenizer, prompts, max_new_tokens, stop, **options)]
 
 
 def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[int]]:
@@ -104,7 +177,7 @@ def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[list[in
         PLMError: an empty prompt and a tokenizer without a beginning-of-text (or end-of-text) token.
     """
     rows = [tokenizer.encode(prompt) for prompt in prompts]
-    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
+    start = tokenizer.start_id
     for index, row in enumerate(rows):
         if not row:
             if start is None:
@@ -152,13 +225,21 @@ def file_perplexity(
     batch_size: int = 8,
     progress: bool = False,
     detokenize: str = "none",
+    one_text: bool = False,
 ) -> Perplexity:
-    """Sliding-window perplexity of a UTF-8 text file (see :func:`plm.apps.perplexity.perplexity`).
+    """Sliding-window perplexity of a text file (see :func:`plm.apps.perplexity.perplexity`), every token scored once.
+
+    The file is read as pre-training reads a ``--train`` or ``--validation`` file: its documents
+    (:func:`plm.data.sources.iter_documents`: paragraphs separated by blank lines, or a JSONL field ``text``),
+    each encoded alone and followed by the end-of-text token (:func:`plm.data.encoded.encode_texts`),
+    and the whole after the tokenizer's start token (:attr:`plm.tokenization.tokenizer.Tokenizer.start_id`), so
+    that the first token is scored too. So a run's final validation perplexity, with windows of its block size,
+    is this number for its validation file. ``one_text`` scores the file as one text instead, blank lines and all,
+    as GPT-2 scored WikiText and the PTB.
 
     ``detokenize`` ("none", "wikitext", "ptb") undoes a benchmark's tokenisation first
-    (:mod:`plm.apps.zeroshot.detokenize`). The text is preceded by the beginning-of-text
-    token when the tokenizer has one, so that its first token is scored too. The
-    result counts the file's words (before detokenising) and the bytes the model read.
+    (:mod:`plm.apps.zeroshot.detokenize`). The result counts the words of the text (before detokenising) and the
+    UTF-8 bytes of the text the model read.
 
     Args:
         model: the causal language model.
@@ -169,9 +250,10 @@ def file_perplexity(
         batch_size: as for :func:`plm.apps.perplexity.perplexity`.
         progress: show a progress bar.
         detokenize: "none", "wikitext" or "ptb".
+        one_text: score the file as one text, not as its documents.
 
     Returns:
-        The perplexity, with the file's words and bytes.
+        The perplexity, with the text's words and bytes.
 
     Raises:
         PLMError: an unknown detokenizer, an unreadable file, or a window, stride or text that
@@ -179,14 +261,19 @@ def file_perplexity(
     """
     if detokenize not in DETOKENIZERS:
         raise PLMError(f"unknown detokenizer {detokenize!r}; choose one of {', '.join(DETOKENIZERS)}")
-    original = read_text(path)
-    text = DETOKENIZERS[detokenize](original)
-    ids = tokenizer.encode(text)
-    start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
-    if start is not None:
-        ids = [start, *ids]
+    originals = [read_text(path)] if one_text else [document.text for document in iter_documents(path)]
+    texts = [DETOKENIZERS[detokenize](text) for text in originals]
+    if one_text:
+        ids = tokenizer.encode(texts[0])
+    else:
+        encoded = encode_texts(texts, tokenizer.backend, tokenizer.eos_id, token_dtype(tokenizer.vocab_size),
+                               boundaries=False)
+        ids = encoded.tokens.tolist()
+    if tokenizer.start_id is not None:
+        ids = [tokenizer.start_id, *ids]
     result = perplexity(model, ids, window, stride, batch_size, progress)
-    return replace(result, words=len(original.split()), bytes=len(text.encode("utf-8")))
+    return replace(result, words=sum(len(text.split()) for text in originals),
+                   bytes=sum(len(text.encode("utf-8")) for text in texts))
 
 
 @torch.inference_mode()
@@ -243,7 +330,8 @@ def fill_mask(
 
 @torch.inference_mode()
 def embed_texts(
-    model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 32, normalize: bool = True
+    model: Encoder, tokenizer: Tokenizer, texts: Sequence[str], batch_size: int = 32, normalize: bool = True,
+    progress: bool = False,
 ) -> torch.Tensor:
     """Sentence embeddings (len(texts), hidden): mean over real tokens, L2-normalised (Sentence-BERT).
 
@@ -253,6 +341,7 @@ def embed_texts(
         texts: the texts.
         batch_size: texts per forward pass.
         normalize: L2-normalise each embedding.
+        progress: show a progress bar of the texts embedded.
 
     Returns:
         The (len(texts), hidden) embeddings, fp32 on the CPU.
@@ -260,14 +349,16 @@ def embed_texts(
     device = next(model.parameters()).device
     model.eval()
     chunks = []
-    for start in range(0, len(texts), batch_size):
-        batch = tokenizer.encode_batch_pairs(
-            list(texts[start : start + batch_size]), max_length=model.config.context_length
-        )
-        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-        chunks.append(
-            sentence_embeddings(model, ids, mask, normalize=normalize, **segments(model, batch, device)).cpu().float()
-        )  # fp32 whatever the weights' precision
+    with progress_bar(total=len(texts), disable=not progress, desc="embed", unit=" texts", leave=False) as bar:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer.encode_batch_pairs(
+                list(texts[start : start + batch_size]), max_length=model.config.context_length
+            )
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            chunks.append(sentence_embeddings(
+                model, ids, mask, normalize=normalize, **segments(model, batch, device)
+            ).cpu().float())  # fp32 whatever the weights' precision
+            bar.update(len(ids))
     return torch.cat(chunks)
 
 

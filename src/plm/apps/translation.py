@@ -20,12 +20,12 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sacrebleu
 import torch
-from tqdm.auto import tqdm
 
 from plm.data.parallel import Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import GenerationConfig, beam_search
@@ -34,6 +34,7 @@ from plm.errors import PLMError, with_article
 from plm.loading import opened
 from plm.models import RECIPES
 from plm.models.base import Seq2SeqModel
+from plm.progress import progress_bar
 
 
 def load_seq2seq(
@@ -60,6 +61,22 @@ def load_seq2seq(
             f"{path}: {with_article(model.family)} model does not translate; "
             "give an encoder-decoder (plm seq2seq train)"
         )
+    return model, seq2seq_tokenizers(directory, model)
+
+
+def seq2seq_tokenizers(directory: Path, model: Seq2SeqModel) -> Seq2SeqTokenizers:
+    """The tokenizers saved beside an encoder-decoder opened from ``directory``, checked to belong to it.
+
+    Args:
+        directory: the model's directory: plm's tokenizers, or a released Marian or FSMT model's.
+        model: the encoder-decoder.
+
+    Returns:
+        The tokenizers.
+
+    Raises:
+        PLMError: tokenizers that cannot be loaded, or with more tokens than the model has embeddings.
+    """
     tokenizers = Seq2SeqTokenizers.load(directory)
     # Ids past an embedding table would index out of range in the middle of a search.
     target_rows = model.config.vocab_size
@@ -69,7 +86,7 @@ def load_seq2seq(
         if len(tokenizer) > rows:
             raise PLMError(f"{directory}: the {side} tokenizer has {len(tokenizer):,} tokens but the model only "
                            f"{rows:,} embeddings; they do not belong together")
-    return model, tokenizers
+    return tokenizers
 
 
 def recipe_decoding(family: str, **given: Any) -> GenerationConfig:
@@ -171,7 +188,7 @@ def translate_ids(
     batches = token_budget_batches(lengths, np.zeros_like(lengths), budget)
     check_search_memory(model, config, [[sources[i] for i in batch] for batch in batches])
     translations: list[list[int]] = [[] for _ in sentences]
-    with tqdm(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
+    with progress_bar(total=len(sentences), disable=not progress, desc="translate", unit=" sentences",
               dynamic_ncols=True) as bar:
         for batch in batches:
             source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.required_id("pad"))
@@ -234,12 +251,12 @@ def check_search_memory(model: Seq2SeqModel, config: GenerationConfig, batches: 
 
 @dataclass(frozen=True)
 class TranslationScores:
-    """Corpus BLEU and chrF (0-100, sacrebleu), exact match (% of sentences equal to a reference).
+    """Corpus BLEU and chrF (0-100, sacrebleu's scale), exact match (the fraction of sentences equal to a reference).
 
     Attributes:
-        bleu: corpus BLEU.
-        chrf: corpus chrF.
-        exact_match: the percentage of translations equal to one of their references.
+        bleu: corpus BLEU, 0-100.
+        chrf: corpus chrF, 0-100.
+        exact_match: the fraction of translations equal to one of their references, in [0, 1].
         sentences: the sentences scored.
     """
 
@@ -257,7 +274,7 @@ class TranslationScores:
         return {"bleu": self.bleu, "chrf": self.chrf, "exact_match": self.exact_match}
 
     def __str__(self) -> str:
-        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  exact match {self.exact_match:.2f}% "
+        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  exact match {self.exact_match:.2%} "
                 f"({self.sentences} sentences)")
 
 
@@ -286,6 +303,6 @@ def score_translations(hypotheses: Sequence[str], references: Sequence[Sequence[
     return TranslationScores(
         bleu=sacrebleu.corpus_bleu(hypotheses, streams).score,
         chrf=sacrebleu.corpus_chrf(hypotheses, streams).score,
-        exact_match=100.0 * exact / max(1, len(hypotheses)),
+        exact_match=exact / max(1, len(hypotheses)),
         sentences=len(hypotheses),
     )

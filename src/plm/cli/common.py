@@ -1,31 +1,33 @@
-"""Flags that every command spells the same way."""
+"""What every command does alike: its parser, the groups of flags it takes (declared in :mod:`plm.cli.flags`),
+loading its model and writing its outputs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
-import os
+import difflib
+import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import torch
 
-from plm.cpu.int8 import QUANTIZATIONS
-from plm.device import DEVICES, INFERENCE_PRECISIONS, PRECISIONS, resolve_device
+from plm.cli import flags
+from plm.cli.flags import RENAMED_GIVEN
+from plm.cli.flags import positive_float as positive_float  # the value types, where commands have found them
+from plm.cli.flags import positive_int as positive_int
+from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.loading import inference_weights, load_pretrained
 from plm.models import CausalLM, Encoder, PretrainedModel
-from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.storage.atomic_files import make_directory, staging_directory
 from plm.storage.checkpoint import swap_in
 from plm.tokenization.tokenizer import Tokenizer
-from plm.training.parallel import STRATEGIES, Parallelism
-from plm.training.pretrain import HYPERPARAMETER_SETS
+from plm.training.parallel import Parallelism
 from plm.training.run_directory import LOCK_FILE, run_lock
-from plm.training.tensorboard import REPORTERS
 from plm.training.trainer import TrainingConfig
 
 
@@ -34,17 +36,36 @@ class Parser(argparse.ArgumentParser):
 
     A subcommand's parser refuses flags it does not know itself, so that the error names it and
     its ``--help`` (argparse would leave them to the top-level parser: "plm: error: ... see plm
-    --help"); the deepest one also records its name as ``command_name`` for the errors of the run.
+    --help"), and suggests the nearest it knows ("did you mean --steps?"); the deepest one also
+    records its name as ``command_name`` for the errors of the run. A flag has its one spelling:
+    no abbreviation of it is taken. An old spelling of a renamed flag says so, once.
     """
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if self._subparsers is None:
             if extras:
-                self.error(f"unrecognized arguments: {' '.join(extras)}")
+                self.error(f"unrecognized arguments: {' '.join(extras)}" + self.suggestion(extras))
+            for old, new in dict.fromkeys(vars(namespace).pop(RENAMED_GIVEN, [])):
+                print(f"{self.prog}: warning: {old} is now {new}", file=sys.stderr)
             namespace.command_name = self.prog
             namespace.given_flags = self.given_flags(args)
         return namespace, extras
+
+    def suggestion(self, words: list[str]) -> str:
+        """"; did you mean --steps?" for the first unknown flag among ``words`` that is near one of this parser's."""
+        known = [option for action in self._actions if action.help != argparse.SUPPRESS
+                 for option in action.option_strings if option.startswith("--")]
+        for word in words:
+            if word.startswith("--"):
+                near = difflib.get_close_matches(word.split("=")[0], known, n=1)
+                if near:
+                    return f"; did you mean {near[0]}?"
+        return ""
 
     def given_flags(self, args: list[str] | None) -> set[str]:
         """The destinations of the options ``args`` gives, not left to their defaults (``--resume`` tells them apart).
@@ -63,6 +84,10 @@ class Parser(argparse.ArgumentParser):
         return set(vars(given)) & {action.dest for action in actions}
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)  # a command, a choice's value
+        if wrong:
+            near = difflib.get_close_matches(wrong.group(1), re.findall(r"'([^']*)'", wrong.group(2)), n=1)
+            message += f"; did you mean {near[0]}?" if near else ""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -80,20 +105,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
-def add_device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", choices=DEVICES, help="where to run: auto picks CUDA when present")
+def add_device(parser: argparse._ActionsContainer, note: str = "") -> None:
+    flags.DEVICE.add(parser, note=note)
 
 
-def add_weights(parser: argparse.ArgumentParser) -> None:
-    """How an inference command holds the weights: fp32, --precision bf16 or --quantize int8."""
+def add_weights(parser: argparse.ArgumentParser, quantize: bool = True) -> None:
+    """How an inference command holds the weights: fp32, --precision bf16 (or another) or --quantize int8."""
     group = parser.add_argument_group("weights", "fp32 unless one of these says otherwise (one at most)")
     choice = group.add_mutually_exclusive_group()
-    choice.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="fp32",
-                        help="bf16: bf16 weights and activations, half the bytes read per token; fast where the "
-                        "hardware multiplies bf16 (GPUs, CPUs with AVX512-BF16 or AMX; see docs/speed.md)")
-    choice.add_argument("--quantize", choices=QUANTIZATIONS,
-                        help="int8: the linear layers and token embeddings with int8 weights, on the CPU (a quarter "
-                        "of the bytes read per token; see docs/huggingface.md, int8 weights)")
+    add_inference_precision(choice)
+    if quantize:
+        flags.QUANTIZE.add(choice)
+
+
+def add_inference_precision(parser: argparse._ActionsContainer) -> None:
+    flags.PRECISION.add(parser, default="fp32", note="inference casts the weights to it: bf16 halves the bytes read "
+                        "per token, fast where the hardware multiplies bf16 (see docs/speed.md); fp16 is for GPUs")
 
 
 def inference_device(args: argparse.Namespace) -> torch.device:
@@ -109,8 +136,8 @@ def with_weights(model: ModelT, args: argparse.Namespace) -> ModelT:
     return inference_weights(model, getattr(args, "precision", "fp32"), getattr(args, "quantize", None))
 
 
-def add_seed(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
-    parser.add_argument("--seed", type=int, default=default, help="random seed, for runs you can repeat")
+def add_seed(parser: argparse._ActionsContainer, note: str = "") -> None:
+    flags.SEED.add(parser, note=note)
 
 
 def add_model(parser: argparse.ArgumentParser, help: str, hub: bool = True) -> None:
@@ -123,9 +150,8 @@ def add_model(parser: argparse.ArgumentParser, help: str, hub: bool = True) -> N
     add_revision(parser)
 
 
-def add_revision(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--revision", help="when --model is a Hub id: the branch, tag or commit to fetch "
-                        "(default: the repository's main branch)")
+def add_revision(parser: argparse._ActionsContainer) -> None:
+    flags.REVISION.add(parser)
 
 
 def load_causal_lm(args: argparse.Namespace) -> tuple[CausalLM, Tokenizer]:
@@ -147,24 +173,32 @@ def load_encoder(args: argparse.Namespace) -> tuple[Encoder, Tokenizer]:
     return with_weights(model, args), tokenizer
 
 
-def add_tag_column(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tag-column", type=positive_int, help="tag: the CoNLL column of the tags, 1 being the word "
-                        "(default: the last, for files of 2 columns or CoNLL-2003's 4; others must say)")
+def add_tag_column(parser: argparse._ActionsContainer) -> None:
+    """--tag-column as the task commands take it: by default the last column."""
+    flags.TAG_COLUMN.add(parser, note="tag: default the last, for files of 2 columns or CoNLL-2003's 4; others must "
+                         "say")
 
 
-def add_no_progress(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs and results are unchanged)")
+def add_task_input(parser: argparse._ActionsContainer) -> None:
+    """How the task commands (finetune, predict, eval task) read their examples: --max-length, and --stride for qa's
+    windows and --tag-column for tag's files."""
+    flags.MAX_LENGTH.add(parser, note="128, or for qa 384 per window as BERT's SQuAD (the default)")
+    flags.STRIDE.add(parser, default=128, note="qa: the windows of a long context")
+    add_tag_column(parser)
 
 
-def add_time_budget(parser: argparse.ArgumentParser) -> None:
+def add_no_progress(parser: argparse._ActionsContainer) -> None:
+    flags.NO_PROGRESS.add(parser)
+
+
+def add_time_budget(parser: argparse._ActionsContainer) -> None:
     """``--minutes``: a wall-clock budget for a training run, as in plm compare's ``minutes`` budget."""
-    parser.add_argument(
-        "--minutes", type=positive_float, metavar="M",
-        help="stop after M minutes of training (evaluations and saves included, resumes added up) or at --steps, "
-        "whichever comes first. The learning-rate schedule is still laid out over --steps: a cosine or linear "
-        "decay is cut where the time runs out, not squeezed into it (warmup, inverse-sqrt and constant do not "
-        "depend on --steps); for a full decay within the budget give about the steps that fit, else a --steps "
-        "the run will not reach",
+    flags.MINUTES.add(
+        parser,
+        note="resumes added up, or at --steps, whichever comes first. The learning-rate schedule is still laid out "
+        "over --steps: a cosine or linear decay is cut where the time runs out, not squeezed into it (warmup, "
+        "inverse-sqrt and constant do not depend on --steps); for a full decay within the budget give about the "
+        "steps that fit, else a --steps the run will not reach",
     )
 
 
@@ -172,12 +206,8 @@ def add_run_directory(parser: argparse.ArgumentParser, default: str, resume_help
     """``--out``, ``--resume``, ``--allow-data-change`` and ``--overwrite``: where a training command trains."""
     group = parser.add_argument_group("run directory (see docs/runs.md)")
     group.add_argument("--out", default=default, help="run directory")
-    group.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped, with the "
-                       "flags it was started with (saved in OUT/run.json): give nothing else, but --steps to extend "
-                       "it" + resume_help)
-    group.add_argument("--allow-data-change", action="store_true",
-                       help="with --resume: go on although a data file changed since the run started (its SHA-256 "
-                       "is saved in OUT/run.json); without it, such a resume is refused")
+    flags.RESUME.add(group, note=resume_help)
+    flags.ALLOW_DATA_CHANGE.add(group)
     group.add_argument("--overwrite", action="store_true",
                        help="start a new run in an --out that holds a run (its files are deleted) or other files")
 
@@ -187,31 +217,18 @@ def add_schedule(parser: argparse.ArgumentParser) -> None:
 
     The optimizer's flags left out take the family recipe's values; :func:`training_config` reads them all.
     """
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
+    flags.STEPS.add(parser, default=1000)
     add_time_budget(parser)
-    parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
+    flags.GRAD_ACCUM.add(parser)
     group = parser.add_argument_group("optimizer (each defaults to the family's recipe)")
-    group.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS,
-                       help="the recipe's values to start from: plm's CPU-scale ones or the paper's")
-    group.add_argument("--optimizer", choices=OPTIMIZERS, help="AdamW, LAMB (ALBERT's) or Adagrad (ELMo's)")
-    group.add_argument("--lr", type=float, help="peak learning rate")
-    group.add_argument("--min-lr", type=float, help="learning rate at the end of a cosine or linear decay")
-    group.add_argument("--warmup", type=int, help="steps of linear warmup from 0 to --lr (at most --steps)")
-    group.add_argument(
-        "--schedule", choices=SCHEDULES, help="the decay after warmup; inverse-sqrt is the Transformer's"
-    )
-    group.add_argument("--betas", type=float, nargs=2, metavar=("BETA1", "BETA2"), help="Adam/LAMB moment decay rates")
-    group.add_argument("--eps", type=float, help="Adam/LAMB epsilon")
-    group.add_argument("--weight-decay", type=float,
-                       help="decoupled decay of weight matrices (not biases, norms, embeddings)")
-    group.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: off)")
-    parser.add_argument("--eval-every", type=positive_int, default=200, help="steps between validation runs")
-    parser.add_argument("--save-every", type=positive_int, default=500, help="steps between checkpoints")
-    add_keep_last(parser)
-    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between lines in metrics.jsonl")
+    flags.HYPERPARAMETERS.add(group)
+    for flag in (flags.OPTIMIZER, flags.LR, flags.MIN_LR, flags.WARMUP, flags.SCHEDULE, flags.BETAS, flags.EPS,
+                 flags.WEIGHT_DECAY, flags.CLIP):
+        flag.add(group)
+    for flag in (flags.EVAL_EVERY, flags.SAVE_EVERY, flags.KEEP_LAST, flags.LOG_EVERY):
+        flag.add(parser)
     add_training_precision(parser)
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the training step (a slow first step, then faster ones on GPUs)")
+    flags.COMPILE.add(parser, note="here the training step")
 
 
 def add_process(parser: argparse.ArgumentParser) -> None:
@@ -219,20 +236,15 @@ def add_process(parser: argparse.ArgumentParser) -> None:
     --seed, --device."""
     add_parallelism(parser)
     add_no_progress(parser)
-    parser.add_argument("--report-to", choices=REPORTERS, default=os.environ.get("PLM_REPORT_TO", "none"),
-                        help="tensorboard: also write the logged metrics, the learning rate and the throughput to "
-                        "OUT/tensorboard/ (tensorboard --logdir OUT; needs pip install 'plm[tensorboard]'); the "
-                        "default is the environment's PLM_REPORT_TO, or none")
+    flags.REPORT_TO.add(parser)
     add_seed(parser)
     add_device(parser)
 
 
-def add_training_precision(parser: argparse.ArgumentParser) -> None:
+def add_training_precision(parser: argparse._ActionsContainer) -> None:
     """``--precision``: the autocast precision of a training run (the weights and optimizer state stay fp32)."""
-    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
-                        help="autocast precision of the forward and backward passes; the weights and optimizer "
-                        "state stay fp32 (auto: bf16 on a GPU that has it, else fp16; bf16 on a CPU with "
-                        "AVX512-BF16 or AMX, else fp32)")
+    flags.PRECISION.add(parser, default="auto", note="training runs the forward and backward passes under autocast "
+                        "to it; the weights and optimizer state stay fp32")
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:
@@ -248,29 +260,11 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
     )
 
 
-def add_keep_last(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--keep-last", type=int, default=0, metavar="N",
-        help="besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) "
-        "in OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (default 0: none)",
-    )
-
-
-def add_parallelism(parser: argparse.ArgumentParser) -> None:
+def add_parallelism(parser: argparse.ArgumentParser, note: str = "") -> None:
     """``--strategy``, ``--offload`` and ``--checkpoint-activations``: how a training run uses its processes' memory."""
-    group = parser.add_argument_group("memory and processes (see plm plan)")
-    group.add_argument(
-        "--strategy", choices=STRATEGIES, default="ddp",
-        help="under torchrun: ddp keeps a whole copy of the model and optimizer on every process; fsdp shards "
-        "parameters, gradients and optimizer state over the processes (each Transformer block gathered only "
-        "while it runs) and saves sharded checkpoints that resume on any number of processes and that plm "
-        "convert consolidates. On one process fsdp trains as ddp does, with the sharded checkpoint",
-    )
-    group.add_argument("--offload", action="store_true",
-                       help="fsdp on a GPU: keep the parameter and optimizer shards in CPU memory")
-    group.add_argument("--checkpoint-activations", action="store_true",
-                       help="keep only each Transformer block's input for backward and run the block again "
-                       "there: far less activation memory for about a third more compute")
+    group = parser.add_argument_group("memory and processes" + ("" if note else " (see plm plan)"), note or None)
+    for flag in (flags.STRATEGY, flags.OFFLOAD, flags.CHECKPOINT_ACTIVATIONS):
+        flag.add(group)
 
 
 def parallelism(args: argparse.Namespace) -> Parallelism:
@@ -280,20 +274,6 @@ def parallelism(args: argparse.Namespace) -> Parallelism:
 def time_limit(args: argparse.Namespace) -> float | None:
     """The trainer's time limit in seconds from ``--minutes`` (None: no limit)."""
     return None if args.minutes is None else args.minutes * 60
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def check_output_file(path: str) -> None:

@@ -6,8 +6,16 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from plm.apps.compare import CompareSpec, compare, plot_curves, read_spec, results_table
-from plm.cli.common import HelpFormatter, add_device, check_output_directory
+from plm.apps.compare import Budget, CompareSpec, compare, plot_curves, read_spec, results_table
+from plm.cli import flags
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_no_progress,
+    add_seed,
+    add_training_precision,
+    check_output_directory,
+)
 from plm.storage.atomic_files import atomic_open, write_json
 
 EXAMPLES = """a spec (TOML): a [budget] every run gets alike, a [base] every run starts from, and [[run]] tables:
@@ -29,6 +37,7 @@ examples:
   plm compare examples/compare/pre-ln-vs-post-ln.toml
   plm compare examples/compare/nsp-vs-sop.toml --out runs/nsp-vs-sop
   plm compare my-spec.toml --device cuda        # run it again after a stop: finished runs are kept
+  plm compare examples/compare/nsp-vs-sop.toml --steps 20 --seed 1   # a quick look, kept apart from the full runs
 """
 
 
@@ -45,17 +54,31 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("spec", help="comparison spec (TOML)")
-    parser.add_argument("--out", help="output directory (default: runs/compare/SPEC-NAME)")
-    add_device(parser)
+    parser.add_argument("--out", help="output directory (default: runs/compare/SPEC-NAME, and the --steps, --seed "
+                        "and --precision given, as in SPEC-NAME-steps-20-seed-1: the spec's own runs are kept)")
+    overrides = parser.add_argument_group("overrides", "each one given replaces the spec's value, in every run")
+    flags.STEPS.add(overrides, default=None, note="every run's budget, instead of the spec's")
+    add_seed(overrides)
+    add_training_precision(overrides)
+    add_no_progress(overrides)
+    add_device(overrides)
     parser.set_defaults(run=run)
 
 
+TRAINING_OVERRIDES = ("seed", "precision")  # the TrainingConfig fields that a flag given sets in every run
+
+
 def run(args: argparse.Namespace) -> None:
-    spec = read_spec(args.spec)
+    spec = read_spec(args.spec, None if args.steps is None else Budget("steps", args.steps))
+    changes = {name: getattr(args, name) for name in TRAINING_OVERRIDES if name in args.given_flags}
+    changes |= {"device": args.device} | ({"progress": False} if args.no_progress else {})
     spec = CompareSpec(spec.title, spec.metric, spec.budget, tuple(
-        dataclasses.replace(run, training=dataclasses.replace(run.training, device=args.device)) for run in spec.runs
+        dataclasses.replace(run, training=dataclasses.replace(run.training, **changes)) for run in spec.runs
     ))
-    out = check_output_directory(args.out or Path("runs/compare") / Path(args.spec).stem)
+    # What changes a run's result names its directory, so that the spec's own runs are kept.
+    given = "".join(f"-{name}-{getattr(args, name)}" for name in ("steps", *TRAINING_OVERRIDES)
+                    if name in args.given_flags)
+    out = check_output_directory(args.out or Path("runs/compare") / (Path(args.spec).stem + given))
     results = compare(spec, out, where=args.spec)
     table = results_table(spec, results)
     print(f"\n{spec.title} ({spec.budget.describe()} each)\n\n{table}")

@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> None:
             if reads_reversed(model_dir):  # Marian's and FSMT's configs have no such field: users would get nonsense
                 raise PLMError(f"{model_dir} reads its sources reversed (--reverse-source), which a Hugging Face "
                                "translation model cannot say; translate it with plm")
-            save_hf(model, directory)
-            if tokenizer := carried_tokenizer(model_dir):
+            tokenizer = carried_tokenizer(model_dir)
+            save_hf(model, directory, tokenizer if isinstance(tokenizer, Tokenizer) else None)  # its bos and eos ids
+            if tokenizer is not None:
                 tokenizer.save(directory)
             return f"Hugging Face {model.family} checkpoint"
         if (allennlp := allennlp_elmo_files(source)) is not None:

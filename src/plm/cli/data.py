@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_no_progress, positive_float, positive_int
+from plm.cli.seq2seq import add_sentence_pairs
 from plm.data.parallel import ParallelText, Seq2SeqTokenizers
 from plm.data.prepare import PrepareOptions, join_prepared, prepare_corpus, prepare_pairs
 from plm.data.prepared import PreparedCorpus, PreparedPairs
@@ -49,28 +51,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     prepare.add_argument("inputs", nargs="*", metavar="INPUT",
                          help="files, globs or directories; JSONL translation records with --src-lang/--tgt-lang")
-    prepare.add_argument("--tokenizer", required=True,
-                         help="directory with a tokenizer.json (plm tokenizer train, or a model's); for sentence "
-                         "pairs, a seq2seq model's or run's tokenizers")
+    flags.TOKENIZER.add(prepare, required=True, note="plm tokenizer train's, or a model's; for sentence pairs, a "
+                        "seq2seq model's or run's")
     prepare.add_argument("--out", required=True, help="the directory to write; new or empty unless --overwrite")
     prepare.add_argument("--overwrite", action="store_true", help="replace a prepared corpus of other inputs")
     prepare.add_argument("--validation", nargs="+", default=[], metavar="INPUT",
                          help="inputs to validate on, instead of holding out part of the corpus")
     prepare.add_argument("--validation-fraction", type=positive_float, default=0.05,
                          help="the share of the documents held out when there is no --validation")
-    prepare.add_argument("--text-field", default="text",
-                         help="the field of a JSONL record, or the column of a Parquet file or dataset, that holds "
-                         "the text")
+    flags.TEXT_FIELD.add(prepare)
     pairs = prepare.add_argument_group("sentence pairs, for plm seq2seq train --data")
-    pairs.add_argument("--src", help="source sentences, one per line (with --tgt)")
-    pairs.add_argument("--tgt", help="their translations, line by line")
-    pairs.add_argument("--tsv", help="source<TAB>target pairs, instead of --src/--tgt")
+    add_sentence_pairs(pairs)
     pairs.add_argument("--src-lang", metavar="LANG",
                        help="the INPUTs are JSONL translation records; the source is this language's sentence")
     pairs.add_argument("--tgt-lang", metavar="LANG", help="... and the target this one's")
-    pairs.add_argument("--valid-src", help="validation sources (with --valid-tgt; default: 5%% of the pairs held out)")
-    pairs.add_argument("--valid-tgt", help="validation targets")
-    pairs.add_argument("--valid-tsv", help="validation pairs as source<TAB>target")
     prepare.add_argument("--workers", type=positive_int, help="processes that tokenize (default: one per core)")
     prepare.add_argument("--shard", type=shard, metavar="I/N",
                          help="prepare only share I (from 0, as RANK or SLURM_ARRAY_TASK_ID) of N disjoint shares of "
@@ -124,11 +118,11 @@ def run_prepare(args: argparse.Namespace) -> None:
 def parallel_text(args: argparse.Namespace) -> tuple[ParallelText | None, ParallelText | None]:
     """The sentence pairs to prepare and their validation pairs (None: held out), or None for documents."""
     languages = (args.src_lang, args.tgt_lang)
-    valid_files = (args.valid_src, args.valid_tgt, args.valid_tsv)
+    valid_files = (args.validation_src, args.validation_tgt, args.validation_tsv)
     if not any((args.src, args.tgt, args.tsv, *languages)):
         if any(valid_files):
-            raise PLMError("--valid-src/--valid-tgt and --valid-tsv are sentence pairs; documents validate on "
-                           "--validation")
+            raise PLMError("--validation-src/--validation-tgt and --validation-tsv are sentence pairs; documents "
+                           "validate on --validation")
         return None, None
     if any(languages) and not all(languages):
         raise PLMError("--src-lang and --tgt-lang go together: the keys of the source and the target sentence")
@@ -144,21 +138,21 @@ def parallel_text(args: argparse.Namespace) -> tuple[ParallelText | None, Parall
                        "and --tsv prepare without them")
     if args.shard is not None:
         raise PLMError("--shard prepares a share of documents; sentence pairs are prepared whole")
-    if bool(args.valid_src) != bool(args.valid_tgt):
-        raise PLMError("--valid-src and --valid-tgt go together")
-    if args.valid_tsv and args.valid_src:
-        raise PLMError("give either --valid-tsv or --valid-src and --valid-tgt, not both")
+    if bool(args.validation_src) != bool(args.validation_tgt):
+        raise PLMError("--validation-src and --validation-tgt go together")
+    if args.validation_tsv and args.validation_src:
+        raise PLMError("give either --validation-tsv or --validation-src and --validation-tgt, not both")
     if args.validation and not all(languages):
         raise PLMError("--validation names documents, or translation records with --src-lang/--tgt-lang; validation "
-                       "pairs are --valid-src/--valid-tgt or --valid-tsv")
+                       "pairs are --validation-src/--validation-tgt or --validation-tsv")
     if all(languages) and not args.inputs:
         raise PLMError("--src-lang/--tgt-lang name the languages of INPUT files of translation records: give them")
     pairs = tuple(args.inputs), languages if all(languages) else None
     text = ParallelText(args.src, args.tgt, args.tsv, *pairs)
     if args.validation:
         return text, ParallelText(translations=tuple(args.validation), languages=languages)
-    if args.valid_src or args.valid_tsv:
-        return text, ParallelText(args.valid_src, args.valid_tgt, args.valid_tsv)
+    if args.validation_src or args.validation_tsv:
+        return text, ParallelText(args.validation_src, args.validation_tgt, args.validation_tsv)
     return text, None
 
 

@@ -9,11 +9,14 @@ continues it, and a second ``plm demo`` continues it too, or finds it complete. 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from plm.apps.text_pipelines import generate_text
+from plm.apps.text_pipelines import continue_prompts
+from plm.cli import flags
 from plm.cli import pretrain as pretrain_command
-from plm.cli.common import HelpFormatter, Parser, add_device, add_seed, positive_int, training_config
+from plm.cli.common import HelpFormatter, Parser, add_device, add_no_progress, add_seed, positive_int, training_config
+from plm.cli.generate import end_of_text_note
 from plm.cli.run_definition import STARTED_BY, run_definition
 from plm.errors import PLMError
 from plm.models import CausalLM
@@ -22,6 +25,7 @@ from plm.training.pretrain import PretrainSetup, prepare
 from plm.training.run_directory import holds_run, read_definition
 
 PROMPTS = ("The list", "Return the", "This module provides", "If the")
+SAMPLE_TOKENS = 40  # the new tokens of each sample
 DEMO = "plm demo"  # what the run.json of a run the demo started says under started_by
 # The demo's flags that are plm pretrain's too, under the same names.
 PRETRAIN_FLAGS = ("model", "steps", "batch_size", "block_size", "vocab_size", "seed", "device")
@@ -39,17 +43,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--model", default="gpt2-mini", help="preset to train")
-    parser.add_argument(
-        "--steps", type=positive_int, default=500, help="optimizer steps (about 4 minutes on 2 CPU cores)"
-    )
+    flags.STEPS.add(parser, default=500, note="about 4 minutes on 2 CPU cores")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per step")
-    parser.add_argument("--block-size", type=positive_int, default=128, help="tokens per sequence")
-    parser.add_argument("--vocab-size", type=positive_int, default=4096, help="tokenizer vocabulary")
+    flags.BLOCK_SIZE.add(parser, default=128)
+    flags.VOCAB_SIZE.add(parser, default=4096)
     parser.add_argument("--out", default="runs/demo", help="run directory")
     parser.add_argument("--overwrite", action="store_true",
                         help="start a new demo run in an --out that holds another run (its files are deleted), a "
                         "demo run, or other files")
     add_seed(parser)
+    add_no_progress(parser)
     add_device(parser)
     parser.set_defaults(run=run)
 
@@ -90,10 +93,15 @@ def run(args: argparse.Namespace) -> None:
         print(f"    validation perplexity after training: {after['val_perplexity']:,.1f} "
               f"(was {before['val_perplexity']:,.1f})")
     print("4/4 samples (greedy, then top-p 0.9 at temperature 0.8):")
-    greedy = generate_text(model, tokenizer, PROMPTS, 40, repetition_penalty=1.2)
-    sampled = generate_text(model, tokenizer, PROMPTS, 40, temperature=0.8, top_p=0.9, seed=pretrain_args.seed)
+    greedy = continue_prompts(model, tokenizer, PROMPTS, SAMPLE_TOKENS, repetition_penalty=1.2)
+    sampled = continue_prompts(model, tokenizer, PROMPTS, SAMPLE_TOKENS, temperature=0.8, top_p=0.9,
+                               seed=pretrain_args.seed)
     for prompt, first, second in zip(PROMPTS, greedy, sampled):
-        print(f"  greedy  | {one_line(prompt + first)}\n  sampled | {one_line(prompt + second)}")
+        print(f"  greedy  | {one_line(prompt + first.text)}\n  sampled | {one_line(prompt + second.text)}")
+    for search, continuations in (("greedy", greedy), ("sampled", sampled)):
+        ended = end_of_text_note(continuations, SAMPLE_TOKENS)
+        if ended:
+            print(f"plm demo: note: {search}, {ended} (plm generate --ignore-eos goes on)", file=sys.stderr)
     print(f"model, tokenizer and metrics are in {out}; try: plm generate --model {out} \"The dictionary\"; "
           f"plm demo --steps {2 * steps} --out {out} trains it further")
 
@@ -111,12 +119,13 @@ def pretrain_arguments(args: argparse.Namespace, continuing: bool) -> argparse.N
     given here, and ``--resume``, so that the run's own values fill in the rest (and a flag that
     contradicts them is refused).
     """
+    progress = ["--no-progress"] if args.no_progress else []  # how the run shows, which a resume may change
     if continuing:
         given = [f"--{dest.replace('_', '-')}={getattr(args, dest)}" for dest in PRETRAIN_FLAGS
                  if dest in args.given_flags]
-        argv = ["--out", args.out, "--resume", *given]
+        argv = ["--out", args.out, "--resume", *given, *progress]
     else:
-        argv = [*(f"--{dest.replace('_', '-')}={getattr(args, dest)}" for dest in PRETRAIN_FLAGS),
+        argv = [*(f"--{dest.replace('_', '-')}={getattr(args, dest)}" for dest in PRETRAIN_FLAGS), *progress,
                 "--out", args.out, "--dropout=0", "--lr=1e-3", "--min-lr=1e-4",
                 f"--warmup={min(30, args.steps // 10 + 1)}", f"--eval-every={max(1, args.steps // 3)}",
                 f"--save-every={args.steps}"]

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from plm.apps.elmo_probes import probe_pos, probe_wsd, read_conll_column, read_sense_tagged
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -31,7 +32,7 @@ EXAMPLES = """examples:
   plm elmo embed --model runs/elmo sentences.txt --out vectors.npy             # every layer
   plm elmo embed --model runs/elmo sentences.txt --out vectors.npy --mix average
   plm elmo neighbors --model runs/elmo --word play plays.txt
-  plm elmo neighbors --model runs/elmo --word play plays.txt --query "They saw a play on Broadway ."
+  plm elmo neighbors --model runs/elmo --word play plays.txt --query "They saw a play on Broadway ." --neighbors 5
   plm elmo embed --model elmo-plm sentences.txt --out vectors.npy   # AllenNLP's biLM, after plm convert
 """
 
@@ -84,7 +85,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     neighbors.add_argument(
         "--query", help="a query sentence holding --word (default: each sentence of FILE holding it)"
     )
-    neighbors.add_argument("--top-k", type=positive_int, default=3, help="neighbours to list")
+    neighbors.add_argument("--neighbors", type=positive_int, default=3, metavar="K",
+                           help="the K nearest sentences and words to list")
     add_device(neighbors)
     neighbors.set_defaults(run=run_neighbors)
 
@@ -106,10 +108,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(pos, "a biLM directory or training run")
     pos.add_argument("--train", required=True, help="CoNLL file to train the classifiers on")
     pos.add_argument("--test", required=True, help="CoNLL file to score them on")
-    pos.add_argument("--column", type=positive_int, default=2, help="the tags' column (CoNLL-2003's POS: 2)")
-    pos.add_argument("--limit", type=positive_int, default=2000,
-                     help="train on the first N sentences (the features of all are held in memory)")
-    pos.add_argument("--epochs", type=positive_int, default=10, help="passes over the training words")
+    flags.TAG_COLUMN.add(pos, default=2, note="CoNLL-2003's POS tags are 2", formerly=("--column",))
+    flags.LIMIT.add(pos, default=2000, note="here the training sentences (the features of all are held in memory)")
+    flags.EPOCHS.add(pos, default=10.0, note="here over the training words, by each probe")
     add_seed(pos)
     add_json(pos)
     add_device(pos)
@@ -133,8 +134,8 @@ PROBE_EXAMPLES = """examples:
 def run_probe_pos(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, _ = load_elmo(args.model, args.device, args.revision)
-    train = read_conll_column(args.train, args.column, args.limit)
-    test = read_conll_column(args.test, args.column)
+    train = read_conll_column(args.train, args.tag_column, args.limit)
+    test = read_conll_column(args.test, args.tag_column)
     accuracy = probe_pos(model, train, test, epochs=args.epochs, seed=args.seed)
     report(f"part-of-speech accuracy on {args.test} (linear probes trained on {len(train):,} sentences)", accuracy,
            args.json)
@@ -203,10 +204,10 @@ def run_neighbors(args: argparse.Namespace) -> None:
     # Without a vocabulary (AllenNLP's biLM), the candidates are the file's words.
     candidates = tokenizer.backend.get_vocab() if tokenizer is not None else [w for s in sentences for w in s]
     vocabulary = [word for word in candidates if word not in WORD_ROLES.values()]
-    words = static_neighbors(model, args.word, vocabulary, args.top_k)
+    words = static_neighbors(model, args.word, vocabulary, args.neighbors)
     print(f"nearest words to {args.word!r} by the token layer (one vector, any context): "
           + ", ".join(f"{word} {similarity:.2f}" for word, similarity in words))
     for text, query in queries:
         print(f"\n{text}")
-        for index, similarity in contextual_neighbors(model, sentences, args.word, query, args.top_k):
+        for index, similarity in contextual_neighbors(model, sentences, args.word, query, args.neighbors):
             print(f"  {similarity:.3f}  {lines[index]}")

@@ -11,6 +11,7 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
+    add_no_progress,
     add_weights,
     check_output_file,
     load_encoder,
@@ -45,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="write the embeddings to this .npy file")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     parser.add_argument("--no-normalize", action="store_true", help="keep the mean-pooled vectors unnormalised")
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run)
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> None:
     if args.out:
         check_output_file(args.out)
     model, tokenizer = load_encoder(args)
-    vectors = embed_texts(model, tokenizer, sentences, args.batch_size, normalize=not args.no_normalize)
+    vectors = embed_texts(model, tokenizer, sentences, args.batch_size, normalize=not args.no_normalize,
+                          progress=not args.no_progress)
     if args.out:
         with atomic_open(args.out) as handle:
             np.save(handle, vectors.numpy().astype(np.float32))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.translation import load_seq2seq, score_translations, translate
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -30,8 +31,9 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "bleu",
         help="BLEU, chrF and exact match of an encoder-decoder's translations",
         description="Translate --src line by line and score the translations against --ref (aligned, one "
-        "reference per line) with sacrebleu's corpus BLEU and chrF on the detokenised text, and the share of "
-        "exact matches. The search is the model family's own unless flags say otherwise (the Transformer's is "
+        "reference per line) with sacrebleu's corpus BLEU and chrF on the detokenised text (0-100), and the "
+        "fraction of exact matches (in [0, 1] in the table and --json, a percentage in the first line). The "
+        "search is the model family's own unless flags say otherwise (the Transformer's is "
         "the paper's: beam 4, length penalty 0.6, at most source length + 50 tokens); it is printed, and "
         "written to --json, with the scores.",
         epilog=EXAMPLES,
@@ -39,8 +41,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "model directory or training run (plm seq2seq train), or a Hugging Face Marian or FSMT "
               "directory")
-    parser.add_argument("--src", required=True, help="source sentences, one per line")
-    parser.add_argument("--ref", required=True, help="reference translations, aligned with --src")
+    flags.SRC.add(parser, required=True)
+    flags.REF.add(parser, required=True)
     add_decoding(parser)
     add_json(parser)
     add_no_progress(parser)

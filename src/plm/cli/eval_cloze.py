@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.cloze import SCORINGS, evaluate_cloze
-from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_no_progress,
+    add_weights,
+    load_causal_lm,
+    positive_int,
+)
 from plm.cli.eval_common import add_json, check_outputs, report
 
 EXAMPLES = """examples:
@@ -34,6 +42,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--blank", default="XXXXX", help="the marker of the blank in each query")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="candidates per forward pass")
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run_cloze)
@@ -42,5 +51,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_cloze(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, tokenizer = load_causal_lm(args)
-    result = evaluate_cloze(model, tokenizer, args.file, args.scoring, args.blank, args.batch_size, progress=True)
+    result = evaluate_cloze(model, tokenizer, args.file, args.scoring, args.blank, args.batch_size,
+                            progress=not args.no_progress)
     report(f"cloze ({args.scoring} scoring): {args.file}", result.as_dict(), args.json)

@@ -5,22 +5,24 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping
 
-from plm.cli.common import add_device, add_weights, check_output_file, positive_int
+from plm.cli import flags
+from plm.cli.common import add_device, add_no_progress, add_weights, check_output_file, positive_int
 from plm.storage.atomic_files import write_json
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="also write the numbers to this JSON file")
+    flags.JSON.add(parser)
 
 
 def add_prompted_answers(parser: argparse.ArgumentParser, answer: str, max_new_tokens: int, predictions: str) -> None:
     """The flags of a zero-shot command that answers its prompts greedily, in batches: the length of an
-    ``answer``, the batch, a file of the ``predictions`` (what it holds), --json, --device and the weights'."""
-    parser.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens,
-                        help=f"the most tokens of {answer}")
+    ``answer``, the batch, a file of the ``predictions`` (what it holds), --json, --no-progress, --device and the
+    weights'."""
+    flags.MAX_NEW_TOKENS.add(parser, default=max_new_tokens, note=f"here those of {answer}")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="prompts decoded together")
-    parser.add_argument("--predictions", metavar="FILE", help=f"also write {predictions} to this JSON file")
+    flags.PREDICTIONS.add(parser, note=predictions)
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.coqa import evaluate_coqa
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli import flags
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm
 from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
@@ -22,7 +23,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "FILE is CoQA's official JSON (coqa-dev-v1.0.json): stories with their questions, answers and "
         "additional answers. For each question the model reads the story, the conversation so far (the "
         "dataset's questions and answers, 'Q: ...' and 'A: ...' lines) and 'Q: question' with a final 'A:', "
-        "and answers greedily until a new line. Prints the official script's F1 and exact match (x 100): "
+        "and answers greedily until a new line. Prints the official script's F1 and exact match, as "
+        "fractions in [0, 1] (the script prints them x 100): "
         "SQuAD's normalisation, and with several references the mean of the best match against all but one. "
         "A prompt too long for the model's context loses the beginning of the story.",
         epilog=EXAMPLES,
@@ -30,7 +32,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "model directory or training run (plm or Hugging Face)")
     parser.add_argument("file", help="CoQA JSON file")
-    parser.add_argument("--limit", type=positive_int, help="answer only the first N questions of the file")
+    flags.LIMIT.add(parser, note="here questions")
     add_prompted_answers(parser, "an answer", 32, 'the answers ([{"id", "turn_id", "answer"}], the official '
                          "script's format)")
     parser.set_defaults(run=run_coqa)
@@ -40,5 +42,5 @@ def run_coqa(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
     model, tokenizer = load_causal_lm(args)
     result = evaluate_coqa(model, tokenizer, args.file, args.limit, args.max_new_tokens, args.batch_size,
-                           progress=True)
-    report_answers(args, f"CoQA (F1 and exact match x 100): {args.file}", result.as_dict(), result.predictions)
+                           progress=not args.no_progress)
+    report_answers(args, f"CoQA (F1 and exact match, fractions): {args.file}", result.as_dict(), result.predictions)

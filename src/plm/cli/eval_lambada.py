@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.lambada import evaluate_lambada
-from plm.cli.common import HelpFormatter, add_device, add_model, add_weights, load_causal_lm, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_model,
+    add_no_progress,
+    add_weights,
+    load_causal_lm,
+    positive_int,
+)
 from plm.cli.eval_common import add_json, check_outputs, report
 
 EXAMPLES = """examples:
@@ -33,6 +41,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--stop-word-filter", action="store_true", help="never answer with a stop word")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="passages per forward pass")
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run_lambada)
@@ -41,5 +50,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_lambada(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, tokenizer = load_causal_lm(args)
-    result = evaluate_lambada(model, tokenizer, args.file, args.stop_word_filter, args.batch_size, progress=True)
+    result = evaluate_lambada(model, tokenizer, args.file, args.stop_word_filter, args.batch_size,
+                               progress=not args.no_progress)
     report(f"LAMBADA: {args.file}", result.as_dict(), args.json)

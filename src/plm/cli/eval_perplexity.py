@@ -6,6 +6,7 @@ import argparse
 
 from plm.apps.text_pipelines import file_perplexity
 from plm.apps.zeroshot.detokenize import DETOKENIZERS
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -28,10 +29,15 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser = metrics.add_parser(
         "perplexity",
         help="perplexity of a text file with a sliding window",
-        description="Perplexity of a causal LM on a text file. The text is cut into windows of --window tokens "
-        "that move by --stride; each token is scored exactly once, reading the (window - stride) tokens before "
-        "it as context. Prints perplexity per token, per word and per byte (the same total loss divided by "
-        "the tokens scored, by the file's whitespace-separated words, and by the UTF-8 bytes the model read), "
+        description="Perplexity of a causal LM on a text file, every token of it scored once. The file is read "
+        "as pre-training reads --train and --validation: its documents (paragraphs separated by blank lines, or a "
+        "JSONL file's \"text\"), each followed by the end-of-text token, after one start token so that the first "
+        "token is scored too; --one-text reads the file as one text instead, blank lines and all. The tokens are "
+        "cut into windows of --window tokens that move by --stride; each token is scored exactly once, reading "
+        "the (window - stride) tokens before it as context. A pre-training run's final validation perplexity is "
+        "this number for its validation file with --window set to its block size (the model's context by "
+        "default, as here). Prints perplexity per token, per word and per byte (the same total loss divided by "
+        "the tokens scored, by the text's whitespace-separated words, and by the UTF-8 bytes the model read), "
         "so that models with different tokenizers compare, with the window and stride.\n\n"
         "--detokenize undoes a benchmark's tokenisation before scoring, as GPT-2 did: 'wikitext' joins "
         "'@-@', '@,@', '@.@', punctuation, quotes, contractions and '= = heading = =' back; 'ptb' joins "
@@ -40,13 +46,17 @@ def register(metrics: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     add_model(parser, "model directory or training run")
-    parser.add_argument("file", help="UTF-8 text file")
+    parser.add_argument("file", help="UTF-8 text (documents separated by blank lines), or what --train takes: "
+                        "JSONL, Parquet, .gz/.zst")
     parser.add_argument("--window", type=positive_int, help="tokens per window (default: the model's context)")
-    parser.add_argument("--stride", type=positive_int, help="tokens between windows (default: half the window)")
+    flags.STRIDE.add(parser, default=None, note="default: half the window")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass")
     parser.add_argument(
         "--detokenize", choices=tuple(DETOKENIZERS), default="none", help="undo a benchmark's tokenisation"
     )
+    parser.add_argument("--one-text", action="store_true",
+                        help="score the file as one text, blank lines included, not document by document (how "
+                        "GPT-2 scored WikiText and the PTB)")
     add_json(parser)
     add_no_progress(parser)
     add_device(parser)
@@ -59,6 +69,6 @@ def run_perplexity(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size,
-        progress=not args.no_progress, detokenize=args.detokenize,
+        progress=not args.no_progress, detokenize=args.detokenize, one_text=args.one_text,
     )
     report(f"{args.file}: {result}", result.as_dict(), args.json)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.open_qa import evaluate_open_qa
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli import flags
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm
 from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
@@ -23,7 +24,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "model reads --shots example pairs ('Q: question' and 'A: answer' lines), then 'Q: question' and "
         "'A:', and answers greedily until a new line. The examples are the first lines of --examples, or of "
         "FILE itself, whose first --shots questions are then not scored. An answer is right when it equals "
-        "one of the answers after SQuAD's normalisation. Prints the exact match in percent, and the exact match on "
+        "one of the answers after SQuAD's normalisation. Prints the exact match (a fraction), and the exact match on "
         "the --confident-fraction of answers the model gave the highest probability (the product of the "
         "probabilities of its tokens).",
         epilog=EXAMPLES,
@@ -31,9 +32,9 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "model directory or training run (plm or Hugging Face)")
     parser.add_argument("file", help="JSONL file of questions and answers")
-    parser.add_argument("--shots", type=int, default=5, help="example pairs in each prompt")
+    flags.SHOTS.add(parser)
     parser.add_argument("--examples", metavar="FILE", help="take the example pairs from this JSONL file instead")
-    parser.add_argument("--limit", type=positive_int, help="answer only the first N questions after the examples")
+    flags.LIMIT.add(parser, note="here questions, after the examples")
     parser.add_argument("--confident-fraction", type=float, default=0.01,
                         help="the share of the most confident answers scored apart")
     add_prompted_answers(parser, "an answer", 32,
@@ -45,5 +46,7 @@ def run_qa(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
     model, tokenizer = load_causal_lm(args)
     result = evaluate_open_qa(model, tokenizer, args.file, args.shots, args.examples, args.limit,
-                              args.confident_fraction, args.max_new_tokens, args.batch_size, progress=True)
-    report_answers(args, f"open-domain QA (exact match %): {args.file}", result.as_dict(), result.predictions)
+                              args.confident_fraction, args.max_new_tokens, args.batch_size,
+                              progress=not args.no_progress)
+    report_answers(args, f"open-domain QA (exact match, a fraction): {args.file}", result.as_dict(),
+                   result.predictions)

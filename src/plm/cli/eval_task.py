@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_inference_precision,
+    add_model,
+    add_no_progress,
+    add_task_input,
+    positive_int,
+    with_weights,
+)
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.errors import PLMError
 from plm.tasks.finetune import load_task_model, read_examples
 from plm.tasks.metrics import confusion_matrix, entity_scores
-from plm.tasks.task_objective import run
+from plm.tasks.task_objective import Classification, run
 
 EXAMPLES = """examples:
   plm eval task --model runs/sst2 sst-2/dev.tsv       # accuracy, F1, Matthews; a confusion matrix
@@ -31,26 +40,26 @@ def register(metrics: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
     parser.add_argument("file", help="labelled examples in the model's task format")
-    parser.add_argument("--max-length", type=positive_int,
-                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
-    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
-    add_tag_column(parser)
+    add_task_input(parser)
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
+    add_inference_precision(parser)
     parser.set_defaults(run=run_eval_task)
 
 
 def run_eval_task(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
+    model = with_weights(model, args)
     examples = read_examples(task.name, args.file, args.tag_column)
-    predictions, scores = run(model, task, examples, args.batch_size)
+    predictions, scores = run(model, task, examples, args.batch_size, progress=not args.no_progress)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")
     report(f"{args.file}: {len(examples)} examples", scores, args.json)
-    if task.name == "classify":
-        print(format_confusion(predictions, [e.label for e in examples], task.labels))
+    if isinstance(task, Classification) and task.name == "classify":  # not a regression
+        print(format_confusion(predictions, [task.class_of(e.label) for e in examples], task.labels))
     elif task.name == "tag":
         print(format_entities(entity_scores([e.tags for e in examples], predictions)))
 

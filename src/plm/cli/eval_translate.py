@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.translation_prompt import evaluate_translation_prompt
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm, positive_int
+from plm.cli import flags
+from plm.cli.common import HelpFormatter, add_model, load_causal_lm
 from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
 
 EXAMPLES = """examples:
@@ -28,12 +29,12 @@ def register(metrics: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     add_model(parser, "model directory or training run (plm or Hugging Face)")
-    parser.add_argument("--src", required=True, help="sentences to translate, one per line")
-    parser.add_argument("--ref", required=True, help="reference translations, aligned with --src")
-    parser.add_argument("--shots", type=int, default=5, help="example pairs in each prompt")
+    flags.SRC.add(parser, required=True, note="to translate")
+    flags.REF.add(parser, required=True)
+    flags.SHOTS.add(parser)
     parser.add_argument("--examples-src", metavar="FILE", help="take the example sentences from this file instead")
     parser.add_argument("--examples-ref", metavar="FILE", help="their translations, aligned with --examples-src")
-    parser.add_argument("--limit", type=positive_int, help="translate only the first N sentences after the examples")
+    flags.LIMIT.add(parser, note="here sentences, after the examples")
     add_prompted_answers(parser, "a translation", 64, "the translations")
     parser.set_defaults(run=run_translate)
 
@@ -43,6 +44,6 @@ def run_translate(args: argparse.Namespace) -> None:
     model, tokenizer = load_causal_lm(args)
     result = evaluate_translation_prompt(
         model, tokenizer, args.src, args.ref, args.shots, args.examples_src, args.examples_ref, args.limit,
-        args.max_new_tokens, args.batch_size, progress=True,
+        args.max_new_tokens, args.batch_size, progress=not args.no_progress,
     )
     report_answers(args, f"translation by prompting: {args.src} -> {args.ref}", result.as_dict(), result.translations)

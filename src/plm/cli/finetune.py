@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import re
 
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_process,
     add_revision,
     add_run_directory,
-    add_tag_column,
+    add_task_input,
     add_training_precision,
     check_output_directory,
     parallelism,
-    positive_float,
     positive_int,
 )
 from plm.cli.run_definition import RunFlags, run_definition
@@ -23,7 +23,8 @@ from plm.tasks.heads import POOLINGS
 from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tasks.task_objective import TASKS
 
-RUN = RunFlags("finetune", data=("train", "validation"), paths=("model", "elmo"), required=("task",))
+RUN = RunFlags("finetune", data=("train", "validation"), paths=("model", "elmo"), required=("task",),
+               renamed={"lr": "lr_grid", "warmup": "warmup_fraction"})
 TASK_HELP = """tasks:
   classify  one sentence -> a class (GLUE TSV with a sentence column, or JSONL {"text", "label"})
   pair      a sentence pair -> a class, read as [CLS] A [SEP] B [SEP] (GLUE TSV, JSONL with "text_pair")
@@ -38,8 +39,9 @@ On a GPT model, classify, pair, regress and choice use GPT-1's input transforms 
 
 EXAMPLES = """examples:
   plm finetune --task classify                 # the built-in synthetic task on a fresh tiny BERT (seconds)
-  plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2
-  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr 2e-5,3e-5,5e-5
+  plm finetune --task classify --model $MINILM --train sst-2/train.tsv --validation sst-2/dev.tsv --out runs/sst2 \
+--labels negative,positive
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --lr-grid 2e-5,3e-5,5e-5
   plm finetune --out runs/sst2 --resume --steps 600   # a finished run extended to 600 steps
   # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa \
@@ -61,11 +63,18 @@ EXAMPLES = """examples:
 """
 
 
-def learning_rates(text: str) -> tuple[float, ...]:
+def learning_rate_grid(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def class_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected class names separated by commas, got {text!r}")
+    return names
 
 
 def layer_indices(text: str) -> tuple[int, ...]:
@@ -81,7 +90,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="fine-tune a pretrained model on a task",
         description="Fine-tune a pretrained model (plm or Hugging Face directory) on a task with the paper's "
         "recipe: batch 32, 3 epochs, linear warmup (10% of training; GPT-1: 0.2%) then linear decay, the best "
-        "model on the dev set kept in OUT/best. Several --lr values or --restarts train one run each under "
+        "model on the dev set kept in OUT/best. An --lr-grid or --restarts train one run each under "
         "OUT/runs/ and keep the best (OUT/summary.json lists them). Without --train and --validation: a built-in "
         "synthetic task on a fresh tiny BERT.",
         epilog=TASK_HELP + EXAMPLES,
@@ -95,30 +104,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_revision(parser)
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
-    parser.add_argument("--lr", type=learning_rates,
-                        help="learning rate(s), comma-separated (default 5e-5; GPT 6.25e-5; built-in task 3e-3; "
-                        "--features 1e-3: that BiLSTM learns from scratch)")
+    parser.add_argument("--labels", type=class_names, metavar="NAME,NAME,...",
+                        help="classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2: "
+                        "negative,positive), kept in the model, so that plm predict and plm serve say the names; "
+                        "a file labelled 0, 1, ... still trains and scores it")
+    rates = parser.add_mutually_exclusive_group()
+    flags.LR.add(rates, note="here 5e-5; GPT 6.25e-5; built-in task 3e-3; --features 1e-3 (that BiLSTM learns from "
+                 "scratch)")
+    rates.add_argument("--lr-grid", type=learning_rate_grid, metavar="LR,LR,...",
+                       help="learning rates, comma-separated: one run each, the best kept")
     parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
-    parser.add_argument("--epochs", type=float, default=3.0, help="passes over the training set")
-    parser.add_argument(
-        "--steps", type=positive_int, metavar="N",
-        help="optimizer steps of each run, instead of --epochs (a --steps given wins, so that --resume --steps "
-        "extends a finished run); the schedule is laid out over the N steps (--warmup's fraction of them, then "
-        "linear decay to 0 at the last)",
-    )
-    parser.add_argument(
-        "--minutes", type=positive_float, metavar="M",
-        help="stop each run at the first step past M minutes of training (evaluations and saves included), then "
-        "evaluate and keep the best model as usual. The schedule is still laid out over the epochs (or "
-        "--steps), as plm pretrain does: its decay is cut where the time runs out; for a full decay within "
-        "the budget give --steps about the steps that fit",
-    )
+    flags.EPOCHS.add(parser, default=3.0)
+    flags.STEPS.add(parser, default=None, note="of each run, instead of --epochs (a --steps given wins, so that "
+                    "--resume --steps extends a finished run); the schedule is laid out over the N steps "
+                    "(--warmup-fraction of them, then linear decay to 0 at the last)")
+    flags.MINUTES.add(parser, note="each run stops there, then is evaluated and keeps the best model as usual. The "
+                      "schedule is still laid out over the epochs (or --steps), as plm pretrain does: its decay is cut "
+                      "where the time runs out; for a full decay within the budget give --steps about the steps that "
+                      "fit")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
-    parser.add_argument("--warmup", type=float, help="warmup as a fraction of training (default 0.1; GPT 0.002)")
-    parser.add_argument("--max-length", type=positive_int,
-                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
-    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
-    add_tag_column(parser)
+    parser.add_argument("--warmup-fraction", type=float, metavar="F",
+                        help="linear warmup over this fraction of the steps (default 0.1; GPT 0.002)")
+    add_task_input(parser)
     parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
     parser.add_argument("--symmetric", action="store_true",
                         help="pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read both "
@@ -152,8 +159,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_run_directory(parser, "runs/finetune", resume_help=": the finished runs of an --lr sweep or --restarts "
                       "are kept (or extended to more --steps, the linear decay laid out over them), the interrupted "
                       "one resumes from its checkpoint")
-    parser.add_argument("--save-every", type=positive_int, default=500,
-                        help="steps between checkpoints within an epoch (each epoch's end saves one too)")
+    flags.SAVE_EVERY.add(parser, note="within an epoch (each epoch's end saves one too)")
     add_training_precision(parser)
     add_process(parser)
     parser.set_defaults(run=run_finetune)
@@ -163,10 +169,10 @@ def run_finetune(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
     setup = FinetuneSetup(
         task=args.task, model=args.model, revision=args.revision, train=args.train, validation=args.validation,
-        lrs=args.lr, restarts=args.restarts, epochs=args.epochs, batch_size=args.batch_size,
-        warmup_fraction=args.warmup,
+        lrs=args.lr_grid or (None if args.lr is None else (args.lr,)), restarts=args.restarts, epochs=args.epochs,
+        batch_size=args.batch_size, warmup_fraction=args.warmup_fraction,
         max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
-        tag_column=args.tag_column, seed=args.seed,
+        tag_column=args.tag_column, labels=None if args.labels is None else tuple(args.labels), seed=args.seed,
         device=args.device, precision=args.precision, synthetic_size=args.synthetic_size, features=args.features,
         combine=args.combine,
         elmo=args.elmo, elmo_output=args.elmo_output, symmetric=args.symmetric, progress=not args.no_progress,

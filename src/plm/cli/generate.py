@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, generate_text, room_for_new_tokens
+from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, Continuation, continue_prompts, room_for_new_tokens
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -39,11 +40,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run")
     parser.add_argument("prompts", nargs="*", help="prompts (an empty string starts from nothing)")
     parser.add_argument("--prompt-file", help="a UTF-8 file with one prompt per line")
-    parser.add_argument("--max-new-tokens", type=positive_int,
-                        help=f"tokens to add to each prompt (default: {DEFAULT_NEW_TOKENS}, fewer when the context "
-                        "has less room left)")
+    flags.MAX_NEW_TOKENS.add(parser, default=None, note=f"default {DEFAULT_NEW_TOKENS}, fewer when the context has "
+                             "less room left")
     parser.add_argument("--temperature", type=float, default=1.0, help="divide the logits by this before sampling")
-    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+    flags.TOP_K.add(parser, default=0)
     parser.add_argument(
         "--top-p", type=float, default=1.0, help="sample among the fewest tokens whose probability reaches p"
     )
@@ -54,23 +54,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)"
     )
-    parser.add_argument(
-        "--keep-last", type=positive_int, help="cut prompts longer than the context to their last N tokens"
-    )
+    flags.IGNORE_EOS.add(parser)
+    parser.add_argument("--max-prompt-tokens", type=positive_int, metavar="N",
+                        help="cut a prompt longer than N tokens to its last N, to leave the context room for new ones")
     parser.add_argument(
         "--no-cache", action="store_true", help="recompute the whole sequence each step (slow; for checking)"
     )
-    parser.add_argument(
-        "--compile", action="store_true",
-        help="run the model through torch.compile: tens of seconds to compile (a C++ compiler on the CPU), "
-        "then faster steps for small models; see benchmarks/README.md",
-    )
+    flags.COMPILE.add(parser, note="tens of seconds to compile; it pays off for small models (see "
+                      "benchmarks/README.md)")
     parser.add_argument(
         "--cuda-graph", action="store_true",
         help="on a GPU, replay each one-token step as a CUDA graph over a static KV cache (4x faster steps for "
         "GPT-2 124M at batch 1 on an H200; the same tokens); see docs/gpu.md",
     )
-    add_seed(parser, default=None)
+    add_seed(parser, note="sampling draws the same tokens for the same seed")
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run)
@@ -83,8 +80,8 @@ def run(args: argparse.Namespace) -> None:
     if not prompts:
         raise PLMError("give at least one prompt (or --prompt-file)")
     model, tokenizer = load_causal_lm(args)
-    max_new_tokens = args.max_new_tokens or default_new_tokens(model, tokenizer, prompts, args.keep_last)
-    texts = generate_text(
+    max_new_tokens = args.max_new_tokens or default_new_tokens(model, tokenizer, prompts, args.max_prompt_tokens)
+    continuations = continue_prompts(
         model,
         tokenizer,
         prompts,
@@ -96,18 +93,35 @@ def run(args: argparse.Namespace) -> None:
         repetition_penalty=args.repetition_penalty,
         do_sample=True if args.sample else None,
         seed=args.seed,
-        keep_last=args.keep_last,
+        ignore_eos=args.ignore_eos,
+        keep_last=args.max_prompt_tokens,
         use_cache=not args.no_cache,
         compile=args.compile,
         cuda_graph=args.cuda_graph,
     )
-    for prompt, text in zip(prompts, texts):
-        sys.stdout.write(f"{prompt}{text}\n")
+    for prompt, continuation in zip(prompts, continuations):
+        sys.stdout.write(f"{prompt}{continuation.text}\n")
         if len(prompts) > 1:
             sys.stdout.write("-" * 40 + "\n")
     if max_new_tokens < DEFAULT_NEW_TOKENS and args.max_new_tokens is None:
         print(f"plm generate: note: generated at most {max_new_tokens} new tokens, the room the model's context of "
               f"{model.context_length()} leaves after the prompt (--max-new-tokens to choose)", file=sys.stderr)
+    ended = end_of_text_note(continuations, max_new_tokens)
+    if ended:
+        print(f"plm generate: note: {ended} (--ignore-eos goes on to --max-new-tokens)", file=sys.stderr)
+
+
+def end_of_text_note(continuations: list[Continuation], max_new_tokens: int) -> str:
+    """Which continuations the model ended with its end-of-text token, and after how many tokens; '' for none."""
+    ended = [(number, c.ended_after) for number, c in enumerate(continuations, 1) if c.ended_after is not None]
+    if not ended:
+        return ""
+    if len(continuations) == 1:
+        return f"the model ended the text with its end-of-text token after {ended[0][1]} of {max_new_tokens} tokens"
+    numbers, tokens = (", ".join(str(pair[k]) for pair in ended) for k in (0, 1))
+    s = "s" * (len(ended) > 1)
+    return (f"the model ended the text{s} of prompt{s} {numbers} with its end-of-text token, after {tokens} of "
+            f"{max_new_tokens} tokens")
 
 
 def default_new_tokens(model: CausalLM, tokenizer: Tokenizer, prompts: list[str], keep_last: int | None) -> int:

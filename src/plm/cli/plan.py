@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from plm.cli.common import HelpFormatter, check_output_file, positive_int
-from plm.device import DEVICES
+from plm.cli import flags
+from plm.cli.common import HelpFormatter, add_device, add_parallelism, check_output_file, positive_int
 from plm.models import RECIPES
 from plm.storage.atomic_files import write_json
 from plm.training.paper_scale import paper_run
-from plm.training.plan import OPTIMIZER_STATES, STRATEGIES, Memory, PlanSetup, parse_bytes, plan, report
-from plm.training.pretrain import HYPERPARAMETER_SETS
+from plm.training.plan import Memory, PlanSetup, parse_bytes, plan, report
 
 EXAMPLES = """examples:
   plm plan --model gpt2-xl --processes 8 --strategy fsdp --device cuda --memory 80GB
-  plm plan --model bert-large --batch 32 --block 512 --checkpoint-activations
+  plm plan --model bert-large --batch-size 32 --block-size 512 --checkpoint-activations
   plm plan --model gpt2 --strategy fsdp --processes 4 --offload --json plan.json
   plm plan --model albert-base --hyperparameters paper --batch-size 32   # ALBERT's 4,096 x 512, 32 at a time
 """
@@ -35,29 +34,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help="a preset (gpt2-xl, bert-large, albert-base, ...)")
     parser.add_argument("--processes", type=positive_int, default=1, help="training processes (one GPU each)")
-    # --batch and --block: this command's first spellings, before the flags were named as pretrain names them
-    parser.add_argument("--batch-size", "--batch", type=positive_int, default=8, help="sequences per process per step")
-    parser.add_argument("--block-size", "--block", type=positive_int,
-                        help="tokens per sequence (default: the recipe's, at most the context)")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="ddp",
-                        help="ddp: every process holds everything; fsdp: parameters, gradients and optimizer state "
-                        "sharded over the processes")
-    parser.add_argument(
-        "--offload", action="store_true", help="fsdp: keep the parameter and optimizer shards in CPU memory"
-    )
-    parser.add_argument("--checkpoint-activations", action="store_true",
-                        help="keep only each block's input and recompute its activations in backward")
-    parser.add_argument("--optimizer", choices=tuple(OPTIMIZER_STATES), default="adamw", help="its state per parameter")
-    parser.add_argument("--hyperparameters", default="cpu", choices=HYPERPARAMETER_SETS,
-                        help="paper: plan the micro-batch of plm pretrain --hyperparameters paper (the paper's batch "
-                        "accumulated in micro-batches of at most --batch-size, at the paper's sequence length) with "
-                        "the paper's optimizer, and print the global batch")
-    parser.add_argument("--device", default="auto", choices=DEVICES,
-                        help="what it trains on: auto is CUDA when this machine has it "
-                        "(the CPU keeps attention scores)")
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="sequences per process per step")
+    flags.BLOCK_SIZE.add(parser, default=None, note="default: the recipe's, at most the context")
+    add_parallelism(parser, note="the planned run's, as plm pretrain takes them")
+    flags.OPTIMIZER.add(parser, note="its state per parameter")
+    flags.HYPERPARAMETERS.add(parser, note="paper: plan the micro-batch of plm pretrain --hyperparameters paper (the "
+                              "paper's batch accumulated in micro-batches of at most --batch-size, at the paper's "
+                              "sequence length) with the paper's optimizer, and print the global batch")
+    add_device(parser, note="here where the planned run trains (the CPU keeps attention scores)")
     parser.add_argument("--memory", default="auto", help="bytes per process, like 16GB or 80GiB; auto: this GPU's "
                         "free memory, or the available RAM shared by the processes")
-    parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
+    flags.JSON.add(parser)
     parser.set_defaults(run=run)
 
 

@@ -8,7 +8,17 @@ import json
 import sys
 from typing import Any
 
-from plm.cli.common import HelpFormatter, add_device, add_model, add_tag_column, check_output_file, positive_int
+from plm.cli.common import (
+    HelpFormatter,
+    add_device,
+    add_inference_precision,
+    add_model,
+    add_no_progress,
+    add_task_input,
+    check_output_file,
+    positive_int,
+    with_weights,
+)
 from plm.storage.atomic_files import atomic_open
 from plm.tasks.finetune import load_task_model, read_examples
 from plm.tasks.task_objective import encode_all, model_outputs
@@ -35,12 +45,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("file", help="examples: the format the model's task reads; for classify, regress and tag "
                         "also plain text (.txt, or - for stdin), one input a line")
     parser.add_argument("--out", help="JSONL file to write (default: standard output)")
-    parser.add_argument("--max-length", type=positive_int,
-                        help="tokens per sequence: 128, or for qa 384 per window as BERT's SQuAD (the default)")
-    parser.add_argument("--stride", type=positive_int, default=128, help="qa: tokens between window starts")
-    add_tag_column(parser)
+    add_task_input(parser)
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
+    add_no_progress(parser)
     add_device(parser)
+    add_inference_precision(parser)
     parser.set_defaults(run=run_predict)
 
 
@@ -49,9 +58,10 @@ def run_predict(args: argparse.Namespace) -> None:
         check_output_file(args.out)
     model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision,
                                   stride=args.stride)
+    model = with_weights(model, args)
     examples = read_examples(task.name, args.file, args.tag_column, labelled=False)
     features = encode_all(task, examples)
-    outputs = model_outputs(model, task, features, args.batch_size)
+    outputs = model_outputs(model, task, features, args.batch_size, progress=not args.no_progress)
     predictions = task.predict(outputs, features, examples)
     probabilities = task.probabilities(outputs) or [None] * len(examples)
     lines = "".join(json.dumps({**example_fields(e), "prediction": p} | ({"probabilities": q} if q else {}),

@@ -8,12 +8,12 @@ import os
 import sys
 from pathlib import Path
 
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_process,
     add_run_directory,
     add_schedule,
-    positive_float,
     positive_int,
     training_config,
 )
@@ -21,7 +21,7 @@ from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
 from plm.storage.hub import LEGACY_IDS
 from plm.training.paper_scale import PAPER_SETTINGS, paper_run
-from plm.training.pretrain import OBJECTIVES, PretrainSetup, dry_run, pretrain
+from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain, pretrain_dry_run
 
 RUN = RunFlags("pretrain", data=("train", "validation", "data"), paths=("model", "tokenizer", "data"))
 EXAMPLES = """examples:
@@ -89,42 +89,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mask-ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME",
                         help="percentages of the selected tokens that become [MASK], a random token, or stay (BERT's "
                         "80,10,10; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
-    parser.add_argument("--data", metavar="DIR",
-                        help="a prepared corpus (plm data prepare): token ids mapped from disk, for a corpus of "
-                        "any size; its tokenizer is the run's")
+    flags.DATA.add(parser)
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
                         help="training text: plain text (documents separated by blank lines), JSONL, Parquet, "
                         ".gz/.zst; prepared into plm's cache on first use, as plm data prepare would")
     parser.add_argument("--validation", nargs="+", default=[], metavar="FILE",
-                        help="validation text (default: 5%% of the documents held out)")
-    parser.add_argument("--text-field", default="text",
-                        help="the field of a JSONL record, or the column of a Parquet file or dataset, that holds "
-                        "the text of --train")
-    parser.add_argument("--tokenizer", help="directory with a tokenizer.json to use instead of training one")
-    parser.add_argument("--tokenizer-sample", type=positive_int, metavar="CHARS",
-                        help="train the new tokenizer on about this many characters of --train, from documents "
-                        "spread over all of it (default: all of it)")
-    parser.add_argument(
-        "--vocab-size", type=positive_int, default=8192, help="vocabulary of the tokenizer trained when none is given"
-    )
+                        help="validation text (default: 5%% of the documents held out). A GPT's validation "
+                        "perplexity scores every token of it, as plm eval perplexity does: its documents, each "
+                        "followed by the end-of-text token, after one start token, in windows of --block-size "
+                        "tokens that move by half a window; text of more than 262,144 tokens is sampled at the "
+                        "evaluations before the last (logged as val_loss_sample), and the last scores all of it")
+    flags.TEXT_FIELD.add(parser, note="here the text of --train")
+    flags.TOKENIZER.add(parser, note="one given is used instead of training one")
+    flags.TOKENIZER_SAMPLE.add(parser, note="here of --train, for the tokenizer trained when no --tokenizer is given")
+    flags.VOCAB_SIZE.add(parser, default=8192, note="when no --tokenizer is given")
     add_run_directory(parser, "runs/pretrain")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
-    parser.add_argument(
-        "--block-size", type=positive_int, help="tokens per sequence (default: the context for GPT, 128 for encoders)"
-    )
+    flags.BLOCK_SIZE.add(parser, default=None, note="default: the context for GPT, 128 for encoders")
     parser.add_argument("--short-block-size", type=positive_int, metavar="N",
                         help="with --short-steps S: the first S steps read sequences of N tokens, the rest "
                         "--block-size (BERT's 90%% of the steps at 128 tokens, then 512)")
     parser.add_argument("--short-steps", type=int, default=0, metavar="S", help="the steps at --short-block-size")
-    parser.add_argument("--epochs", type=positive_float,
-                        help="passes over the training text, instead of --steps (a --steps given wins, so that "
-                        "--resume --steps extends such a run)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="build the run (model, data, optimizer), time a few optimizer steps and print the time "
-                        "per step, tokens/s, the whole run's projected time and the peak memory; write nothing")
-    parser.add_argument("--dropout", type=float,
-                        help="one dropout rate in [0, 1) for embeddings, attention, residuals and heads "
-                        "(default: the preset's)")
+    flags.EPOCHS.add(parser, default=None, note="instead of --steps (a --steps given wins, so that --resume --steps "
+                     "extends such a run)")
+    flags.DRY_RUN.add(parser)
+    flags.DROPOUT.add(parser)
     add_schedule(parser)
     add_process(parser)
     parser.set_defaults(run=run)
@@ -172,7 +161,7 @@ def run(args: argparse.Namespace) -> None:
     epochs = None if "steps" in args.given_flags else args.epochs
     training = dataclasses.replace(training_config(args), epochs=epochs)
     if dry:
-        measured = dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
+        measured = pretrain_dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
         if first_process:
             print(measured.report())
         return

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
-from plm.cpu.int8 import QUANTIZATIONS, quantize
+from plm.cpu.int8 import quantize
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.loading import is_plm_directory, load_pretrained
 from plm.models.base import Seq2SeqModel
@@ -34,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "the model to quantize")
     parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="int8", help="the weight format")
+    flags.QUANTIZE.add(parser, default="int8")
     parser.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty, whole")
     parser.set_defaults(run=run)
 

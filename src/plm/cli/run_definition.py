@@ -15,7 +15,8 @@ import argparse
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,15 @@ STARTED_BY = "started_by"
 class RunFlags:
     """A training command's name, which of its flags name data files (their contents define the run), which
     name other files or directories (a model, a tokenizer: saved by their absolute paths, but for the names
-    of plm's presets and families and Hub ids), and which it requires (but for a --resume, which has them from
-    the run)."""
+    of plm's presets and families and Hub ids), which it requires (but for a --resume, which has them from
+    the run), and which it renamed (old -> new name, as saved), so that a run saved under an old name
+    resumes under the new one."""
 
     command: str
     data: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
+    renamed: Mapping[str, str] = field(default_factory=dict)
 
 
 def run_definition(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
@@ -83,7 +86,7 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
         raise PLMError(f"{out}: a run of plm {saved.get('command')}, not of plm {flags.command}; resume it with "
                        f"plm {saved.get('command')} --out {out} --resume")
     current = saved_flags(args, flags)
-    for dest, value in saved["flags"].items():
+    for dest, value in renamed(saved["flags"], flags.renamed).items():
         if dest not in current:
             continue  # a flag this plm no longer has
         if dest not in args.given_flags:
@@ -95,7 +98,7 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
             raise PLMError(f"{flag} {shown(current[dest])}: the run in {out} was started {started}; --resume "
                            f"continues a run as it was started (drop {flag}{extend}), or start a new run in another "
                            "--out")
-    for dest, files in saved.get("data", {}).items():
+    for dest, files in renamed(saved.get("data", {}), flags.renamed).items():
         for path, digest in files.items():
             if not os.path.isfile(path):
                 raise PLMError(f"{flag_name(dest)} {path}: the run's data file is gone")
@@ -104,6 +107,14 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
                                f"the one in {out / DEFINITION_FILE}); pass --allow-data-change to go on with its new "
                                "contents")
     return saved
+
+
+def renamed(values: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """``values`` saved by a plm before ``names`` (old -> new) were renamed, under their new names; as they are
+    where the new names are saved already."""
+    if any(new in values for new in names.values()):
+        return values
+    return {names.get(dest, dest): value for dest, value in values.items()}
 
 
 def saved_flags(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:

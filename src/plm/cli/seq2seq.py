@@ -14,6 +14,7 @@ from pathlib import Path
 
 from plm.apps.attention_map import pair_attention, plot
 from plm.apps.translation import load_seq2seq
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_model,
@@ -33,16 +34,18 @@ from plm.training.distributed import is_first_process
 from plm.training.paper_scale import translation_run
 from plm.training.parallel import unsharded
 from plm.training.run_directory import check_run_directory, claimed
-from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq
+from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq, seq2seq_dry_run
 from plm.training.trainer import TrainingConfig
 
 HEATMAP = "attention.png"
-RUN = RunFlags("seq2seq train", data=("src", "tgt", "tsv", "valid_src", "valid_tgt", "valid_tsv", "data"),
-               paths=("model", "tokenizer", "data"))
+VALIDATION_RENAMED = {"valid_src": "validation_src", "valid_tgt": "validation_tgt", "valid_tsv": "validation_tsv"}
+RUN = RunFlags("seq2seq train",
+               data=("src", "tgt", "tsv", "validation_src", "validation_tgt", "validation_tsv", "data"),
+               paths=("model", "tokenizer", "data"), renamed=VALIDATION_RENAMED)
 EXAMPLES = """examples:
   plm seq2seq train --out runs/dates         # transformer-small on the dates task, no files needed
   plm seq2seq train --model rnn-bahdanau --out runs/dates-rnn
-  plm seq2seq train --model rnn-luong --src train.de --tgt train.en --valid-src val.de --valid-tgt val.en
+  plm seq2seq train --model rnn-luong --src train.de --tgt train.en --validation-src val.de --validation-tgt val.en
   plm seq2seq train --model rnn --tsv pairs.tsv --separate-vocabularies --out runs/rnn
   plm data prepare wmt14.jsonl.gz --src-lang de --tgt-lang en --tokenizer tok --out data/wmt14-de-en
   plm seq2seq train --model transformer --data data/wmt14-de-en --out runs/wmt   # millions of pairs, mapped
@@ -91,28 +94,17 @@ def register_train(actions: argparse._SubParsersAction) -> None:
                         help=f"a family ({', '.join(families)}), a preset ({', '.join(presets)}), a model directory, "
                         "or a released Marian or FSMT model to fine-tune (a Hugging Face directory or Hub id, with its "
                         "tokenizers); with no arguments it learns the dates task (over 95%% exact match by step 300)")
-    parser.add_argument("--data", metavar="DIR",
-                        help="sentence pairs prepared by plm data prepare (--src/--tgt, --tsv or --src-lang/"
-                        "--tgt-lang): mapped from disk, so a corpus of millions of pairs fits; its tokenizers are the "
-                        "run's")
-    parser.add_argument("--src", help="source sentences, one per line (with --tgt)")
-    parser.add_argument("--tgt", help="their translations, line by line")
-    parser.add_argument("--tsv", help="source<TAB>target pairs, instead of --src/--tgt")
-    parser.add_argument("--valid-src", help="validation sources (with --valid-tgt; default: 5%% of the pairs held out)")
-    parser.add_argument("--valid-tgt", help="validation targets")
-    parser.add_argument("--valid-tsv", help="validation pairs as source<TAB>target")
-    parser.add_argument("--tokenizer", help="directory with the tokenizer(s) to use instead of training new ones")
-    parser.add_argument(
-        "--vocab-size", type=positive_int, help="BPE vocabulary to train (default: 8000; 400 for the dates task)"
-    )
+    flags.DATA.add(parser, note="sentence pairs (plm data prepare --src/--tgt, --tsv or --src-lang/--tgt-lang)")
+    add_sentence_pairs(parser)
+    flags.TOKENIZER.add(parser, note="one given is used instead of training new ones")
+    flags.VOCAB_SIZE.add(parser, default=None, note="BPE, default 8000; 400 for the dates task")
     parser.add_argument(
         "--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one"
     )
     parser.add_argument("--reverse-source", action="store_true",
                         help="read each source sentence backwards, as Sutskever et al. (2014) do for the RNN without "
                         "attention; kept with the model, so that translate and eval bleu reverse too")
-    parser.add_argument("--max-tokens", type=positive_int, default=2048,
-                        help="token budget of a batch (source + target, padding included)")
+    flags.MAX_TOKENS.add(parser, default=2048, note="source + target, padding included")
     parser.add_argument("--label-smoothing", type=float,
                         help="epsilon of label-smoothed cross entropy (default: the family's recipe: 0.1 for the "
                         "Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
@@ -122,13 +114,20 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best"
     )
-    parser.add_argument(
-        "--dropout", type=float, help="one dropout rate in [0, 1) for the whole model (default: the preset's)"
-    )
+    flags.DROPOUT.add(parser)
+    flags.DRY_RUN.add(parser)
     add_run_directory(parser, "runs/seq2seq")
     add_schedule(parser)
     add_process(parser)
     parser.set_defaults(run=run_train)
+
+
+def add_sentence_pairs(parser: argparse._ActionsContainer) -> None:
+    """--src/--tgt or --tsv, and their validation pairs: what plm seq2seq train and plm data prepare read."""
+    for flag in (flags.SRC, flags.TGT, flags.TSV):
+        flag.add(parser)
+    for flag in (flags.VALIDATION_SRC, flags.VALIDATION_TGT, flags.VALIDATION_TSV):
+        flag.add(parser, formerly=("--valid-" + flag.name.removeprefix("--validation-"),))
 
 
 def register_average(actions: argparse._SubParsersAction) -> None:
@@ -172,6 +171,7 @@ def starting_model(name: str) -> Iterator[str]:
 
 
 def run_train(args: argparse.Namespace) -> None:
+    dry = vars(args).pop("dry_run")  # how to start, not what the run is: not saved in OUT/run.json
     definition = run_definition(args, RUN)
     check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
     with starting_model(args.model) as model:
@@ -181,12 +181,18 @@ def run_train(args: argparse.Namespace) -> None:
         training = training_config(args)
         setup = Seq2SeqSetup(
             model=model, data=args.data, source=args.src, target=args.tgt, tsv=args.tsv,
-            validation_source=args.valid_src, validation_target=args.valid_tgt, validation_tsv=args.valid_tsv,
+            validation_source=args.validation_src, validation_target=args.validation_tgt,
+            validation_tsv=args.validation_tsv,
             tokenizer=args.tokenizer, vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies,
             max_tokens=args.max_tokens,
             label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
             dropout=args.dropout, hyperparameters=args.hyperparameters, reverse_source=args.reverse_source,
         )
+        if dry:
+            measured = seq2seq_dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
+            if is_first_process():
+                print(measured.report())
+            return
         with claimed(args.out, check, enabled=is_first_process()):
             trained(setup, training, args, definition)
 
@@ -213,7 +219,7 @@ def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namesp
               f"model's context of {model.context_length()} tokens", file=sys.stderr)
     metrics = trainer.train(resume=args.resume, overwrite=args.overwrite, definition=definition)
     if "val_bleu" in metrics and main:
-        print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2f}%, "
+        print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2%}, "
               f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}")
     model, held_out = model.eval(), objective.metric_pairs
     if held_out and getattr(model.config, "attention", None) != "none":

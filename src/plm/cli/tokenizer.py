@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from plm.cli import flags
 from plm.cli.common import HelpFormatter, positive_int, write_directory
 from plm.data.corpus import default_corpus
 from plm.data.prepare import corpus_texts
@@ -40,12 +42,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("files", nargs="*", help="text files (documents separated by blank lines), JSONL, Parquet, "
                        ".gz/.zst, globs or directories, read a document at a time (default: the embedded corpus)")
-    train.add_argument("--text-field", default="text",
-                       help="the field of a JSONL record, or the column of a Parquet file or dataset, that holds "
-                       "the text")
-    train.add_argument("--tokenizer-sample", type=positive_int, metavar="CHARS",
-                       help="learn from about this many characters, from documents spread over all the files "
-                       "(default: all of them)")
+    flags.TEXT_FIELD.add(train)
+    flags.TOKENIZER_SAMPLE.add(train)
     train.add_argument("--out", required=True, help="directory to write the tokenizer into; new or empty unless "
                        "--overwrite")
     train.add_argument("--overwrite", action="store_true",
@@ -53,12 +51,18 @@ def register(commands: argparse._SubParsersAction) -> None:
                        "its place whole, so no file of the old one stays")
     train.add_argument("--kind", default="bpe", choices=KINDS, help="the tokenizer model")
     train.add_argument("--lowercase", action="store_true", help="wordpiece/unigram: lower-case (and strip accents)")
-    train.add_argument("--vocab-size", type=positive_int, default=8192, help="size of the vocabulary")
+    flags.VOCAB_SIZE.add(train, default=8192)
     train.add_argument("--min-frequency", type=positive_int, default=2, help="least count of a pair to merge")
+    flags.NO_PROGRESS.add(train, note="the tokenizers library's bars are shown only where standard output and "
+                          "error are both a terminal")
     train.set_defaults(run=run_train)
 
 
 def run_train(args: argparse.Namespace) -> None:
+    # The tokenizers library ends each of its bars with a blank line on standard output: where that is a file or a
+    # pipe, it would hold three blank lines before the one line this command prints.
+    progress = not args.no_progress and sys.stdout.isatty() and sys.stderr.isatty()
+
     def write(directory: Path) -> str:
         if args.files:
             texts = corpus_texts(args.files, args.text_field, args.tokenizer_sample)
@@ -66,15 +70,16 @@ def run_train(args: argparse.Namespace) -> None:
             embedded = default_corpus()
             texts = (document.text for document in (*embedded.train, *embedded.validation))
         if args.kind == "bpe":
-            tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=True)
+            tokenizer = Tokenizer.train_bpe(texts, args.vocab_size, args.min_frequency, show_progress=progress)
         elif args.kind == "wordpiece":
             tokenizer = Tokenizer.train_wordpiece(
-                texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=True
+                texts, args.vocab_size, args.min_frequency, lowercase=args.lowercase, show_progress=progress
             )
         elif args.kind == "words":
             tokenizer = train_words(texts, args.vocab_size)
         else:
-            tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase, show_progress=True)
+            tokenizer = Tokenizer.train_unigram(texts, args.vocab_size, lowercase=args.lowercase,
+                                                show_progress=progress)
         tokenizer.save(directory)
         return f"a {len(tokenizer):,}-token {args.kind} tokenizer"
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from plm.apps.translation import check_search, load_seq2seq, recipe_decoding, translate
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -14,7 +15,6 @@ from plm.cli.common import (
     add_no_progress,
     add_weights,
     inference_device,
-    positive_int,
     with_weights,
 )
 from plm.data.corpus import read_text
@@ -42,13 +42,10 @@ def family_defaults() -> str:
 def add_decoding(parser: argparse.ArgumentParser) -> None:
     """The search flags; each one not given is the model family's default (its recipe's ``decoding``)."""
     search = parser.add_argument_group("search", "each flag not given is the model family's:" + family_defaults())
-    search.add_argument("--beam", type=positive_int, help="beam size (1: greedy search)")
-    search.add_argument("--max-len-a", type=float, help="a translation has at most a * source tokens + b tokens")
-    search.add_argument("--max-len-b", type=int, help="see --max-len-a")
-    search.add_argument("--length-penalty", type=float, help="GNMT's alpha for beam search (0: none)")
-    parser.add_argument("--max-tokens", type=positive_int, default=4096,
-                        help="source tokens per batch with a beam of 1; a beam of k takes a k-th of them, "
-                        "so memory does not grow with --beam")
+    for flag in (flags.BEAM, flags.MAX_LEN_A, flags.MAX_LEN_B, flags.LENGTH_PENALTY):
+        flag.add(search)
+    flags.MAX_TOKENS.add(parser, default=4096, note="here source tokens with a beam of 1; a beam of k takes a k-th "
+                         "of them, so memory does not grow with --beam")
 
 
 SEARCH_FLAGS = {"beam": "num_beams", "length_penalty": "length_penalty", "max_len_a": "max_len_a",

@@ -4,10 +4,24 @@ The text comes from :mod:`plm.data.corpus` and :mod:`plm.data.sources`; it is pr
 token ids (:mod:`plm.data.prepare`, :mod:`plm.data.prepared`), which :mod:`plm.data.tokens` draws batches from.
 """
 
-from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
-from plm.data.prepare import PrepareOptions, join_prepared, prepare_corpus, prepare_pairs
-from plm.data.prepared import PreparedCorpus, PreparedPairs, PreparedSplit
-from plm.data.tokens import BlockSampler, validation_blocks
+from typing import TYPE_CHECKING
+
+from plm.lazy_exports import lazy_getattr
+
+if TYPE_CHECKING:
+    from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
+    from plm.data.prepare import PrepareOptions, join_prepared, prepare_corpus, prepare_pairs
+    from plm.data.prepared import PreparedCorpus, PreparedPairs, PreparedSplit
+    from plm.data.tokens import BlockSampler, validation_blocks
+
+# Imported at first use, as plm's own names are (see plm.__init__): a prepare's worker imports
+# plm.data.encoded alone.
+_EXPORTS = {
+    **dict.fromkeys(("Corpus", "Document", "default_corpus", "read_corpus", "read_text"), "plm.data.corpus"),
+    **dict.fromkeys(("PrepareOptions", "join_prepared", "prepare_corpus", "prepare_pairs"), "plm.data.prepare"),
+    **dict.fromkeys(("PreparedCorpus", "PreparedPairs", "PreparedSplit"), "plm.data.prepared"),
+    **dict.fromkeys(("BlockSampler", "validation_blocks"), "plm.data.tokens"),
+}
 
 __all__ = [
     "BlockSampler",
@@ -25,3 +39,6 @@ __all__ = [
     "read_text",
     "validation_blocks",
 ]
+
+
+__getattr__ = lazy_getattr(globals(), _EXPORTS)

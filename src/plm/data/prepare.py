@@ -2,7 +2,7 @@
 
 Documents stream from the inputs (:mod:`plm.data.sources`) in batches of about a
 megabyte of text; worker processes, one per core, each encode a batch
-(:func:`plm.data.prepared.encode_texts`) and the batches are appended, in input order, to
+(:func:`plm.data.encoded.encode_texts`) and the batches are appended, each split's in input order, to
 the files of their split (:mod:`plm.data.prepared` gives the layout). Nothing but a few
 batches is ever in memory, whatever the corpus' size.
 
@@ -33,17 +33,16 @@ import warnings
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import numpy as np
 from tqdm import tqdm
 
 from plm.data.corpus import Document
+from plm.data.encoded import SUFFIXES, EncodedDocuments, encode_texts, token_dtype
 from plm.data.parallel import ParallelText, SentencePair, Seq2SeqTokenizers
 from plm.data.prepared import (
     DOCUMENTS,
@@ -53,30 +52,24 @@ from plm.data.prepared import (
     PARALLEL,
     SIDES,
     SPLITS,
-    SUFFIXES,
     TOKENIZER_DIR,
     VALIDATION_TEXT,
     VALIDATION_TEXT_PAIRS,
-    EncodedDocuments,
     PreparedCorpus,
     PreparedPairs,
+    document_encoding,
     encode_pairs,
-    encode_texts,
     seq2seq_fingerprint,
-    token_dtype,
     tokenizer_fingerprint,
 )
 from plm.data.sources import corpus_files, input_fingerprint, input_size, iter_documents, shard_inputs
+from plm.data.workers import batches, encoded_batches
 from plm.errors import PLMError, PLMWarning
+from plm.progress import progress_bar
 from plm.storage.atomic_files import cache_dir, make_directory, write_json
 from plm.tokenization.tokenizer import Tokenizer
 
-Item = TypeVar("Item")  # what a batch is made of: a document's text, a sentence pair
-Encoded = TypeVar("Encoded")  # what a batch is encoded into
-
 PART = "00000"  # the one part a prepare writes
-_BATCH_CHARACTERS = 1 << 20  # the text a worker encodes at a time
-_PARALLEL_FROM_CHARACTERS = 8 << 20  # below this, encoding in this process beats starting workers
 _PROGRESS_FROM_BYTES = 10 << 20  # a smaller corpus is prepared in a few seconds: no bar
 _SAMPLE_HASH = 0x5A3B1E  # the CRC-32's start value for a tokenizer's sample: another hash than validation's
 
@@ -289,25 +282,26 @@ def write_prepared(
     Raises:
         PLMError: no text, or an ``out`` that holds something else and ``overwrite`` is False.
     """
-    dtype = token_dtype(tokenizer.vocab_size)
-    separator = tokenizer.eos_id
-    boundaries = tokenizer.mask_id is not None  # an encoder's: its masked LM reads words and sentences
+    encoding = document_encoding(tokenizer)
+    dtype, separator = encoding["dtype"], encoding["separator_id"]
 
     def fill(staging: Path) -> dict[str, Any]:
         tokenizer.save(staging / TOKENIZER_DIR)
         writers = {split: _SplitWriter(staging / split, PART, dtype) for split in SPLITS}
-        encode = partial(encode_texts, backend=tokenizer.backend, separator_id=separator, dtype=dtype,
-                         boundaries=boundaries)
+        encode = partial(encode_texts, **encoding)
         texts = ((split, document.text) for split, document in documents)
         with _progress(out, total_bytes, options) as progress:
-            for split, encoded, characters in _encoded(_batches(texts, len), encode, total_bytes, options):
+            encoded_texts = encoded_batches(batches(texts, len), encode, total_bytes, options.workers)
+            for split, encoded, characters in encoded_texts:
                 writers[split].write(encoded)
                 progress.update(characters)
         for writer in writers.values():
             writer.close()
         fraction = description.get("validation_fraction") or 0.05
         counts = _balance(staging, dtype, separator is not None, fraction, sharded=bool(description.get("shard")))
-        return {"kind": DOCUMENTS, "dtype": dtype.name, "separator_id": separator, "boundaries": boundaries,
+        return {"kind": DOCUMENTS, "dtype": dtype.name, "separator_id": separator,
+                "opener_id": encoding["opener_id"], "unknown_id": encoding["unknown_id"],
+                "boundaries": encoding["boundaries"],
                 "splits": counts}
 
     _written(out, tokenizer_fingerprint(tokenizer), description, overwrite, fill)
@@ -421,9 +415,10 @@ def write_prepared_pairs(
                 yield split, pair
 
         encode = partial(encode_pairs, tokenizers=tokenizers, dtype=dtype)
-        batches = _batches(kept(pairs), lambda pair: len(pair.source) + len(pair.target))
+        pair_batches = batches(kept(pairs), lambda pair: len(pair.source) + len(pair.target))
         with _progress(out, total_bytes, options) as progress:
-            for split, (sources, targets), characters in _encoded(batches, encode, total_bytes, options):
+            encoded_pairs = encoded_batches(pair_batches, encode, total_bytes, options.workers)
+            for split, (sources, targets), characters in encoded_pairs:
                 writers[split, "source"].write(sources)
                 writers[split, "target"].write(targets)
                 progress.update(characters)
@@ -471,8 +466,8 @@ def _written(out: Path, fingerprint: dict[str, Any], description: dict[str, Any]
 
 
 def _progress(out: Path, total_bytes: int, options: PrepareOptions) -> tqdm:
-    return tqdm(total=total_bytes, unit="B", unit_scale=True, desc=f"preparing {out.name}",
-                disable=not options.progress or total_bytes < _PROGRESS_FROM_BYTES)
+    return progress_bar(total=total_bytes, unit="B", unit_scale=True, desc=f"preparing {out.name}",
+                        disable=not options.progress or total_bytes < _PROGRESS_FROM_BYTES)
 
 
 def _existing_manifest(out: Path) -> dict[str, Any] | None:
@@ -533,74 +528,15 @@ def _replace(staging: Path, out: Path) -> None:
         os.replace(staging, out)
 
 
-def _batches(items: Iterator[tuple[str, Item]],
-             size: Callable[[Item], int]) -> Iterator[tuple[str, list[Item], int]]:
-    """Consecutive items of one split, about ``_BATCH_CHARACTERS`` of text at a time, with their characters."""
-    batch: list[Item] = []
-    characters, current = 0, "train"
-    for split, item in items:
-        if batch and (split != current or characters >= _BATCH_CHARACTERS):
-            yield current, batch, characters
-            batch, characters = [], 0
-        current = split
-        batch.append(item)
-        characters += size(item)
-    if batch:
-        yield current, batch, characters
-
-
-def _encoded(
-    batches: Iterator[tuple[str, list[Item], int]],
-    encode: Callable[[list[Item]], Encoded],
-    total: int,
-    options: PrepareOptions,
-) -> Iterator[tuple[str, Encoded, int]]:
-    """Each batch's split, encoding and characters, in input order; in worker processes for a large corpus.
-
-    ``encode`` goes to the workers pickled (a :func:`functools.partial` of a module's function, whose
-    tokenizers travel as their JSON).
-    """
-    workers = options.workers or len(os.sched_getaffinity(0))
-    if workers == 1 or total < _PARALLEL_FROM_CHARACTERS:
-        for split, batch, characters in batches:
-            yield split, encode(batch), characters
-        return
-    # Each worker encodes on one thread; the processes share the cores. Spawned, not forked: a fork
-    # would copy this process's threads (PyTorch's, the tokenizer's) in whatever state they are.
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                             initargs=(encode,)) as pool:
-        pending: deque[tuple[str, Future[Encoded], int]] = deque()
-        for split, batch, characters in batches:
-            pending.append((split, pool.submit(_encode_in_worker, batch), characters))
-            if len(pending) >= 2 * workers:  # a bounded queue: the reader never runs far ahead
-                split, future, characters = pending.popleft()
-                yield split, future.result(), characters
-        while pending:
-            split, future, characters = pending.popleft()
-            yield split, future.result(), characters
-
-
-_worker: dict[str, Any] = {}
-
-
-def _start_worker(encode: Callable[[list[Any]], Any]) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read at the first encoding, after this
-    _worker["encode"] = encode
-
-
-def _encode_in_worker(batch: list[Any]) -> Any:
-    return _worker["encode"](batch)
-
-
 class _SplitWriter:
-    """Appends encoded batches to the four files of part ``name`` of a split."""
+    """Appends encoded batches to the files of part ``name`` of a split."""
 
     def __init__(self, directory: Path, name: str, dtype: np.dtype) -> None:
         self.files: dict[str, BinaryIO] = {
             suffix: open(directory / f"{name}.{suffix}", "wb") for suffix in SUFFIXES  # noqa: SIM115
         }
         self.dtype = dtype
-        self.tokens = self.sentences = 0
+        self.tokens = self.sentences = self.spelled = 0
         self.pending_bits = np.zeros(0, bool)  # word-start bits short of a whole byte
 
     def write(self, encoded: EncodedDocuments) -> None:
@@ -612,8 +548,11 @@ class _SplitWriter:
         self.pending_bits = bits[whole:]
         (encoded.sentences + self.tokens).tofile(self.files["sentences"])
         (encoded.documents[:-1] + [self.sentences, self.tokens]).tofile(self.files["documents"])
+        (encoded.unknown + [self.tokens, self.spelled]).astype(np.int64).tofile(self.files["unknown"])
+        encoded.spellings.tofile(self.files["spellings"])
         self.tokens += len(encoded.tokens)
         self.sentences += len(encoded.sentences)
+        self.spelled += len(encoded.spellings)
 
     def close(self) -> None:
         np.packbits(self.pending_bits, bitorder="little").tofile(self.files["words"])
@@ -704,12 +643,13 @@ def _move_tail(staging: Path, train: EncodedDocuments, fraction: float, separato
     if sentence < len(starts):
         tail_sentences = tail_sentences[1:]  # the cut is a sentence start already
     tail_documents = np.array([[0, 0], [len(tail_sentences), total - cut]])
+    unknown_kept, tail_unknown, tail_spellings = train.unknown_from(cut)
     tail = EncodedDocuments(np.asarray(train.tokens[cut:]), np.packbits(train.word_starts(cut, total),
-                            bitorder="little"), tail_sentences, tail_documents)
+                            bitorder="little"), tail_sentences, tail_documents, tail_unknown, tail_spellings)
     _write_part(staging / "validation", PART, tail)
     head_documents = np.array([[0, 0], [sentence, cut + separator]])
     head_separator = int(train.tokens[-1]) if separator else None
-    _truncate(staging / "train", PART, train.tokens.dtype, cut, sentence, head_documents, head_separator)
+    _truncate(staging / "train", PART, train, cut, sentence, head_documents, unknown_kept, head_separator)
 
 
 def _move_documents(staging: Path, name: str, train: EncodedDocuments, document: int) -> None:
@@ -719,12 +659,13 @@ def _move_documents(staging: Path, name: str, train: EncodedDocuments, document:
     """
     documents, total = train.documents, len(train.tokens)
     sentence, cut = (int(value) for value in documents[document])
+    unknown_kept, tail_unknown, tail_spellings = train.unknown_from(cut)
     tail = EncodedDocuments(np.asarray(train.tokens[cut:]), np.packbits(train.word_starts(cut, total),
                             bitorder="little"), np.asarray(train.sentences[sentence:]) - cut,
-                            np.asarray(documents[document:]) - [sentence, cut])
+                            np.asarray(documents[document:]) - [sentence, cut], tail_unknown, tail_spellings)
     _write_part(staging / "validation", name, tail)
     head_documents = np.vstack([documents[:document], [[sentence, cut]]])
-    _truncate(staging / "train", name, train.tokens.dtype, cut, sentence, head_documents, None)
+    _truncate(staging / "train", name, train, cut, sentence, head_documents, unknown_kept, None)
 
 
 def _write_part(directory: Path, name: str, encoded: EncodedDocuments) -> None:
@@ -734,15 +675,18 @@ def _write_part(directory: Path, name: str, encoded: EncodedDocuments) -> None:
     writer.close()
 
 
-def _truncate(directory: Path, name: str, dtype: np.dtype, tokens: int, sentences: int, documents: np.ndarray,
-              separator: int | None) -> None:
-    """Cut the files of part ``name`` to its first ``tokens`` and ``sentences``, with ``documents`` as its index.
+def _truncate(directory: Path, name: str, part: EncodedDocuments, tokens: int, sentences: int, documents: np.ndarray,
+              unknown: int, separator: int | None) -> None:
+    """Cut the files of ``part`` (part ``name``) to its first ``tokens``, ``sentences`` and ``unknown`` words.
 
-    Then ``separator`` is appended (a word of its own) when it is not None.
+    ``documents`` becomes its index. Then ``separator`` is appended (a word of its own) when it is not None.
     """
     paths = {suffix: directory / f"{name}.{suffix}" for suffix in SUFFIXES}
+    dtype = part.tokens.dtype
     os.truncate(paths["tokens"], tokens * dtype.itemsize)
     os.truncate(paths["sentences"], sentences * 8)
+    os.truncate(paths["spellings"], int(part.unknown[unknown - 1, 1]) if unknown else 0)
+    os.truncate(paths["unknown"], unknown * 16)
     documents.astype(np.int64).tofile(paths["documents"])
     bits = np.unpackbits(np.fromfile(paths["words"], np.uint8, offset=tokens // 8), bitorder="little")
     bits = np.append(bits[: tokens % 8], [1] if separator is not None else []).astype(bool)
@@ -752,6 +696,10 @@ def _truncate(directory: Path, name: str, dtype: np.dtype, tokens: int, sentence
     if separator is not None:
         with open(paths["tokens"], "ab") as file:
             np.array([separator], dtype).tofile(file)
+
+
+# What the corpora joined into one must share: the ids and how documents are written with them.
+_JOINED_ALIKE = ("tokenizer", "dtype", "separator_id", "opener_id", "unknown_id", "boundaries")
 
 
 def join_prepared(
@@ -780,7 +728,7 @@ def join_prepared(
     corpora = [PreparedCorpus.open(part) for part in parts]
     first = corpora[0].manifest
     for corpus in corpora[1:]:
-        for field in ("tokenizer", "dtype", "separator_id"):
+        for field in _JOINED_ALIKE:
             if corpus.manifest.get(field) != first.get(field):
                 raise PLMError(f"{corpus.path}: prepared with another {field.replace('_', ' ')} than {corpora[0].path}")
     shards = [corpus.manifest.get("shard") for corpus in corpora]
@@ -813,8 +761,8 @@ def join_prepared(
                       for count in ("documents", "sentences", "tokens")}
             splits[split] = {"parts": names, **totals}
         write_json(staging / MANIFEST, {
-            **{field: first[field] for field in ("format", "version", "tokenizer", "dtype", "separator_id",
-                                                 "text_field", "validation_fraction")},
+            **{field: first.get(field) for field in ("format", "version", "kind", *_JOINED_ALIKE, "text_field",
+                                                     "validation_fraction")},
             "inputs": [entry for corpus in corpora for entry in corpus.manifest["inputs"]],
             "validation_inputs": [entry for corpus in corpora for entry in corpus.manifest["validation_inputs"]],
             "joined": [str(corpus.path.resolve()) for corpus in corpora],

@@ -13,7 +13,13 @@ the files. Its layout::
       train/00000.sentences  int64: the token offset of each sentence's first token
       train/00000.documents  int64 (documents + 1, 2): each document's first sentence and first
                              token; the last row is (sentences, tokens)
+      train/00000.unknown    int64 (unknown words, 2), for a word vocabulary (ELMo's): the token offset
+                             of each word the vocabulary maps to <UNK>, and the end of its spelling in
+      train/00000.spellings  their UTF-8 spellings, one after the other (the biLM reads every word's
+                             characters); both empty for any other tokenizer
       validation/...         the same, for the held-out documents
+
+A word vocabulary's documents also open with its ``<S>``, as ELMo's biLM reads them.
 
 A split may have several parts (``00000``, ``00001`` ...): one per machine that
 prepared a share of the corpus. Causal LMs read the tokens of all parts as one stream
@@ -46,201 +52,52 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tokenizers import models
 
+from plm.data.encoded import EncodedDocuments, encode_texts, encoded_sentences, token_dtype
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, SideTokenizer
-from plm.data.segments import segment_starts
 from plm.errors import PLMError
 from plm.tokenization.released import ReleasedTokenizer
 from plm.tokenization.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    import tokenizers
 
     from plm.data.corpus import Document
 
 FORMAT = "plm-prepared"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the unknown words' spellings
 MANIFEST = "manifest.json"
 TOKENIZER_DIR = "tokenizer"
 SPLITS = ("train", "validation")
-SUFFIXES = ("tokens", "words", "sentences", "documents")
 DOCUMENTS, PARALLEL = "documents", "parallel"  # the kinds of prepared corpora: for pre-training, for seq2seq
 SIDES = ("source", "target")  # the parts of a split of parallel text
 VALIDATION_TEXT = "validation.jsonl"  # parallel text: the first validation pairs' text
 VALIDATION_TEXT_PAIRS = 1000  # ... so many of them
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 when every id fits (GPT-2's 50,257 do), else uint32.
+def document_encoding(tokenizer: Tokenizer) -> dict[str, Any]:
+    """How ``tokenizer``'s documents are written: the arguments of :func:`encode_texts` besides the texts.
+
+    Every document is followed by the eos token when the tokenizer has one, as GPT-2 trained. A word
+    vocabulary with a begin token of its own (ELMo's ``<S>``) also opens each document with it and keeps the
+    spelling of each word it maps to ``<UNK>``, since the biLM reads every word's characters. Only a tokenizer
+    with a mask token (an encoder's, whose masked LM and pairs read words and sentences) has its word starts
+    and sentences found.
 
     Args:
-        vocab_size: the tokenizer's vocabulary size.
+        tokenizer: the tokenizer.
 
     Returns:
-        The dtype the ids are stored in.
+        ``backend``, ``separator_id``, ``opener_id``, ``unknown_id``, ``dtype`` and ``boundaries``.
     """
-    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
-
-
-@dataclass(frozen=True)
-class EncodedDocuments:
-    """Documents as token ids with their word starts and sentence and document boundaries.
-
-    The arrays of one part of a prepared split, memory-mapped, or of a batch of documents
-    just encoded, in memory.
-
-    Attributes:
-        tokens: (tokens,) the ids; each document is followed by the separator when there is one.
-        words: (ceil(tokens / 8),) uint8, a bit a token (little-endian bit order): it begins a word.
-        sentences: (sentences,) int64, the offset of each sentence's first token.
-        documents: (documents + 1, 2) int64, each document's first sentence and first token; the last row
-            is (sentences, tokens).
-    """
-
-    tokens: np.ndarray
-    words: np.ndarray
-    sentences: np.ndarray
-    documents: np.ndarray
-
-    @property
-    def document_count(self) -> int:
-        """The documents."""
-        return len(self.documents) - 1
-
-    def word_starts(self, start: int, stop: int) -> np.ndarray:
-        """Whether each token from ``start`` to ``stop`` (exclusive) begins a word.
-
-        Args:
-            start: the first token.
-            stop: one past the last token.
-
-        Returns:
-            (stop - start,) bool.
-        """
-        first = start // 8
-        bits = np.unpackbits(self.words[first : (stop + 7) // 8], bitorder="little")
-        return bits[start - 8 * first : stop - 8 * first].astype(bool)
-
-    @classmethod
-    def open(cls, directory: Path, part: str, dtype: np.dtype) -> EncodedDocuments:
-        """The arrays of part ``part`` of the split in ``directory``, memory-mapped.
-
-        Args:
-            directory: the split's directory.
-            part: the part's name.
-            dtype: the dtype of its ids.
-
-        Returns:
-            The part.
-
-        Raises:
-            PLMError: a file that is missing or of the wrong size.
-        """
-        arrays = {}
-        kinds: list[np.dtype] = [dtype, np.dtype(np.uint8), np.dtype(np.int64), np.dtype(np.int64)]
-        for suffix, kind in zip(SUFFIXES, kinds):
-            path = directory / f"{part}.{suffix}"
-            if not path.is_file():
-                raise PLMError(f"{path}: missing; the prepared corpus is incomplete")
-            arrays[suffix] = _mapped(path, kind)
-        documents = arrays["documents"].reshape(-1, 2)
-        if len(documents) == 0 or tuple(documents[-1]) != (len(arrays["sentences"]), len(arrays["tokens"])):
-            raise PLMError(f"{directory / part}: its files do not agree (a truncated or mixed-up prepared corpus)")
-        return cls(arrays["tokens"], arrays["words"], arrays["sentences"], documents)
-
-
-def _mapped(path: Path, dtype: np.dtype) -> np.ndarray:
-    if path.stat().st_size == 0:  # numpy cannot map an empty file
-        return np.zeros(0, dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
-
-
-def encode_texts(
-    texts: Sequence[str], backend: tokenizers.Tokenizer, separator_id: int | None, dtype: np.dtype,
-    boundaries: bool = True,
-) -> EncodedDocuments:
-    """Tokenize ``texts`` in one batch (on every core) into ids, word starts and boundaries.
-
-    Each text is encoded whole, as a causal LM reads it; its sentences (see
-    :mod:`plm.data.segments`) begin at the tokens that hold their first characters. A text
-    without tokens is left out.
-
-    Args:
-        texts: the documents' texts.
-        backend: the Hugging Face tokenizer; no special tokens are added.
-        separator_id: the id written after each document, or None for none.
-        dtype: the ids' dtype (see :func:`token_dtype`).
-        boundaries: find the word starts and sentences (which only the masked LMs' pairs and masks read); False
-            makes each document one sentence of one-token words, in less time.
-
-    Returns:
-        The documents, in memory.
-    """
-    tokens: list[np.ndarray] = []
-    words: list[np.ndarray] = []
-    sentences: list[np.ndarray] = []
-    documents: list[tuple[int, int]] = []
-    token_count = sentence_count = 0
-    separator = [] if separator_id is None else [separator_id]
-    for text, encoding in zip(texts, backend.encode_batch(list(texts), add_special_tokens=False)):
-        if not encoding.ids:
-            continue
-        ids = np.array(encoding.ids + separator, dtype)
-        begins = np.ones(len(ids), bool)
-        firsts = [0]
-        if boundaries:
-            # A word begins where the word id changes; a token of no word (nan, unequal to all) is its own.
-            word_ids = np.array(encoding.word_ids + [None] * len(separator), dtype=np.float64)
-            begins[1:] = word_ids[1:] != word_ids[:-1]
-            found = (_token_at(encoding, offset, len(text)) for offset in segment_starts(text))
-            firsts = sorted({0, *(token for token in found if token is not None)})
-        documents.append((sentence_count, token_count))
-        tokens.append(ids)
-        words.append(begins)
-        sentences.append(np.array(firsts, np.int64) + token_count)
-        token_count += len(ids)
-        sentence_count += len(firsts)
-    documents.append((sentence_count, token_count))
-    return EncodedDocuments(
-        np.concatenate(tokens) if tokens else np.zeros(0, dtype),
-        np.packbits(np.concatenate(words) if words else np.zeros(0, bool), bitorder="little"),
-        np.concatenate(sentences) if sentences else np.zeros(0, np.int64),
-        np.array(documents, np.int64).reshape(-1, 2),
-    )
-
-
-def _token_at(encoding: tokenizers.Encoding, offset: int, length: int) -> int | None:
-    """The token holding character ``offset``, or the next character that has one (None: none has)."""
-    for character in range(offset, min(offset + 16, length)):  # a normalizer may drop a few characters
-        token = encoding.char_to_token(character)
-        if token is not None:
-            return token
-    return None
-
-
-def encoded_sentences(rows: Sequence[Sequence[int]], dtype: np.dtype) -> EncodedDocuments:
-    """Rows of ids as documents of one sentence each, with no separator, for one side of parallel text.
-
-    Every token is marked as a word start: the ids of a released model's tokenizer come without words, and
-    nothing that reads parallel text asks for them.
-
-    Args:
-        rows: the ids of each sentence.
-        dtype: the ids' dtype (see :func:`token_dtype`).
-
-    Returns:
-        The sentences, in memory.
-    """
-    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (rows + 1,)
-    tokens = np.fromiter((token for row in rows for token in row), dtype, int(starts[-1]))
-    words = np.packbits(np.ones(len(tokens), bool), bitorder="little")
-    return EncodedDocuments(tokens, words, starts[:-1], np.stack([np.arange(len(rows) + 1), starts], axis=1))
+    words = isinstance(tokenizer.backend.model, models.WordLevel) and tokenizer.bos_id not in (None, tokenizer.eos_id)
+    return {"backend": tokenizer.backend, "separator_id": tokenizer.eos_id,
+            "opener_id": tokenizer.bos_id if words else None, "unknown_id": tokenizer.id_of("unk") if words else None,
+            "dtype": token_dtype(tokenizer.vocab_size), "boundaries": tokenizer.mask_id is not None}
 
 
 def encode_pairs(pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers,
@@ -323,10 +180,9 @@ class PreparedSplit:
         Returns:
             The split.
         """
-        separator = tokenizer.eos_id
-        encoded = encode_texts([doc.text for doc in documents], tokenizer.backend, separator,
-                               token_dtype(tokenizer.vocab_size))
-        return cls([encoded], int(separator is not None))
+        # Word starts and sentences whatever the tokenizer: in memory, finding them costs little.
+        encoded = encode_texts([doc.text for doc in documents], **{**document_encoding(tokenizer), "boundaries": True})
+        return cls([encoded], int(tokenizer.eos_id is not None))
 
     def __len__(self) -> int:
         return int(self.document_starts[-1])
@@ -490,6 +346,26 @@ def read_manifest(path: Path, kind: str) -> dict:
     return manifest
 
 
+def open_parts(path: Path, manifest: dict, split: str, side: str | None = None) -> list[EncodedDocuments]:
+    """The parts of a split of the prepared directory ``path`` (of one side, for parallel text), memory-mapped.
+
+    Args:
+        path: the directory.
+        manifest: its manifest.
+        split: train or validation.
+        side: source or target, for parallel text; None for documents.
+
+    Returns:
+        The parts, in order.
+
+    Raises:
+        PLMError: a missing or inconsistent file.
+    """
+    dtype = np.dtype(manifest["dtype"])
+    names = [part if side is None else f"{part}.{side}" for part in manifest["splits"][split]["parts"]]
+    return [EncodedDocuments.open(path / split, name, dtype) for name in names]
+
+
 class PreparedCorpus:
     """A prepared directory, opened: its manifest, its tokenizer and its two splits, memory-mapped.
 
@@ -519,12 +395,8 @@ class PreparedCorpus:
         """
         path = Path(path)
         manifest = read_manifest(path, DOCUMENTS)
-        dtype = np.dtype(manifest["dtype"])
         separator = int(manifest.get("separator_id") is not None)
-        splits = {}
-        for split in SPLITS:
-            parts = [EncodedDocuments.open(path / split, part, dtype) for part in manifest["splits"][split]["parts"]]
-            splits[split] = PreparedSplit(parts, separator)
+        splits = {split: PreparedSplit(open_parts(path, manifest, split), separator) for split in SPLITS}
         return cls(path, manifest, splits["train"], splits["validation"])
 
     def tokenizer(self) -> Tokenizer:
@@ -615,11 +487,9 @@ class PreparedPairs:
         """
         path = Path(path)
         manifest = read_manifest(path, PARALLEL)
-        dtype = np.dtype(manifest["dtype"])
         splits = {}
         for split in SPLITS:
-            sides = [PreparedSplit([EncodedDocuments.open(path / split, f"{part}.{side}", dtype)
-                                    for part in manifest["splits"][split]["parts"]], separator=0) for side in SIDES]
+            sides = [PreparedSplit(open_parts(path, manifest, split, side), separator=0) for side in SIDES]
             try:
                 splits[split] = PreparedPairSplit(*sides)
             except PLMError as error:

@@ -12,7 +12,9 @@ import re
 
 # A sentence ends at . ! or ? (perhaps followed by a closing quote or bracket) before a space.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
-_NON_SPACE = re.compile(r"\S")
+# Where a segment starts, in one pass over the text: a line's first non-space, or the first non-space after a
+# sentence end on the same line ([^\S\n]: a space other than a line break).
+_SEGMENT_START = re.compile(r"^[^\S\n]*(?=\S)|[.!?][\"')\]]?[^\S\n]+(?=\S)", re.MULTILINE)
 
 
 def split_segments(text: str) -> list[str]:
@@ -36,13 +38,4 @@ def segment_starts(text: str) -> list[int]:
     Returns:
         The offsets, increasing; one per segment.
     """
-    starts: list[int] = []
-    line_start = 0
-    for line in text.split("\n"):
-        first = _NON_SPACE.search(line)
-        if first is not None:
-            starts.append(line_start + first.start())
-            last = len(line.rstrip())
-            starts.extend(line_start + end.end() for end in _SENTENCE_END.finditer(line, first.start(), last))
-        line_start += len(line) + 1
-    return starts
+    return [found.end() for found in _SEGMENT_START.finditer(text)]

@@ -69,6 +69,30 @@ def validation_blocks(ids: TokenIds, block_size: int, max_blocks: int | None = N
     return _gather(ids, np.arange(count) * block_size, block_size)
 
 
+def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first_target) of each window over ``length`` tokens: a sliding window that scores each once.
+
+    The first window scores tokens 1..window-1; each later one scores the next ``stride`` tokens, reading
+    the ``window - stride`` tokens before them as context. Every window reads ``min(window, length)`` tokens.
+    This is what a validation perplexity means in plm, in training (:class:`plm.objectives.clm.CausalLMObjective`)
+    and in ``plm eval perplexity`` (:func:`plm.apps.perplexity.perplexity`) alike.
+
+    Args:
+        length: the number of tokens.
+        window: the tokens a window reads.
+        stride: the tokens each later window scores.
+
+    Returns:
+        (begin, end, first_target) of each window.
+    """
+    spans = [(0, min(window, length), 1)]
+    while spans[-1][1] < length:
+        first = spans[-1][1]
+        end = min(first + stride, length)
+        spans.append((max(0, end - window), end, first))
+    return spans
+
+
 def _gather(ids: TokenIds, starts: np.ndarray, block_size: int) -> torch.Tensor:
     index = starts[:, None] + np.arange(block_size + 1)  # (n, block_size + 1)
     return torch.from_numpy(ids[index].astype(np.int64))

@@ -160,7 +160,7 @@ def beam_search(
         attention_mask: (batch, time), 0 at left padding, or None.
         config: the search (None: the defaults of :class:`GenerationConfig`, one beam). Its ``num_beams``,
             ``length_penalty``, ``max_len_a``, ``max_new_tokens``, ``early_stopping``, ``eos_token_id``,
-            ``pad_token_id``, ``use_cache`` and ``keep_last`` apply.
+            ``ignore_eos``, ``pad_token_id``, ``use_cache`` and ``keep_last`` apply.
         source_ids: an encoder-decoder's (batch, source_length) source; None for a decoder-only model.
         source_mask: 0 at the padding of ``source_ids``.
         **options (Any): fields of :class:`GenerationConfig` that replace the config's, as in
@@ -204,7 +204,8 @@ def beam_search(
                 input_ids[sentences], prompt_length + steps, rows(attention_mask, sentences),
                 rows(source_ids, sentences), rows(source_mask, sentences), config.use_cache,
             ))
-            search = Search(config.num_beams, config.length_penalty, config.early_stopping, eos_token_id, pad, steps)
+            search = Search(config.num_beams, config.length_penalty, config.early_stopping, config.finishing_token_id,
+                            pad, steps)
             search.run(model, state, input_ids[sentences], limits[sentences], sentences, best)
     finally:
         model.train(was_training)

@@ -11,7 +11,7 @@ at a time (what streaming needs); :func:`generate` collects its tokens.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,7 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
         sorted_logits, order = torch.sort(logits, descending=True)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         remove = cumulative - sorted_logits.softmax(-1) >= top_p  # mass before this token already >= p
+        remove[:, 0] = False  # the most likely token stays, however small p (rounded to 0 it would keep none)
         logits = logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
     return logits
 
@@ -70,7 +71,7 @@ def next_tokens(
     logits: torch.Tensor,
     history: torch.Tensor,
     options: GenerationConfig,
-    generator: torch.Generator | None,
+    generator: torch.Generator | Sequence[torch.Generator | None] | None,
     history_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(batch, vocab) logits of the last position -> (batch,) chosen token ids.
@@ -79,7 +80,8 @@ def next_tokens(
         logits: (batch, vocab) logits of the last position.
         history: (batch, time) the tokens so far.
         options: how the token is chosen (greedy or sampled).
-        generator: the random generator sampling draws from (None: torch's global one).
+        generator: the random generator sampling draws from (None: torch's global one), or one per row, each
+            row drawing from its own as it would alone.
         history_mask: (batch, time), 0 at the padding of ``history``.
 
     Returns:
@@ -89,8 +91,13 @@ def next_tokens(
         logits = penalize_repetition(logits, history, options.repetition_penalty, history_mask)
     if not options.sampling:
         return logits.argmax(-1)
-    logits = filter_top_k_top_p(logits / options.temperature, options.top_k, options.top_p)
-    return torch.multinomial(logits.float().softmax(-1), 1, generator=generator).squeeze(1)
+    logits = logits.double()  # so that a temperature near 0 leaves the most likely token's scaled logit 0, not NaN
+    scaled = (logits - logits.amax(-1, keepdim=True)) / options.temperature  # (batch, vocab), at most 0
+    probabilities = filter_top_k_top_p(scaled, options.top_k, options.top_p).softmax(-1)
+    if isinstance(generator, Sequence):  # (1, vocab) a row: the draw a row alone would make
+        return torch.cat([torch.multinomial(row[None], 1, generator=own) for row, own in zip(probabilities, generator)],
+                         0).squeeze(1)
+    return torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ def decode_steps(
     *,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
+    generators: Sequence[torch.Generator | None] | None = None,
 ) -> Generator[Step, None, None]:
     """The steps of :func:`generate` one at a time, for a caller that streams tokens or wants their probabilities.
 
@@ -135,13 +143,16 @@ def decode_steps(
         attention_mask: (batch, time), 0 at (left) padding, or None.
         source_ids: an encoder-decoder's (batch, source_length) source.
         source_mask: 0 at the padding of ``source_ids``.
+        generators: a random generator per row (None: torch's global one) in place of ``config.seed``'s one for
+            the batch, so that each row samples as it would alone (a server's requests in one batch, each with
+            its seed).
 
     Returns:
         An iterator of :class:`Step`, one per new token column.
 
     Raises:
-        PLMError: an option out of range, or a prompt that is not (batch, time) with at least one token
-            or does not fit the context with the new tokens.
+        PLMError: an option out of range, a prompt that is not (batch, time) with at least one token
+            or does not fit the context with the new tokens, or ``generators`` not one per row.
     """
     config.validate()
     if config.searches_beams:
@@ -149,6 +160,8 @@ def decode_steps(
                        "beam_search for it")
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise PLMError(f"input_ids must be (batch, time) with at least one token, got shape {tuple(input_ids.shape)}")
+    if generators is not None and len(generators) != input_ids.shape[0]:
+        raise PLMError(f"generators must be one per row: {input_ids.shape[0]} rows, {len(generators)} generators")
     input_ids, attention_mask = fit_prompt(
         input_ids, attention_mask, config.max_new_tokens, model.context_length(), config.keep_last
     )
@@ -156,18 +169,24 @@ def decode_steps(
         attention_mask = None  # no padding: attention needs no mask tensor and takes its fastest path
     request = DecodingRequest(input_ids, input_ids.shape[1] + config.max_new_tokens, attention_mask,
                               source_ids, source_mask, config.use_cache, config.compile, config.cuda_graph)
-    return _steps(model, request, config)
+    return _steps(model, request, config, generators)
 
 
 @torch.inference_mode()
-def _steps(model: Decoder, request: DecodingRequest, config: GenerationConfig) -> Generator[Step, None, None]:
+def _steps(
+    model: Decoder, request: DecodingRequest, config: GenerationConfig,
+    generators: Sequence[torch.Generator | None] | None,
+) -> Generator[Step, None, None]:
     """The decoding loop over checked inputs (see :func:`decode_steps`)."""
     was_training = model.training
     model.eval()
     input_ids, attention_mask, max_new_tokens = request.prompt, request.prompt_mask, config.max_new_tokens
-    generator = torch.Generator(input_ids.device).manual_seed(config.seed) if config.seed is not None else None
-    eos_token_id, stop = config.eos_token_id, config.stop
-    pad = config.pad_token_id if config.pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    generator: torch.Generator | Sequence[torch.Generator | None] | None = generators
+    if generators is None and config.seed is not None:
+        generator = torch.Generator(input_ids.device).manual_seed(config.seed)
+    eos_token_id, stop = config.finishing_token_id, config.stop
+    pad = config.pad_token_id if config.pad_token_id is not None else (
+        config.eos_token_id if config.eos_token_id is not None else 0)
     batch, prompt_length = input_ids.shape
     tokens = torch.empty(batch, prompt_length + max_new_tokens, dtype=input_ids.dtype, device=input_ids.device)
     tokens[:, :prompt_length] = input_ids
@@ -214,7 +233,8 @@ def generate(
     Greedy unless a sampling option is given; beam search with ``num_beams`` > 1 or ``max_len_a``
     (:func:`plm.decoding.beam.beam_search`, whose best hypothesis per row this returns). A row that emits
     ``eos_token_id`` (or hits a stop string) is finished: its later positions hold ``pad_token_id``
-    (default: the eos id, else 0). Generation ends early when every row is finished.
+    (default: the eos id, else 0). Generation ends early when every row is finished; with ``ignore_eos``
+    the eos token finishes no row, and every row gets ``max_new_tokens`` but for stop strings.
     The loop is :func:`decode_steps`'; this collects its tokens.
 
     ``compile`` runs the model through ``torch.compile`` (inductor; on the CPU it needs

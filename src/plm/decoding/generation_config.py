@@ -33,6 +33,8 @@ class GenerationConfig:
         do_sample: sample (True) or take the most likely token (False); None: sample when a sampling
             option is given.
         eos_token_id: the token that finishes a row (None: rows finish only at a stop string).
+        ignore_eos: go on past ``eos_token_id`` to ``max_new_tokens`` (vLLM's ``ignore_eos``): the token is
+            chosen like any other and finishes no row (it still pads one that a stop string finished).
         pad_token_id: what fills a finished row (None: the eos id, else 0).
         seed: seeds the sampling, for repeatable output.
         use_cache: keep keys and values between steps (the KV cache).
@@ -59,6 +61,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     do_sample: bool | None = None
     eos_token_id: int | None = None
+    ignore_eos: bool = False
     pad_token_id: int | None = None
     seed: int | None = None
     use_cache: bool = True
@@ -102,6 +105,11 @@ class GenerationConfig:
             raise PLMError(f"length_penalty (GNMT's alpha) must be a finite number, got {self.length_penalty}")
         if not 0 <= self.max_len_a < math.inf:
             raise PLMError(f"max_len_a must be a number >= 0, got {self.max_len_a}")
+
+    @property
+    def finishing_token_id(self) -> int | None:
+        """The token that finishes a row: ``eos_token_id``, or None with ``ignore_eos``."""
+        return None if self.ignore_eos else self.eos_token_id
 
     @property
     def searches_beams(self) -> bool:
@@ -178,17 +186,17 @@ def fit_prompt(
     if length > context:
         raise PLMError(
             f"prompt is {length} tokens but the model's context is {context}; "
-            f"pass keep_last (--keep-last N) to keep only the last N tokens"
+            f"pass keep_last (plm generate --max-prompt-tokens N) to keep only the last N tokens"
         )
     if length == context and max_new_tokens:
         raise PLMError(
             f"prompt of {length} tokens fills the model's context of {context}; "
-            f"keep fewer prompt tokens (keep_last, --keep-last N) to make room for new ones"
+            f"keep fewer prompt tokens (keep_last, --max-prompt-tokens N) to make room for new ones"
         )
     if length + max_new_tokens > context:
         raise PLMError(
             f"prompt of {length} tokens plus {max_new_tokens} new tokens exceeds the model's context of {context}; "
-            f"ask for at most {context - length} new tokens or keep fewer prompt tokens (--keep-last)"
+            f"ask for at most {context - length} new tokens or keep fewer prompt tokens (--max-prompt-tokens)"
         )
     return input_ids, attention_mask
 

@@ -19,9 +19,10 @@ import torch
 
 from plm.cpu.int8 import check_trainable
 from plm.errors import PLMError
-from plm.models import FAMILIES, PretrainedModel
+from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.storage.atomic_files import make_directory, read_json, read_tensors, write_json, write_tensors
 from plm.storage.checkpoint import load_weights, reads_no_weights
+from plm.tokenization.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -297,12 +298,14 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     return model.to(device)
 
 
-def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
+def save_hf(model: PretrainedModel, directory: str | Path, tokenizer: Tokenizer | None = None) -> Path:
     """Write ``model`` so that ``transformers`` loads it with ``from_pretrained(directory)``.
 
     Args:
         model: the model.
         directory: the directory to write, created if missing.
+        tokenizer: the model's tokenizer, or None; a causal LM's config gets its beginning- and end-of-text ids,
+            where transformers' ``generate`` learns where a text ends. Its files are the caller's to write.
 
     Returns:
         The directory.
@@ -316,6 +319,9 @@ def save_hf(model: PretrainedModel, directory: str | Path) -> Path:
     check_trainable(model, "the model")
     converter = BY_FAMILY[model.family]
     hf_config = converter.config_to_hf(model.config)
+    if tokenizer is not None and isinstance(model, CausalLM):
+        ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id}
+        hf_config |= {name: token for name, token in ids.items() if token is not None}
     tensors = converter.weights_to_hf(model.state_dict(), model.config)
     directory = make_directory(directory)
     write_tensors(directory / SAFETENSORS_FILE, tensors, metadata={"format": "pt"})

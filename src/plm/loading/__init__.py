@@ -9,7 +9,7 @@ from typing import TypeVar
 import torch
 
 from plm.cpu.int8 import is_quantized, quantize
-from plm.device import INFERENCE_PRECISIONS, resolve_precision
+from plm.device import PRECISIONS, resolve_precision
 from plm.errors import PLMError
 from plm.hf import load_hf
 from plm.models import PRESETS, PretrainedModel
@@ -119,6 +119,22 @@ def load_pretrained(
             model has embeddings.
     """
     directory, model = opened(path, device, revision)
+    return model, tokenizer_beside(directory, model)
+
+
+def tokenizer_beside(directory: Path, model: PretrainedModel) -> Tokenizer:
+    """The tokenizer saved beside a model opened from ``directory`` (see :func:`opened`), checked to belong to it.
+
+    Args:
+        directory: the model's directory.
+        model: the model.
+
+    Returns:
+        The tokenizer.
+
+    Raises:
+        PLMError: no tokenizer beside the model, or one with more tokens than the model has embeddings.
+    """
     tokenizer = find_tokenizer(directory)
     if tokenizer is None:
         raise PLMError(
@@ -133,22 +149,24 @@ def load_pretrained(
             f"{directory}: the tokenizer has {len(tokenizer):,} tokens but the model only "
             f"{embeddings:,} embeddings; they do not belong together"
         )
-    return model, tokenizer
+    return tokenizer
 
 
 ModelT = TypeVar("ModelT", bound=PretrainedModel)
 
 
 def inference_weights(model: ModelT, precision: str = "fp32", quantization: str | None = None) -> ModelT:
-    """``model`` with the weights inference asks for: fp32, bf16 (``precision``), or int8 (``quantization``).
+    """``model`` with the weights inference asks for: fp32, bf16 or fp16 (``precision``), or int8 (``quantization``).
 
     bf16 weights halve the bytes each token reads, and run fast where the hardware multiplies bf16
-    (GPUs; CPUs with AVX512-BF16 or AMX, see :func:`plm.device.native_bf16_cpu`). Outputs are bf16 too: a
-    caller that sums many of them (a loss, a perplexity) does it in fp32.
+    (GPUs; CPUs with AVX512-BF16 or AMX, see :func:`plm.device.native_bf16_cpu`); fp16 weights are for
+    GPUs. Outputs are in the weights' format too: a caller that sums many of them (a loss, a perplexity)
+    does it in fp32.
 
     Args:
         model: the model.
-        precision: ``fp32`` or ``bf16`` (see :data:`plm.device.INFERENCE_PRECISIONS`).
+        precision: ``fp32``, ``bf16``, ``fp16``, or ``auto``: the one :func:`plm.device.resolve_precision` picks
+            for the model's device.
         quantization: ``int8`` for int8 linear layers and embeddings on the CPU (:func:`plm.cpu.int8.quantize`),
             which leaves ``precision`` at fp32; None for none.
 
@@ -158,8 +176,8 @@ def inference_weights(model: ModelT, precision: str = "fp32", quantization: str 
     Raises:
         PLMError: an unknown precision or quantization, both bf16 and int8, or int8 off the CPU.
     """
-    if precision not in INFERENCE_PRECISIONS:
-        raise PLMError(f"unknown inference precision {precision!r}; choose {', '.join(INFERENCE_PRECISIONS)}")
+    if precision not in PRECISIONS:
+        raise PLMError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if quantization is not None or is_quantized(model):  # a model saved quantized is int8 already
         if precision != "fp32":
             raise PLMError(f"int8 weights (--quantize, or a model saved quantized) are not also {precision} "

@@ -28,11 +28,11 @@ from typing import ClassVar, cast
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from plm.errors import PLMError
 from plm.models.base import PretrainedModel
 from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
+from plm.progress import progress_bar
 from plm.tokenization.characters import CHARACTERS, MAX_CHARACTERS, PADDING, add_sentence_boundaries, batch_to_ids
 
 # On the CPU, torch runs an LSTM with proj_size through its own fused kernel instead of oneDNN's, and says so.
@@ -547,7 +547,7 @@ def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | 
         raise PLMError(f"unknown mix {mix!r}; choose one of {', '.join(MIXES)}")
     width = max((len(sentence) for sentence in sentences), default=0)
     parts = []
-    for start in tqdm(range(0, len(sentences), batch_size), disable=not progress, desc="embed", unit="batch"):
+    for start in progress_bar(range(0, len(sentences), batch_size), disable=not progress, desc="embed", unit="batch"):
         layers = model.embed(sentences[start : start + batch_size]).cpu()
         parts.append(F.pad(layers, (0, 0, 0, width - layers.shape[2])))  # (batch, L + 1, width, 2 * dim)
     layers = torch.cat(parts) if parts else torch.zeros(0, model.config.layers + 1, 0, 2 * model.config.projection_dim)

@@ -16,6 +16,10 @@ Required: ``batch``, ``size``, ``target_counts``, ``loss``, ``validation_batches
   regression) or a KL term (SiFT) has none. ``val_perplexity`` is the first term's,
   when it is one of these: an objective that trains a surrogate (label smoothing)
   lists the plain likelihood first, with weight 0 in ``loss_weights``.
+- ``validation_sample_batches`` (None): the evaluations before a run's last read only
+  this many of the first validation batches, for speed, and log their losses and
+  perplexities as ``val_loss_sample``, ``val_perplexity_sample`` ...; the run's last
+  evaluation reads them all, under the plain names. None: every evaluation reads all.
 """
 
 from __future__ import annotations

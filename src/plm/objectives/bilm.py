@@ -1,83 +1,116 @@
 """The biLM objective (ELMo): sum_k log p(t_k | t_1..t_{k-1}) + log p(t_k | t_{k+1}..t_N).
 
-Text becomes one stream of words, each document between ``<S>`` and ``</S>``. A
-batch is random contiguous blocks of T + 2 words: the middle T are read (as
-characters), the forward LM at position k predicts the word after it and the
-backward LM the word before it, so both directions have T targets. The two
-log-likelihoods are two loss terms, ``forward`` and ``backward``, which the trainer
-logs apiece; validation reports the perplexity of each.
+The text is a prepared corpus of a word vocabulary (:mod:`plm.data.prepared`): one stream
+of words, each document between ``<S>`` and ``</S>``. A batch is random contiguous blocks
+of T + 2 words: the middle T are read (as characters), the forward LM at position k
+predicts the word after it and the backward LM the word before it, so both directions
+have T targets. The two log-likelihoods are two loss terms, ``forward`` and ``backward``,
+which the trainer logs apiece; validation reports the perplexity of each.
 
-Words are stored once as ids of their distinct spellings (types); a batch looks up
-each type's character ids and vocabulary id, so a word is never split twice.
+The softmax predicts the vocabulary's ids, ``<UNK>`` for a rare word; the char-CNN reads
+every word as spelled, a rare one too, whose spelling the prepared corpus keeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from plm.data.corpus import Document
+from plm.data.prepared import PreparedCorpus, PreparedSplit
 from plm.data.tokens import BlockSampler, validation_blocks
 from plm.errors import PLMError
-from plm.tokenization.characters import SENTENCE_END, SENTENCE_START, UNKNOWN, character_table, split_words
+from plm.tokenization.characters import PADDING, SENTENCE_END, SENTENCE_START, UNKNOWN, character_ids, character_table
+from plm.tokenization.tokenizer import Tokenizer
 
 TERMS = ("forward", "backward")
 
 
-@dataclass(frozen=True)
-class WordStreams:
-    """Training and validation text as type ids, and per type its characters and its vocabulary id.
+class SpelledWords:
+    """A split's words as the biLM's blocks are read from them: a known word by its id, a rare one by its place.
 
-    Attributes:
-        train: (train words,) int32 type ids.
-        validation: (validation words,) int32 type ids.
-        characters: (types, MAX_CHARACTERS) int16, each type's character ids.
-        word_ids: (types,) int64, the softmax's id of each type, ``<UNK>``'s for a rare one.
-    """
-
-    train: np.ndarray  # (train words,) int32 type ids
-    validation: np.ndarray
-    characters: np.ndarray  # (types, MAX_CHARACTERS) int16
-    word_ids: np.ndarray  # (types,) int64: the softmax's id of each type, UNKNOWN's for a rare one
-
-
-def word_streams(train: Sequence[Document], validation: Sequence[Document], vocabulary: dict[str, int]) -> WordStreams:
-    """Split the documents into words once; ``vocabulary`` maps the kept words to ids (the rest: ``<UNK>``).
-
-    Each document becomes ``<S>``, its words, ``</S>``.
+    Indexed with an array of positions, it gives (the same shape) each word's vocabulary id, or
+    ``-1 - position`` for a word the vocabulary maps to ``<UNK>``, whose spelling :meth:`spelling`
+    then finds (see :class:`plm.data.tokens.TokenIds`).
 
     Args:
-        train: the training documents.
-        validation: the validation documents.
-        vocabulary: the word vocabulary, with ``<S>``, ``</S>`` and ``<UNK>``.
+        split: the prepared split.
+        unknown_id: the vocabulary's ``<UNK>``.
+    """
+
+    def __init__(self, split: PreparedSplit, unknown_id: int) -> None:
+        self.split, self.unknown_id = split, unknown_id
+        self.part_starts = np.cumsum([0] + [len(part.tokens) for part in split.parts])  # (parts + 1,)
+
+    def __len__(self) -> int:
+        return len(self.split.tokens)
+
+    def __getitem__(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index)
+        ids = self.split.tokens[index].astype(np.int64)
+        unknown = ids == self.unknown_id
+        ids[unknown] = -1 - index[unknown]
+        return ids
+
+    def spelling(self, position: int) -> str:
+        """The spelling of the rare word at ``position``.
+
+        Args:
+            position: its place in the split's stream.
+
+        Returns:
+            The word as the text spelled it.
+        """
+        # side="right": past the empty parts that start where the next one does
+        number = int(np.searchsorted(self.part_starts, position, side="right")) - 1
+        return self.split.parts[number].spelling(position - int(self.part_starts[number]))
+
+
+@dataclass(frozen=True)
+class WordStreams:
+    """Training and validation words, and each vocabulary word's characters.
+
+    Attributes:
+        train: the training words.
+        validation: the validation words.
+        characters: (vocabulary, MAX_CHARACTERS) int16, the character ids of each vocabulary word.
+        unknown_id: the vocabulary's ``<UNK>``.
+    """
+
+    train: SpelledWords
+    validation: SpelledWords
+    characters: np.ndarray  # (vocabulary, MAX_CHARACTERS) int16
+    unknown_id: int
+
+
+def word_streams(corpus: PreparedCorpus, tokenizer: Tokenizer) -> WordStreams:
+    """The words of a corpus prepared with a word vocabulary (``plm tokenizer train --kind words``).
+
+    Args:
+        corpus: the prepared corpus.
+        tokenizer: its word vocabulary, with ``<S>``, ``</S>`` and ``<UNK>``.
 
     Returns:
         The streams.
 
     Raises:
-        PLMError: a vocabulary without ``<S>``, ``</S>`` or ``<UNK>``.
+        PLMError: a corpus prepared with another kind of tokenizer.
     """
-    if UNKNOWN not in vocabulary or SENTENCE_START not in vocabulary or SENTENCE_END not in vocabulary:
+    unknown_id = corpus.manifest.get("unknown_id")
+    if unknown_id is None:
         raise PLMError(f"the biLM predicts words: its tokenizer must be a word vocabulary with {SENTENCE_START}, "
-                       f"{SENTENCE_END} and {UNKNOWN} (train one with `plm tokenizer train --kind words`)")
-    types: dict[str, int] = {}
-
-    def stream(documents: Sequence[Document]) -> np.ndarray:
-        ids: list[int] = []
-        for document in documents:
-            for word in (SENTENCE_START, *split_words(document.text), SENTENCE_END):
-                ids.append(types.setdefault(word, len(types)))
-        return np.asarray(ids, dtype=np.int32)
-
-    train_ids, validation_ids = stream(train), stream(validation)
-    spellings = list(types)
-    unknown = vocabulary[UNKNOWN]
-    word_ids = np.array([vocabulary.get(word, unknown) for word in spellings], dtype=np.int64)
-    return WordStreams(train_ids, validation_ids, character_table(spellings), word_ids)
+                       f"{SENTENCE_END} and {UNKNOWN} (train one with `plm tokenizer train --kind words`), and "
+                       f"its corpus prepared with it; {corpus.path} was prepared with a subword tokenizer")
+    spellings = [""] * tokenizer.vocab_size
+    for word, index in tokenizer.backend.get_vocab().items():
+        spellings[index] = word
+    characters = character_table(spellings)
+    characters[[index for index, word in enumerate(spellings) if not word]] = PADDING  # ids no word has
+    return WordStreams(SpelledWords(corpus.train, unknown_id), SpelledWords(corpus.validation, unknown_id),
+                       characters, unknown_id)
 
 
 class BiLMObjective:
@@ -109,20 +142,25 @@ class BiLMObjective:
         self.batch_size = batch_size
         self.train_tokens = len(streams.train)
 
-    def examples(self, blocks: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Type ids (B, T + 2) -> chars of the middle T words (B, T, chars) and both directions' targets (B, T).
+    def examples(self, blocks: torch.Tensor, words: SpelledWords) -> dict[str, torch.Tensor]:
+        """Words (B, T + 2) -> chars of the middle T words (B, T, chars) and both directions' targets (B, T).
 
         Args:
-            blocks: (B, T + 2) type ids.
+            blocks: (B, T + 2) words of ``words``, as it gives them: ids, and ``-1 - position`` for a rare word.
+            words: the split they were read from.
 
         Returns:
             ``chars`` (B, T, MAX_CHARACTERS), ``next_words`` and ``previous_words`` (B, T), all int64.
         """
-        types = blocks.numpy()
+        codes = blocks.numpy()
+        ids = np.where(codes >= 0, codes, self.streams.unknown_id)  # (B, T + 2)
+        chars = self.streams.characters[ids[:, 1:-1]].astype(np.int64)  # (B, T, MAX_CHARACTERS)
+        for row, column in zip(*np.nonzero(codes[:, 1:-1] < 0)):  # a rare word is read as spelled
+            chars[row, column] = character_ids(words.spelling(-1 - int(codes[row, column + 1])))
         return {
-            "chars": torch.from_numpy(self.streams.characters[types[:, 1:-1]].astype(np.int64)),
-            "next_words": torch.from_numpy(self.streams.word_ids[types[:, 2:]]),
-            "previous_words": torch.from_numpy(self.streams.word_ids[types[:, :-2]]),
+            "chars": torch.from_numpy(chars),
+            "next_words": torch.from_numpy(np.ascontiguousarray(ids[:, 2:])),
+            "previous_words": torch.from_numpy(np.ascontiguousarray(ids[:, :-2])),
         }
 
     def batch(self, step: int, micro: int) -> dict[str, torch.Tensor]:
@@ -135,7 +173,7 @@ class BiLMObjective:
         Returns:
             The batch (see :meth:`examples`).
         """
-        return self.examples(self.sampler.batch(step, micro))
+        return self.examples(self.sampler.batch(step, micro), self.streams.train)
 
     def size(self, batch: dict[str, torch.Tensor]) -> int:
         """The words a batch reads.
@@ -179,4 +217,4 @@ class BiLMObjective:
             Batches of up to ``batch_size`` blocks (see :meth:`examples`).
         """
         for start in range(0, len(self.validation), self.batch_size):
-            yield self.examples(self.validation[start : start + self.batch_size])
+            yield self.examples(self.validation[start : start + self.batch_size], self.streams.validation)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from plm.data.corpus import Corpus
 from plm.data.prepared import PreparedCorpus
 from plm.errors import PLMError
 from plm.objectives.base import Objective
@@ -30,20 +29,21 @@ class ObjectiveData:
     """Everything a builder may read: the text, the tokenizer and the batch shape.
 
     Attributes:
-        prepared: the training and validation documents, tokenized (every objective but the biLM reads these).
-        corpus: the training and validation documents as text (the biLM, which reads words, reads these).
+        prepared: the training and validation documents, tokenized.
         tokenizer: the model's tokenizer.
         block_size: the tokens (words, for the biLM) a model reads per sequence.
         batch_size: sequences per micro-batch.
         seed: the seed of the batches.
-        validation_blocks: the most validation sequences.
+        validation_blocks: the most validation sequences: masked-LM examples, biLM blocks (a causal LM scores every
+            token of its validation text).
+        validation_sample_tokens: a causal LM's evaluations before the last score only about this many validation
+            tokens, where the text has more (None: all of it every time); the last evaluation scores all of it.
         whole_word: mask whole words (masked LMs).
         max_ngram: the longest masked span, in words (masked LMs).
         mask_ratios: the shares of the selected tokens that become [MASK], a random token, or stay (masked LMs).
     """
 
-    prepared: PreparedCorpus | None
-    corpus: Corpus | None
+    prepared: PreparedCorpus
     tokenizer: Tokenizer
     block_size: int
     batch_size: int
@@ -52,6 +52,7 @@ class ObjectiveData:
     whole_word: bool = False
     max_ngram: int = 1
     mask_ratios: tuple[float, float, float] = MASK_RATIOS
+    validation_sample_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,6 @@ class ObjectiveSpec:
     parallel_text: bool = False  # trains on sentence pairs (plm seq2seq train), not on a corpus
 
 
-def _prepared(data: ObjectiveData) -> PreparedCorpus:
-    if data.prepared is None:
-        raise PLMError("this objective reads a prepared corpus (ObjectiveData.prepared), not text")
-    return data.prepared
-
-
 def causal_lm(data: ObjectiveData) -> CausalLMObjective:
     """The causal LM objective on the prepared corpus' token ids, documents separated by eos.
 
@@ -89,9 +84,9 @@ def causal_lm(data: ObjectiveData) -> CausalLMObjective:
     Raises:
         PLMError: a text too short for one block.
     """
-    prepared = _prepared(data)
+    prepared = data.prepared
     return CausalLMObjective(prepared.train.tokens, prepared.validation.tokens, data.block_size, data.batch_size,
-                             data.seed, data.validation_blocks)
+                             data.seed, data.tokenizer.start_id, data.validation_sample_tokens)
 
 
 def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
@@ -105,7 +100,7 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
         batches, at least one).
     """
     def build(data: ObjectiveData) -> MaskedLMObjective:
-        prepared = _prepared(data)
+        prepared = data.prepared
         return MaskedLMObjective(
             prepared.train,
             prepared.validation,
@@ -124,7 +119,7 @@ def masked_lm(pair_task: str) -> Callable[[ObjectiveData], MaskedLMObjective]:
 
 
 def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
-    """The biLM objective on the corpus split into words, with the tokenizer's word vocabulary.
+    """The biLM objective on the words of a corpus prepared with a word vocabulary.
 
     Args:
         data: the run's data.
@@ -133,12 +128,10 @@ def bidirectional_lm(data: ObjectiveData) -> BiLMObjective:
         The objective.
 
     Raises:
-        PLMError: no text (a prepared corpus holds subword ids, not words), a tokenizer that is not a word
-            vocabulary, or a text too short for one block.
+        PLMError: a corpus prepared with a tokenizer that is not a word vocabulary, or a text too short for
+            one block.
     """
-    if data.corpus is None:
-        raise PLMError("the biLM reads words from text files; a prepared corpus holds subword ids")
-    streams = word_streams(data.corpus.train, data.corpus.validation, data.tokenizer.backend.get_vocab())
+    streams = word_streams(data.prepared, data.tokenizer)
     return BiLMObjective(streams, data.block_size, data.batch_size, data.seed, data.validation_blocks)
 
 

@@ -5,12 +5,14 @@ that arrived with it (within ``window`` seconds of an idle server's first reques
 the last batch ran), up to ``max_batch``, are left-padded into one batch and decoded with the
 KV cache, one forward pass per step for all of them (:func:`plm.decoding.generation.decode_steps`).
 Only requests that decode alone as they would together share a batch: the same model and
-sampling options, a length that fits the context beside the others, and never a sampled
-request with a seed (its draws are its own). Padding changes nothing, so a greedy request
-gets the tokens it gets alone. Each request's tokens go to it as they are chosen, which is
+sampling options, and a length that fits the context beside the others. Padding changes
+nothing, so a greedy request gets the tokens it gets alone, and each sampled request draws
+from a random generator of its own (seeded with its seed), so that a seed gives the same
+text alone or batched. Each request's tokens go to it as they are chosen, which is
 what streaming reads; ``max_batch`` 1 serves one request at a time. What only reads the
 tokens is a request's own, and its neighbours do not wait for it: its stop strings end
-its row alone, and the alternatives it asks for are read from the step's logits.
+its row alone, and the alternatives it asks for are read from the step's logits. A request's
+failure is its own too: the others of its batch go on (:func:`decode_batch`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from plm.apps.text_pipelines import left_pad, prompt_padding
 from plm.decoding.generation import Step, decode_steps
@@ -70,13 +74,25 @@ class GenerationJob:
     done: bool = False
 
     def batch_key(self) -> tuple[Any, ...]:
-        """Jobs with equal keys may share a batch: a seeded sampler's draws would change with its neighbours.
+        """Jobs with equal keys may share a batch: one model, one way of choosing tokens (each draws its own).
 
         Returns:
-            The model's identity, the options, and the job's own identity for a seeded sampler (else None).
+            The model's identity and the options.
         """
-        alone = self.options.sampling and self.seed is not None
-        return id(self.model), self.options, id(self) if alone else None
+        return id(self.model), self.options
+
+    def generator(self) -> torch.Generator | None:
+        """The random generator a sampled job draws from, seeded with its seed, whatever its neighbours.
+
+        Returns:
+            The generator on the model's device; None for a job without a seed (torch's global one) or a greedy one.
+
+        Raises:
+            ValueError: a seed torch cannot take (requests check theirs before).
+        """
+        if self.seed is None or not self.options.sampling:
+            return None
+        return torch.Generator(self.model.device).manual_seed(self.seed)
 
     def add(self, token: int, logprob: float, finished: bool, alternatives: list[tuple[int, float]]) -> None:
         """Take the next token (model thread): its piece of text is what it adds to the decoded continuation.
@@ -158,34 +174,57 @@ class GenerationJob:
 def decode_batch(jobs: list[GenerationJob]) -> None:
     """Decode jobs of one batch key together, handing each its tokens as they are chosen (on the model thread).
 
-    The prompts are left-padded into one batch; an error fails every job not yet done, and the server goes
-    on.
+    The prompts are left-padded into one batch. A failure is the request's that caused it, and the server goes
+    on: an error while a job takes its token fails that job alone; one the batch raises before any job has a
+    token (a prompt the model cannot read, say) sends each job through again alone, so that only the one at
+    fault fails; one later fails the jobs not yet done.
 
     Args:
         jobs: the jobs, all of one batch key (see :meth:`GenerationJob.batch_key`).
+    """
+    try:
+        decode_together(jobs)
+    except Exception as error:  # the requests answer it; the server goes on
+        if len(jobs) > 1 and not any(job.new_ids for job in jobs):
+            for job in jobs:
+                decode_batch([job])
+            return
+        for job in jobs:
+            if not job.done:
+                job.fail(error)
+
+
+def decode_together(jobs: list[GenerationJob]) -> None:
+    """The decoding of :func:`decode_batch`: one left-padded batch, each row drawing from its job's generator.
+
+    Args:
+        jobs: the jobs, all of one batch key.
+
+    Raises:
+        Exception: whatever the batch's decoding raises (a job's own error while it takes a token fails it).
     """
     first = jobs[0]
     model, tokenizer, options = first.model, first.tokenizer, first.options
     pad = prompt_padding(tokenizer)
     ids, mask = left_pad([job.ids for job in jobs], pad)  # (batch, longest prompt)
-    try:
-        config = dataclasses.replace(options, max_new_tokens=max(job.max_new_tokens for job in jobs),
-                                     eos_token_id=tokenizer.eos_id, pad_token_id=pad, seed=first.seed)
-        steps = decode_steps(model, ids.to(model.device), config, mask.to(model.device))
-        alternatives = max(job.top_logprobs for job in jobs)
-        for step in steps:
-            rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist(),
-                       most_likely(step, alternatives))
-            for job, token, logprob, finished, likely in rows:
-                if not job.done:
-                    job.add(token, logprob, finished, likely)
-            if all(job.done for job in jobs):
-                steps.close()  # no row wants more tokens
-                break
-    except Exception as error:  # the requests answer it; the server goes on
-        for job in jobs:
-            if not job.done:
+    config = dataclasses.replace(options, max_new_tokens=max(job.max_new_tokens for job in jobs),
+                                 eos_token_id=tokenizer.eos_id, pad_token_id=pad)
+    generators = [job.generator() for job in jobs]
+    steps = decode_steps(model, ids.to(model.device), config, mask.to(model.device), generators=generators)
+    alternatives = max(job.top_logprobs for job in jobs)
+    for step in steps:
+        rows = zip(jobs, step.tokens.tolist(), step.logprobs.tolist(), step.finished.tolist(),
+                   most_likely(step, alternatives))
+        for job, token, logprob, finished, likely in rows:
+            if job.done:
+                continue
+            try:
+                job.add(token, logprob, finished, likely)
+            except Exception as error:  # the job's own (its text, its stop strings): it alone fails
                 job.fail(error)
+        if all(job.done for job in jobs):
+            steps.close()  # no row wants more tokens
+            break
 
 
 def most_likely(step: Step, k: int) -> list[list[tuple[int, float]]]:

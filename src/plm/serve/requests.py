@@ -24,6 +24,7 @@ from starlette.responses import Response
 from plm.errors import PLMError
 
 REQUIRED = object()  # a Field's default when the request must give it
+SEED_RANGE = (-(2**63), 2**63 - 1)  # a seed is a signed 64-bit integer, as OpenAI takes it (torch takes these)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ class Field:
     """A body field: its JSON type, its default, the range of a number, and whether null is a value.
 
     Attributes:
-        kind: "string", "strings" (a non-empty list of strings), "string or strings", "integer", "number",
-            "boolean" or "object".
+        kind: "string", "strings" (a non-empty list of strings), "string or strings", "prompt" (those, a list of
+            token ids or a list of such lists), "integer", "number", "boolean" or "object".
         default: the value when the request does not give the field; :data:`REQUIRED`: the request must.
         minimum: the least value a number may take, or None.
         nullable: null is a value of its own; else null is allowed where the default is None, and means the
@@ -59,7 +60,7 @@ class Field:
         maximum: the largest value a number may take, or None.
     """
 
-    kind: str  # "string", "strings", "string or strings", "integer", "number", "boolean", "object"
+    kind: str  # "string", "strings", "string or strings", "prompt", "integer", "number", "boolean", "object"
     default: Any = REQUIRED
     minimum: float | None = None
     nullable: bool = False
@@ -75,7 +76,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "top_k": Field("integer", 0, minimum=0),
         "top_p": Field("number", 1.0),
         "sample": Field("boolean", False),
-        "seed": Field("integer", None),
+        "seed": Field("integer", None, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         "stream": Field("boolean", False),
     },
     "fill-mask": {"text": Field("string"), "top_k": Field("integer", 5, minimum=1)},
@@ -95,16 +96,16 @@ FIELDS: dict[str, dict[str, Field]] = {
         "head": Field("integer", 0, minimum=0, nullable=True),  # null: the mean of the layer's heads
         "target": Field("string", None),
     },
-    # OpenAI's legacy completions (plm.serve.openai_api); the last six are OpenAI's but plm takes only their
+    # OpenAI's legacy completions (plm.serve.openai_api); the last five are OpenAI's but plm takes only their
     # defaults, which clients send as they are.
     "v1/completions": {
-        "prompt": Field("string or strings", ""),  # "": from the start of a text, as OpenAI's default
-        "max_tokens": Field("integer", None, minimum=1),
+        "prompt": Field("prompt", ""),  # "": from the start of a text, as OpenAI's default
+        "max_tokens": Field("integer", None, minimum=0),  # 0: only with echo
         "temperature": Field("number", 1.0, minimum=0, maximum=2),  # 0: greedy
         "top_p": Field("number", 1.0, minimum=0, maximum=1),
         "n": Field("integer", 1, minimum=1, maximum=128),
         "stop": Field("string or strings", None),
-        "seed": Field("integer", None),
+        "seed": Field("integer", None, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         "logprobs": Field("integer", None, minimum=0, maximum=5),
         "stream": Field("boolean", False),
         "stream_options": Field("object", None),
@@ -215,10 +216,11 @@ def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
         field: its declaration.
 
     Returns:
-        The value; the default when the field is missing (or null, where null means the default).
+        The value (a number as a float); the default when the field is missing (or null, where null means the
+        default).
 
     Raises:
-        RequestError: a required field missing, a value of another JSON type, or a number below the minimum.
+        RequestError: a required field missing, a value of another JSON type, or a number out of its range.
     """
     if name not in body:
         if field.default is REQUIRED:
@@ -230,14 +232,14 @@ def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
     if not has_kind(value, field.kind):
         raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {json_type(value)}", param=name)
     if field.minimum is not None and value < field.minimum:
-        raise RequestError(f"{name!r} must be at least {field.minimum:g}, got {value}", param=name)
+        raise RequestError(f"{name!r} must be at least {field.minimum}, got {value}", param=name)
     if field.maximum is not None and value > field.maximum:
-        raise RequestError(f"{name!r} must be at most {field.maximum:g}, got {value}", param=name)
-    return value
+        raise RequestError(f"{name!r} must be at most {field.maximum}, got {value}", param=name)
+    return float(value) if field.kind == "number" else value  # an integer too, as the model's arithmetic takes it
 
 
 def has_kind(value: Any, kind: str) -> bool:
-    """Whether a JSON value is of a field's kind (a boolean is no number; a number is finite).
+    """Whether a JSON value is of a field's kind (a boolean is no number; a number is finite, and a float holds it).
 
     Args:
         value: the value.
@@ -250,11 +252,31 @@ def has_kind(value: Any, kind: str) -> bool:
         return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
     if kind == "string or strings":
         return isinstance(value, str) or has_kind(value, "strings")
+    if kind == "prompt":
+        return (has_kind(value, "string or strings") or token_ids(value)
+                or isinstance(value, list) and bool(value) and all(token_ids(item) for item in value))
     if kind == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # an integer past the largest float
+            return False
     return isinstance(value, {"string": str, "boolean": bool, "object": dict}[kind])
+
+
+def token_ids(value: Any) -> bool:
+    """Whether a JSON value is a prompt of token ids: a non-empty list of integers.
+
+    Args:
+        value: the value.
+
+    Returns:
+        True when it is.
+    """
+    return isinstance(value, list) and bool(value) and all(has_kind(item, "integer") for item in value)
 
 
 def a_kind(kind: str) -> str:
@@ -267,7 +289,8 @@ def a_kind(kind: str) -> str:
         The words.
     """
     return {"strings": "a non-empty list of strings", "string or strings": "a string or a non-empty list of strings",
-            "integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false",
+            "prompt": "a string, a non-empty list of strings, a list of token ids or a list of lists of token ids",
+            "integer": "an integer", "number": "a finite number", "string": "a string", "boolean": "true or false",
             "object": "an object"}[kind]
 
 
@@ -284,6 +307,8 @@ def json_type(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (int, float)):
         return f"the number {value}"
+    if token_ids(value):
+        return "a list of token ids"
     kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
     return kinds[type(value)]
 

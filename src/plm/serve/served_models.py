@@ -21,19 +21,17 @@ import torch.nn.functional as F
 
 from plm.apps.attention_map import AttentionMap, decoder_attention, pair_attention, self_attention
 from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
-from plm.apps.translation import recipe_decoding, translate_ids
+from plm.apps.translation import recipe_decoding, seq2seq_tokenizers, translate_ids
 from plm.core import MultiHeadAttention
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
 from plm.decoding.generation_config import GenerationConfig
 from plm.device import resolve_device
 from plm.errors import PLMError
-from plm.loading import inference_weights, load_pretrained
+from plm.loading import inference_weights, opened, tokenizer_beside
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
 from plm.models.elmo import Elmo, embed_sentences
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
-from plm.storage.checkpoint import model_directory
-from plm.storage.hub import local_or_hub
 from plm.tasks.feature_tagger import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
@@ -47,7 +45,7 @@ ENDPOINTS = {
     "generate": "a causal LM (GPT-1, GPT-2)",
     "fill-mask": "an encoder with its masked-LM head (BERT, ALBERT, DeBERTa pre-trained with MLM)",
     "embed": "an encoder (BERT, ALBERT, DeBERTa) or ELMo",
-    "translate": "an encoder-decoder (the Transformer, an RNN)",
+    "translate": "an encoder-decoder (the Transformer, an RNN, a released Marian or FSMT model)",
     "classify": "a fine-tuned task model (plm finetune)",
     "attention": "attention layers (a GPT, an encoder, a Transformer, an RNN with attention, a task model on them)",
 }
@@ -59,7 +57,7 @@ class Service:
     Args:
         name: the model's name in the API.
         model: the model.
-        tokenizer: its tokenizer.
+        tokenizer: its tokenizer (an encoder-decoder's: its source side's, which may be a released model's).
 
     Attributes:
         kind: what the API calls models of this kind ("causal LM", "encoder" ...).
@@ -69,25 +67,27 @@ class Service:
     kind: ClassVar[str]
     endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; :meth:`serves` may say no for one
 
-    def __init__(self, name: str, model: PretrainedModel, tokenizer: Tokenizer) -> None:
+    def __init__(self, name: str, model: PretrainedModel, tokenizer: SideTokenizer) -> None:
         self.name = name
         self.model = model
         self.tokenizer = tokenizer
 
     @classmethod
-    def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
-        """The service of a model loaded from ``directory``, where a kind finds what else it reads.
+    def open(cls, name: str, model: PretrainedModel, directory: Path) -> Service:
+        """The service of a model loaded from ``directory``, with the tokenizer saved beside it.
 
         Args:
             name: the model's name in the API.
             model: the model.
-            tokenizer: the tokenizer beside it.
             directory: the model's directory.
 
         Returns:
             The service.
+
+        Raises:
+            PLMError: no tokenizer beside the model, or one that does not belong to it.
         """
-        return cls(name, model, tokenizer)
+        return cls(name, model, tokenizer_beside(directory, model))
 
     def serves(self, endpoint: str) -> bool:
         """Whether this model serves ``endpoint``: one of its kind's, and (attention) it has attention layers.
@@ -151,12 +151,14 @@ class Service:
         """
         if target is not None:
             raise RequestError("'target' is for encoder-decoders; this model reads one text")
+        assert isinstance(self.tokenizer, Tokenizer)  # the kinds that read one text read it with plm's tokenizers
         return attention_json(self_attention(self.model, self.tokenizer, text, layer, head))
 
 
 class CausalLMService(Service):
     """A causal LM (GPT-1, GPT-2): it generates, and shows its attention."""
     model: CausalLM  # SERVICES gives each kind of model its service
+    tokenizer: Tokenizer
     kind = "causal LM"
     endpoints = ("generate", "attention")
 
@@ -188,9 +190,6 @@ class CausalLMService(Service):
             RequestError: a prompt that leaves no room in the context, or a ``max_new_tokens`` that does not fit.
             PLMError: invalid decoding options, or an empty prompt the tokenizer cannot start.
         """
-        options = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p,
-                                   do_sample=True if sample else None)
-        options.validate()
         [ids] = encode_prompts(self.tokenizer, [prompt])
         context = self.model.context_length()
         room = context - len(ids)
@@ -201,12 +200,91 @@ class CausalLMService(Service):
         if max_new_tokens > room:
             raise RequestError(f"'max_new_tokens' {max_new_tokens} does not fit: the prompt takes {len(ids)} of the "
                                f"model's {context} positions; ask for at most {room}")
+        return self.job(ids, max_new_tokens, temperature, top_k, top_p, sample, seed)
+
+    def job(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int, top_p: float, sample: bool,
+            seed: int | None) -> GenerationJob:
+        """The generation job of a prompt's token ids (that leave ``max_new_tokens`` of room in the context).
+
+        Jobs of equal options share a batch, whichever endpoint made them.
+
+        Args:
+            ids: the prompt's token ids.
+            max_new_tokens: the most tokens to generate.
+            temperature: the sampling temperature.
+            top_k: sample among the k most likely tokens (0: all).
+            top_p: sample among the most likely tokens whose probabilities add up to p.
+            sample: sample; else greedy, unless the other options ask for sampling.
+            seed: the sampler's seed, or None.
+
+        Returns:
+            The job, not yet submitted.
+
+        Raises:
+            PLMError: invalid decoding options.
+        """
+        options = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p,
+                                   do_sample=True if sample else None)
+        options.validate()
         return GenerationJob(self.model, self.tokenizer, ids, max_new_tokens, options, seed)
+
+    @torch.inference_mode()
+    def echo(self, ids: list[int], alternatives: int) -> list[dict[str, Any]]:
+        """A prompt's tokens with their log-probabilities, as a completion echoes them (on the model thread).
+
+        Each token is scored given those before it, in one forward pass over the prompt; the first has nothing
+        before it, so its ``logprob`` and ``top_logprobs`` are None, as OpenAI gives them.
+
+        Args:
+            ids: the prompt's token ids, at most the model's context.
+            alternatives: how many of the most likely tokens at each place to give beside the prompt's own.
+
+        Returns:
+            Per token its ``id``, ``text`` (its piece of the prompt's text, as a generated token's), ``logprob``
+            and, after the first, ``top_logprobs`` (each alternative's ``id``, ``text`` and ``logprob``) where
+            ``alternatives`` asks for them.
+        """
+        logits = self.model(torch.tensor([ids], device=self.model.device)).logits[0, :-1].float()  # (time - 1, vocab)
+        logprobs = logits.log_softmax(-1)  # row i: the next token after ids[: i + 1]
+        chosen = logprobs.gather(1, torch.tensor(ids[1:], dtype=torch.long, device=logprobs.device)[:, None])
+        likely = logprobs.topk(min(alternatives, logprobs.shape[-1])) if alternatives else None
+        pieces = token_pieces(self.tokenizer, ids)
+        tokens: list[dict[str, Any]] = [{"id": ids[0], "text": pieces[0], "logprob": None, "top_logprobs": None}]
+        for place, (token, piece, logprob) in enumerate(zip(ids[1:], pieces[1:], chosen.squeeze(1).tolist())):
+            tokens.append({"id": token, "text": piece, "logprob": logprob})
+            if likely is not None:
+                tokens[-1]["top_logprobs"] = [
+                    {"id": other, "text": self.tokenizer.decode([other]), "logprob": p}
+                    for other, p in zip(likely.indices[place].tolist(), likely.values[place].tolist())]
+        return tokens
+
+
+def token_pieces(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    """Each token's piece of the text of ``ids``, the pieces adding up to it (special tokens read as nothing).
+
+    A byte-level token can end inside a character; its piece is empty and the character goes with the token that
+    completes it, as :meth:`plm.serve.batching.GenerationJob.add` gives a generated token's piece.
+
+    Args:
+        tokenizer: the tokenizer.
+        ids: the token ids.
+
+    Returns:
+        One piece per token.
+    """
+    texts = tokenizer.decode_batch([ids[: end + 1] for end in range(len(ids))], skip_special_tokens=True)
+    pieces, text = [], ""
+    for end, whole in enumerate(texts):
+        piece = "" if whole.endswith("\ufffd") and end < len(ids) - 1 else whole[len(text):]
+        pieces.append(piece)
+        text += piece
+    return pieces
 
 
 class EncoderService(Service):
     """An encoder (BERT, ALBERT, DeBERTa): it embeds, fills masks (with its masked-LM head), shows attention."""
     model: Encoder
+    tokenizer: Tokenizer
     kind = "encoder"
     endpoints = ("fill-mask", "embed", "attention")
 
@@ -263,6 +341,7 @@ class EncoderService(Service):
 class ElmoService(Service):
     """An ELMo: it embeds."""
     model: Elmo
+    tokenizer: Tokenizer
     kind = "ELMo"
     endpoints = ("embed",)
 
@@ -288,7 +367,7 @@ class ElmoService(Service):
 
 
 class Seq2SeqService(Service):
-    """An encoder-decoder (the Transformer, an RNN): it translates, and shows its attention.
+    """An encoder-decoder (the Transformer, an RNN, a released Marian or FSMT model): it translates, shows attention.
 
     Args:
         name: the model's name in the API.
@@ -300,26 +379,26 @@ class Seq2SeqService(Service):
     endpoints = ("translate", "attention")
 
     def __init__(self, name: str, model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers) -> None:
-        if not isinstance(tokenizers.source, Tokenizer):
-            raise PLMError("plm serve does not serve released translation models (Marian, FSMT) yet")
         super().__init__(name, model, tokenizers.source)
         self.tokenizers = tokenizers
 
     @classmethod
-    def open(cls, name: str, model: PretrainedModel, tokenizer: Tokenizer, directory: Path) -> Service:
+    def open(cls, name: str, model: PretrainedModel, directory: Path) -> Service:
         """The service of an encoder-decoder loaded from ``directory``, with the tokenizers saved there.
 
         Args:
             name: the model's name in the API.
             model: the encoder-decoder.
-            tokenizer: the source tokenizer beside it (the tokenizers are read again from ``directory``).
-            directory: the model's directory.
+            directory: the model's directory: plm's tokenizers, or a released Marian or FSMT model's.
 
         Returns:
             The service.
+
+        Raises:
+            PLMError: tokenizers that cannot be loaded, or that do not belong to the model.
         """
         assert isinstance(model, Seq2SeqModel)  # SERVICES opens this service for an encoder-decoder only
-        return cls(name, model, Seq2SeqTokenizers.load(directory))
+        return cls(name, model, seq2seq_tokenizers(directory, model))
 
     def has_attention(self) -> bool:
         """Whether the decoder attends over the source: not for an RNN without attention.
@@ -573,7 +652,8 @@ def load_service(
         name: its name in the API.
         device: where the weights go ("auto" picks one).
         quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
-        precision: the weights' precision, ``fp32`` or ``bf16`` (see :func:`plm.loading.inference_weights`).
+        precision: the weights' precision, ``fp32``, ``bf16``, ``fp16`` or ``auto`` (see
+            :func:`plm.loading.inference_weights`).
 
     Returns:
         The service of the model's kind.
@@ -582,12 +662,11 @@ def load_service(
         PLMError: a model that cannot be loaded, an unknown quantization, or a model of a kind plm does not
             serve.
     """
-    path = local_or_hub(path)  # a Hub id's files in the cache
-    model, tokenizer = load_pretrained(path, resolve_device(device) if isinstance(device, str) else device)
+    directory, model = opened(path, resolve_device(device) if isinstance(device, str) else device)  # a Hub id too
     model = inference_weights(model, precision, quantization)
     for classes, service in SERVICES:
         if isinstance(model, classes):
-            return service.open(name, model, tokenizer, model_directory(path))
+            return service.open(name, model, directory)
     raise PLMError(f"{path}: plm serves no {model.family} models")
 
 

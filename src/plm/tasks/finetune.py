@@ -97,6 +97,9 @@ class FinetuneSetup:
         sift: add DeBERTa's SiFT term.
         stride: QA: tokens between the starts of a long context's windows.
         tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
+        labels: classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2's: negative,
+            positive), the model's classes in their place, so that it predicts the names (see
+            :func:`named_classes`); None: the data's labels are the classes.
         seed: the first run's seed.
         device: "auto", "cpu", "cuda" or "cuda:N".
         precision: autocast precision of training (:func:`plm.device.resolve_precision`): "auto", "fp32", "bf16"
@@ -134,6 +137,7 @@ class FinetuneSetup:
     sift: bool = False
     stride: int = 128  # QA: tokens between the starts of a long context's windows
     tag_column: int | None = None  # tag: the CoNLL column of the tags (1: the word); None: the layout's last
+    labels: tuple[str, ...] | None = None  # classify, pair: names for the classes the data writes as 0, 1, ...
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
@@ -185,6 +189,10 @@ class FinetuneSetup:
         if self.features is not None and self.pooling is not None:
             raise PLMError("--pooling picks the fine-tuned model's vector; the feature-based model max- and "
                            "mean-pools its BiLSTM's states")
+        if self.labels is not None and self.task not in ("classify", "pair"):
+            raise PLMError(f"--labels names a classifier's classes: it is for --task classify or pair, not {self.task}")
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            raise PLMError(f"--labels {','.join(self.labels)}: a name given twice; give each class its own")
         if self.symmetric and self.task not in ("pair", "regress"):
             raise PLMError(f"--symmetric reads sentence pairs: it is for --task pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
@@ -196,7 +204,7 @@ class FinetuneSetup:
         if (self.train is None) != (self.validation is None):
             raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
-            raise PLMError(f"--lr must be numbers above 0, got {','.join(map(str, self.lrs))}")
+            raise PLMError(f"--lr (or --lr-grid) must be above 0, got {','.join(map(str, self.lrs))}")
         least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4, "save_every": 1}
         for name, lowest in least.items():
             value = getattr(self, name)
@@ -207,7 +215,7 @@ class FinetuneSetup:
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
             raise PLMError(f"--lm-weight must be >= 0, got {self.lm_weight}")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
-            raise PLMError(f"--warmup must be a fraction of training in [0, 1), got {self.warmup_fraction}")
+            raise PLMError(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
         if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
             raise PLMError(f"--minutes must be a number above 0, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
@@ -330,6 +338,33 @@ def task_labels(task: str, train: Sequence[Any], validation: Sequence[Any] = (),
     return labels
 
 
+def named_classes(labels: tuple[str, ...], names: Sequence[str], source: str | Path) -> tuple[str, ...]:
+    """``names`` for the classes that the data writes as their ids, 0, 1, ...: the model's classes.
+
+    The model predicts the names, and reads a file's label as a name or as its id
+    (:meth:`plm.tasks.task_objective.Classification.class_of`), so that SST-2's files, labelled 0 and 1,
+    train and score a model that says negative and positive.
+
+    Args:
+        labels: the data's classes (see :func:`task_labels`).
+        names: one name per class, in the order of their ids.
+        source: where the data was read from, for messages.
+
+    Returns:
+        The names, in id order.
+
+    Raises:
+        PLMError: not one name per class, or data whose labels are not the ids 0 to N - 1.
+    """
+    if len(names) != len(labels):
+        raise PLMError(f"--labels gives {len(names)} names ({', '.join(names)}) for the {len(labels)} classes of "
+                       f"{source} ({', '.join(labels)}): give one name per class, in the order of their ids")
+    if set(labels) != {str(i) for i in range(len(labels))}:
+        raise PLMError(f"--labels names the classes that the data writes as 0 to {len(labels) - 1}, and the labels "
+                       f"of {source} are {', '.join(labels)}: leave --labels out and its labels name the classes")
+    return tuple(names)
+
+
 @dataclass
 class FinetuneResult:
     """What :func:`finetune` returns.
@@ -388,6 +423,8 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
         sizes = (setup.synthetic_size, setup.synthetic_size // 4)
         train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
     labels = task_labels(setup.task, train, validation, setup.validation)
+    if setup.labels is not None:
+        labels = named_classes(labels, setup.labels, setup.train or "the built-in task")
     sweep = len(setup.lrs or (None,)) * setup.restarts > 1
     with claimed(out, partial(check_finetune_directory, out, resume, overwrite), enabled=first):
         if first:

@@ -242,7 +242,9 @@ def token_f1(prediction: str, gold: str) -> float:
 
 
 def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """EM and F1 in percent over the questions of ``gold`` (id -> answer texts; none for unanswerable).
+    """EM and F1 over the questions of ``gold`` (id -> answer texts; none for unanswerable), as fractions.
+
+    The official script prints them x 100; plm writes every rate as a fraction in [0, 1].
 
     Each question scores its best match over its gold answers; an unanswerable one
     (or one whose answers all normalise to nothing) has the empty string as its gold
@@ -253,7 +255,7 @@ def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str
         gold: the gold answers of each question id.
 
     Returns:
-        ``exact_match`` and ``f1``, each in [0, 100].
+        ``exact_match`` and ``f1``, each in [0, 1].
     """
     em = f1_total = 0.0
     for question, answers in gold.items():
@@ -262,7 +264,7 @@ def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str
             continue
         em += max(exact_match(predictions[question], a) for a in answers)
         f1_total += max(token_f1(predictions[question], a) for a in answers)
-    return {"exact_match": 100 * em / len(gold), "f1": 100 * f1_total / len(gold)}
+    return {"exact_match": em / len(gold), "f1": f1_total / len(gold)}
 
 
 def _same_length(predictions: Sequence, labels: Sequence) -> None:

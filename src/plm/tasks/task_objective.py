@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from plm.errors import PLMError
 from plm.models import CausalLM
 from plm.objectives import Selection
+from plm.progress import progress_bar
 from plm.tasks import metrics
 from plm.tasks.encoding import (
     IGNORE,
@@ -261,11 +262,34 @@ class Classification(Task):
             Its index in ``labels``.
 
         Raises:
-            PLMError: a label that is not one of the task's.
+            PLMError: a label that is not one of the task's (see :meth:`class_of`).
         """
-        if label not in self.labels:
-            raise PLMError(f"label {label!r} is not one of the task's labels ({', '.join(self.labels)})")
-        return self.labels.index(label)
+        return self.labels.index(self.class_of(label))
+
+    def class_of(self, label: Any) -> str:
+        """The class an example's label stands for: the label itself, or the class of that id.
+
+        Where the classes have names (``plm finetune --labels negative,positive``, a Hugging Face model's
+        ``id2label``) and none of them is a number, a label may also be written as its class id, 0, 1, ...,
+        as GLUE's files write SST-2's classes.
+
+        Args:
+            label: the example's label.
+
+        Returns:
+            The class, one of ``labels``.
+
+        Raises:
+            PLMError: a label that is neither one of the task's nor, where those are names, a class id.
+        """
+        label = str(label)
+        if label in self.labels:
+            return label
+        named = not any(name.lstrip("-").isdigit() for name in self.labels)
+        if named and label.isdigit() and int(label) < len(self.labels):
+            return self.labels[int(label)]
+        ids = f", or their ids 0 to {len(self.labels) - 1}" if named else ""
+        raise PLMError(f"label {label!r} is not one of the task's labels ({', '.join(self.labels)}{ids})")
 
     def predict(self, outputs, features, examples):
         """The most likely class of each example.
@@ -302,7 +326,7 @@ class Classification(Task):
         Returns:
             (dict[str, float]): ``accuracy``, ``matthews`` and, for two labels, ``f1``.
         """
-        gold = [e.label for e in examples]
+        gold = [self.class_of(e.label) for e in examples]
         scores = {"accuracy": metrics.accuracy(predictions, gold),
                   "matthews": metrics.matthews_correlation(predictions, gold)}
         if len(self.labels) == 2:
@@ -630,7 +654,7 @@ class QuestionAnswering(Task):
                                                                                       null_threshold=tau))
 
     def score(self, predictions, examples):
-        """SQuAD's exact match and F1, in percent (see :func:`plm.tasks.metrics.squad_scores`).
+        """SQuAD's exact match and F1, as fractions (see :func:`plm.tasks.metrics.squad_scores`).
 
         Args:
             predictions (Sequence[str]): one answer per question.
@@ -821,7 +845,7 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
 
 @torch.no_grad()
 def model_outputs(
-    model: torch.nn.Module, task: Task, features: Sequence[Feature], batch_size: int = 32
+    model: torch.nn.Module, task: Task, features: Sequence[Feature], batch_size: int = 32, progress: bool = False
 ) -> list[tuple[Any, dict[str, torch.Tensor]]]:
     """The model's output (in eval mode) on each batch of ``features``, with the batch.
 
@@ -833,6 +857,7 @@ def model_outputs(
         task: the task.
         features: the features.
         batch_size: features per batch.
+        progress: show a progress bar of the batches.
 
     Returns:
         (output, batch) for each batch, the batch on the model's device.
@@ -841,9 +866,12 @@ def model_outputs(
     model.eval()
     device = next(model.parameters()).device
     outputs = []
-    for batch in batches(task, features, batch_size):
-        batch = {k: v.to(device) for k, v in batch.items()}
-        outputs.append((forward(model, batch), batch))
+    with progress_bar(total=math.ceil(len(features) / batch_size), disable=not progress, desc=task.name,
+                      unit=" batches", leave=False) as bar:
+        for batch in batches(task, features, batch_size):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            outputs.append((forward(model, batch), batch))
+            bar.update()
     model.train(was_training)
     return outputs
 
@@ -854,6 +882,7 @@ def run(
     examples: Sequence[Any],
     batch_size: int = 32,
     features: list[Feature] | None = None,
+    progress: bool = False,
 ) -> tuple[list[Any], dict[str, float] | None]:
     """Predictions for ``examples`` and, when they are labelled, the task's metrics.
 
@@ -863,6 +892,7 @@ def run(
         examples: the examples.
         batch_size: features per batch.
         features: the examples' features, already encoded (see :func:`encode_all`); None encodes them.
+        progress: show a progress bar of the batches.
 
     Returns:
         The predictions, one per example, and the metrics (None for unlabelled examples).
@@ -871,7 +901,7 @@ def run(
         PLMError: an example the task cannot encode.
     """
     features = encode_all(task, examples) if features is None else features
-    predictions = task.predict(model_outputs(model, task, features, batch_size), features, examples)
+    predictions = task.predict(model_outputs(model, task, features, batch_size, progress), features, examples)
     return predictions, task.score(predictions, examples) if labelled(examples) else None
 
 

@@ -598,6 +598,14 @@ class Tokenizer:
         """The id that fills a batch's padding (the attention mask hides it): the pad token, else end-of-text, or 0."""
         return self.pad_id if self.pad_id is not None else (self.eos_id or 0)
 
+    @property
+    def start_id(self) -> int | None:
+        """The id read before a text so that its first token is predicted too (None: the tokenizer has none).
+
+        Beginning-of-text, else end-of-text (GPT-2's ``<|endoftext|>`` is both).
+        """
+        return self.bos_id if self.bos_id is not None else self.eos_id
+
     def id_of(self, role: str) -> int | None:
         """The id of the special token with ``role``, None when this tokenizer has none.
 

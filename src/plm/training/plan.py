@@ -82,7 +82,7 @@ class PlanSetup:
         strategy: "ddp" or "fsdp".
         offload: FSDP: keep parameter and optimizer shards in CPU memory.
         checkpoint_activations: keep only each block's input for backward.
-        optimizer: "adamw", "lamb" or "adagrad", for its state's size.
+        optimizer: "adamw", "lamb" or "adagrad", for its state's size; None: the family recipe's.
         device: where it trains: "cuda" or "cpu"; "auto": CUDA when present, as training picks.
     """
 
@@ -93,7 +93,7 @@ class PlanSetup:
     strategy: str = "ddp"
     offload: bool = False
     checkpoint_activations: bool = False
-    optimizer: str = "adamw"
+    optimizer: str | None = None  # None: the family recipe's
     device: str = "auto"  # where it trains: "cuda" or "cpu"; auto: CUDA when present, as training picks
 
 
@@ -341,10 +341,10 @@ def check_setup(setup: PlanSetup) -> None:
         PLMError: processes, batch or block below 1, an unknown strategy or optimizer, or offload without FSDP.
     """
     if setup.processes < 1 or setup.batch < 1 or (setup.block is not None and setup.block < 1):
-        raise PLMError("--processes, --batch and --block must be at least 1")
+        raise PLMError("--processes, --batch-size and --block-size must be at least 1")
     if setup.strategy not in STRATEGIES:
         raise PLMError(f"unknown strategy {setup.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if setup.optimizer not in OPTIMIZER_STATES:
+    if setup.optimizer is not None and setup.optimizer not in OPTIMIZER_STATES:
         raise PLMError(f"unknown optimizer {setup.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
     if setup.offload and setup.strategy != "fsdp":
         raise PLMError("--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp")
@@ -372,6 +372,8 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         raise PLMError(f"plm plan does not plan the {family} family yet: it counts the decoder-only and encoder "
                        "stacks of GPT, BERT, ALBERT and DeBERTa")
     recipe = RECIPES[model_class(config).family]
+    optimizer = setup.optimizer or recipe.hyperparameters.optimizer
+    setup = dataclasses.replace(setup, optimizer=optimizer)
     objective = objective_spec(recipe.objective)
     block = setup.block or min(recipe.block_size or config.context_length, config.context_length)
     if block > config.context_length:
@@ -381,7 +383,7 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         model = from_config(trained)
     count = sum(p.numel() for p in model.parameters())
     weights = FP32 * count
-    state = OPTIMIZER_STATES[setup.optimizer] * weights
+    state = OPTIMIZER_STATES[optimizer] * weights
     device_type = planned_device(setup.device)
     predicted = MLM_PROBABILITY if objective.masks_words else 1.0
     activations = {
@@ -399,7 +401,7 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         )
         (cpu if setup.offload else device)["parameters"] = shard
         device["gradients"] = shard
-        (cpu if setup.offload else device)["optimizer state"] = OPTIMIZER_STATES[setup.optimizer] * shard
+        (cpu if setup.offload else device)["optimizer state"] = OPTIMIZER_STATES[optimizer] * shard
         device["all-gather (one block)"] = 2 * FP32 * largest
     device["activations"] = activations["with" if setup.checkpoint_activations else "without"]
     memory = memory or auto_memory(device_type, setup.processes)

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import resource
-import sys
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from plm.config import config_from_dict
 from plm.cpu.int8 import check_trainable
-from plm.data.corpus import Corpus, default_corpus, read_corpus
+from plm.data.corpus import default_corpus
 from plm.data.prepare import PrepareOptions, cached_corpus, cached_documents, corpus_texts
 from plm.data.prepared import PreparedCorpus
 from plm.device import resolve_device
@@ -42,7 +39,8 @@ from plm.objectives.masking import MASK_RATIOS, check_mask_ratios
 from plm.storage.atomic_files import read_json
 from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
-from plm.training.distributed import Distributed, setup_distributed, teardown_distributed
+from plm.training.distributed import Distributed, setup_distributed
+from plm.training.dry_run import DryRun, Phase, dry_run
 from plm.training.parallel import built_on_first_process
 from plm.training.run_directory import check_run_directory
 from plm.training.trainer import Trainer, TrainingConfig, train_run
@@ -76,7 +74,10 @@ class PretrainSetup:
     short_block_size: int | None = None  # a short first phase (BERT's 90% of the steps at 128): its tokens ...
     short_steps: int = 0  # ... for this many steps, then block_size (see plm.objectives.phased)
     batch_size: int = 16
-    validation_blocks: int = 64
+    validation_blocks: int = 64  # the validation examples (masked LM) or blocks (biLM) an evaluation reads
+    # A causal LM scores every token of its validation text; the evaluations before the run's last, only about the
+    # first this many (None: all of it every time), logged as val_loss_sample (see plm.objectives.clm).
+    validation_sample_tokens: int | None = 262_144
     dropout: float | None = None  # None: the preset's own
     hyperparameters: str = "cpu"  # "cpu": the recipe's CPU-scale values; "paper": the paper's
     model_overrides: dict[str, Any] = field(default_factory=dict)  # preset config fields to change (ablations)
@@ -184,8 +185,8 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
         raise PLMError("--validation needs --train files as well")
     if setup.data is not None and setup.train_files:
         raise PLMError("--data is a prepared corpus, --train text files: give one of them")
-    for name in ("vocab_size", "batch_size", "validation_blocks"):
-        if getattr(setup, name) < 1:
+    for name in ("vocab_size", "batch_size", "validation_blocks", "validation_sample_tokens"):
+        if getattr(setup, name) is not None and getattr(setup, name) < 1:
             raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
     if setup.max_ngram is not None and setup.max_ngram < 1:
         raise PLMError(f"--max-ngram must be at least 1, got {setup.max_ngram}")
@@ -217,20 +218,6 @@ def training_texts(setup: PretrainSetup) -> Iterator[str]:
         yield from corpus_texts(setup.train_files, setup.text_field, setup.tokenizer_sample, fraction)
     else:
         yield from (document.text for document in default_corpus().train)
-
-
-def load_corpus(setup: PretrainSetup) -> Corpus:
-    """The run's corpus in memory, for the biLM, which reads words: the user's files, else the embedded one.
-
-    Args:
-        setup: the run's setup.
-
-    Returns:
-        The corpus.
-    """
-    if setup.train_files:
-        return read_corpus(list(setup.train_files), list(setup.validation_files) or None)
-    return default_corpus()
 
 
 def prepared_corpus(setup: PretrainSetup, tokenizer: Tokenizer, world: Distributed, progress: bool) -> PreparedCorpus:
@@ -452,22 +439,17 @@ def prepare(
     if world.is_main:
         check_run_directory(out, resume, overwrite)
     tokenizer = resolve_tokenizer(setup, model_name, recipe, out, resume, world)
-    reads_words = objective_name == "bilm"
-    if reads_words and setup.data is not None:
-        raise PLMError("--data is a prepared corpus of subword ids; the biLM reads words: give it --train files")
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
         model = build_model(setup, model_name, spec.heads, tokenizer)
-    corpus = load_corpus(setup) if reads_words else None
-    prepared = None if reads_words else prepared_corpus(setup, tokenizer, world, training.progress)
     data = ObjectiveData(
-        prepared=prepared,
-        corpus=corpus,
+        prepared=prepared_corpus(setup, tokenizer, world, training.progress),
         tokenizer=tokenizer,
         block_size=block_size,
         batch_size=setup.batch_size,
         seed=training.seed,
         validation_blocks=setup.validation_blocks,
+        validation_sample_tokens=setup.validation_sample_tokens,
         whole_word=setup.whole_word,
         max_ngram=setup.max_ngram or recipe.max_ngram,
         mask_ratios=setup.mask_ratios,
@@ -518,98 +500,17 @@ def pretrain(
     return train_run(out, resume, overwrite, definition, partial(prepare, setup, training, out, resume, overwrite))
 
 
-@dataclass(frozen=True)
-class PhaseTiming:
-    """The measured speed of a run's steps at one sequence length.
-
-    Attributes:
-        block_size: the tokens per sequence.
-        steps: the run's steps at this length.
-        seconds_per_step: the mean time of an optimizer step.
-        tokens_per_step: the tokens one step reads, over all processes and micro-batches.
-    """
-
-    block_size: int
-    steps: int
-    seconds_per_step: float
-    tokens_per_step: int
-
-    @property
-    def tokens_per_second(self) -> float:
-        """The tokens read per second."""
-        return self.tokens_per_step / self.seconds_per_step
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """What :func:`dry_run` measured, and the whole run it projects.
-
-    Attributes:
-        phases: the timing of each sequence length the run trains at (BERT's two phases, else one).
-        timed_steps: the steps timed per phase, after one untimed warm-up step.
-        peak_memory: the bytes at the peak of the timed steps.
-        memory_source: what ``peak_memory`` measures.
-    """
-
-    phases: tuple[PhaseTiming, ...]
-    timed_steps: int
-    peak_memory: int
-    memory_source: str
-
-    @property
-    def steps(self) -> int:
-        """The run's optimizer steps."""
-        return sum(phase.steps for phase in self.phases)
-
-    @property
-    def projected_seconds(self) -> float:
-        """The whole run's time at the measured speed: each phase's steps x its time per step."""
-        return sum(phase.steps * phase.seconds_per_step for phase in self.phases)
-
-    def report(self) -> str:
-        """The measurements and the projection, as ``plm pretrain --dry-run`` prints them.
-
-        Returns:
-            The text, one line per phase and one for the whole run.
-        """
-        lines = [f"dry run: {self.timed_steps} optimizer steps timed after one warm-up step, nothing written"]
-        for phase in self.phases:
-            lines.append(f"  {phase.steps:,} steps of {phase.block_size} tokens per sequence: "
-                         f"{phase.seconds_per_step:.3g} s per step of {phase.tokens_per_step:,} tokens, "
-                         f"{phase.tokens_per_second:,.0f} tokens/s")
-        lines.append(f"projected: {self.steps:,} steps in {duration(self.projected_seconds)}; peak memory "
-                     f"{self.peak_memory / 2**30:.3g} GiB ({self.memory_source})")
-        return "\n".join(lines)
-
-
-def duration(seconds: float) -> str:
-    """A time span as a reader says it: ``42 s``, ``17 min``, ``3.5 h``, ``12.3 days``.
-
-    Args:
-        seconds: the span.
-
-    Returns:
-        The text.
-    """
-    for unit, length in (("days", 86_400), ("h", 3_600), ("min", 60)):
-        if seconds >= length:
-            return f"{seconds / length:.3g} {unit}"
-    return f"{seconds:.3g} s"
-
-
-def dry_run(
+def pretrain_dry_run(
     setup: PretrainSetup,
     training: TrainingConfig,
     out: str | Path,
     resume: bool = False,
     overwrite: bool = False,
-    timed_steps: int = 3,
 ) -> DryRun:
-    """Build the run as :func:`pretrain` would, time a few optimizer steps, and project the whole run.
+    """Build the run as :func:`pretrain` would, time a few of its steps at each length, and project it.
 
-    The model, the data and the optimizer are :func:`prepare`'s; each sequence length the run
-    trains at (BERT's short phase, then the long one) is timed from its first step, after one
-    untimed warm-up step (which also compiles, with ``compile``). Nothing is written to ``out``.
+    Each sequence length the run trains at (BERT's short phase, then the long one) is timed (see
+    :mod:`plm.training.dry_run`). Nothing is written to ``out``.
 
     Args:
         setup: what the run trains.
@@ -617,7 +518,6 @@ def dry_run(
         out: the run directory, checked as the run would check it.
         resume: the run would continue the one in ``out`` (its tokenizer is read).
         overwrite: the run would replace the run (or other files) in ``out``.
-        timed_steps: the optimizer steps timed per phase.
 
     Returns:
         The measurements and the projection.
@@ -625,64 +525,11 @@ def dry_run(
     Raises:
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
     """
-    try:
-        trainer, _ = prepare(setup, training, out, resume, overwrite)
+    def phases(trainer: Trainer) -> list[Phase]:
         steps, block_size = trainer.config.steps, block_size_of(setup)
         if setup.short_block_size is None:
-            lengths = [(block_size, 0, steps)]
-        else:
-            switch = min(setup.short_steps, steps)
-            lengths = [(setup.short_block_size, 0, switch), (block_size, switch, steps)]
-        wrapped = trainer.wrap(trainer.model)
-        if trainer.config.compile:  # as the training loop runs it
-            wrapped = cast(torch.nn.Module, torch.compile(wrapped))
-        if trainer.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(trainer.device)
-        phases = []
-        for length, start, end in lengths:
-            if end > start:  # a phase the run reaches
-                seconds, tokens = time_steps(trainer, wrapped, range(start, end), timed_steps)
-                phases.append(PhaseTiming(length, end - start, seconds, tokens))
-        return DryRun(tuple(phases), timed_steps, *peak_memory(trainer.device))
-    finally:
-        teardown_distributed()
+            return [Phase(block_size, 0, steps)]
+        switch = min(setup.short_steps, steps)
+        return [Phase(setup.short_block_size, 0, switch), Phase(block_size, switch, steps)]
 
-
-def time_steps(trainer: Trainer, wrapped: torch.nn.Module, phase: range, count: int) -> tuple[float, int]:
-    """The mean seconds and tokens of ``count`` optimizer steps of ``phase``, after its first step, untimed.
-
-    The timed steps are the phase's next ones (again from its start in a phase of fewer), so that
-    they read its batches. Each optimizer step ends by reading its losses back from the device, so
-    the clock stops only once the device's work is done.
-
-    Args:
-        trainer: the run's trainer.
-        wrapped: the module its steps run (see :meth:`plm.training.trainer.Trainer.wrap`).
-        phase: the run's steps at one sequence length.
-        count: the steps timed.
-
-    Returns:
-        The seconds and the tokens per step.
-    """
-    trainer.step = phase[0]
-    trainer.optimizer_step(wrapped)
-    started, tokens = time.perf_counter(), 0
-    for index in range(1, count + 1):
-        trainer.step = phase[index % len(phase)]
-        tokens += trainer.optimizer_step(wrapped)[1]
-    return (time.perf_counter() - started) / count, tokens // count
-
-
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    """The peak memory of this process so far: on a GPU what PyTorch allocated there, else the process's RSS.
-
-    Args:
-        device: the run's device.
-
-    Returns:
-        The bytes and what they measure.
-    """
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "the GPU's peak allocated by PyTorch"
-    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, in KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit, "the process's peak RSS"
+    return dry_run(lambda: prepare(setup, training, out, resume, overwrite)[0], phases)

@@ -30,6 +30,7 @@ from plm.models.recipe import TRANSLATION, Hyperparameters
 from plm.objectives.seq2seq import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
 from plm.training.distributed import setup_distributed
+from plm.training.dry_run import DryRun, Phase, dry_run
 from plm.training.parallel import built_on_first_process
 from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
 from plm.training.run_directory import check_run_directory
@@ -122,7 +123,7 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
         validation = read_tsv(setup.validation_tsv)
     elif setup.validation_source or setup.validation_target:
         if not (setup.validation_source and setup.validation_target):
-            raise PLMError("--valid-src and --valid-tgt go together")
+            raise PLMError("--validation-src and --validation-tgt go together")
         validation = read_parallel(setup.validation_source, setup.validation_target)
     else:
         validation = None
@@ -140,7 +141,8 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
             raise PLMError(f"--validation-fraction must be in (0, 1), got {setup.validation_fraction}")
         count = max(1, round(len(train) * setup.validation_fraction))
         if count >= len(train):
-            raise PLMError(f"{len(train)} pairs are too few to hold out validation pairs; give --valid-src/--valid-tgt")
+            raise PLMError(f"{len(train)} pairs are too few to hold out validation pairs; give "
+                           "--validation-src/--validation-tgt")
         train, validation = train[:-count], train[-count:]
     return train, validation
 
@@ -324,6 +326,31 @@ def prepare_seq2seq(
     if warmup_note and world.is_main and not resume:  # a resumed run keeps its own warmup
         warnings.warn(warmup_note, PLMWarning, stacklevel=2)
     return trainer, tokenizers
+
+
+def seq2seq_dry_run(
+    setup: Seq2SeqSetup, training: TrainingConfig, out: str | Path, resume: bool = False, overwrite: bool = False
+) -> DryRun:
+    """Build the run as :func:`train_seq2seq` would, time a few of its steps, and project it.
+
+    A step's batches hold as many sentence pairs as fit the token budget (see :mod:`plm.training.dry_run`).
+    Nothing is written to ``out``.
+
+    Args:
+        setup: what the run trains on.
+        training: how long and how to train.
+        out: the run directory, checked as the run would check it.
+        resume: the run would continue the one in ``out``.
+        overwrite: the run would replace the run (or other files) in ``out``.
+
+    Returns:
+        The measurements and the projection.
+
+    Raises:
+        PLMError: an argument that cannot train, or a run directory that cannot take this run.
+    """
+    return dry_run(lambda: prepare_seq2seq(setup, training, out, resume, overwrite)[0],
+                   lambda trainer: [Phase(None, 0, trainer.config.steps)])
 
 
 def train_seq2seq(

@@ -12,6 +12,7 @@ Over torchrun's processes the model is replicated (DDP) or sharded (FSDP, see
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import shutil
@@ -25,7 +26,6 @@ from typing import Any, TypeVar, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from plm.cpu.int8 import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
@@ -34,6 +34,7 @@ from plm.models import PretrainedModel
 from plm.models.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.objectives import Objective
 from plm.objectives.base import loss_weights, perplexity_terms, selection
+from plm.progress import progress_bar
 from plm.storage.atomic_files import make_directory, read_json, staging_directory, write_json
 from plm.storage.checkpoint import (
     CHECKPOINT_DIR,
@@ -446,7 +447,7 @@ class Trainer:
         wrapped = self.wrap(self.model)
         if config.compile:  # the same parameters, run through a compiled graph (a module: torch's stubs say callable)
             wrapped = cast(torch.nn.Module, torch.compile(wrapped))
-        bar = tqdm(
+        bar = progress_bar(
             total=config.steps,
             initial=self.step,
             disable=not (config.progress and self.distributed.is_main),
@@ -472,10 +473,11 @@ class Trainer:
                 last = self.step == config.steps or out_of_time
                 metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": tokens_seen / running,
                            "elapsed": self.elapsed}
-                if self.step % config.eval_every == 0 or last:
-                    metrics.update(self.evaluate())
+                evaluated = self.step % config.eval_every == 0 or last
+                if evaluated:
+                    metrics.update(self.evaluate(sample=not last))  # the run's last evaluation reads it all
                     self.keep_if_best(metrics)
-                if self.step % config.log_every == 0 or "val_loss" in metrics:
+                if self.step % config.log_every == 0 or evaluated:
                     self.log(metrics)
                 bar.set_postfix(loss=f"{losses['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_seen / running:,.0f}",
                                 refresh=False)
@@ -580,12 +582,17 @@ class Trainer:
         return named_losses(terms, means, self.loss_weights), tokens
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, sample: bool = False) -> dict[str, float]:
         """Mean losses over the objective's fixed validation batches, and perplexities.
 
         The perplexity of the first term (and of each) where it is a log-likelihood (see
         :mod:`plm.objectives.base`). An objective with ``validation_metrics`` adds its task metrics,
         as ``val_<name>``.
+
+        Args:
+            sample: read only the objective's sample of its validation batches, where it has one
+                (``validation_sample_batches``, see :mod:`plm.objectives.base`); its losses and perplexities
+                are then named for it: ``val_loss_sample``, ``val_perplexity_sample`` ...
 
         Returns:
             The metrics by name, each prefixed ``val_``.
@@ -593,7 +600,11 @@ class Trainer:
         self.model.eval()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for batch in self.objective.validation_batches():
+        batches = self.objective.validation_batches()
+        sampled = getattr(self.objective, "validation_sample_batches", None) if sample else None
+        if sampled is not None:
+            batches = itertools.islice(batches, sampled)
+        for batch in batches:
             batch = to_device(batch, self.device)
             with autocast(self.device, self.dtype):
                 for term, value in self.objective.loss(self.model, batch).items():
@@ -614,6 +625,8 @@ class Trainer:
                     for t, mean in zip(terms, means)
                     if t in likelihoods
                 }
+            if sampled is not None:  # not the whole validation text: a number of its own
+                metrics = {f"{name}_sample": value for name, value in metrics.items()}
         reshard(self.model)
         task_metrics = getattr(self.objective, "validation_metrics", None)
         if task_metrics is not None:

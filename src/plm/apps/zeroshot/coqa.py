@@ -17,8 +17,8 @@ beginning of the story (then of the history), never its last question.
 Scores are those of CoQA's official script (``evaluate-v1.0.py``): exact match and token
 F1 after SQuAD's normalisation, and a question with several references scores the mean,
 over its references, of the best match among the others (:func:`turn_score`). The
-overall numbers are means over the questions, in percent: the official "overall" on the
-development set, whose stories all come from the script's in-domain sources.
+overall numbers are means over the questions, as fractions (the official script prints them x 100): its
+"overall" on the development set, whose stories all come from the script's in-domain sources.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class CoQAResult:
     """CoQA's F1 and exact match, and the answers.
 
     Attributes:
-        f1: the official F1 x 100, the mean over questions.
-        exact_match: the official exact match x 100.
+        f1: the official F1, the mean over questions, in [0, 1].
+        exact_match: the official exact match, in [0, 1].
         questions: the questions answered.
         prompts_cut: the prompts that lost the beginning of their story to fit the model.
         predictions: ``{"id", "turn_id", "answer"}`` per question, the official script's prediction format.
@@ -202,8 +202,8 @@ def evaluate_coqa(
     answers = greedy_answers(model, tokenizer, prompts, max_new_tokens, batch_size, progress, desc="coqa")
     scores = [turn_score(answer.text, references) for answer, (_, _, references) in zip(answers, turns)]
     return CoQAResult(
-        f1=100 * sum(f1 for _, f1 in scores) / len(scores),
-        exact_match=100 * sum(exact for exact, _ in scores) / len(scores),
+        f1=sum(f1 for _, f1 in scores) / len(scores),
+        exact_match=sum(exact for exact, _ in scores) / len(scores),
         questions=len(scores),
         prompts_cut=sum(answer.cut for answer in answers),
         predictions=[{"id": story.id, "turn_id": turn_id, "answer": answer.text}

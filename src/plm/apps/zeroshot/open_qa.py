@@ -52,13 +52,13 @@ class OpenQAResult:
     """Exact match on all questions and on those the model is most confident of, and the answers.
 
     Attributes:
-        exact_match: the percentage of questions answered right.
+        exact_match: the fraction of questions answered right, in [0, 1].
         questions: the questions answered.
         correct: those answered right.
         confident_fraction: the share of the questions, the most confident first, scored apart.
         confident_questions: how many questions that share is.
         confident_correct: those of them answered right.
-        confident_exact_match: their percentage answered right.
+        confident_exact_match: the fraction of them answered right.
         shots: the example pairs in each prompt.
         prompts_cut: the prompts that lost the beginning of their examples to fit the model.
         predictions: ``{"question", "answer", "probability", "correct"}`` per question, in file order.
@@ -217,13 +217,13 @@ def evaluate_open_qa(
     confident = most_confident([answer.logprob for answer in answers], fraction)
     confident_correct = sum(right[index] for index in confident)
     return OpenQAResult(
-        exact_match=100 * sum(right) / len(right),
+        exact_match=sum(right) / len(right),
         questions=len(right),
         correct=sum(right),
         confident_fraction=fraction,
         confident_questions=len(confident),
         confident_correct=confident_correct,
-        confident_exact_match=100 * confident_correct / len(confident),
+        confident_exact_match=confident_correct / len(confident),
         shots=shots,
         prompts_cut=sum(answer.cut for answer in answers),
         predictions=[

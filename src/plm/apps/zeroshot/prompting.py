@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence, TypeVar
 
-from tqdm.auto import tqdm
-
 from plm.apps.text_pipelines import left_pad, prompt_padding
 from plm.apps.zeroshot.scoring import split_whitespace
 from plm.decoding.generation import decode_steps
 from plm.decoding.generation_config import GenerationConfig, StopStrings
 from plm.errors import PLMError
 from plm.models import CausalLM
+from plm.progress import progress_bar
 from plm.tokenization.tokenizer import Tokenizer
 
 Item = TypeVar("Item")
@@ -197,7 +196,7 @@ def greedy_answers(
                               stop=stop)
     device = next(model.parameters()).device
     answers = []
-    for start in tqdm(range(0, len(encoded), batch_size), disable=not progress, desc=desc):
+    for start in progress_bar(range(0, len(encoded), batch_size), disable=not progress, desc=desc):
         chunk = encoded[start : start + batch_size]
         ids, mask = left_pad([row for row, _ in chunk], pad)
         tokens: list[list[int]] = [[] for _ in chunk]

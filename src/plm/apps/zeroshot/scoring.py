@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from plm.apps.text_pipelines import left_pad
 from plm.errors import PLMError
 from plm.models import CausalLM
+from plm.progress import progress_bar
 from plm.tokenization.tokenizer import Tokenizer
 
 
@@ -77,7 +77,7 @@ def encode_pair(tokenizer: Tokenizer, context: str, continuation: str, room: int
         raise PLMError(f"nothing to score after {context[-30:]!r}")
     prefix = tokenizer.encode(context)
     if not prefix:
-        start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id
+        start = tokenizer.start_id
         if start is None:
             raise PLMError("an empty context needs a beginning-of-text token, and the tokenizer has none")
         prefix = [start]
@@ -123,7 +123,7 @@ def score_continuations(
     pad = tokenizer.padding_id
     model.eval()
     results = []
-    for start in tqdm(range(0, len(encoded), batch_size), disable=not progress, desc=desc):
+    for start in progress_bar(range(0, len(encoded), batch_size), disable=not progress, desc=desc):
         chunk = encoded[start : start + batch_size]
         ids, mask = left_pad([row for row, _ in chunk], pad)  # (B, T): every continuation ends at T - 1
         last = max(length for _, length in chunk)

@@ -3,8 +3,8 @@ r"""Summarisation by prompting (GPT-2 §3.6): the article, then "TL;DR:", and th
 The input is JSONL, one ``{"article": ..., "summary": ...}`` per line (the summary is
 the reference). As in the paper: the prompt is the article followed by ``\nTL;DR:``,
 the model samples 100 tokens with top-k 2, the first three sentences of what it wrote
-are its summary, and ROUGE-1, ROUGE-2 and ROUGE-L F1 (``rouge-score``, with stemming)
-compare that with the reference. An article too long for the context loses its beginning.
+are its summary, and ROUGE-1, ROUGE-2 and ROUGE-L F1 (``rouge-score``, with stemming; fractions in [0, 1],
+as it gives them) compare that with the reference. An article too long for the context loses its beginning.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from plm.apps.text_pipelines import generate_text
 from plm.apps.zeroshot.jsonl import read_jsonl
 from plm.errors import PLMError
 from plm.models import CausalLM
+from plm.progress import progress_bar
 from plm.tokenization.tokenizer import Tokenizer
 
 PROMPT = "\nTL;DR:"
@@ -47,13 +46,13 @@ class SummaryResult:
     """ROUGE F1 of the summaries, and the summaries.
 
     Attributes:
-        rouge1: ROUGE-1 F1 x 100, the mean over articles.
-        rouge2: ROUGE-2 F1 x 100.
-        rougeL: ROUGE-L F1 x 100.
+        rouge1: ROUGE-1 F1, the mean over articles, in [0, 1].
+        rouge2: ROUGE-2 F1.
+        rougeL: ROUGE-L F1.
         articles: the articles summarised.
         summaries: the model's summary of each article.
     """
-    rouge1: float  # F1 x 100, the mean over articles
+    rouge1: float  # F1, the mean over articles
     rouge2: float
     rougeL: float
     articles: int
@@ -125,7 +124,7 @@ def evaluate_summaries(
             f"{max_new_tokens} new tokens leave no room for the article in a context of {model.context_length()}"
         )
     summaries = []
-    for start in tqdm(range(0, len(rows), batch_size), disable=not progress, desc="summarize"):
+    for start in progress_bar(range(0, len(rows), batch_size), disable=not progress, desc="summarize"):
         prompts = [article.rstrip() + PROMPT for article, _ in rows[start : start + batch_size]]
         seed_here = None if seed is None else seed + start
         texts = generate_text(model, tokenizer, prompts, max_new_tokens, top_k=top_k, seed=seed_here, keep_last=room)
@@ -134,5 +133,5 @@ def evaluate_summaries(
 
     scorer = rouge_scorer.RougeScorer(list(ROUGE), use_stemmer=True)
     scores = [scorer.score(reference, summary) for (_, reference), summary in zip(rows, summaries)]
-    mean = {name: 100 * sum(score[name].fmeasure for score in scores) / len(scores) for name in ROUGE}
+    mean = {name: sum(score[name].fmeasure for score in scores) / len(scores) for name in ROUGE}
     return SummaryResult(mean["rouge1"], mean["rouge2"], mean["rougeL"], len(rows), summaries)

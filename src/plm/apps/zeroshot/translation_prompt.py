@@ -37,9 +37,9 @@ class TranslationPromptResult:
     """The BLEU of the model's translations, and the translations.
 
     Attributes:
-        bleu: sacreBLEU's corpus BLEU.
-        chrf: sacreBLEU's corpus chrF.
-        exact_match: the percentage of translations equal to their reference.
+        bleu: sacreBLEU's corpus BLEU, 0-100.
+        chrf: sacreBLEU's corpus chrF, 0-100.
+        exact_match: the fraction of translations equal to their reference, in [0, 1].
         sentences: the sentences translated.
         shots: the example pairs in each prompt.
         prompts_cut: the prompts that lost their first examples to fit the model.
