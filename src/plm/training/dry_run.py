@@ -242,7 +242,7 @@ def time_micro_batches(trainer: Trainer, wrapped: torch.nn.Module, phase: Phase)
     tokens = trainer.objective.size(batch) * accumulated * trainer.distributed.world_size
     # The activations grow by the same bytes with each sequence; what stays is in the peak of one.
     peak = peak_of_one + (micro_batch - 1) * max(0, peak_of_two - peak_of_one)
-    timed = (f"micro-batches of 1 and 2 sequences timed, and steps of {micro_batch * accumulated} sequences per "
+    timed = (f"micro-batches of 1 and 2 sequences timed, and steps of {micro_batch * accumulated:,} sequences per "
              "process projected from them, their peak memory too")
     return PhaseTiming(phase.block_size, phase.end - phase.start, seconds, tokens, peak, timed)
 
