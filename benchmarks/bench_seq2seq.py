@@ -14,7 +14,7 @@
 (c) With ``--translate MODEL`` instead: translation sentences/s of a trained encoder-decoder
     (a model directory or training run) over the first ``--sentences`` Multi30k test
     sentences, with its family's decoding (the Transformer: beam 4, alpha 0.6, at most
-    source length + 50 tokens) and ``--beam``: batched as ``plm.apps.translation.translate``
+    source length + 50 tokens) and ``--beam``: batched as ``plm.objectives.translation.translate``
     batches them (sentences leave their batch once done) against one sentence per call,
     with fp32 weights and with int8 ones (``plm.quantize``), all four taking turns.
 
@@ -35,9 +35,10 @@ from torch import nn
 
 from bench_common import Report, interleaved_medians
 from plm import quantize
-from plm.apps.translation import load_seq2seq, recipe_decoding, translate
+from plm.apps.translation import load_seq2seq
 from plm.decoding import beam_search
 from plm.models import from_preset
+from plm.objectives.translation import recipe_decoding, translate
 from references import TorchTransformer, build_reference
 
 MULTI30K_TEST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "test_2016_flickr.de"

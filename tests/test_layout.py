@@ -92,6 +92,27 @@ def test_no_import_cycles() -> None:
         visit(module, [])
 
 
+def package_of(module: str) -> str | None:
+    """The package directly under plm that holds ``module`` (None: a top-level module)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (SRC / "plm" / parts[1]).is_dir()) else None
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """A layer imports only those below it: packages form no cycle, whichever of their modules import (a lazy
+    import inside a function counts as much as one at the top)."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        package = package_of(module)
+        if package is None:
+            continue
+        graph.setdefault(package, set())
+        graph[package] |= {other for name in imports(module, top_level_only=False)
+                           if name.startswith("plm.") and (other := package_of(name)) not in (None, package)}
+    pairs = sorted({tuple(sorted((a, b))) for a, deps in graph.items() for b in deps if a in graph.get(b, ())})
+    assert not pairs, "packages that import each other: " + ", ".join(f"{a}<->{b}" for a, b in pairs)
+
+
 def test_the_top_level_holds_few_modules_and_no_name_is_used_twice() -> None:
     top = SRC / "plm"
     modules = sorted(path.stem for path in top.glob("*.py") if path.stem != "__init__")

@@ -52,10 +52,10 @@ for folder in (HERE, HERE.parent):  # common.py, and references.py
 
 from common import Curve, Row, Settings, StepTimer, group_main  # noqa: E402
 
-from plm.apps.translation import translate  # noqa: E402
 from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, right_pad  # noqa: E402
 from plm.models.recipe import TRANSLATION  # noqa: E402
 from plm.objectives.seq2seq import Seq2SeqObjective  # noqa: E402
+from plm.objectives.translation import translate  # noqa: E402
 from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq  # noqa: E402
 from plm.training.trainer import TrainingConfig  # noqa: E402
 from references import build_reference  # noqa: E402

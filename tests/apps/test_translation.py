@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from plm.apps.attention_map import pair_attention
-from plm.apps.translation import score_translations
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
+from plm.objectives.translation import score_translations
 
 # sacrebleu's README: BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ...) and chrF2 = 59.73 for this example.
 REFERENCES = [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],

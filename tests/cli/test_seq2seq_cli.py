@@ -225,20 +225,21 @@ def test_attention_draws_a_run_with_separate_vocabularies(date_pair_files: Path,
 def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) -> None:
     """Beam k decodes k hypotheses per sentence: a batch holds a k-th of --max-tokens source tokens."""
     import plm.apps.translation
+    import plm.objectives.translation
 
     shapes = []
-    search = plm.apps.translation.beam_search
+    search = plm.objectives.translation.beam_search
 
     def recording(model, start, **options):
         shapes.append(tuple(options["source_ids"].shape))
         return search(model, start, **options)
 
-    monkeypatch.setattr(plm.apps.translation, "beam_search", recording)
+    monkeypatch.setattr(plm.objectives.translation, "beam_search", recording)
     model, tokenizers = plm.apps.translation.load_seq2seq(trained / "run")
     sentences = [p.source for p in DATE_PAIRS]
     for beam in (1, 4):
         shapes.clear()
-        plm.apps.translation.translate(
+        plm.objectives.translation.translate(
             model, tokenizers, sentences, GenerationConfig(num_beams=beam, max_new_tokens=2), max_tokens=256
         )
         longest = max(map(len, tokenizers.encode_sources(sentences)))
@@ -250,19 +251,20 @@ def test_a_wider_beam_takes_fewer_sentences_a_batch(trained: Path, monkeypatch) 
 def test_a_search_that_would_not_fit_in_free_memory_is_refused_with_its_estimate(trained: Path, monkeypatch,
                                                                                  capsys) -> None:
     import plm.apps.translation
+    import plm.objectives.translation
 
     model, tokenizers = plm.apps.translation.load_seq2seq(trained / "run")
     vocabulary = model.config.vocab_size
     # With 10 kB free, 64 hypotheses cannot even hold their scores over the vocabulary (64 x V x 4 bytes).
     assert 64 * vocabulary * 4 > 10_000
-    monkeypatch.setattr(plm.apps.translation, "available_memory", lambda: 10_000)
+    monkeypatch.setattr(plm.objectives.translation, "available_memory", lambda: 10_000)
     code = main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
                  "--device", "cpu"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert re.search(r"--beam 64 over \d+ sentence\(s\) of \d+ tokens needs about [\d.]+ GiB for the search, "
                      r"more than the 0.0 GiB free", err), err
-    monkeypatch.setattr(plm.apps.translation, "available_memory", lambda: 1 << 40)
+    monkeypatch.setattr(plm.objectives.translation, "available_memory", lambda: 1 << 40)
     assert main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--beam", "64",
                  "--max-len-a", "0", "--max-len-b", "2", "--device", "cpu"]) == 0
 
@@ -295,7 +297,7 @@ def test_a_model_trained_on_reversed_sources_translates_them_reversed(date_pair_
         read.append(source_ids[0].tolist())
         return beam_search(model, start, source_ids=source_ids, **options)
 
-    monkeypatch.setattr("plm.apps.translation.beam_search", recorded_search)
+    monkeypatch.setattr("plm.objectives.translation.beam_search", recorded_search)
     sentence = "the fifth of May, nineteen ninety-nine"
     monkeypatch.setattr("sys.stdin", io.StringIO(sentence + "\n"))
     assert main(["translate", "--model", str(run), "--max-len-a", "0", "--max-len-b", "6", "--device", "cpu"]) == 0

@@ -17,11 +17,12 @@ import pytest
 import torch
 
 import plm.hf
-from plm.apps.translation import load_seq2seq, translate_ids
+from plm.apps.translation import load_seq2seq
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.models.transformer import TransformerConfig
+from plm.objectives.translation import translate_ids
 from tests.hf.random_weights import randomized
 from tests.tokenization.test_released_tokenizers import write_fsmt_tokenizer
 

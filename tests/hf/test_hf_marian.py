@@ -22,13 +22,14 @@ import pytest
 import torch
 
 import plm.hf
-from plm.apps.translation import load_seq2seq, translate_ids
+from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import from_config
 from plm.models.transformer import TransformerConfig
+from plm.objectives.translation import translate_ids
 from tests.hf.random_weights import randomized
 from tests.tokenization.test_released_tokenizers import write_marian_tokenizer
 

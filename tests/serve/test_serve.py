@@ -22,13 +22,14 @@ from starlette.testclient import TestClient
 import plm
 from plm.apps.attention_map import self_attention
 from plm.apps.text_pipelines import embed_texts, fill_mask
-from plm.apps.translation import load_seq2seq, recipe_decoding, translate, translate_ids
+from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
 from plm.decoding import GenerationConfig, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
+from plm.objectives.translation import recipe_decoding, translate, translate_ids
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
 from plm.tasks import task_model

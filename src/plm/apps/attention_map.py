@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from plm.apps.translation import recipe_decoding, translate_ids
 from plm.core import MultiHeadAttention, attention_weights
 from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
+from plm.objectives.translation import recipe_decoding, translate_ids
 from plm.storage.atomic_files import atomic_open
 from plm.tokenization.tokenizer import Tokenizer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from plm.apps.translation import load_seq2seq, score_translations, translate
+from plm.apps.translation import load_seq2seq
 from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
@@ -18,6 +18,7 @@ from plm.cli.common import (
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.cli.translate import add_decoding, decoding_config, search_json
 from plm.data.parallel import read_parallel
+from plm.objectives.translation import score_translations, translate
 
 EXAMPLES = """examples:
   plm eval bleu --model runs/de-en --src test_2016_flickr.de --ref test_2016_flickr.en

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from plm.apps.translation import check_search, load_seq2seq, recipe_decoding, translate
+from plm.apps.translation import load_seq2seq
 from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
@@ -21,6 +21,7 @@ from plm.data.corpus import read_text
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RECIPES
+from plm.objectives.translation import check_search, recipe_decoding, translate
 
 EXAMPLES = """examples:
   plm translate --model runs/dates <<< "Friday, the fifteenth of March twenty twenty-four"

@@ -1,8 +1,8 @@
 """How a prompt is continued: :class:`GenerationConfig`, taken by every search, and the checks they share.
 
 Greedy search and sampling (:func:`plm.decoding.generation.generate`, :func:`plm.decoding.generation.decode_steps`),
-beam search (:func:`plm.decoding.beam.beam_search`), :func:`plm.apps.translation.translate` and ``plm serve`` all read
-their options from one :class:`GenerationConfig`; each field says which searches use it.
+beam search (:func:`plm.decoding.beam.beam_search`), :func:`plm.objectives.translation.translate` and
+``plm serve`` all read their options from one :class:`GenerationConfig`; each field says which searches use it.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.apps.translation import score_translations, translate
 from plm.data.parallel import (
     BudgetSampler,
     PairRows,
@@ -39,6 +38,7 @@ from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.models.recipe import TRANSLATION
 from plm.objectives.base import Selection
+from plm.objectives.translation import score_translations, translate
 
 NLL, SMOOTHED = "nll", "label_smoothed"  # the logged likelihood, the trained loss
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from plm.apps.attention_map import AttentionMap, decoder_attention, pair_attention, self_attention
 from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
-from plm.apps.translation import recipe_decoding, seq2seq_tokenizers, translate_ids
+from plm.apps.translation import seq2seq_tokenizers
 from plm.core import MultiHeadAttention
 from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
 from plm.decoding.generation_config import GenerationConfig
@@ -30,6 +30,7 @@ from plm.errors import PLMError
 from plm.loading import inference_weights, opened, tokenizer_beside
 from plm.models import CausalLM, Encoder, PretrainedModel, Seq2SeqModel
 from plm.models.elmo import Elmo, embed_sentences
+from plm.objectives.translation import recipe_decoding, translate_ids
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
 from plm.tasks.feature_tagger import FeatureTagger

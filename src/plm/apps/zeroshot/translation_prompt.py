@@ -11,7 +11,7 @@ the other way round fr→en. The examples are the first K lines of a pair of exa
 files, or of the evaluated files themselves, whose first K lines are then not scored.
 Greedy decoding runs until a new line, and the first sentence of what the model wrote
 is its translation. sacreBLEU's corpus BLEU and chrF compare the translations with
-the references (:func:`plm.apps.translation.score_translations`). A prompt too long for
+the references (:func:`plm.objectives.translation.score_translations`). A prompt too long for
 the model loses its first examples, never the sentence to translate.
 """
 
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from plm.apps.translation import score_translations
 from plm.apps.zeroshot.prompting import Prompt, greedy_answers, split_examples
 from plm.apps.zeroshot.summarize import first_sentences
 from plm.data.parallel import SentencePair, read_parallel
 from plm.errors import PLMError
 from plm.models import CausalLM
+from plm.objectives.translation import score_translations
 from plm.tokenization.tokenizer import Tokenizer
 
 SEPARATOR = " = "
