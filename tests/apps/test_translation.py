@@ -1,6 +1,9 @@
-"""Translation scores against sacrebleu's documented example, and the attention map of an RNN."""
+"""Translation scores against sacrebleu's documented example, the attention map of an RNN, and sampled translation."""
 
 from __future__ import annotations
+
+import copy
+import dataclasses
 
 import pytest
 import torch
@@ -8,9 +11,10 @@ import torch
 from plm.apps.attention_map import pair_attention
 from plm.data.dates import date_pairs
 from plm.data.parallel import Seq2SeqTokenizers
+from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
-from plm.objectives.translation import score_translations
+from plm.objectives.translation import score_translations, translate_ids
 
 # sacrebleu's README: BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ...) and chrF2 = 59.73 for this example.
 REFERENCES = [["The dog bit the man.", "It was not unexpected.", "The man bit him first."],
@@ -62,3 +66,58 @@ def test_the_self_attention_map_of_gpt_is_the_softmax_of_its_scaled_causal_score
     scores = (q @ k.T / 4.0).masked_fill(~torch.ones(len(q), len(q), dtype=torch.bool).tril(), float("-inf"))
     torch.testing.assert_close(attention.weights, scores.softmax(-1), atol=1e-5, rtol=1e-5)
     assert attention.rows == attention.columns == [tokenizer.decode([t]).strip() for t in ids[0].tolist()]
+
+
+@pytest.fixture(scope="module")
+def random_rnn() -> tuple[RNNSeq2Seq, Seq2SeqTokenizers]:
+    """An untrained RNN with attention: it rarely writes </s>, so every translation runs to its length limit."""
+    tokenizers = Seq2SeqTokenizers.train(date_pairs(50, seed=0), vocab_size=300)
+    torch.manual_seed(0)
+    model = RNNSeq2Seq(RNNConfig(vocab_size=len(tokenizers.source), embedding_dim=8, hidden_dim=16, layers=1,
+                                 attention="general", input_feeding=True)).eval()
+    return model, tokenizers
+
+
+SOURCES = [pair.source for pair in date_pairs(12, seed=1)]
+
+
+def test_a_sampled_translation_is_the_same_whichever_sentences_share_its_batch(random_rnn) -> None:
+    sampling = GenerationConfig(do_sample=True, seed=3, max_new_tokens=6, max_len_a=0.5)
+    together = translate_ids(*random_rnn, SOURCES, sampling, max_tokens=4096)
+    alone = translate_ids(*random_rnn, SOURCES, sampling, max_tokens=1)  # one sentence a batch
+    assert together == alone
+    assert len(set(map(tuple, together))) > 1
+    assert translate_ids(*random_rnn, SOURCES, dataclasses.replace(sampling, seed=4)) != together
+    # each translation ends with </s> or at its own limit: floor(0.5 x its source tokens) + 6 new tokens after <s>
+    eos = random_rnn[1].target.required_id("eos")
+    limits = [len(source) // 2 + 6 for source in random_rnn[1].encode_sources(SOURCES)]
+    assert all(len(ids) - 1 == limit or ids[-1] == eos and len(ids) - 1 < limit for ids, limit in zip(together, limits))
+    assert sum(len(ids) - 1 == limit for ids, limit in zip(together, limits)) > len(SOURCES) // 2
+
+
+def test_sampling_among_the_single_most_likely_token_is_greedy_search(random_rnn) -> None:
+    greedy = GenerationConfig(num_beams=1, max_new_tokens=6, max_len_a=0.5)
+    sampled = dataclasses.replace(greedy, do_sample=True, top_k=1, seed=0)
+    assert translate_ids(*random_rnn, SOURCES, sampled) == translate_ids(*random_rnn, SOURCES, greedy)
+
+
+def test_a_sampled_first_token_follows_the_models_tempered_distribution(random_rnn) -> None:
+    model, tokenizers = copy.deepcopy(random_rnn[0]), random_rnn[1]
+    with torch.no_grad():  # logits half a nat apart, so that the temperature matters
+        model.output.bias[torch.randperm(300, generator=torch.Generator().manual_seed(0))] = -0.5 * torch.arange(300.0)
+    draws = 4000
+    sampling = GenerationConfig(temperature=0.5, top_k=4, seed=0, max_new_tokens=1)
+    first = torch.tensor([ids[1] for ids in translate_ids(model, tokenizers, ["4 July 1976"] * draws, sampling)])
+    [source] = tokenizers.encode_sources(["4 July 1976"])
+    start = tokenizers.target.required_id("bos")
+    logits = model(torch.tensor([source]), torch.tensor([[start]])).logits[0, -1]  # the oracle: one forward pass
+    top = logits.topk(4)
+    expected = (top.values / 0.5).softmax(-1)
+    observed = torch.stack([(first == token).float().mean() for token in top.indices])
+    assert observed.sum().item() == pytest.approx(1)  # nothing outside the top 4
+    assert torch.allclose(observed, expected, atol=0.03), (observed, expected)  # 4.7 standard deviations at most
+
+
+def test_sampling_draws_one_translation_a_sentence_not_a_beam(random_rnn) -> None:
+    with pytest.raises(PLMError, match="sampling draws one translation a sentence; give --beam 1, not 4"):
+        translate_ids(*random_rnn, SOURCES, GenerationConfig(num_beams=4, do_sample=True))

@@ -125,6 +125,35 @@ def test_a_transformer_decodes_as_the_paper_unless_flags_say_otherwise(
     assert searches == [expected]
 
 
+@pytest.mark.parametrize(
+    ("flags", "sampling"),
+    [
+        (["--sample"], {"do_sample": True, "seed": 0}),
+        (["--temperature", "0.7", "--top-p", "0.9", "--seed", "3"], {"temperature": 0.7, "top_p": 0.9, "seed": 3}),
+        (["--top-k", "5", "--max-len-b", "9"], {"top_k": 5, "seed": 0, "max_new_tokens": 9}),
+    ],
+)
+def test_sampling_flags_replace_the_beam_by_one_draw_a_sentence(
+    transformer_run: Path, date_pair_files: Path, monkeypatch, capsys, flags, sampling
+) -> None:
+    searches = record_searches(monkeypatch, "translate")
+    assert main(["translate", "--model", str(transformer_run), str(date_pair_files / "src.txt"), *flags,
+                 "--device", "cpu"]) == 0
+    paper = {"length_penalty": 0.6, "max_len_a": 1.0, "max_new_tokens": 50}
+    assert searches == [GenerationConfig(num_beams=1, **{**paper, **sampling})]
+
+
+def test_a_sampled_translation_repeats_with_its_seed(trained: Path, capsys) -> None:
+    def sampled(seed: str) -> list[str]:
+        assert main(["translate", "--model", str(trained / "run"), str(trained / "src.txt"), "--sample", "--seed",
+                     seed, "--no-progress", "--device", "cpu"]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    first = sampled("1")
+    assert len(first) == 24 and sampled("1") == first
+    assert sampled("2") != first
+
+
 def test_an_rnn_decodes_greedily_by_default(trained: Path, monkeypatch, capsys) -> None:
     searches = record_searches(monkeypatch, "translate")
     monkeypatch.setattr("sys.stdin", io.StringIO("3 May 1999\n"))
@@ -152,6 +181,9 @@ def test_attention_writes_a_png(trained: Path, tmp_path: Path, capsys) -> None:
         (["attention", "--model", "{run}", "x", "--out", "{nowhere}/x.png"], "no such directory"),
         (["eval", "bleu", "--model", "{run}", "--src", "{src}", "--ref", "{short}"], "not aligned"),
         (["translate", "--model", "{run}", "x", "--max-len-a", "0", "--max-len-b", "0"], "leave no room for a single"),
+        (["translate", "--model", "{run}", "x", "--sample", "--beam", "2"], "sampling draws one translation a "
+         "sentence; give --beam 1, not 2"),
+        (["translate", "--model", "{run}", "x", "--temperature", "0"], "temperature must be a positive number"),
         (["translate", "--model", "{run}", "{src}", "--beam", "100000"],
          "--beam 100000 is more than the .* target tokens"),
         (["finetune", "--task", "classify", "--model", "{run}", "--train", "{tsv}", "--validation", "{tsv}",

@@ -271,6 +271,11 @@ MAX_TOKENS = Flag("--max-tokens", "the token budget of a batch", type=positive_i
 MAX_NEW_TOKENS = Flag("--max-new-tokens", "the most tokens generated for each prompt", type=positive_int,
                       per_command_default=True)
 TOP_K = Flag("--top-k", "sample among the k most likely tokens (0: all)", type=int, per_command_default=True)
+TOP_P = Flag("--top-p", "sample among the fewest tokens whose probability reaches p (1: all)", type=float,
+             default=1.0)
+TEMPERATURE = Flag("--temperature", "divide the logits by this before sampling (1: the model's own distribution)",
+                   type=float, default=1.0)
+SAMPLE = Flag("--sample", "sample even with the default --temperature, --top-k and --top-p", switch=True)
 IGNORE_EOS = Flag("--ignore-eos", "go on past the end-of-text token to --max-new-tokens (without it a continuation "
                   "ends where the model writes that token, and a note on stderr says so)", switch=True)
 BEAM = Flag("--beam", "beam size (1: greedy search)", type=positive_int)

@@ -42,15 +42,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt-file", help="a UTF-8 file with one prompt per line")
     flags.MAX_NEW_TOKENS.add(parser, default=None, note=f"default {DEFAULT_NEW_TOKENS}, fewer when the context has "
                              "less room left")
-    parser.add_argument("--temperature", type=float, default=1.0, help="divide the logits by this before sampling")
+    flags.TEMPERATURE.add(parser)
     flags.TOP_K.add(parser, default=0)
-    parser.add_argument(
-        "--top-p", type=float, default=1.0, help="sample among the fewest tokens whose probability reaches p"
-    )
+    flags.TOP_P.add(parser)
     parser.add_argument(
         "--repetition-penalty", type=float, default=1.0, help="divide logits of tokens already present (CTRL)"
     )
-    parser.add_argument("--sample", action="store_true", help="sample even with the default temperature/top-k/top-p")
+    flags.SAMPLE.add(parser)
     parser.add_argument(
         "--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)"
     )

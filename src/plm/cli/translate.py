@@ -1,9 +1,10 @@
 """plm translate: translate sentences with an encoder-decoder, one per line, greedy or beam search as its family's
-recipe decodes unless flags say otherwise."""
+recipe decodes unless flags say otherwise, or sampled."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from plm.apps.translation import load_seq2seq
@@ -13,6 +14,7 @@ from plm.cli.common import (
     add_device,
     add_model,
     add_no_progress,
+    add_seed,
     add_weights,
     inference_device,
     with_weights,
@@ -28,6 +30,7 @@ EXAMPLES = """examples:
   plm translate --model runs/de-en test.de > test.hyp       # a Transformer: beam 4, alpha 0.6, + 50 tokens
   plm translate --model runs/de-en test.de --beam 1 > test.greedy
   plm translate --model Helsinki-NLP/opus-mt-de-en test.de    # a released Marian model, by Hub id
+  plm translate --model runs/en-de mono.en --sample --seed 1 > back.de   # sampled, for back-translation
 """
 
 
@@ -49,13 +52,35 @@ def add_decoding(parser: argparse.ArgumentParser) -> None:
                          "of them, so memory does not grow with --beam")
 
 
+def add_sampling(parser: argparse.ArgumentParser) -> None:
+    """The sampling flags, which replace the search by one draw a sentence."""
+    sampling = parser.add_argument_group(
+        "sampling", "any of --sample, --temperature, --top-k, --top-p draws one translation a sentence in place of "
+        "the search (back-translation's sampling); each sentence draws from its own generator, seeded by --seed and "
+        "its line number, so that its translation does not depend on the other lines")
+    flags.SAMPLE.add(sampling)
+    flags.TEMPERATURE.add(sampling)
+    flags.TOP_K.add(sampling, default=0)
+    flags.TOP_P.add(sampling)
+    add_seed(sampling, note="the same seed draws the same translations")
+
+
 SEARCH_FLAGS = {"beam": "num_beams", "length_penalty": "length_penalty", "max_len_a": "max_len_a",
                 "max_len_b": "max_new_tokens"}  # each search flag's GenerationConfig field
 
 
 def decoding_config(args: argparse.Namespace, family: str) -> GenerationConfig:
-    """The search flags given, and the family's recipe for those not given, checked with ``--max-tokens``."""
+    """The search flags given, and the family's recipe for those not given, checked with ``--max-tokens``.
+
+    Sampling flags, where the command has them, replace the search by one draw a sentence: one beam unless
+    ``--beam`` says otherwise (which the check refuses).
+    """
     given = {field: getattr(args, flag) for flag, field in SEARCH_FLAGS.items() if getattr(args, flag) is not None}
+    if getattr(args, "sample", None) is not None:
+        sampled = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+                   "do_sample": True if args.sample else None, "seed": args.seed}
+        if GenerationConfig(**sampled).sampling:
+            given = {"num_beams": 1, **given, **sampled}
     config = recipe_decoding(family, **given)
     check_search(config, args.max_tokens)
     return config
@@ -78,8 +103,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "translate",
         help="translate sentences, one per line",
         description="Translate each line of FILE (or of stdin) with an encoder-decoder; one translation per line "
-        "on stdout, in input order. Sentences are decoded in batches of similar lengths; beam search decodes all "
-        "beams of a batch in one forward pass per step.",
+        "on stdout, in input order (a line break the model writes becomes a space). Sentences are decoded in "
+        "batches of similar lengths; beam search decodes all beams of a batch in one forward pass per step.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -87,6 +112,7 @@ def register(commands: argparse._SubParsersAction) -> None:
               "directory")
     parser.add_argument("file", nargs="?", help="UTF-8 file, one source sentence per line (default: stdin)")
     add_decoding(parser)
+    add_sampling(parser)
     add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
@@ -102,10 +128,18 @@ def source_lines(path: str | None) -> list[str]:
     return lines
 
 
+LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+")  # what str.splitlines splits at
+
+
+def one_line(translation: str) -> str:
+    """``translation`` with each run of line breaks a space, so that output line n is input line n's translation."""
+    return LINE_BREAKS.sub(" ", translation)
+
+
 def run(args: argparse.Namespace) -> None:
     model, tokenizers = load_seq2seq(args.model, inference_device(args), args.revision)
     model = with_weights(model, args)
     config = decoding_config(args, model.family)
     lines = source_lines(args.file)
     for line in translate(model, tokenizers, lines, config, max_tokens=args.max_tokens, progress=not args.no_progress):
-        print(line)
+        print(one_line(line))

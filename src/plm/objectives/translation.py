@@ -5,7 +5,10 @@ What seq2seq training's validation (:mod:`plm.objectives.seq2seq`) and the trans
 (:mod:`plm.decoding`), so it works for every model that implements it. Sentences are decoded in
 batches of similar source lengths, all beams of a batch in one forward pass per step, each
 sentence leaving its batch once it is done, and returned in input order. Beam size 1 without a
-length penalty is greedy search.
+length penalty is greedy search. A sampling search (temperature, top-k, top-p) draws one translation a
+sentence, as back-translation does (Edunov et al., 2018), each sentence from its own random generator
+seeded by the search's seed and the sentence's position, so that a sentence gets the same translation
+whichever sentences share its batch.
 
 Scores are sacrebleu's (Post, 2018) on detokenised text: the tokenizer's decoding of the
 model's output against the raw reference lines, with sacrebleu's own tokenisation
@@ -24,7 +27,7 @@ import sacrebleu
 import torch
 
 from plm.data.parallel import Seq2SeqTokenizers, right_pad, token_budget_batches
-from plm.decoding import GenerationConfig, beam_search
+from plm.decoding import GenerationConfig, beam_search, decode_steps
 from plm.device import available_memory
 from plm.errors import PLMError
 from plm.models import RECIPES
@@ -136,12 +139,72 @@ def translate_ids(
         for batch in batches:
             source_ids, source_mask = right_pad([sources[i] for i in batch], tokenizers.source.required_id("pad"))
             start = torch.full((len(batch), 1), start_id, dtype=torch.long, device=device)
-            output = beam_search(model, start, config=config, source_ids=source_ids.to(device),
-                                 source_mask=source_mask.to(device))
-            for index, row in zip(batch, output.sequences.tolist()):  # <s> y </s> and padding, or <s> y
-                translations[index] = row[: row.index(eos, 1) + 1] if eos in row[1:] else row
+            source_ids, source_mask = source_ids.to(device), source_mask.to(device)
+            if config.sampling:
+                output = sample_batch(model, start, config, source_ids, source_mask, batch.tolist())
+            else:
+                best = beam_search(model, start, config=config, source_ids=source_ids, source_mask=source_mask)
+                output = [row[: 1 + length] for row, length in zip(best.sequences.tolist(), best.lengths.tolist())]
+            for index, row in zip(batch, output):
+                translations[index] = row
             bar.update(len(batch))
     return translations
+
+
+def sample_batch(
+    model: Seq2SeqModel,
+    start: torch.Tensor,
+    config: GenerationConfig,
+    source_ids: torch.Tensor,
+    source_mask: torch.Tensor,
+    sentences: list[int],
+) -> list[list[int]]:
+    """One sampled translation of each source row: ``<s> y </s>``, or ``<s> y`` cut at the row's own length limit.
+
+    The batch decodes to the longest row's limit (``max_len_a`` x its source tokens + ``max_new_tokens``); a
+    row's first tokens depend on nothing after them, so cutting it to its own limit gives what a search
+    stopped there would.
+
+    Args:
+        model: the encoder-decoder.
+        start: (batch, 1) the start token of each row.
+        config: the sampling search, one beam.
+        source_ids: (batch, source_length) the sources, right-padded.
+        source_mask: (batch, source_length), 0 at padding.
+        sentences: each row's position among all the sentences translated, which with ``config.seed`` seeds
+            its random generator.
+
+    Returns:
+        Each row's ids.
+    """
+    limits = config.new_token_limits(len(start), source_ids, source_mask, start.device)  # (batch,)
+    limits = limits.clamp(max=max(0, model.context_length() - 1))
+    generators = None if config.seed is None else [sentence_generator(config.seed, index, start.device)
+                                                   for index in sentences]
+    steps = decode_steps(model, start, dataclasses.replace(config, max_len_a=0.0, max_new_tokens=int(limits.max())),
+                         source_ids=source_ids, source_mask=source_mask, generators=generators)
+    rows = torch.cat([start, *(step.tokens[:, None] for step in steps)], 1).tolist()  # (batch, 1 + steps)
+    eos = config.finishing_token_id
+    cut = [row[: 1 + limit] for row, limit in zip(rows, limits.tolist())]
+    return [row[: row.index(eos, 1) + 1] if eos in row[1:] else row for row in cut]
+
+
+def sentence_generator(seed: int, sentence: int, device: torch.device) -> torch.Generator:
+    """The random generator of the sentence at position ``sentence`` in a sampling search seeded with ``seed``.
+
+    numpy's SeedSequence mixes the two numbers, so that seed s at sentence i + 1 draws nothing like seed s + 1
+    at sentence i.
+
+    Args:
+        seed: the search's seed (any integer; taken modulo 2^64).
+        sentence: the sentence's position in the input, from 0.
+        device: where the generator draws.
+
+    Returns:
+        The generator.
+    """
+    state = np.random.SeedSequence([seed % 2**64, sentence]).generate_state(1, np.uint64)[0]
+    return torch.Generator(device).manual_seed(int(state))
 
 
 def check_search(config: GenerationConfig, max_tokens: int) -> None:
@@ -161,6 +224,10 @@ def check_search(config: GenerationConfig, max_tokens: int) -> None:
         raise PLMError("--max-len-a 0 and --max-len-b 0 leave no room for a single output token")
     if max_tokens < 1:
         raise PLMError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if config.sampling and config.num_beams > 1:
+        raise PLMError(f"sampling draws one translation a sentence; give --beam 1, not {config.num_beams}")
+    if config.repetition_penalty != 1.0 or config.stop is not None:
+        raise PLMError("translation neither penalises repetition nor stops at strings")
 
 
 def check_search_memory(model: Seq2SeqModel, config: GenerationConfig, batches: list[list[list[int]]]) -> None:
