@@ -11,7 +11,7 @@ process; its peak resident memory is the largest sum of the RSS of its whole pro
   ``tokenizers.Tokenizer.encode_batch`` over the same documents in 1 MB batches on every
   core (the encoding time alone: the library's own limit on this machine), for each
   tokenizer;
-* ``plm pretrain --data DIR --steps 2`` (gpt2-mini on the BPE corpus, bert-mini on the
+* ``plm pretrain --data DIR``, stopped by SIGTERM after its first step (gpt2-mini on the BPE corpus, bert-mini on the
   WordPiece one): peak RSS and the seconds from start to the first step's line in
   metrics.jsonl; ``plm pretrain --train FILE`` the same, preparing into an empty cache;
 * nanoGPT's way (data/openwebtext/prepare.py): ``load_dataset("text")``, ``.map`` of the
@@ -29,6 +29,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -160,7 +161,10 @@ def measure(command: list[str], log: Path, env: dict[str, str] | None = None, wa
     """Run ``command``, sampling its process tree's memory; raise with its log if it fails.
 
     The RSS is read every 0.1 s (cheap: /proc/PID/statm), the PSS every second (smaps_rollup costs
-    a few ms a process, which would take CPU from the command measured).
+    a few ms a process, which would take CPU from the command measured). With ``watch``, a training
+    run's metrics file, the run is sent SIGTERM once its first step is logged: it stops after its next
+    step, saving its checkpoint (exit code 143), so that what is measured is the start, the first steps and
+    a save, not an evaluation of the whole held-out split.
     """
     environment = {**os.environ, **(env or {})}
     output = log.with_suffix(".out")
@@ -182,11 +186,13 @@ def measure(command: list[str], log: Path, env: dict[str, str] | None = None, wa
                 pass
             if watch is not None and first_line is None and watch.is_file() and watch.stat().st_size:
                 first_line = time.perf_counter() - started
+                process.send_signal(signal.SIGTERM)
             samples += 1
             time.sleep(0.1)
         seconds = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode:
+    stopped = watch is not None and first_line is not None and process.returncode == 128 + signal.SIGTERM
+    if process.returncode and not stopped:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{log.read_text()[-3000:]}")
     return Measured(seconds, peak_rss, peak_pss, cpu_main, usage.ru_utime + usage.ru_stime, os.getloadavg()[0],
                     first_line, output.read_text())
@@ -271,7 +277,7 @@ def nanogpt(work: Path, corpus: Path, tokenizer: Path, name: str) -> tuple[Measu
 def pretrain(work: Path, model: str, data: list[str], name: str, env: dict[str, str] | None = None) -> Measured:
     out = work / "runs" / name
     shutil.rmtree(out, ignore_errors=True)
-    command = [*PLM, "pretrain", "--model", model, *data, "--steps", "2", "--log-every", "1", "--eval-every", "1000",
+    command = [*PLM, "pretrain", "--model", model, *data, "--steps", "1000", "--log-every", "1", "--eval-every", "1000",
                "--save-every", "1000", "--device", "cpu", "--no-progress", "--out", str(out), "--overwrite"]
     measured = measure(command, work / "logs" / f"pretrain-{name}.log", env, watch=out / "metrics.jsonl")
     with open(out / "metrics.jsonl") as metrics:

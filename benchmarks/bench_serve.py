@@ -9,8 +9,16 @@ greedy /generate requests (a prompt from a fixed list, up to 32 new tokens) one 
 it is answered with 200 and its tokens; every other answer is an error, reported. The load
 is bounded: ``--seconds`` per cell and at most ``--max-requests`` requests in it.
 
-    python benchmarks/bench_serve.py                  # 5 s a cell: 30 s of load, about a minute in all
-    python benchmarks/bench_serve.py --seconds 2 --clients 1 8
+The soak (``--soak SECONDS``, 60 by default; 0 skips it) then sends the batched server
+``--soak-clients`` (64) clients at once through OpenAI's /v1/completions, each request in turn one of
+four kinds: greedy, sampled (temperature 0.8, top-p 0.9, its own seed), streamed (server-sent
+events read to ``[DONE]``) and echo (the prompt's log-probabilities, ``max_tokens`` 0, as
+lm-evaluation-harness scores). It reports requests/s, p50 and p99 latency for each kind and
+all together, the errors (the target is none), and the server's resident memory after the
+warm-up and at the end (the target: flat).
+
+    python benchmarks/bench_serve.py                  # 5 s a cell: 30 s of load, and the 60 s soak
+    python benchmarks/bench_serve.py --seconds 2 --clients 1 8 --soak 0
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pathlib import Path
 from pydoc_data.topics import topics
 
 import httpx
+import psutil
 import torch
 
 import plm
@@ -91,22 +100,107 @@ async def load(url: str, clients: int, seconds: float, max_requests: int) -> dic
             "answered": len(latencies), "errors": errors}
 
 
+KINDS = ("greedy", "sampled", "streamed", "echo")
+
+
+def completion(kind: str, prompt: str, seed: int) -> dict:
+    """The /v1/completions body of a request of ``kind`` (see :data:`KINDS`)."""
+    body = {"model": "gpt", "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0}
+    if kind == "sampled":
+        body |= {"temperature": 0.8, "top_p": 0.9, "seed": seed}
+    elif kind == "streamed":
+        body |= {"stream": True}
+    elif kind == "echo":
+        body |= {"echo": True, "max_tokens": 0, "logprobs": 1}
+    return body
+
+
+async def answered(http: httpx.AsyncClient, kind: str, body: dict) -> bool:
+    """Send one request; whether it was answered as asked: 200, and its text, tokens or log-probabilities."""
+    if kind == "streamed":
+        events = []
+        async with http.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                return False
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(line.removeprefix("data: "))
+        return len(events) > 1 and events[-1] == "[DONE]"
+    response = await http.post("/v1/completions", json=body)
+    if response.status_code != 200:
+        return False
+    [choice] = response.json()["choices"]
+    return bool(choice["logprobs"]["token_logprobs"]) if kind == "echo" else bool(choice["text"])
+
+
+async def soak(url: str, clients: int, seconds: float) -> dict[str, dict[str, float]]:
+    """``clients`` clients sending requests of each kind in turn for ``seconds``: per kind, and all together."""
+    latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    errors = {kind: 0 for kind in KINDS}
+    sent = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(http: httpx.AsyncClient, number: int) -> None:
+        nonlocal sent
+        while time.perf_counter() < stop:
+            sent += 1
+            kind = KINDS[(number + sent) % len(KINDS)]
+            start = time.perf_counter()
+            try:
+                ok = await answered(http, kind, completion(kind, PROMPTS[sent % len(PROMPTS)], sent))
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                latencies[kind].append(time.perf_counter() - start)
+            else:
+                errors[kind] += 1
+
+    begin = time.perf_counter()
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        await asyncio.gather(*(client(http, number) for number in range(clients)))
+    elapsed = time.perf_counter() - begin
+    rows = {kind: (latencies[kind], errors[kind]) for kind in KINDS}
+    rows["all"] = ([t for kind in KINDS for t in latencies[kind]], sum(errors.values()))
+    return {name: {"requests/s": len(times) / elapsed, "p50": percentile(times, 0.5) * 1e3 if times else 0.0,
+                   "p99": percentile(times, 0.99) * 1e3 if times else 0.0, "answered": len(times), "errors": failed}
+            for name, (times, failed) in rows.items()}
+
+
+def resident_mb(process: subprocess.Popen) -> float:
+    return psutil.Process(process.pid).memory_info().rss / 2**20
+
+
+def print_soak(rows: dict[str, dict[str, float]], clients: int, seconds: float, memory: tuple[float, float]) -> None:
+    print(f"\nsoak: {clients} clients for {seconds:g} s on the batched server, /v1/completions, the four kinds in turn")
+    print(f"{'kind':<9} {'requests/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'answered':>8} {'errors':>6}")
+    for kind, r in rows.items():
+        print(f"{kind:<9} {r['requests/s']:>10.1f} {r['p50']:>8.1f} {r['p99']:>8.1f} {r['answered']:>8.0f} "
+              f"{r['errors']:>6.0f}")
+    start, end = memory
+    print(f"server resident memory: {start:,.0f} MB after the warm-up, {end:,.0f} MB at the end "
+          f"({end - start:+,.0f} MB)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=5.0, help="load per cell (number of clients x server)")
     parser.add_argument("--max-requests", type=int, default=20_000, help="at most this many requests per cell")
+    parser.add_argument("--soak", type=float, default=60.0, metavar="SECONDS",
+                        help="the soak's length on the batched server (0: no soak)")
+    parser.add_argument("--soak-clients", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[tuple[int, str], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as directory, ExitStack() as servers:
         model = build_model(Path(directory), args.seed)
-        urls = {}
+        urls, processes = {}, {}
         for name, max_batch in (("batched", max(args.clients)), ("one at a time", 1)):
-            process, urls[name] = start_server(model, max_batch)
-            servers.callback(process.wait, 30)
-            servers.callback(process.terminate)
+            processes[name], urls[name] = start_server(model, max_batch)
+            servers.callback(processes[name].wait, 30)
+            servers.callback(processes[name].terminate)
         print(f"gpt2-mini ({sum(p.numel() for p in plm.load(model).parameters()):,} parameters), greedy, "
               f"{NEW_TOKENS} new tokens a request; each server on one torch thread; {args.seconds:g} s a cell")
         for url in urls.values():
@@ -114,6 +208,11 @@ def main() -> None:
         for clients in args.clients:
             for name, url in urls.items():
                 results[clients, name] = asyncio.run(load(url, clients, args.seconds, args.max_requests))
+        if args.soak > 0:
+            asyncio.run(soak(urls["batched"], args.soak_clients, 2.0))  # warm-up: each kind's first requests
+            before = resident_mb(processes["batched"])
+            soaked = asyncio.run(soak(urls["batched"], args.soak_clients, args.soak))
+            memory = before, resident_mb(processes["batched"])
     print()
     print(f"{'clients':>7}  {'server':<14} {'requests/s':>10} {'tokens/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
           f"{'p99 ms':>8} {'answered':>8} {'errors':>6}")
@@ -124,6 +223,8 @@ def main() -> None:
         batched, single = results[clients, "batched"], results[clients, "one at a time"]
         print(f"{clients} clients: batching serves {batched['requests/s'] / single['requests/s']:.2f}x the requests/s, "
               f"at {batched['p50'] / single['p50']:.2f}x the median latency")
+    if args.soak > 0:
+        print_soak(soaked, args.soak_clients, args.soak, memory)
 
 
 if __name__ == "__main__":

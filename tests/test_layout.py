@@ -7,6 +7,7 @@ the command's start-up fast) creates no cycle at import time.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,25 @@ def test_the_top_level_holds_few_modules_and_no_name_is_used_twice() -> None:
             path.name for path in package.rglob("*") if path.is_dir()
         }
         assert not inner & top_names, f"plm.{package.name} reuses top-level names {inner & top_names}"
+
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")  # --steps; not a range (1--2) or an em dash
+
+
+def texts_outside_docstrings(path: Path) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings: what it can say to a user."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_the_library_speaks_no_command_line() -> None:
+    """Outside plm.cli, an error, warning or note names a config field (`steps`), never a flag (--steps): a Python
+    user has no flag to pass. The command line prints each field as its flag (plm.cli.flags.in_flags)."""
+    flags = [f"{module}:{node.lineno}: {', '.join(FLAG.findall(node.value))}"
+             for module, path in MODULES.items() if not in_package(module, "plm.cli")
+             for node in texts_outside_docstrings(path) if FLAG.search(node.value)]
+    assert not flags, "library text that names flags:\n" + "\n".join(flags)

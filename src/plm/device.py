@@ -30,7 +30,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise PLMError("--device cuda was asked for but no CUDA GPU is available")
+        raise PLMError("`device` cuda was asked for but no CUDA GPU is available")
     return torch.device(name)
 
 

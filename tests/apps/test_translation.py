@@ -119,5 +119,5 @@ def test_a_sampled_first_token_follows_the_models_tempered_distribution(random_r
 
 
 def test_sampling_draws_one_translation_a_sentence_not_a_beam(random_rnn) -> None:
-    with pytest.raises(PLMError, match="sampling draws one translation a sentence; give --beam 1, not 4"):
+    with pytest.raises(PLMError, match="sampling draws one translation a sentence; give `num_beams` 1, not 4"):
         translate_ids(*random_rnn, SOURCES, GenerationConfig(num_beams=4, do_sample=True))

@@ -18,12 +18,14 @@ from plm.apps.elmo_probes import fit
 from plm.cli import demo
 from plm.cli import finetune as finetune_cli
 from plm.cli import seq2seq as seq2seq_cli
-from plm.cli.flags import FLAGS, OWN_NAMES, Flag, Formerly, learning_rate, positive_float, positive_int
+from plm.cli.flags import FLAGS, OWN_NAMES, Flag, Formerly, in_flags, learning_rate, positive_float, positive_int
 from plm.cli.main import build_parser, main
 from plm.cli.run_definition import renamed
+from plm.errors import FIELD
 from plm.tasks import task_objective
 from plm.tasks.synthetic import synthetic_task
 from tests.conftest import synthetic_text
+from tests.test_layout import texts_outside_docstrings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -422,3 +424,39 @@ def test_the_command_line_page_lists_the_vocabulary_as_declared() -> None:
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [row for row in vocabulary_rows() if row not in page.splitlines()]
     assert not missing, "docs/cli.md lacks these rows (or has them otherwise):\n" + "\n".join(missing)
+
+
+def flag_of(argv: list[str]) -> dict[str, str]:
+    return build_parser().parse_args(argv).flag_of
+
+
+def test_a_field_that_the_library_names_is_printed_as_the_flag_that_sets_it_in_that_command() -> None:
+    message = "`num_beams` 4 and `max_new_tokens` 0; `keep_last` N; `not_a_field`"
+    assert in_flags(message, flag_of(["translate", "--model", "m"])) == (
+        "--beam 4 and --max-len-b 0; --keep-last N; not_a_field")  # keep_last: another command's flag
+    assert in_flags(message, flag_of(["generate", "--model", "m"])) == (
+        "--beam 4 and --max-new-tokens 0; --max-prompt-tokens N; not_a_field")
+    assert in_flags("`lrs`", flag_of(["finetune", "--task", "classify"])) == "--lr (or --lr-grid)"
+
+
+def library_fields() -> dict[str, str]:
+    """Each field named in backquotes by a text of the library outside plm.cli, and where first."""
+    named: dict[str, str] = {}
+    for path in sorted((ROOT / "src" / "plm").rglob("*.py")):
+        if "cli" not in path.relative_to(ROOT / "src" / "plm").parts:
+            for node in texts_outside_docstrings(path):
+                for field in FIELD.findall(node.value):
+                    named.setdefault(field, f"{path.relative_to(ROOT)}:{node.lineno}")
+    return named
+
+
+NO_FLAG = {"time_limit"}  # set from --minutes, which takes only numbers above 0
+
+
+def test_every_field_the_library_names_is_a_flag_of_some_command() -> None:
+    """A misspelt field, or one that no flag sets, would reach the command line as a bare name."""
+    flags = set()
+    for _, parser, _ in every_action():
+        flags |= set(parser.flag_of())
+    unflagged = {field: where for field, where in library_fields().items() if field not in flags | NO_FLAG}
+    assert not unflagged, unflagged

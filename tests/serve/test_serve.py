@@ -526,7 +526,7 @@ BAD_REQUESTS = {
     "text longer than the context": ("/attention", {"model": "gpt", "text": "cat " * 80}, "the model's context is 64"),
     "a target for one text": ("/attention", {"model": "bert", "text": "x", "target": "y"},
                               "'target' is for encoder-decoders"),
-    "beam past the vocabulary": ("/translate", {"model": "dates", "text": "x", "beam": 10**5}, "--beam 100000 is more"),
+    "beam past the vocabulary": ("/translate", {"model": "dates", "text": "x", "beam": 10**5}, "'beam' 100000 is more"),
     "a question for a classifier": ("/classify", {"model": "clf", "question": "why?"},
                                     "a classify model reads 'text', 'text_pair'; missing 'text'"),
     "no question for qa": ("/classify", {"model": "qa", "context": "The cat."}, "missing 'question'"),

@@ -83,11 +83,11 @@ def test_conll_iob1_comes_back_as_bio(tmp_path):
 def test_a_conll_layout_without_its_tags_last_asks_for_the_tag_column(tmp_path):
     """CoNLL-2000's 3 columns end with the chunk tag, not an entity tag: which column to read must be said."""
     path = write(tmp_path, "x.conll", "EU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n")
-    with pytest.raises(PLMError, match=r"x.conll:1: lines of 3 columns; say which holds the tags with --tag-column"):
+    with pytest.raises(PLMError, match=r"x.conll:1: lines of 3 columns; say which holds the tags with `tag_column`"):
         read_conll(path)
     assert read_conll_layout(path, tag_column=3) == (
         [TaggedSentence(("EU", "rejects"), ("B-ORG", "O")), TaggedSentence(("Peter",), ("B-PER",))], 3, 3)
-    with pytest.raises(PLMError, match=r"--tag-column 4: .*x.conll has 3 columns"):
+    with pytest.raises(PLMError, match=r"`tag_column` 4: .*x.conll has 3 columns"):
         read_conll(path, tag_column=4)
     with pytest.raises(PLMError, match=r"y.conll:2: 2 columns, but the lines before have 4"):
         read_conll(write(tmp_path, "y.conll", "EU NNP B-NP B-ORG\nrejects O\n"))

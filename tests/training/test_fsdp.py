@@ -341,19 +341,19 @@ def test_resuming_with_another_strategy_is_refused(tmp_path: Path, group_of_one)
     sharded = sharded_run(tmp_path / "fsdp")
     plain = Trainer(plm.from_preset("gpt2-micro"), clm_objective(), TrainingConfig(steps=1, **QUIET), tmp_path / "ddp")
     plain.train()
-    with pytest.raises(PLMError, match="trained with --strategy fsdp and is resumed with --strategy ddp; resume it "
-                                       "with --strategy fsdp"):
+    with pytest.raises(PLMError, match="trained with `strategy` fsdp and is resumed with `strategy` ddp; resume it "
+                                       "with `strategy` fsdp"):
         load_checkpoint(tmp_path / "fsdp", plain.model, plain.optimizer)
-    with pytest.raises(PLMError, match="trained with --strategy ddp and is resumed with --strategy fsdp; resume it "
-                                       "with --strategy ddp"):
+    with pytest.raises(PLMError, match="trained with `strategy` ddp and is resumed with `strategy` fsdp; resume it "
+                                       "with `strategy` ddp"):
         load_checkpoint(tmp_path / "ddp", sharded.model, sharded.optimizer, sharded=True)
 
 
 @pytest.mark.parametrize(("parallelism", "precision", "message"), [
-    (Parallelism(offload=True), "fp32", "--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp"),
+    (Parallelism(offload=True), "fp32", "`offload` moves FSDP's shards to CPU memory; it needs `strategy` fsdp"),
     (Parallelism("fsdp", offload=True), "fp32", "on the CPU they are there already"),
-    (Parallelism("fsdp"), "fp16", "--strategy fsdp trains in fp32 or bf16, not fp16"),
-    (Parallelism("zero3"), "fp32", "unknown --strategy 'zero3'; choose one of ddp, fsdp"),
+    (Parallelism("fsdp"), "fp16", "`strategy` fsdp trains in fp32 or bf16, not fp16"),
+    (Parallelism("zero3"), "fp32", "unknown `strategy` 'zero3'; choose one of ddp, fsdp"),
 ])
 def test_a_setting_the_device_cannot_train_with_is_refused(parallelism: Parallelism, precision: str,
                                                            message: str) -> None:

@@ -67,7 +67,7 @@ def test_the_paper_s_run_at_the_model_s_size() -> None:
     albert = paper_run("albert-base", batch_size=16)
     assert albert.settings == {"batch_size": 16, "grad_accum": 256, "block_size": 512, "steps": 125_000}
     assert albert.global_batch == 4096
-    assert albert.describe() == ("--hyperparameters paper: batch 4,096 = 16 x 256 accumulated, 125,000 steps, "
+    assert albert.describe() == ("`hyperparameters` paper: batch 4,096 = 16 x 256 accumulated, 125,000 steps, "
                                  "512 tokens per sequence (ALBERT section 4.1)")
     bert = paper_run("bert-base", batch_size=32, processes=2)
     assert bert.settings == {"batch_size": 32, "grad_accum": 4, "block_size": 512, "steps": 1_000_000,
@@ -104,7 +104,7 @@ def test_a_run_in_epochs_reads_the_text_that_many_times_and_a_short_phase_comes_
     assert trainer.config.steps == math.ceil(2 * trainer.objective.train_tokens / (4 * 16 * 2))
     assert [trainer.objective.batch(step, 0)["tokens"].shape[1] - 1 for step in range(4)] == [8, 8, 16, 16]
     for wrong in ({"short_block_size": 8}, {"short_steps": 2}, {"short_block_size": 32, "short_steps": 2}):
-        with pytest.raises(PLMError, match="--short-"):
+        with pytest.raises(PLMError, match="`short_"):
             block_size_of(dataclasses.replace(setup, **{"short_block_size": None, "short_steps": 0} | wrong))
 
 

@@ -270,7 +270,7 @@ def test_resuming_on_another_number_of_processes_is_refused(tmp_path: Path) -> N
     optimizer = torch.optim.AdamW(model.parameters())
     save_checkpoint(tmp_path / "one", model, optimizer, {"step": 1})  # by one process
     load_checkpoint(tmp_path / "one", model, optimizer, rank=0)
-    with pytest.raises(PLMError, match=r"trained on 1 process\(es\) and is resumed on 2; .*--nproc_per_node=1"):
+    with pytest.raises(PLMError, match=r"trained on 1 process\(es\) and is resumed on 2; resume it on 1 processes"):
         load_checkpoint(tmp_path / "one", model, optimizer, rank=1, processes=2)
     save_checkpoint(tmp_path / "two", model, optimizer, {"step": 1}, rng=[rng_states(), rng_states()])
     load_checkpoint(tmp_path / "two", model, optimizer, rank=1, processes=2)

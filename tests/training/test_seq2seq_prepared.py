@@ -58,7 +58,7 @@ def test_epochs_count_the_batches_of_the_prepared_pairs(prepared, tmp_path):
 
 def test_prepared_pairs_are_refused_with_files_other_tokenizers_or_as_documents(prepared, date_pair_files, tmp_path):
     config = TrainingConfig(steps=1, device="cpu", progress=False)
-    with pytest.raises(PLMError, match="--data is a prepared corpus of pairs, --src/--tgt and --tsv files"):
+    with pytest.raises(PLMError, match="`data` is a prepared corpus of pairs, `source`/`target` and `tsv` files"):
         prepare_seq2seq(setup_of("rnn-luong", prepared, source=str(date_pair_files / "src.txt"),
                                  target=str(date_pair_files / "tgt.txt")), config, tmp_path / "a")
     Seq2SeqTokenizers.train(DATE_PAIRS, vocab_size=280).save(tmp_path / "other")

@@ -118,7 +118,7 @@ def test_epochs_count_micro_batches_of_the_whole_step(tmp_path, epochs, grad_acc
 def test_epochs_need_an_objective_with_a_fixed_training_set(tmp_path):
     task = ToyTask()
     task.batches_per_epoch = None
-    with pytest.raises(Exception, match="--epochs needs a task with a fixed training set"):
+    with pytest.raises(Exception, match="`epochs` needs a task with a fixed training set"):
         Trainer(micro_gpt(), task, TrainingConfig(epochs=1, progress=False, device="cpu"), tmp_path)
 
 

@@ -32,6 +32,7 @@ its family's recipe, the budget and the data files' contents); otherwise it trai
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -231,7 +232,9 @@ def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> 
     for key, value in values.items():
         hints = SETUP_HINTS if key in SETUP_FIELDS else TRAINING_HINTS if key in TRAINING_FIELDS else None
         if hints is None:
-            raise PLMError(f"{where}: unknown option {key!r}; see `plm compare --help` for the options a run takes")
+            near = difflib.get_close_matches(key, [*SETUP_FIELDS, *TRAINING_FIELDS], n=1)
+            raise PLMError(f"{where}: unknown option {key!r}" + (f"; did you mean {near[0]!r}?" if near else "; a "
+                           "run takes the fields of PretrainSetup and TrainingConfig"))
         target = setup_values if key in SETUP_FIELDS else training_values
         target[key] = checked_value(value, hints[key], f"{where}: {key}")
     setup = PretrainSetup(

@@ -37,13 +37,33 @@ class Parser(argparse.ArgumentParser):
     A subcommand's parser refuses flags it does not know itself, so that the error names it and
     its ``--help`` (argparse would leave them to the top-level parser: "plm: error: ... see plm
     --help"), and suggests the nearest it knows ("did you mean --steps?"); the deepest one also
-    records its name as ``command_name`` for the errors of the run. A flag has its one spelling:
+    records its name as ``command_name`` and its flag for each library field as ``flag_of``, for the
+    errors of the run. A flag has its one spelling:
     no abbreviation of it is taken. An old spelling of a renamed flag says so, once.
     """
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.field_flags: dict[str, str] = {}
+
+    def name_fields(self, **flag_of_field: str) -> None:
+        """Say which of this command's flags sets each library field named otherwise (``num_beams="--beam"``).
+
+        A library error names fields (:data:`plm.errors.FIELD`); the command line prints the flag in place
+        of each (:func:`plm.cli.flags.in_flags`). A flag whose destination is the field's name needs no entry.
+        """
+        self.field_flags.update(flag_of_field)
+
+    def flag_of(self) -> dict[str, str]:
+        """This command's flag for each field: its own flags by destination and field, the fields it names
+        otherwise, and for a field that none of its flags sets, the vocabulary's flag (another command's)."""
+        own = {}
+        for action in self._actions:
+            long = [option for option in action.option_strings if option.startswith("--")]
+            if long:
+                own[action.dest] = own[getattr(action, "field", None) or action.dest] = long[0]
+        return {**flags.vocabulary_flags(), **own, **self.field_flags}
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -54,6 +74,7 @@ class Parser(argparse.ArgumentParser):
                 print(f"{self.prog}: warning: {old} is now {new}", file=sys.stderr)
             namespace.command_name = self.prog
             namespace.given_flags = self.given_flags(args)
+            namespace.flag_of = self.flag_of()
         return namespace, extras
 
     def suggestion(self, words: list[str]) -> str:

@@ -162,6 +162,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     flags.SAVE_EVERY.add(parser, note="within an epoch (each epoch's end saves one too)")
     add_training_precision(parser)
     add_process(parser)
+    parser.name_fields(lrs="--lr (or --lr-grid)", mix="--mix-layer-norm, --mix-dropout and --mix-l2")
     parser.set_defaults(run=run_finetune)
 
 

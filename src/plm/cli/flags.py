@@ -17,18 +17,35 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from plm.cpu.int8 import QUANTIZATIONS
 from plm.device import DEVICES, PRECISIONS
+from plm.errors import FIELD
 from plm.models.recipe import OPTIMIZERS, SCHEDULES
 from plm.training.parallel import STRATEGIES
 from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.tensorboard import REPORTERS
 
 DECLARED: Any = object()  # Flag.add's default: the declared one
+
+
+def in_flags(message: str, flag_of: Mapping[str, str]) -> str:
+    """A library message as the command line says it: each field it names, the flag that sets it.
+
+    The library names a config field as `` `steps` `` (:data:`plm.errors.FIELD`); a command prints
+    its flag for the field in its place (``--steps``), and the field's bare name where no flag sets it.
+
+    Args:
+        message: the library's message.
+        flag_of: the command's flag for each field (its parser's ``flag_of``).
+
+    Returns:
+        The message with flags for fields.
+    """
+    return FIELD.sub(lambda named: flag_of.get(named.group(1), named.group(1)), message)
 
 
 def positive_float(text: str) -> float:
@@ -68,6 +85,8 @@ class Flag:
         nargs: argparse's nargs (``--betas`` takes two).
         switch: a flag without a value, on when given (its default is False).
         per_command_default: each command sets its own default (and says it in its note).
+        field: the library field (config field or parameter) it sets, where its name is not the flag's
+            (``--beam`` sets ``num_beams``): a library error that names the field is printed with the flag.
     """
 
     name: str
@@ -79,6 +98,7 @@ class Flag:
     nargs: int | None = None
     switch: bool = False
     per_command_default: bool = False
+    field: str | None = None
 
     def __post_init__(self) -> None:
         if self.switch:
@@ -102,12 +122,15 @@ class Flag:
             raise ValueError(f"{self.name} has one default, {self.default!r}; it is not declared per command")
         help = f"{self.help}; {note}" if note else self.help
         if self.switch:
-            return parser.add_argument(self.name, action="store_true", help=help)
+            action = parser.add_argument(self.name, action="store_true", help=help)
+            action.field = self.field  # type: ignore[attr-defined]
+            return action
         parsed: dict[str, Any] = {} if self.type is None else {"type": self.type}
         action = parser.add_argument(
             self.name, default=self.default if default is DECLARED else default, choices=self.choices,
             metavar=self.metavar, nargs=self.nargs, required=required, help=help, **parsed,
         )
+        action.field = self.field  # type: ignore[attr-defined]  # read by the parser's flag_of
         for old in formerly:
             parser.add_argument(old, dest=action.dest, action=Formerly, renamed_to=self.name, nargs=self.nargs,
                                 default=argparse.SUPPRESS, help=argparse.SUPPRESS, **parsed)
@@ -126,6 +149,15 @@ class Formerly(argparse.Action):
         setattr(namespace, self.dest, values)
         renamed = getattr(namespace, RENAMED_GIVEN, [])
         setattr(namespace, RENAMED_GIVEN, [*renamed, (option_string, self.renamed_to)])
+
+
+def vocabulary_flags() -> dict[str, str]:
+    """The flag of each field that a flag of the vocabulary sets: how a command names a flag of another command.
+
+    Returns:
+        Each field's flag (``keep_last`` -> ``--keep-last``, ``num_beams`` -> ``--beam``).
+    """
+    return {flag.field or flag.name.removeprefix("--").replace("-", "_"): flag.name for flag in FLAGS.values()}
 
 
 RENAMED_GIVEN = "renamed_flags_given"  # the namespace's list of (old, new) spellings given, said once after parsing
@@ -155,6 +187,7 @@ QUANTIZE = Flag(
     "int8: the linear layers and token embeddings with int8 weights, on the CPU (a quarter of the bytes read per "
     "token; see docs/huggingface.md, int8 weights)",
     choices=QUANTIZATIONS, per_command_default=True,
+    field="quantization",
 )
 COMPILE = Flag("--compile", "run the model through torch.compile: a slow first step (compiling; on the CPU with a C++ "
                "compiler), then faster ones", switch=True)
@@ -246,12 +279,12 @@ TEXT_FIELD = Flag("--text-field", "the field of a JSONL record, or the column of
                   "holds the text", default="text")
 TAG_COLUMN = Flag("--tag-column", "the CoNLL column of the tags, 1 being the word", type=positive_int,
                   per_command_default=True)
-SRC = Flag("--src", "source sentences, one per line")
-TGT = Flag("--tgt", "their translations, line by line (with --src)")
+SRC = Flag("--src", "source sentences, one per line", field="source")
+TGT = Flag("--tgt", "their translations, line by line (with --src)", field="target")
 TSV = Flag("--tsv", "source<TAB>target pairs, instead of --src/--tgt")
 VALIDATION_SRC = Flag("--validation-src", "validation sources, one per line (with --validation-tgt; default: 5%% of "
-                      "the pairs held out)")
-VALIDATION_TGT = Flag("--validation-tgt", "their translations, line by line")
+                      "the pairs held out)", field="validation_source")
+VALIDATION_TGT = Flag("--validation-tgt", "their translations, line by line", field="validation_target")
 VALIDATION_TSV = Flag("--validation-tsv", "validation pairs as source<TAB>target, instead of --validation-src/-tgt")
 REF = Flag("--ref", "reference translations, aligned with --src")
 LIMIT = Flag("--limit", "read only the first N items of the file", type=positive_int, metavar="N",
@@ -278,9 +311,9 @@ TEMPERATURE = Flag("--temperature", "divide the logits by this before sampling (
 SAMPLE = Flag("--sample", "sample even with the default --temperature, --top-k and --top-p", switch=True)
 IGNORE_EOS = Flag("--ignore-eos", "go on past the end-of-text token to --max-new-tokens (without it a continuation "
                   "ends where the model writes that token, and a note on stderr says so)", switch=True)
-BEAM = Flag("--beam", "beam size (1: greedy search)", type=positive_int)
+BEAM = Flag("--beam", "beam size (1: greedy search)", type=positive_int, field="num_beams")
 MAX_LEN_A = Flag("--max-len-a", "a translation has at most a * source tokens + b tokens", type=float)
-MAX_LEN_B = Flag("--max-len-b", "see --max-len-a", type=int)
+MAX_LEN_B = Flag("--max-len-b", "see --max-len-a", type=int, field="max_new_tokens")
 LENGTH_PENALTY = Flag("--length-penalty", "GNMT's alpha for beam search (0: none)", type=float)
 
 FLAGS = {flag.name: flag for flag in globals().values() if isinstance(flag, Flag)}

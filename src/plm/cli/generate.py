@@ -53,6 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--stop", action="append", default=[], help="stop a prompt's continuation at this string (repeatable)"
     )
     flags.IGNORE_EOS.add(parser)
+    parser.name_fields(keep_last="--max-prompt-tokens")
     parser.add_argument("--max-prompt-tokens", type=positive_int, metavar="N",
                         help="cut a prompt longer than N tokens to its last N, to leave the context room for new ones")
     parser.add_argument(

@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -33,6 +34,7 @@ from plm.cli import (
     translate,
 )
 from plm.cli.common import HelpFormatter, Parser
+from plm.cli.flags import in_flags
 from plm.errors import PLMError, PLMWarning, RunStopped
 from plm.training.distributed import is_first_process
 
@@ -59,12 +61,17 @@ def build_parser() -> Parser:
     return parser
 
 
-def show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    """plm's own warnings as one line on stderr; any other as Python shows it."""
-    if issubclass(category, PLMWarning):
-        print(f"plm: warning: {message}", file=sys.stderr)
-    else:
-        default_show_warning(message, category, filename, lineno, file, line)
+def warning_shower(flag_of: dict[str, str]) -> Callable[..., None]:
+    """What shows warnings: plm's own as one line on stderr, fields named by this command's flags; any other as
+    Python shows it."""
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if issubclass(category, PLMWarning):
+            print(f"plm: warning: {in_flags(str(message), flag_of)}", file=sys.stderr)
+        else:
+            default_show_warning(message, category, filename, lineno, file, line)
+
+    return show_warning
 
 
 default_show_warning = warnings.showwarning
@@ -72,12 +79,12 @@ default_show_warning = warnings.showwarning
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    warnings.showwarning = show_warning
+    warnings.showwarning = warning_shower(args.flag_of)
     try:
         status = args.run(args)  # None, or the exit status of a command that answers a question (plan: fits?)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
     except PLMError as error:
-        print(f"{args.command_name}: error: {error}", file=sys.stderr)
+        print(f"{args.command_name}: error: {in_flags(str(error), args.flag_of)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of the output stopped early (plm ... | head): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that flushing at exit fails silently

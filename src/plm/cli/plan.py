@@ -6,6 +6,7 @@ import argparse
 
 from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_device, add_parallelism, check_output_file, positive_int
+from plm.cli.flags import in_flags
 from plm.models import RECIPES
 from plm.storage.atomic_files import write_json
 from plm.training.paper_scale import paper_run
@@ -72,4 +73,4 @@ def set_paper_scale(args: argparse.Namespace) -> None:
     args.block_size = scaled.settings.get("block_size", args.block_size)
     if "optimizer" not in args.given_flags:
         args.optimizer = RECIPES[scaled.family].paper.optimizer
-    print(scaled.describe())
+    print(in_flags(scaled.describe(), args.flag_of))

@@ -17,6 +17,7 @@ from plm.cli.common import (
     positive_int,
     training_config,
 )
+from plm.cli.flags import in_flags
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
 from plm.storage.hub import LEGACY_IDS
@@ -90,6 +91,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="percentages of the selected tokens that become [MASK], a random token, or stay (BERT's "
                         "80,10,10; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
     flags.DATA.add(parser)
+    parser.name_fields(train_files="--train", validation_files="--validation")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
                         help="training text: plain text (documents separated by blank lines), JSONL, Parquet, "
                         ".gz/.zst; prepared into plm's cache on first use, as plm data prepare would")
@@ -189,4 +191,4 @@ def set_paper_scale(args: argparse.Namespace, first_process: bool) -> None:
     for name, value in scaled.settings.items():
         setattr(args, name, value)
     if first_process:
-        print(scaled.describe(), file=sys.stderr)
+        print(in_flags(scaled.describe(), args.flag_of), file=sys.stderr)

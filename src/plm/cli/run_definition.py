@@ -30,7 +30,7 @@ CHANGEABLE = ("steps", "minutes", "device", "no_progress", "log_every", "save_ev
               "offload", "checkpoint_activations")
 # What says how to start, not what the run is (and argparse's own entries).
 NOT_SAVED = ("out", "resume", "overwrite", "allow_data_change", "run", "command", "command_name", "action",
-             "given_flags")
+             "given_flags", "flag_of")
 # Which command started the run, when another than the definition's own (plm demo's run is a plm pretrain run).
 STARTED_BY = "started_by"
 

@@ -24,6 +24,7 @@ from plm.cli.common import (
     positive_int,
     training_config,
 )
+from plm.cli.flags import in_flags
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.loading import is_plm_directory
 from plm.models import PRESETS, RECIPES, Seq2SeqModel
@@ -205,7 +206,7 @@ def set_translation_scale(args: argparse.Namespace, model: str) -> None:
     for name, value in settings.items():
         setattr(args, name, value)
     if is_first_process():
-        print(line, file=sys.stderr)
+        print(in_flags(line, args.flag_of), file=sys.stderr)
 
 
 def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:

@@ -650,7 +650,7 @@ def token_budget_batches(source_lengths: np.ndarray, target_lengths: np.ndarray,
     if len(too_long):
         first = too_long[0]
         raise PLMError(f"pair {order[first] + 1} has {sources[first]} + {targets[first]} tokens, more than the budget "
-                       f"of {max_tokens} tokens per batch; raise --max-tokens or drop the pair")
+                       f"of {max_tokens} tokens per batch; raise `max_tokens` or drop the pair")
     starts = [0]
     size = longest_target = 0  # the pairs of the batch being filled, and its longest target
     for chunk in range(0, len(order), _GREEDY_CHUNK):  # over Python ints: numpy's scalars are several times slower

@@ -180,23 +180,23 @@ def fit_prompt(
             tokens, does not fit the context.
     """
     if max_new_tokens < 0:
-        raise PLMError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        raise PLMError(f"`max_new_tokens` must be >= 0, got {max_new_tokens}")
     input_ids, attention_mask = cut_to_last(input_ids, attention_mask, keep_last)
     length = input_ids.shape[1]
     if length > context:
         raise PLMError(
             f"prompt is {length} tokens but the model's context is {context}; "
-            f"pass keep_last (plm generate --max-prompt-tokens N) to keep only the last N tokens"
+            f"pass `keep_last` N to keep only the last N tokens"
         )
     if length == context and max_new_tokens:
         raise PLMError(
             f"prompt of {length} tokens fills the model's context of {context}; "
-            f"keep fewer prompt tokens (keep_last, --max-prompt-tokens N) to make room for new ones"
+            f"keep fewer prompt tokens (`keep_last`) to make room for new ones"
         )
     if length + max_new_tokens > context:
         raise PLMError(
             f"prompt of {length} tokens plus {max_new_tokens} new tokens exceeds the model's context of {context}; "
-            f"ask for at most {context - length} new tokens or keep fewer prompt tokens (--max-prompt-tokens)"
+            f"ask for at most {context - length} `max_new_tokens` or keep fewer prompt tokens (`keep_last`)"
         )
     return input_ids, attention_mask
 

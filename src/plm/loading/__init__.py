@@ -180,8 +180,8 @@ def inference_weights(model: ModelT, precision: str = "fp32", quantization: str 
         raise PLMError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if quantization is not None or is_quantized(model):  # a model saved quantized is int8 already
         if precision != "fp32":
-            raise PLMError(f"int8 weights (--quantize, or a model saved quantized) are not also {precision} "
-                           "(--precision); choose one")
+            raise PLMError(f"int8 weights (`quantization`, or a model saved quantized) are not also {precision} "
+                           "(`precision`); choose one")
         return quantize(model, quantization) if quantization is not None else model
     if precision == "fp32":
         return model  # as loaded: plm saves fp32 weights

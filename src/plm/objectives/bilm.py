@@ -102,7 +102,7 @@ def word_streams(corpus: PreparedCorpus, tokenizer: Tokenizer) -> WordStreams:
     unknown_id = corpus.manifest.get("unknown_id")
     if unknown_id is None:
         raise PLMError(f"the biLM predicts words: its tokenizer must be a word vocabulary with {SENTENCE_START}, "
-                       f"{SENTENCE_END} and {UNKNOWN} (train one with `plm tokenizer train --kind words`), and "
+                       f"{SENTENCE_END} and {UNKNOWN} (a tokenizer of kind words), and "
                        f"its corpus prepared with it; {corpus.path} was prepared with a subword tokenizer")
     spellings = [""] * tokenizer.vocab_size
     for word, index in tokenizer.backend.get_vocab().items():

@@ -125,7 +125,8 @@ def translate_ids(
                            f"{model.context_length()}")
     vocabulary = model.config.vocab_size
     if config.num_beams > vocabulary:
-        raise PLMError(f"--beam {config.num_beams} is more than the {vocabulary:,} target tokens a step chooses from")
+        raise PLMError(f"`num_beams` {config.num_beams} is more than the {vocabulary:,} target tokens a step "
+                       "chooses from")
     # Only the sources matter for batching; targets of 0 tokens make each pair's cost its source length. A beam
     # of k decodes k hypotheses a sentence, so the budget is max_tokens / k source tokens: the memory a batch
     # takes does not grow with the beam (past one sentence a batch).
@@ -208,7 +209,7 @@ def sentence_generator(seed: int, sentence: int, device: torch.device) -> torch.
 
 
 def check_search(config: GenerationConfig, max_tokens: int) -> None:
-    """Refuse a search that cannot translate, naming the ``plm translate`` flag of the first option at fault.
+    """Refuse a search that cannot translate, naming the field of the first option at fault.
 
     Args:
         config: the search.
@@ -218,14 +219,14 @@ def check_search(config: GenerationConfig, max_tokens: int) -> None:
         PLMError: an option out of range, no room for a single output token, or ``max_tokens`` below 1.
     """
     if config.max_new_tokens < 0:
-        raise PLMError(f"--max-len-b must be >= 0, got {config.max_new_tokens}")
+        raise PLMError(f"`max_new_tokens` must be >= 0, got {config.max_new_tokens}")
     config.validate()
     if config.max_len_a == 0 and config.max_new_tokens == 0:
-        raise PLMError("--max-len-a 0 and --max-len-b 0 leave no room for a single output token")
+        raise PLMError("`max_len_a` 0 and `max_new_tokens` 0 leave no room for a single output token")
     if max_tokens < 1:
-        raise PLMError(f"--max-tokens must be at least 1, got {max_tokens}")
+        raise PLMError(f"`max_tokens` must be at least 1, got {max_tokens}")
     if config.sampling and config.num_beams > 1:
-        raise PLMError(f"sampling draws one translation a sentence; give --beam 1, not {config.num_beams}")
+        raise PLMError(f"sampling draws one translation a sentence; give `num_beams` 1, not {config.num_beams}")
     if config.repetition_penalty != 1.0 or config.stop is not None:
         raise PLMError("translation neither penalises repetition nor stops at strings")
 
@@ -254,9 +255,9 @@ def check_search_memory(model: Seq2SeqModel, config: GenerationConfig, batches: 
         # the state, and the step's logits, log-probabilities and candidate scores (fp32)
         needed = hypotheses * (model.hypothesis_bytes(source, target) + 12 * model.config.vocab_size)
         if needed > free:
-            raise PLMError(f"--beam {config.num_beams} over {len(batch)} sentence(s) of {source} tokens needs about "
-                           f"{needed / 2**30:.1f} GiB for the search, more than the {free / 2**30:.1f} GiB free; "
-                           "give a smaller --beam or --max-tokens")
+            raise PLMError(f"`num_beams` {config.num_beams} over {len(batch)} sentence(s) of {source} tokens needs "
+                           f"about {needed / 2**30:.1f} GiB for the search, more than the {free / 2**30:.1f} GiB free; "
+                           "give a smaller `num_beams` or `max_tokens`")
 
 
 @dataclass(frozen=True)

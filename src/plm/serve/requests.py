@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from plm.errors import PLMError
+from plm.errors import FIELD, PLMError
 
 REQUIRED = object()  # a Field's default when the request must give it
 SEED_RANGE = (-(2**63), 2**63 - 1)  # a seed is a signed 64-bit integer, as OpenAI takes it (torch takes these)
@@ -367,9 +368,17 @@ def refusal(error: BaseException, work: str) -> RequestError:
     if isinstance(error, RequestError):
         return RequestError(one_line(error), error.status, error.param, error.code)
     if isinstance(error, PLMError):
-        return RequestError(one_line(error), 400)
+        return RequestError(FIELD.sub(request_field, one_line(error)), 400)
     log.error("%s failed", work, exc_info=error)
     return RequestError(unforeseen(error), 500)
+
+
+REQUEST_FIELDS = {"num_beams": "beam"}  # a library field that a request names otherwise
+
+
+def request_field(named: re.Match[str]) -> str:
+    """A field that a library error names (:data:`plm.errors.FIELD`), as a request names it: ``'beam'``."""
+    return f"'{REQUEST_FIELDS.get(named.group(1), named.group(1))}'"
 
 
 def one_line(error: BaseException) -> str:

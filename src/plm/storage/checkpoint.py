@@ -78,7 +78,7 @@ def model_directory(path: str | os.PathLike[str]) -> Path:
         raise PLMError(f"{path}: no such model directory")
     if is_training_run(path):
         raise PLMError(f"{path}: a training run that saved no model yet (it stopped before its first checkpoint); "
-                       "continue it with --resume or train it again")
+                       "continue it with `resume` or train it again")
     raise PLMError(f"{path}: not a plm model directory (no {CONFIG_FILE})")
 
 
@@ -465,13 +465,13 @@ def load_checkpoint(
         raise PLMError(f"{run_directory}: no checkpoint to resume from")
     if is_sharded_checkpoint(directory) != sharded:
         saved, asked = ("fsdp", "ddp") if not sharded else ("ddp", "fsdp")
-        raise PLMError(f"{run_directory}: the run was trained with --strategy {saved} and is resumed with --strategy "
-                       f"{asked}; resume it with --strategy {saved}")
+        raise PLMError(f"{run_directory}: the run was trained with `strategy` {saved} and is resumed with `strategy` "
+                       f"{asked}; resume it with `strategy` {saved}")
     rng = read_tensors(directory / RNG_FILE)
     saved_processes = len({key.split(".", 1)[0] for key in rng})
     if saved_processes != processes and not sharded:
         raise PLMError(f"{run_directory}: the run was trained on {saved_processes} process(es) and is resumed on "
-                       f"{processes}; resume it on {saved_processes} (torchrun --nproc_per_node={saved_processes}), "
+                       f"{processes}; resume it on {saved_processes} processes, "
                        "since the global batch and each process's random stream depend on it")
     _, config, description = read_description(directory)
     if config != model.config:
@@ -488,7 +488,7 @@ def load_checkpoint(
         except ValueError as error:  # torch's check that the parameter groups match
             raise PLMError(f"{directory}: the optimizer state does not fit this plm's optimizer ({error}); the run "
                            "was saved by another version of plm: finish it with that version, or start a new run "
-                           "from its model (--model)") from None
+                           "from its model (`model`)") from None
     state.pop("optimizer")
     state.pop("shards", None)
     prefix = f"{rank}."

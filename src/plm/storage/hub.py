@@ -58,7 +58,7 @@ def local_or_hub(name: str | os.PathLike[str], revision: str | None = None) -> P
     path = Path(name)
     if path.exists():
         if revision is not None:
-            raise PLMError(f"{name}: a local directory has no revisions; --revision is for Hub ids")
+            raise PLMError(f"{name}: a local directory has no revisions; `revision` is for Hub ids")
         return path
     # A name that cannot be an id, or whose folder exists here (runs/gpt with a runs/ beside it), is a local
     # path mistyped: the Hub is not asked about it.

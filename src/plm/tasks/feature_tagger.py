@@ -425,7 +425,7 @@ def feature_tagger(
     """
     if elmo is not None and elmo.family != ELMO_FAMILY:
         raise PLMError(
-            f"the ELMo features need a plm ELMo (plm pretrain --model elmo), got {with_article(elmo.family)} model"
+            f"the ELMo features need a plm ELMo model, got {with_article(elmo.family)} model"
         )
     if encoder.family in NOT_ENCODERS or isinstance(encoder, CausalLM):
         raise PLMError(f"the feature-based model reads an encoder's layers (BERT, ALBERT, DeBERTa), not a "

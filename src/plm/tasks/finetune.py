@@ -172,57 +172,57 @@ class FinetuneSetup:
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
         if self.features is not None and self.task not in FEATURE_TASKS:
-            raise PLMError(f"--features is for --task {', '.join(FEATURE_TASKS)}: the feature-based model reads one "
+            raise PLMError(f"`features` is for `task` {', '.join(FEATURE_TASKS)}: the feature-based model reads one "
                            f"sequence per example, and {self.task} scores several; fine-tune the model instead")
         if self.elmo is not None and self.features is None:
-            raise PLMError("--elmo joins the features of the feature-based model: give --features too (e.g. 0)")
+            raise PLMError("`elmo` joins the features of the feature-based model: give `features` too (e.g. 0)")
         if self.elmo_output and self.elmo is None:
-            raise PLMError("--elmo-output adds ELMo at the BiLSTM's output too: give --elmo")
+            raise PLMError("`elmo_output` adds ELMo at the BiLSTM's output too: give `elmo`")
         if self.features is not None and self.parallelism.sharded:
             # Each process runs the frozen models only for its sentences not yet in the feature cache, so one
             # process would gather their shards while the other waits in another collective: a hang.
-            raise PLMError("--features with --strategy fsdp is not supported: each process runs the frozen model "
+            raise PLMError("`features` with `strategy` fsdp is not supported: each process runs the frozen model "
                            "only for its sentences not yet cached, and FSDP needs every process in each of its "
-                           "gathers; use --strategy ddp")
+                           "gathers; use `strategy` ddp")
         if self.features is not None and self.sift:
-            raise PLMError("--sift perturbs a model being fine-tuned; the feature-based model keeps it frozen")
+            raise PLMError("`sift` perturbs a model being fine-tuned; the feature-based model keeps it frozen")
         if self.features is not None and self.pooling is not None:
-            raise PLMError("--pooling picks the fine-tuned model's vector; the feature-based model max- and "
+            raise PLMError("`pooling` picks the fine-tuned model's vector; the feature-based model max- and "
                            "mean-pools its BiLSTM's states")
         if self.labels is not None and self.task not in ("classify", "pair"):
-            raise PLMError(f"--labels names a classifier's classes: it is for --task classify or pair, not {self.task}")
+            raise PLMError(f"`labels` names a classifier's classes: it is for `task` classify or pair, not {self.task}")
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
-            raise PLMError(f"--labels {','.join(self.labels)}: a name given twice; give each class its own")
+            raise PLMError(f"`labels` {','.join(self.labels)}: a name given twice; give each class its own")
         if self.symmetric and self.task not in ("pair", "regress"):
-            raise PLMError(f"--symmetric reads sentence pairs: it is for --task pair or regress, not {self.task}")
+            raise PLMError(f"`symmetric` reads sentence pairs: it is for `task` pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
-            raise PLMError(f"--combine must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
+            raise PLMError(f"`combine` must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
         if self.pooling is not None and self.pooling not in POOLINGS:
-            raise PLMError(f"--pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+            raise PLMError(f"`pooling` must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.pooling is not None and self.task not in POOLED_TASKS:
-            raise PLMError(f"--pooling is for --task {', '.join(POOLED_TASKS)}: a {self.task} head reads every token")
+            raise PLMError(f"`pooling` is for `task` {', '.join(POOLED_TASKS)}: a {self.task} head reads every token")
         if (self.train is None) != (self.validation is None):
-            raise PLMError("give both --train and --validation, or neither (the built-in synthetic task)")
+            raise PLMError("give both `train` and `validation`, or neither (the built-in synthetic task)")
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
-            raise PLMError(f"--lr (or --lr-grid) must be above 0, got {','.join(map(str, self.lrs))}")
+            raise PLMError(f"`lrs` must be above 0, got {','.join(map(str, self.lrs))}")
         least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4, "save_every": 1}
         for name, lowest in least.items():
             value = getattr(self, name)
             if value is not None and value < lowest:
                 raise PLMError(f"--{name.replace('_', '-')} must be at least {lowest}, got {value}")
         if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise PLMError(f"--epochs must be above 0, got {self.epochs}")
+            raise PLMError(f"`epochs` must be above 0, got {self.epochs}")
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
-            raise PLMError(f"--lm-weight must be >= 0, got {self.lm_weight}")
+            raise PLMError(f"`lm_weight` must be >= 0, got {self.lm_weight}")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
-            raise PLMError(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
+            raise PLMError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}")
         if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
-            raise PLMError(f"--minutes must be a number above 0, got {self.minutes}")
+            raise PLMError(f"`minutes` must be a number above 0, got {self.minutes}")
         if self.steps is not None and self.steps < 1:
             raise PLMError(f"steps must be at least 1, got {self.steps}")
         if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
-            raise PLMError("--mix-layer-norm, --mix-dropout and --mix-l2 set the feature-based model's scalar "
-                           "mixes: give --features with --combine mix or --elmo")
+            raise PLMError("`mix` sets the feature-based model's scalar mixes: give `features` with `combine` mix or "
+                           "`elmo`")
 
 
 POOLED_TASKS = ("classify", "pair", "regress", "choice")  # one vector per sequence
@@ -357,11 +357,11 @@ def named_classes(labels: tuple[str, ...], names: Sequence[str], source: str | P
         PLMError: not one name per class, or data whose labels are not the ids 0 to N - 1.
     """
     if len(names) != len(labels):
-        raise PLMError(f"--labels gives {len(names)} names ({', '.join(names)}) for the {len(labels)} classes of "
+        raise PLMError(f"`labels` gives {len(names)} names ({', '.join(names)}) for the {len(labels)} classes of "
                        f"{source} ({', '.join(labels)}): give one name per class, in the order of their ids")
     if set(labels) != {str(i) for i in range(len(labels))}:
-        raise PLMError(f"--labels names the classes that the data writes as 0 to {len(labels) - 1}, and the labels "
-                       f"of {source} are {', '.join(labels)}: leave --labels out and its labels name the classes")
+        raise PLMError(f"`labels` names the classes that the data writes as 0 to {len(labels) - 1}, and the labels "
+                       f"of {source} are {', '.join(labels)}: leave `labels` out and its labels name the classes")
     return tuple(names)
 
 
@@ -451,11 +451,11 @@ def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
             fine-tuning run (neither itself nor a run of its sweep).
     """
     if resume and overwrite:
-        raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+        raise PLMError("`resume` continues the run in `out` and `overwrite` replaces it: give one of them")
     if not resume:
         check_run_directory(out, resume=False, overwrite=overwrite)
     elif not (is_training_run(out) or any(is_training_run(run) for run in (out / SWEEP_DIR).glob("*"))):
-        raise PLMError(f"{out}: no fine-tuning run to resume (drop --resume to start one)")
+        raise PLMError(f"{out}: no fine-tuning run to resume (drop `resume` to start one)")
 
 
 def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool,

@@ -342,7 +342,7 @@ def require_task_backbone(model: PretrainedModel, name: str = "the model") -> No
     """
     if model.task_pooling is None:
         raise PLMError(f"{name}: {model.family} models take no task head; fine-tuning reads an encoder (BERT, "
-                       "ALBERT, DeBERTa, a sentence-transformers model) or a GPT (an ELMo joins a tagger with --elmo)")
+                       "ALBERT, DeBERTa, a sentence-transformers model) or a GPT (an ELMo joins a tagger with `elmo`)")
 
 
 # load_model finds a model class by the family name in its config.json.

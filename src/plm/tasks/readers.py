@@ -311,12 +311,12 @@ def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None)
     """
     if tag_column is None:
         if columns not in TAG_LAST_LAYOUTS:
-            raise PLMError(f"{path}:{number}: lines of {columns} columns; say which holds the tags with --tag-column "
+            raise PLMError(f"{path}:{number}: lines of {columns} columns; say which holds the tags with `tag_column` "
                            "(1 is the word; CoNLL-2003's 4 columns end with the entity tag, CoNLL-2000's 3 with the "
                            "chunk tag)")
         return columns
     if not 2 <= tag_column <= columns:
-        raise PLMError(f"--tag-column {tag_column}: {path} has {columns} columns, the word in column 1")
+        raise PLMError(f"`tag_column` {tag_column}: {path} has {columns} columns, the word in column 1")
     return tag_column
 
 

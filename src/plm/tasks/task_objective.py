@@ -216,7 +216,7 @@ class Classification(Task):
     def __init__(self, *args: Any, symmetric: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if symmetric and self.gpt_inputs is None:
-            raise PLMError("--symmetric is GPT-1's similarity form; an encoder reads a pair as [CLS] A [SEP] B [SEP]")
+            raise PLMError("`symmetric` is GPT-1's similarity form; an encoder reads a pair as [CLS] A [SEP] B [SEP]")
         self.symmetric = symmetric
 
     def encode(self, example: TextExample) -> list[Feature]:
@@ -234,7 +234,7 @@ class Classification(Task):
                 ``max_length`` too small for the task tokens.
         """
         if self.symmetric and example.text_pair is None:
-            raise PLMError(f"--symmetric reads sentence pairs; {example.text!r} has no second sentence")
+            raise PLMError(f"`symmetric` reads sentence pairs; {example.text!r} has no second sentence")
         if self.gpt_inputs is not None:
             ids: list[int] | list[list[int]]
             if example.text_pair is None:
@@ -1193,7 +1193,7 @@ def build_task(
     backbone = getattr(model, "backbone", model)
     causal = isinstance(backbone, CausalLM)
     if causal and name in ("tag", "qa"):
-        raise PLMError(f"--task {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does {', '.join(GPT_TASKS)}")
+        raise PLMError(f"`task` {name} is for encoders (BERT, ALBERT, DeBERTa); a GPT does {', '.join(GPT_TASKS)}")
     length = min(max_length or TASK_CLASSES[name].default_length, backbone.config.context_length)
     return TASK_CLASSES[name](tokenizer, length, labels, causal=causal, **options)
 

@@ -104,7 +104,7 @@ def average_run(
     """
     run, out = Path(run), Path(out)
     if checkpoints and last is not None:
-        raise PLMError("give --last N or checkpoint directories, not both")
+        raise PLMError("give `last` N or checkpoint directories, not both")
     paths = [Path(path) for path in checkpoints] or last_snapshots(run, last)
     check_output(out, [run, *paths], overwrite)
     tokenizers = Seq2SeqTokenizers.load(model_directory(run))
@@ -133,10 +133,10 @@ def last_snapshots(run: Path, count: int | None) -> list[Path]:
         raise PLMError(f"{run}: no such run directory")
     kept = snapshots(run)
     if not kept:
-        raise PLMError(f"{run}: no snapshots in {run / SNAPSHOTS_DIR}; train with --keep-last N to keep the last N")
+        raise PLMError(f"{run}: no snapshots in {run / SNAPSHOTS_DIR}; train with `keep_last` N to keep the last N")
     if count is not None and len(kept) < count:
         raise PLMError(f"{run}: {len(kept)} snapshots in {run / SNAPSHOTS_DIR} ({', '.join(p.name for p in kept)}), "
-                       f"fewer than --last {count}")
+                       f"fewer than `last` {count}")
     return kept[-count:] if count else kept
 
 
@@ -152,10 +152,10 @@ def check_output(out: Path, sources: Sequence[Path], overwrite: bool) -> None:
         PLMError: ``out`` is a file, exists without ``overwrite``, or is (or holds) one of ``sources``.
     """
     if out.exists() and not out.is_dir():
-        raise PLMError(f"--out {out}: is a file, not a directory")
+        raise PLMError(f"`out` {out}: is a file, not a directory")
     if out.exists() and not overwrite:
-        raise PLMError(f"--out {out} exists; pass --overwrite to replace it")
+        raise PLMError(f"`out` {out} exists; pass `overwrite` to replace it")
     target = out.resolve()
     for source in sources:
         if target == source.resolve() or target in source.resolve().parents:
-            raise PLMError(f"--out {out} would replace {source}, which the average reads")
+            raise PLMError(f"`out` {out} would replace {source}, which the average reads")

@@ -57,7 +57,7 @@ class PaperRun:
             The text, for the user.
         """
         if self.scale is None:
-            return (f"--hyperparameters paper: the {self.family} recipe holds no batch, sequence length or steps of "
+            return (f"`hyperparameters` paper: the {self.family} recipe holds no batch, sequence length or steps of "
                     "its paper, so only the optimizer and its schedule come from the paper")
         s, scale = self.settings, self.scale
         processes = f" x {self.processes} processes" if self.processes > 1 else ""
@@ -69,11 +69,11 @@ class PaperRun:
                          f"then {s['block_size']}")
         else:
             parts.append(f"{s['block_size']} tokens per sequence")
-        kept = [f"--{name.replace('_', '-')}" for name in PAPER_SETTINGS if name in self.given]
-        line = (f"--hyperparameters paper: {', '.join(parts)} ({scale.source})"
+        kept = [f"`{name}`" for name in PAPER_SETTINGS if name in self.given]
+        line = (f"`hyperparameters` paper: {', '.join(parts)} ({scale.source})"
                 + (f"; {', '.join(kept)} as given" if kept else ""))
         if self.context is not None:
-            line += (f"\n--hyperparameters paper: the paper's {scale.block_size} tokens per sequence are cut to the "
+            line += (f"\n`hyperparameters` paper: the paper's {scale.block_size} tokens per sequence are cut to the "
                      f"model's context of {self.context}")
         return line
 
@@ -96,7 +96,7 @@ def accumulation(batch: int, micro_batch: int, processes: int = 1) -> tuple[int,
     """
     if batch % processes:
         raise PLMError(f"the paper's batch of {batch:,} sequences cannot be shared evenly by {processes} processes; "
-                       "give --grad-accum (and --batch-size) for a batch of your own")
+                       "give `grad_accum` (and `batch_size`) for a batch of your own")
     share = batch // processes
     micro = max(size for size in range(1, min(micro_batch, share) + 1) if share % size == 0)
     return micro, share // micro
@@ -191,14 +191,14 @@ def translation_run(model: str, max_tokens: int, processes: int = 1,
     family = model_class(model_config(check_model_name(model))).family
     scale = RECIPES[family].translation_scale
     if scale is None:
-        return {}, (f"--hyperparameters paper: the {family} recipe holds no batch or steps of its paper, so only the "
+        return {}, (f"`hyperparameters` paper: the {family} recipe holds no batch or steps of its paper, so only the "
                     "optimizer and its schedule come from the paper")
     settings = {"grad_accum": given.get("grad_accum", math.ceil(scale.batch_tokens / (max_tokens * processes))),
                 "steps": given.get("steps", scale.steps)}
     processed = f" x {processes} processes" if processes > 1 else ""
-    kept = [f"--{name.replace('_', '-')}" for name in settings if name in given]
-    line = (f"--hyperparameters paper: batches of {max_tokens * settings['grad_accum'] * processes:,} source and "
-            f"target tokens = --max-tokens {max_tokens:,} x {settings['grad_accum']} accumulated{processed} (the "
+    kept = [f"`{name}`" for name in settings if name in given]
+    line = (f"`hyperparameters` paper: batches of {max_tokens * settings['grad_accum'] * processes:,} source and "
+            f"target tokens = `max_tokens` {max_tokens:,} x {settings['grad_accum']} accumulated{processed} (the "
             f"paper's: {scale.batch_tokens:,}), {settings['steps']:,} steps ({scale.source})"
             + (f"; {', '.join(kept)} as given" if kept else ""))
     return settings, line

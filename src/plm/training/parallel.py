@@ -78,14 +78,14 @@ class Parallelism:
             PLMError: an unknown strategy, ``offload`` without FSDP or off a GPU, or FSDP in fp16.
         """
         if self.strategy not in STRATEGIES:
-            raise PLMError(f"unknown --strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+            raise PLMError(f"unknown `strategy` {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.offload and not self.sharded:
-            raise PLMError("--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp")
+            raise PLMError("`offload` moves FSDP's shards to CPU memory; it needs `strategy` fsdp")
         if self.offload and device.type != "cuda":
-            raise PLMError("--offload moves the shards from GPU to CPU memory; on the CPU they are there already "
-                           "(drop --offload)")
+            raise PLMError("`offload` moves the shards from GPU to CPU memory; on the CPU they are there already "
+                           "(drop `offload`)")
         if self.sharded and dtype == torch.float16:
-            raise PLMError("--strategy fsdp trains in fp32 or bf16, not fp16; pass --precision bf16 or fp32")
+            raise PLMError("`strategy` fsdp trains in fp32 or bf16, not fp16; pass `precision` bf16 or fp32")
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

@@ -174,11 +174,11 @@ def parse_bytes(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text, re.IGNORECASE)
     unit = match and match.group(2).upper()
     if not match or unit not in UNITS:
-        raise PLMError(f"--memory must be auto or a size like 16GB or 12GiB, got {text!r}")
+        raise PLMError(f"`memory` must be auto or a size like 16GB or 12GiB, got {text!r}")
     try:
         return int(float(match.group(1)) * UNITS[unit])
     except ValueError:
-        raise PLMError(f"--memory must be auto or a size like 16GB or 12GiB, got {text!r}") from None
+        raise PLMError(f"`memory` must be auto or a size like 16GB or 12GiB, got {text!r}") from None
 
 
 def planned_device(name: str) -> str:
@@ -215,7 +215,7 @@ def auto_memory(device: str, processes: int) -> Memory:
     """
     if device == "cuda":
         if not torch.cuda.is_available():
-            raise PLMError("no CUDA GPU here to read free memory from; give --memory (e.g. 80GB) to plan for one")
+            raise PLMError("no CUDA GPU here to read free memory from; give `memory` (e.g. 80GB) to plan for one")
         free, _ = torch.cuda.mem_get_info()
         return Memory(free, f"free on {torch.cuda.get_device_name()}")
     available = available_memory()
@@ -341,13 +341,13 @@ def check_setup(setup: PlanSetup) -> None:
         PLMError: processes, batch or block below 1, an unknown strategy or optimizer, or offload without FSDP.
     """
     if setup.processes < 1 or setup.batch < 1 or (setup.block is not None and setup.block < 1):
-        raise PLMError("--processes, --batch-size and --block-size must be at least 1")
+        raise PLMError("`processes`, `batch_size` and `block_size` must be at least 1")
     if setup.strategy not in STRATEGIES:
         raise PLMError(f"unknown strategy {setup.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if setup.optimizer is not None and setup.optimizer not in OPTIMIZER_STATES:
         raise PLMError(f"unknown optimizer {setup.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
     if setup.offload and setup.strategy != "fsdp":
-        raise PLMError("--offload moves FSDP's shards to CPU memory; it needs --strategy fsdp")
+        raise PLMError("`offload` moves FSDP's shards to CPU memory; it needs `strategy` fsdp")
 
 
 def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
@@ -377,7 +377,7 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
     objective = objective_spec(recipe.objective)
     block = setup.block or min(recipe.block_size or config.context_length, config.context_length)
     if block > config.context_length:
-        raise PLMError(f"--block-size {block} exceeds {setup.model}'s context of {config.context_length} tokens")
+        raise PLMError(f"`block_size` {block} exceeds {setup.model}'s context of {config.context_length} tokens")
     trained = model_class(config).config_with_heads(config, objective.heads)
     with torch.device("meta"):
         model = from_config(trained)

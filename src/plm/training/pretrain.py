@@ -150,15 +150,14 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecip
         raise PLMError(f"unknown objective {setup.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     name = recipe.objective if setup.objective == "auto" else setup.objective
     if name not in recipe.objectives:
-        raise PLMError(f"--objective {name} does not fit {with_article(family)} model; "
+        raise PLMError(f"`objective` {name} does not fit {with_article(family)} model; "
                        f"it trains with {', '.join(recipe.objectives)}")
     spec = objective_spec(name)
     check_mask_ratios(setup.mask_ratios)
     if not spec.masks_words and (setup.whole_word or setup.max_ngram is not None
                                  or tuple(setup.mask_ratios) != MASK_RATIOS):
-        flag = ("--whole-word" if setup.whole_word else "--max-ngram" if setup.max_ngram is not None
-                else "--mask-ratios")
-        raise PLMError(f"{flag} chooses how a masked-LM objective masks; {name} ({family}) masks none")
+        field = "whole_word" if setup.whole_word else "max_ngram" if setup.max_ngram is not None else "mask_ratios"
+        raise PLMError(f"`{field}` chooses how a masked-LM objective masks; {name} ({family}) masks none")
     return name, spec
 
 
@@ -178,26 +177,26 @@ def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -
             without training files.
     """
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
-        raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
+        raise PLMError(f"`dropout` must be in [0, 1), got {setup.dropout}")
     if setup.hyperparameters not in HYPERPARAMETER_SETS:
         raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
     if setup.validation_files and not setup.train_files:
-        raise PLMError("--validation needs --train files as well")
+        raise PLMError("`validation_files` need `train_files` as well")
     if setup.data is not None and setup.train_files:
-        raise PLMError("--data is a prepared corpus, --train text files: give one of them")
+        raise PLMError("`data` is a prepared corpus, `train_files` text files: give one of them")
     for name in ("vocab_size", "batch_size", "validation_blocks", "validation_sample_tokens"):
         if getattr(setup, name) is not None and getattr(setup, name) < 1:
             raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
     if setup.max_ngram is not None and setup.max_ngram < 1:
-        raise PLMError(f"--max-ngram must be at least 1, got {setup.max_ngram}")
+        raise PLMError(f"`max_ngram` must be at least 1, got {setup.max_ngram}")
     block_size = setup.block_size or min(recipe.block_size or context, context)
     if block_size > context:
-        raise PLMError(f"--block-size {block_size} exceeds the model's context of {context} tokens")
+        raise PLMError(f"`block_size` {block_size} exceeds the model's context of {context} tokens")
     if setup.short_steps < 0 or (setup.short_block_size is None) != (setup.short_steps == 0):
-        raise PLMError("--short-block-size N and --short-steps S go together (S at least 1): the first S steps "
+        raise PLMError("`short_block_size` N and `short_steps` S go together (S at least 1): the first S steps "
                        "read sequences of N tokens")
     if setup.short_block_size is not None and not 1 <= setup.short_block_size <= block_size:
-        raise PLMError(f"--short-block-size {setup.short_block_size} must be between 1 and the block size, "
+        raise PLMError(f"`short_block_size` {setup.short_block_size} must be between 1 and the block size, "
                        f"{block_size}")
     return block_size
 
@@ -429,7 +428,7 @@ def prepare(
     objective_name, spec = choose_objective(setup, family, recipe)
     if spec.parallel_text:
         raise PLMError(
-            f"--model {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train"
+            f"`model` {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train"
         )
     block_size = check_setup(setup, config.context_length, recipe)
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters

@@ -170,7 +170,7 @@ def check_not_in_use(directory: str | Path) -> None:
 def in_use(directory: Path, holder: str) -> PLMError:
     """The error of a run directory locked by another process; ``holder`` is its lock file's contents."""
     return PLMError(f"{directory}: in use by {describe_holder(holder)}; wait until it ends or stop it "
-                    "(a stopped run resumes with --resume)")
+                    "(a stopped run resumes with `resume`)")
 
 
 def command_line() -> str:
@@ -272,28 +272,28 @@ def check_run_directory(out: Path, resume: bool, overwrite: bool) -> None:
             another process is training there); or ``out`` holds a run or other files.
     """
     if resume and overwrite:
-        raise PLMError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+        raise PLMError("`resume` continues the run in `out` and `overwrite` replaces it: give one of them")
     if out.exists() and not out.is_dir():
-        raise PLMError(f"--out {out}: is a file, not a directory")
+        raise PLMError(f"`out` {out}: is a file, not a directory")
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise PLMError(f"--out {out}: {parent} is a file, not a directory")
+                raise PLMError(f"`out` {out}: {parent} is a file, not a directory")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise PLMError(f"--out {out}: {parent} is not writable")
+                raise PLMError(f"`out` {out}: {parent} is not writable")
             break
     if resume:
         if not has_checkpoint(out):
             check_not_in_use(out)  # a run still training towards its first checkpoint
-            raise PLMError(f"{out}: no checkpoint to resume from (drop --resume to start a new run)")
+            raise PLMError(f"{out}: no checkpoint to resume from (drop `resume` to start a new run)")
         return
     if overwrite or not out.exists() or not any(path.name != LOCK_FILE for path in out.iterdir()):
         return
     if holds_run(out):
         raise PLMError(
-            f"{out} holds a training run already; pass --resume to continue it or --overwrite to start again"
+            f"{out} holds a training run already; pass `resume` to continue it or `overwrite` to start again"
         )
-    raise PLMError(f"{out} is not empty and holds no plm run; choose another --out or pass --overwrite")
+    raise PLMError(f"{out} is not empty and holds no plm run; choose another `out` or pass `overwrite`")
 
 
 def write_definition(directory: str | Path, definition: dict[str, Any]) -> None:

@@ -116,14 +116,14 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
             or :func:`plm.data.parallel.read_parallel` refuses, or too few pairs to hold out validation.
     """
     if setup.tsv and (setup.source or setup.target):
-        raise PLMError("give either --tsv or --src and --tgt, not both")
+        raise PLMError("give either `tsv` or `source` and `target`, not both")
     if bool(setup.source) != bool(setup.target):
-        raise PLMError("--src and --tgt go together: one file of source sentences, one of their translations")
+        raise PLMError("`source` and `target` go together: one file of source sentences, one of their translations")
     if setup.validation_tsv:
         validation = read_tsv(setup.validation_tsv)
     elif setup.validation_source or setup.validation_target:
         if not (setup.validation_source and setup.validation_target):
-            raise PLMError("--validation-src and --validation-tgt go together")
+            raise PLMError("`validation_source` and `validation_target` go together")
         validation = read_parallel(setup.validation_source, setup.validation_target)
     else:
         validation = None
@@ -132,17 +132,17 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
     elif setup.source and setup.target:  # checked above: both or neither
         train = read_parallel(setup.source, setup.target)
     elif validation is not None:
-        raise PLMError("validation files need training files (--src/--tgt or --tsv) as well")
+        raise PLMError("validation files need training files (`source`/`target` or `tsv`) as well")
     else:
         train_count, held_out_count = DEFAULT_TASK_PAIRS
         return date_pairs(train_count, seed=0), date_pairs(held_out_count, seed=1, held_out=True)
     if validation is None:
         if not 0 < setup.validation_fraction < 1:
-            raise PLMError(f"--validation-fraction must be in (0, 1), got {setup.validation_fraction}")
+            raise PLMError(f"`validation_fraction` must be in (0, 1), got {setup.validation_fraction}")
         count = max(1, round(len(train) * setup.validation_fraction))
         if count >= len(train):
             raise PLMError(f"{len(train)} pairs are too few to hold out validation pairs; give "
-                           "--validation-src/--validation-tgt")
+                           "`validation_source`/`validation_target`")
         train, validation = train[:-count], train[-count:]
     return train, validation
 
@@ -161,23 +161,24 @@ def check_setup(setup: Seq2SeqSetup) -> None:
     files = (setup.source, setup.target, setup.tsv, setup.validation_source, setup.validation_target,
              setup.validation_tsv)
     if setup.data is not None and any(files):
-        raise PLMError("--data is a prepared corpus of pairs, --src/--tgt and --tsv files of them: give one of them")
+        raise PLMError("`data` is a prepared corpus of pairs, `source`/`target` and `tsv` files of them: give one of "
+                       "them")
     if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
-        raise PLMError(f"--dropout must be in [0, 1), got {setup.dropout}")
+        raise PLMError(f"`dropout` must be in [0, 1), got {setup.dropout}")
     if setup.hyperparameters not in HYPERPARAMETER_SETS:
         raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
     if setup.select_by is not None and setup.select_by not in SELECTABLE:
-        raise PLMError(f"--select-by takes {', '.join(SELECTABLE)}, got {setup.select_by!r}")
+        raise PLMError(f"`select_by` takes {', '.join(SELECTABLE)}, got {setup.select_by!r}")
     if setup.label_smoothing is not None and not (math.isfinite(setup.label_smoothing)
                                                   and 0 <= setup.label_smoothing < 1):
-        raise PLMError(f"--label-smoothing must be in [0, 1), got {setup.label_smoothing}")
+        raise PLMError(f"`label_smoothing` must be in [0, 1), got {setup.label_smoothing}")
     for name in ("max_tokens", "beam"):
         if getattr(setup, name) < 1:
             raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
     if setup.vocab_size is not None and setup.vocab_size < 1:
-        raise PLMError(f"--vocab-size must be at least 1, got {setup.vocab_size}")
+        raise PLMError(f"`vocab_size` must be at least 1, got {setup.vocab_size}")
     if setup.metric_examples < 0:
-        raise PLMError(f"--metric-examples must be >= 0, got {setup.metric_examples}")
+        raise PLMError(f"`metric_examples` must be >= 0, got {setup.metric_examples}")
 
 
 def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair] | PreparedPairs, out: Path,
@@ -205,8 +206,8 @@ def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair
         tokenizers = Seq2SeqTokenizers.load(model_directory(model))
         if setup.reverse_source != tokenizers.reverse_source:  # the model's weights learnt one order
             learnt = "reversed" if tokenizers.reverse_source else "in order"
-            raise PLMError(f"--model {model} reads its sources {learnt}; continue it "
-                           f"{'with' if tokenizers.reverse_source else 'without'} --reverse-source")
+            raise PLMError(f"`model` {model} reads its sources {learnt}; continue it "
+                           f"{'with' if tokenizers.reverse_source else 'without'} `reverse_source`")
         return tokenizers
     if isinstance(train, PreparedPairs):  # its order of the sources, unless the setup asks to reverse them
         tokenizers = train.tokenizers()
@@ -302,7 +303,7 @@ def prepare_seq2seq(
     recipe = RECIPES[family]
     if OBJECTIVE not in recipe.objectives:
         seq2seq = [name for name, r in RECIPES.items() if OBJECTIVE in r.objectives]
-        raise PLMError(f"--model {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
+        raise PLMError(f"`model` {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
                        f"{', '.join(seq2seq)} models")
     defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
     warmup_note = training.warmup_note(defaults)  # said once everything is checked

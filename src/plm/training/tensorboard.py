@@ -29,7 +29,7 @@ def require_tensorboard() -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise PLMError("--report-to tensorboard needs the tensorboard package: pip install 'plm[tensorboard]'"
+        raise PLMError("`report_to` tensorboard needs the tensorboard package: pip install 'plm[tensorboard]'"
                        ) from None
     return SummaryWriter
 

@@ -139,7 +139,7 @@ class TrainingConfig:
         if self.warmup is not None or self.epochs is not None or defaults.warmup < self.steps:
             return None
         return (f"the recipe's warmup of {defaults.warmup} steps would fill the whole run of {self.steps}; "
-                f"warming up over {self.steps // 10} steps instead (--warmup sets it)")
+                f"warming up over {self.steps // 10} steps instead (`warmup` sets it)")
 
     @property
     def hyperparameters(self) -> Hyperparameters:
@@ -151,19 +151,19 @@ class TrainingConfig:
         return Hyperparameters(**values)
 
     def validate(self) -> None:
-        """Raise a PLMError naming the flag of the first value that cannot train; see :meth:`with_defaults`.
+        """Raise a PLMError naming the field of the first value that cannot train; see :meth:`with_defaults`.
 
         Raises:
-            PLMError: the first value that cannot train, by its flag.
+            PLMError: the first value that cannot train, by its field.
         """
         if self.steps < 1 or self.grad_accum < 1:
-            raise PLMError("--steps and --grad-accum must be at least 1")
+            raise PLMError("`steps` and `grad_accum` must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise PLMError(f"--epochs must be a number above 0, got {self.epochs}")
+            raise PLMError(f"`epochs` must be a number above 0, got {self.epochs}")
         if self.keep_last < 0:
-            raise PLMError(f"--keep-last must be >= 0, got {self.keep_last}")
+            raise PLMError(f"`keep_last` must be >= 0, got {self.keep_last}")
         if self.time_limit is not None and not self.time_limit > 0:
-            raise PLMError(f"the time limit must be above 0 seconds, got {self.time_limit}")
+            raise PLMError(f"`time_limit` must be above 0 seconds, got {self.time_limit}")
         if self.extension not in EXTENSIONS:
             raise PLMError(f"unknown extension {self.extension!r}; choose one of {', '.join(EXTENSIONS)}")
         h = self.hyperparameters
@@ -171,23 +171,22 @@ class TrainingConfig:
             raise PLMError(f"unknown optimizer {h.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
         if h.schedule not in SCHEDULES:
             raise PLMError(f"unknown schedule {h.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        for flag, value in (("--lr", h.lr), ("--min-lr", h.min_lr), ("--weight-decay", h.weight_decay),
-                            ("--clip", self.clip)):
+        for field, value in (("lr", h.lr), ("min_lr", h.min_lr), ("weight_decay", h.weight_decay), ("clip", self.clip)):
             if not math.isfinite(value) or value < 0:
-                raise PLMError(f"{flag} must be a finite number >= 0, got {value}")
+                raise PLMError(f"`{field}` must be a finite number >= 0, got {value}")
         if h.lr == 0:
-            raise PLMError("--lr must be above 0")
+            raise PLMError("`lr` must be above 0")
         if h.min_lr > h.lr:
-            raise PLMError(f"--min-lr {h.min_lr} is above --lr {h.lr}; the schedule decays from lr to min-lr")
+            raise PLMError(f"`min_lr` {h.min_lr} is above `lr` {h.lr}; the schedule decays from lr to min_lr")
         if h.warmup < 0:
-            raise PLMError(f"--warmup must be >= 0, got {h.warmup}")
+            raise PLMError(f"`warmup` must be >= 0, got {h.warmup}")
         if self.epochs is None and h.warmup > self.steps:
-            raise PLMError(f"--warmup {h.warmup} is more than --steps {self.steps}: the whole run would be warmup, "
-                           "the learning rate never reaching --lr")
+            raise PLMError(f"`warmup` {h.warmup} is more than `steps` {self.steps}: the whole run would be warmup, "
+                           "the learning rate never reaching `lr`")
         if len(h.betas) != 2 or not all(0 <= beta < 1 for beta in h.betas):
-            raise PLMError(f"--betas must be two numbers in [0, 1), got {' '.join(map(str, h.betas))}")
+            raise PLMError(f"`betas` must be two numbers in [0, 1), got {' '.join(map(str, h.betas))}")
         if not (math.isfinite(h.eps) and h.eps > 0):
-            raise PLMError(f"--eps must be a finite number above 0, got {h.eps}")
+            raise PLMError(f"`eps` must be a finite number above 0, got {h.eps}")
         device = resolve_device(self.device)
         self.parallelism.validate(device, resolve_precision(self.precision, device))
 
@@ -261,7 +260,7 @@ class Trainer:
         """
         per_epoch = getattr(self.objective, "batches_per_epoch", None)
         if per_epoch is None:
-            raise PLMError("--epochs needs a task with a fixed training set; give --steps instead")
+            raise PLMError("`epochs` needs a task with a fixed training set; give `steps` instead")
         per_step = self.config.grad_accum * self.distributed.world_size
         return max(1, math.ceil(epochs * per_epoch / per_step))
 
@@ -334,8 +333,8 @@ class Trainer:
             if not resume and self.tokenizer is not None:
                 self.tokenizer.save(self.out / TOKENIZER_DIR)
             if self.config.precision == "auto" and self.dtype != torch.float32:
-                print(f"--precision auto: {str(self.dtype).removeprefix('torch.')} autocast on this {self.device.type} "
-                      "(fp32 master weights and optimizer state; --precision fp32 for fp32 throughout)",
+                print(f"precision auto: {str(self.dtype).removeprefix('torch.')} autocast on this {self.device.type} "
+                      "(fp32 master weights and optimizer state; precision fp32 for fp32 throughout)",
                       file=sys.stderr)
 
     def completed(self) -> dict[str, float]:
@@ -392,7 +391,7 @@ class Trainer:
         """
         config, h = self.config, self.config.hyperparameters
         if self.step >= config.steps:
-            raise PLMError(f"{self.out}: the run is at step {self.step} already; --steps {config.steps} would not "
+            raise PLMError(f"{self.out}: the run is at step {self.step} already; `steps` {config.steps} would not "
                            "train it further")
         if h.schedule not in ("cosine", "linear") or self.step < h.warmup:
             return
@@ -406,8 +405,8 @@ class Trainer:
         reached = self.learning_rate(self.step, total=saved_steps)
         if reached <= h.min_lr == 0:
             raise PLMError(f"{self.out}: the run's learning rate decayed to 0 at its last step ({saved_steps}), so "
-                           f"--steps {config.steps} would train at lr 0; start a new run from its model instead "
-                           f"(--model {self.out}/checkpoint)")
+                           f"`steps` {config.steps} would train at lr 0; start a new run from its model instead "
+                           f"(`model` {self.out}/checkpoint)")
         self.decay_start = (self.step, reached)
         if self.distributed.is_main:
             print(f"extending the run from {saved_steps} to {config.steps} steps: its {config.schedule} decay goes on "
