@@ -18,7 +18,7 @@ process; its peak resident memory is the largest sum of the RSS of its whole pro
   BPE tokenizer with ``num_proc`` = cores, one uint16 ``np.memmap`` written 1,024 shards at
   a time; its MB/s and peak RSS beside plm's (needs ``datasets``, else the row is skipped).
 
-    python benchmarks/bench_data.py                               # 2,048 MB and 205 MB: hours on 2 cores
+    python benchmarks/bench_data.py                               # 2,048 MB and 205 MB: about 95 minutes on 2 cores
     python benchmarks/bench_data.py --size-mb 100 --small-mb 10   # about 15 minutes
 """
 

@@ -165,7 +165,23 @@ def test_the_site_builds_in_strict_mode_with_its_api_reference(tmp_path: Path) -
     assert result.returncode == 0, "\n".join(problems) or result.stderr[-3000:]
     reference = (site / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="plm.from_preset"' in reference and 'id="plm.pretrain"' in reference  # ::: plm was rendered
+    literal = [f"{page.relative_to(site)}: {role}" for page in sorted((site / "api").rglob("*.html"))
+               for role in REST_ROLE.findall(page.read_text(encoding="utf-8"))]
+    assert not literal, literal  # a reST role renders as written; a cross-reference is a link
+    training = (site / "api" / "training" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../models/#plm.models.recipe.PretrainingRecipe"' in training  # a docstring's link to another page
     assert (site / "repository" / "examples" / "compare" / "pre-ln-vs-post-ln.png").is_file()  # docs/hooks.py
+
+
+REST_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`[^`]*`")
+
+
+def test_docstrings_link_with_mkdocstrings_cross_references_not_rest_roles() -> None:
+    """mkdocstrings renders ``:class:`X``` as written; ``[`X`][plm.module.X]`` becomes a link (the site's strict build
+    fails on a link to nothing)."""
+    roles = [f"{path.relative_to(ROOT)}: {role}" for path in sorted((ROOT / "src" / "plm").rglob("*.py"))
+             for role in REST_ROLE.findall(path.read_text(encoding="utf-8"))]
+    assert not roles, roles
 
 
 def slug(heading: str) -> str:

@@ -99,7 +99,7 @@ def checked_value(value: Any, annotation: Any, where: str) -> Any:
         where: the field, for the error message.
 
     Returns:
-        The converted value (see :func:`convert`).
+        The converted value (see [`convert`][plm.config.convert]).
 
     Raises:
         PLMError: ``value`` does not fit ``annotation``.

@@ -61,7 +61,7 @@ def cpu_instruction_set() -> str:
 
 
 def resolve_precision(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bf16 on a GPU or CPU that has it (:func:`native_bf16_cpu`), fp16 on older GPUs, else fp32.
+    """``auto`` is bf16 on a GPU or CPU that has it (`native_bf16_cpu`), fp16 on older GPUs, else fp32.
 
     Args:
         name: ``auto``, ``fp32``, ``bf16`` or ``fp16``.
@@ -87,7 +87,7 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
 
     Args:
         device: the device the forward pass runs on.
-        dtype: the precision (from :func:`resolve_precision`).
+        dtype: the precision (from [`resolve_precision`][plm.device.resolve_precision]).
 
     Returns:
         The context manager: ``torch.autocast``, or one that does nothing in fp32.

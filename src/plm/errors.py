@@ -1,11 +1,11 @@
 """The one exception type for errors a user can cause.
 
-Library code raises :class:`PLMError` with a message that says what went wrong and
+Library code raises [`PLMError`][plm.errors.PLMError] with a message that says what went wrong and
 where (file, line, byte offset, the config field and its value); the command line prints
 that message as one line and exits with status 2, without a traceback.
 
 The library speaks no command line: a message names a config field or a parameter in
-backquotes, `` `steps` `` (:data:`FIELD`), never a flag. The command line prints each such name as
+backquotes, `` `steps` `` (`FIELD`), never a flag. The command line prints each such name as
 the flag that sets it in that command (``--steps``), so that each reader is told what they can
 change: a field to the Python user, a flag to the one at the shell.
 """

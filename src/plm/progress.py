@@ -1,9 +1,9 @@
-"""Progress bars: :func:`progress_bar` makes every bar plm shows.
+"""Progress bars: [`progress_bar`][plm.progress.progress_bar] makes every bar plm shows.
 
 On a terminal (or in a notebook, which draws its own widget) a bar redraws itself in place, as
 tqdm's do. Anywhere else, in a log file, under ``make demo | tee``, in CI, a redraw is a carriage
 return that nothing interprets, and hundreds of them pile up on one line. There a bar writes a plain
-line instead, at most one every :data:`LOG_INTERVAL` seconds, and a last one when it closes; a bar done
+line instead, at most one every `LOG_INTERVAL` seconds, and a last one when it closes; a bar done
 sooner writes nothing, so that a command that fails early still says so in its one line.
 """
 

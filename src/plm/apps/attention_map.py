@@ -5,7 +5,7 @@ For a sentence pair the rows are the target tokens the decoder predicts (y_1 .. 
 encoder-decoder attention of one layer and head. For an encoder or a GPT model both
 axes are the tokens of one text, and the map is the self-attention of one layer and
 head (the seed's "it" -> "animal" picture). SDPA keeps no weights, so the Transformer
-maps are recorded with :func:`plm.core.attention_weights` (an explicit softmax).
+maps are recorded with [`attention_weights`][plm.core.attention.attention_weights] (an explicit softmax).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def pair_attention(
 ) -> AttentionMap:
     """The attention of the decoder over ``source`` while it reads ``target`` (default: its own greedy translation).
 
-    ``layer`` and ``head`` pick a Transformer's encoder-decoder attention as :func:`pick` does.
+    ``layer`` and ``head`` pick a Transformer's encoder-decoder attention as [`pick`][plm.apps.attention_map.pick] does.
 
     Args:
         model: the encoder-decoder.
@@ -145,7 +145,7 @@ def decoder_attention(
     model: Seq2SeqModel, tokenizers: Seq2SeqTokenizers, source: str, target_ids: Sequence[int], layer: int = 0,
     head: int | None = 0,
 ) -> AttentionMap:
-    """:func:`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them.
+    """`pair_attention` over target ids ``<s> y_1 .. y_m </s>``, such as a search chose them.
 
     Args:
         model: the encoder-decoder.
@@ -183,7 +183,7 @@ def self_attention(
 ) -> AttentionMap:
     """Self-attention of layer ``layer``, head ``head`` of an encoder or a causal LM over ``text``.
 
-    The layer and head are chosen as in :func:`pick`.
+    The layer and head are chosen as in [`pick`][plm.apps.attention_map.pick].
 
     Args:
         model (torch.nn.Module): the model, with ``MultiHeadAttention`` layers.

@@ -25,7 +25,7 @@ fields of the model's preset (``norm_first``, ``sharing``, ``position_terms`` ..
 
 The runs go one after another, each in its own run directory under the output
 directory; a finished run is kept, an interrupted one resumes from its checkpoint, but
-only while everything that defines it is unchanged (:func:`run_definition`: its options,
+only while everything that defines it is unchanged ([`run_definition`][plm.apps.compare.run_definition]: its options,
 its family's recipe, the budget and the data files' contents); otherwise it trains again.
 """
 
@@ -353,8 +353,9 @@ def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] 
             where: str = "the spec") -> list[RunResult]:
     """Run (or resume, or keep) every run of ``spec`` under ``out``; return their results in spec order.
 
-    A run's directory is kept (finished) or resumed (interrupted) only when its :func:`run_definition` is the
-    one saved there; any change trains it again from the start, and the progress line names what changed.
+    A run's directory is kept (finished) or resumed (interrupted) only when its
+    [`run_definition`][plm.apps.compare.run_definition] is the one saved there; any change trains it again from the
+    start, and the progress line names what changed.
 
     Args:
         spec: the comparison.
@@ -470,7 +471,7 @@ def draw_curves(spec: CompareSpec, results: list[RunResult]):
 
 
 def plot_curves(spec: CompareSpec, results: list[RunResult], path: str | Path) -> Path:
-    """Write :func:`draw_curves` as a PNG.
+    """Write [`draw_curves`][plm.apps.compare.draw_curves] as a PNG.
 
     Args:
         spec: the comparison.

@@ -56,7 +56,7 @@ def read_conll_column(path: str | os.PathLike[str], column: int, limit: int | No
         The sentences, ``-DOCSTART-`` lines skipped.
 
     Raises:
-        PLMError: a line without that column, no sentences, or a file :func:`plm.data.corpus.read_text` refuses.
+        PLMError: a line without that column, no sentences, or a file [`read_text`][plm.data.corpus.read_text] refuses.
     """
     sentences: list[LabelledSentence] = []
     words: list[str] = []

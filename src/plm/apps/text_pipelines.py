@@ -66,7 +66,7 @@ def continue_prompts(
 ) -> list[Continuation]:
     """The continuation of each prompt (without the prompt), cut before any stop string, and where it ended.
 
-    ``options`` are those of :func:`plm.decoding.generation.generate` (temperature, top_k,
+    ``options`` are those of [`generate`][plm.decoding.generation.generate] (temperature, top_k,
     top_p, repetition_penalty, seed, keep_last, compile, ...). A continuation ends where the
     model writes the tokenizer's end-of-text token, unless ``ignore_eos`` asks for all
     ``max_new_tokens``. An empty prompt starts from the tokenizer's beginning-of-text token.
@@ -77,7 +77,7 @@ def continue_prompts(
         prompts: the prompts, decoded as one batch.
         max_new_tokens: the most new tokens per prompt.
         stop: strings that end a continuation.
-        **options (Any): as for :func:`plm.decoding.generation.generate`.
+        **options (Any): as for [`generate`][plm.decoding.generation.generate].
 
     Returns:
         Each prompt's continuation.
@@ -116,7 +116,7 @@ def ended_after(new: list[int], eos: int | None, stop: StopStrings | None) -> in
     after it (the padding id is the eos id where the tokenizer has no pad token).
 
     Args:
-        new: the row's new tokens, as :func:`plm.decoding.generation.generate` wrote them.
+        new: the row's new tokens, as [`generate`][plm.decoding.generation.generate] wrote them.
         eos: the end-of-text id (None: nothing ends a row at a token).
         stop: the stop strings, or None.
 
@@ -141,7 +141,7 @@ def generate_text(
 ) -> list[str]:
     """The continuation of each prompt (without the prompt), cut before any stop string.
 
-    The texts of :func:`continue_prompts`, which says where the model ended each.
+    The texts of [`continue_prompts`][plm.apps.text_pipelines.continue_prompts], which says where the model ended each.
 
     Args:
         model: the causal language model.
@@ -149,7 +149,7 @@ def generate_text(
         prompts: the prompts, decoded as one batch.
         max_new_tokens: the most new tokens per prompt.
         stop: strings that end a continuation.
-        **options (Any): as for :func:`plm.decoding.generation.generate`.
+        **options (Any): as for [`generate`][plm.decoding.generation.generate].
 
     Returns:
         Each prompt's continuation.
@@ -227,27 +227,27 @@ def file_perplexity(
     detokenize: str = "none",
     one_text: bool = False,
 ) -> Perplexity:
-    """Sliding-window perplexity of a text file (see :func:`plm.apps.perplexity.perplexity`), every token scored once.
+    """Sliding-window perplexity of a text file (see `perplexity`), every token scored once.
 
     The file is read as pre-training reads a ``--train`` or ``--validation`` file: its documents
-    (:func:`plm.data.sources.iter_documents`: paragraphs separated by blank lines, or a JSONL field ``text``),
-    each encoded alone and followed by the end-of-text token (:func:`plm.data.encoded.encode_texts`),
-    and the whole after the tokenizer's start token (:attr:`plm.tokenization.tokenizer.Tokenizer.start_id`), so
-    that the first token is scored too. So a run's final validation perplexity, with windows of its block size,
-    is this number for its validation file. ``one_text`` scores the file as one text instead, blank lines and all,
-    as GPT-2 scored WikiText and the PTB.
+    ([`iter_documents`][plm.data.sources.iter_documents]: paragraphs separated by blank lines, or a JSONL field
+    ``text``), each encoded alone and followed by the end-of-text token
+    ([`encode_texts`][plm.data.encoded.encode_texts]), and the whole after the tokenizer's start token
+    ([`start_id`][plm.tokenization.tokenizer.Tokenizer.start_id]), so that the first token is scored too. So a run's
+    final validation perplexity, with windows of its block size, is this number for its validation file. ``one_text``
+    scores the file as one text instead, blank lines and all, as GPT-2 scored WikiText and the PTB.
 
     ``detokenize`` ("none", "wikitext", "ptb") undoes a benchmark's tokenisation first
-    (:mod:`plm.apps.zeroshot.detokenize`). The result counts the words of the text (before detokenising) and the
-    UTF-8 bytes of the text the model read.
+    ([`plm.apps.zeroshot.detokenize`][plm.apps.zeroshot.detokenize]). The result counts the words of the text (before
+    detokenising) and the UTF-8 bytes of the text the model read.
 
     Args:
         model: the causal language model.
         tokenizer: its tokenizer.
         path: the text file.
-        window: as for :func:`plm.apps.perplexity.perplexity`.
-        stride: as for :func:`plm.apps.perplexity.perplexity`.
-        batch_size: as for :func:`plm.apps.perplexity.perplexity`.
+        window: as for [`perplexity`][plm.apps.perplexity.perplexity].
+        stride: as for [`perplexity`][plm.apps.perplexity.perplexity].
+        batch_size: as for [`perplexity`][plm.apps.perplexity.perplexity].
         progress: show a progress bar.
         detokenize: "none", "wikitext" or "ptb".
         one_text: score the file as one text, not as its documents.
@@ -257,7 +257,7 @@ def file_perplexity(
 
     Raises:
         PLMError: an unknown detokenizer, an unreadable file, or a window, stride or text that
-            :func:`plm.apps.perplexity.perplexity` refuses.
+            [`perplexity`][plm.apps.perplexity.perplexity] refuses.
     """
     if detokenize not in DETOKENIZERS:
         raise PLMError(f"unknown detokenizer {detokenize!r}; choose one of {', '.join(DETOKENIZERS)}")

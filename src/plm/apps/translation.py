@@ -1,6 +1,6 @@
 """An encoder-decoder to translate with, and the search its recipe decodes with.
 
-Translating and scoring live in :mod:`plm.objectives.translation`, which seq2seq training's
+Translating and scoring live in [`plm.objectives.translation`][plm.objectives.translation], which seq2seq training's
 validation shares. The model is plm's (a model directory or a training run) or a released one: a Hugging Face
 Marian or FSMT directory or Hub id, read into plm's Transformer with its own tokenizers.
 """
@@ -25,7 +25,8 @@ def load_seq2seq(
 
     Args:
         path: a plm model directory or training run (a run's best model first), or a Hugging Face Marian or
-            FSMT directory or Hub id (:func:`plm.storage.hub.local_or_hub`; a local path of the same spelling wins).
+            FSMT directory or Hub id ([`local_or_hub`][plm.storage.hub.local_or_hub]; a local path of the same spelling
+            wins).
         device: where the model goes.
         revision: for a Hub id, the branch, tag or commit to fetch; None: the default branch.
 

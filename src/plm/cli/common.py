@@ -1,4 +1,4 @@
-"""What every command does alike: its parser, the groups of flags it takes (declared in :mod:`plm.cli.flags`),
+"""What every command does alike: its parser, the groups of flags it takes (declared in `plm.cli.flags`),
 loading its model and writing its outputs."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class Parser(argparse.ArgumentParser):
     def name_fields(self, **flag_of_field: str) -> None:
         """Say which of this command's flags sets each library field named otherwise (``num_beams="--beam"``).
 
-        A library error names fields (:data:`plm.errors.FIELD`); the command line prints the flag in place
-        of each (:func:`plm.cli.flags.in_flags`). A flag whose destination is the field's name needs no entry.
+        A library error names fields (`FIELD`); the command line prints the flag in place
+        of each (`in_flags`). A flag whose destination is the field's name needs no entry.
         """
         self.field_flags.update(flag_of_field)
 
@@ -236,7 +236,7 @@ def add_run_directory(parser: argparse.ArgumentParser, default: str, resume_help
 def add_schedule(parser: argparse.ArgumentParser) -> None:
     """How long and how a training command optimizes: steps, batches, the optimizer, its schedule, what it logs.
 
-    The optimizer's flags left out take the family recipe's values; :func:`training_config` reads them all.
+    The optimizer's flags left out take the family recipe's values; `training_config` reads them all.
     """
     flags.STEPS.add(parser, default=1000)
     add_time_budget(parser)
@@ -269,7 +269,7 @@ def add_training_precision(parser: argparse._ActionsContainer) -> None:
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:
-    """The :class:`TrainingConfig` of the flags :func:`add_schedule`, :func:`add_parallelism`, ``--seed``,
+    """The `TrainingConfig` of the flags `add_schedule`, `add_parallelism`, ``--seed``,
     ``--device`` and ``--no-progress`` declare."""
     return TrainingConfig(
         steps=args.steps, time_limit=time_limit(args), optimizer=args.optimizer, lr=args.lr, min_lr=args.min_lr,
@@ -318,7 +318,7 @@ def check_output_directory(path: str | Path) -> Path:
 
 def write_model_directory(source: Path, out: Path, overwrite: bool, write: Callable[[Path], str]) -> str:
     """Have ``write(directory)`` fill a new model directory made from ``source``, which then becomes ``out``
-    (see :func:`write_directory`). Returns what ``write`` says it wrote."""
+    (see `write_directory`). Returns what ``write`` says it wrote."""
     if not source.exists():
         raise PLMError(f"{source}: no such directory")
     check_output_directory(out)

@@ -52,7 +52,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def carried_tokenizer(directory: Path) -> Seq2SeqTokenizers | Tokenizer | None:
     """What goes with a converted model: a released translation model's two tokenizers (Marian's SentencePiece,
-    FSMT's BPE files), else the tokenizer :func:`find_tokenizer` finds, or None."""
+    FSMT's BPE files), else the tokenizer [`find_tokenizer`][plm.loading.find_tokenizer] finds, or None."""
     released = load_released(directory)
     return Seq2SeqTokenizers(*released) if released is not None else find_tokenizer(directory)
 

@@ -1,6 +1,6 @@
 """plm demo: the whole GPT-2 pipeline on the embedded corpus in a few CPU minutes.
 
-The demo's run is a ``plm pretrain`` run with the flags :func:`pretrain_arguments` gives: its
+The demo's run is a ``plm pretrain`` run with the flags `pretrain_arguments` gives: its
 ``run.json`` says so (and that plm demo started it), so that ``plm pretrain --out OUT --resume``
 continues it, and a second ``plm demo`` continues it too, or finds it complete. Any other run in
 ``--out`` is kept, unless ``--overwrite``.

@@ -28,7 +28,7 @@ def add_prompted_answers(parser: argparse.ArgumentParser, answer: str, max_new_t
 
 
 def report_answers(args: argparse.Namespace, title: str, numbers: Mapping[str, Any], predictions: Any) -> None:
-    """:func:`report` the scores, and write the ``predictions`` to ``--predictions`` when given."""
+    """`report` the scores, and write the ``predictions`` to ``--predictions`` when given."""
     report(title, numbers, args.json)
     if args.predictions:
         write_json(args.predictions, predictions)

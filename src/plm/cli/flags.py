@@ -1,12 +1,12 @@
 """The command line's vocabulary: every flag that more than one command takes, declared once.
 
-A :class:`Flag` has one name, one type, one unit and one help text; a command adds it with
+A `Flag` has one name, one type, one unit and one help text; a command adds it with
 ``STEPS.add(parser)``, and may add a note after the help (what the flag does in that command) but not
 change its meaning. A flag keeps the one default declared here, unless it is declared
 ``per_command_default``: how many steps a demo takes is not how many a pre-training takes, and the
 help says each. A flag renamed keeps its old spelling as a hidden alias (``formerly``) that says once
 that it was renamed. The few names that each command gives its own object (``--model``, ``--out``:
-what it reads and writes) are :data:`OWN_NAMES`.
+what it reads and writes) are `OWN_NAMES`.
 
 ``tests/cli/test_flag_vocabulary.py`` walks the whole parser and holds every command to this, and
 docs/cli.md lists the vocabulary.
@@ -35,7 +35,7 @@ DECLARED: Any = object()  # Flag.add's default: the declared one
 def in_flags(message: str, flag_of: Mapping[str, str]) -> str:
     """A library message as the command line says it: each field it names, the flag that sets it.
 
-    The library names a config field as `` `steps` `` (:data:`plm.errors.FIELD`); a command prints
+    The library names a config field as `` `steps` `` (`FIELD`); a command prints
     its flag for the field in its place (``--steps``), and the field's bare name where no flag sets it.
 
     Args:

@@ -3,7 +3,7 @@
 Every training command (``pretrain``, ``seq2seq train``, ``finetune``) saves its flags and the
 SHA-256 of each data file in ``OUT/run.json`` before its first step. On ``--resume`` the flags not
 given take the saved values; a flag given with another value is refused, naming it, except those
-that may change on a resume (:data:`CHANGEABLE`): ``--steps`` to extend a run, ``--device``, and
+that may change on a resume (`CHANGEABLE`): ``--steps`` to extend a run, ``--device``, and
 progress, logging and saving. A data file whose contents changed is refused too, unless
 ``--allow-data-change``. Data files, and the files and directories other flags name, are saved by their
 absolute paths, so that a resume may start in another working directory.

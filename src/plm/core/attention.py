@@ -5,13 +5,13 @@ and encoder-decoder attention: the fused input projection holds W_Q, W_K and W_V
 stacked as in ``torch.nn.MultiheadAttention``; for cross-attention the queries come
 from the decoder and the keys and values from the encoder's output ("memory").
 Families that change the scores (DeBERTa's disentangled attention) subclass it and
-override :meth:`MultiHeadAttention.attend`.
+override [`MultiHeadAttention.attend`][plm.core.attention.MultiHeadAttention.attend].
 
 When decoding, the encoder-decoder attention computes the keys and values of the
-memory once per source sentence (:meth:`MultiHeadAttention.memory_cache`) and is
-then given that cache as its memory. SDPA returns no attention weights;
-:func:`attention_weights` switches the layers of a model to an explicit softmax that
-keeps them, for as long as it is asked to.
+memory once per source sentence
+([`MultiHeadAttention.memory_cache`][plm.core.attention.MultiHeadAttention.memory_cache]) and is then given that cache
+as its memory. SDPA returns no attention weights; [`attention_weights`][plm.core.attention.attention_weights] switches
+the layers of a model to an explicit softmax that keeps them, for as long as it is asked to.
 """
 
 from __future__ import annotations
@@ -264,8 +264,8 @@ class MultiHeadAttention(nn.Module):
         """Attention of ``x`` over itself (or ``memory``), projected back: (B, T, dim) -> (B, T, dim).
 
         ``memory``: the encoder's output (B, S, dim) for encoder-decoder attention, or
-        its keys and values already computed (:meth:`memory_cache`). With ``packing``, x
-        is the (tokens, dim) rows of a padded batch's real tokens (self-attention only).
+        its keys and values already computed ([`memory_cache`][plm.core.attention.MultiHeadAttention.memory_cache]).
+        With ``packing``, x is the (tokens, dim) rows of a padded batch's real tokens (self-attention only).
 
         Args:
             x: (B, T, dim) the queries' hidden states, or (tokens, dim) with ``packing``.
@@ -273,9 +273,11 @@ class MultiHeadAttention(nn.Module):
                 None attends everywhere (or causally).
             is_causal: each query attends only to the keys up to its own position (SDPA's ``is_causal``).
             cache: the self-attention's key/value cache, which the new keys and values are appended to.
-            memory: the encoder's output, or its :meth:`memory_cache`, for encoder-decoder attention.
+            memory: the encoder's output, or its [`memory_cache`][plm.core.attention.MultiHeadAttention.memory_cache],
+                for encoder-decoder attention.
             packing: where the real tokens of a padded batch are, when ``x`` holds only those.
-            **attention_inputs: extra inputs of a subclass's :meth:`attend` (DeBERTa's relative positions).
+            **attention_inputs: extra inputs of a subclass's [`attend`][plm.core.attention.MultiHeadAttention.attend]
+                (DeBERTa's relative positions).
 
         Returns:
             The (B, T, dim) output, or (tokens, dim) with ``packing``.
@@ -303,9 +305,9 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: (tokens, dim) the real tokens' hidden states.
-            mask: as for :meth:`forward`, over the padded (B, T) form.
+            mask: as for [`forward`][plm.core.attention.MultiHeadAttention.forward], over the padded (B, T) form.
             packing: where the real tokens are in the padded batch.
-            **attention_inputs: extra inputs of a subclass's :meth:`attend`.
+            **attention_inputs: extra inputs of a subclass's [`attend`][plm.core.attention.MultiHeadAttention.attend].
 
         Returns:
             The (tokens, dim) output.
@@ -348,7 +350,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool,
         scale: float,
     ) -> torch.Tensor:
-        """SDPA, or while :func:`attention_weights` records, the explicit softmax that keeps the weights.
+        """SDPA, or while `attention_weights` records, the explicit softmax that keeps the weights.
 
         ``mask`` is boolean (True = may attend) or added to the scores (a float bias).
 

@@ -109,8 +109,10 @@ class TransformerBlock(nn.Module):
 
     Args:
         config: the block's shape.
-        attention: the self-attention module (default: a :class:`MultiHeadAttention` of ``config``'s shape).
-        feed_forward: the feed-forward module (default: a :class:`FeedForward` of ``config``'s shape).
+        attention: the self-attention module (default: a [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention]
+            of ``config``'s shape).
+        feed_forward: the feed-forward module (default: a [`FeedForward`][plm.core.block.FeedForward] of ``config``'s
+            shape).
     """
 
     def __init__(
@@ -154,7 +156,8 @@ class TransformerBlock(nn.Module):
 
         Args:
             x: (batch, time, dim) hidden states, or (tokens, dim) with ``packing``.
-            mask: the self-attention's mask (see :meth:`MultiHeadAttention.forward`), or None.
+            mask: the self-attention's mask (see
+                [`MultiHeadAttention.forward`][plm.core.attention.MultiHeadAttention.forward]), or None.
             is_causal: the self-attention is causal.
             cache: the self-attention's key/value cache.
             memory: the encoder's output (batch, source, dim), or its keys and values, for encoder-decoder attention.

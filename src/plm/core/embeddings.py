@@ -95,7 +95,7 @@ class SinusoidalPositions(nn.Module):
     Args:
         max_positions: the positions the table holds.
         dim: the size of each vector, even.
-        layout: one of :data:`SINUSOID_LAYOUTS`.
+        layout: one of `SINUSOID_LAYOUTS`.
 
     Raises:
         PLMError: an unknown layout or an odd ``dim``.

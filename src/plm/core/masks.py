@@ -1,6 +1,6 @@
 """Attention masks for scaled_dot_product_attention (padding, causality, no NaN rows), and packing.
 
-:class:`Packing` lets an encoder skip the padding: it gathers the real tokens of a padded
+[`Packing`][plm.core.masks.Packing] lets an encoder skip the padding: it gathers the real tokens of a padded
 batch into rows of their own and scatters them back where attention needs the batch form.
 """
 
@@ -31,7 +31,7 @@ def build_attention_mask(
     key_length: int,
     causal: bool,
 ) -> tuple[torch.Tensor | None, bool]:
-    """Return ``(mask, is_causal)`` for :func:`torch.nn.functional.scaled_dot_product_attention`.
+    """Return ``(mask, is_causal)`` for `torch.nn.functional.scaled_dot_product_attention`.
 
     ``padding_mask`` is (batch, key_length) with 1 for real tokens and 0 for padding.
     The queries are the last ``query_length`` of the keys (a KV cache holds the rest).
@@ -156,7 +156,7 @@ def scatter_rows(x: torch.Tensor, indices: torch.Tensor, rows: int) -> torch.Ten
 
 
 class GatherRows(torch.autograd.Function):
-    """x[indices] along the first axis, whose gradient is :func:`scatter_rows` (index_select's own is index_add_)."""
+    """x[indices] along the first axis, whose gradient is `scatter_rows` (index_select's own is index_add_)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -190,11 +190,11 @@ class GatherRows(torch.autograd.Function):
 
 
 class ScatterRows(torch.autograd.Function):
-    """:func:`scatter_rows` with the gather of the same rows as its gradient."""
+    """[`scatter_rows`][plm.core.masks.scatter_rows] with the gather of the same rows as its gradient."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, indices: torch.Tensor, rows: int) -> torch.Tensor:
-        """:func:`scatter_rows` of ``x``.
+        """[`scatter_rows`][plm.core.masks.scatter_rows] of ``x``.
 
         Args:
             ctx (Any): autograd's context, which keeps ``indices`` for the backward pass.

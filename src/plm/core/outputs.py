@@ -14,8 +14,8 @@ class ModelOutput:
     """The backbone's part of a forward pass's outputs.
 
     Heads do not add fields here: a model with a head returns a subclass that holds
-    the head's outputs (:class:`CausalLMOutput`, the encoders' ``PretrainingOutput``,
-    the task heads' outputs in :mod:`plm.tasks.heads`).
+    the head's outputs ([`CausalLMOutput`][plm.core.outputs.CausalLMOutput], the encoders' ``PretrainingOutput``,
+    the task heads' outputs in [`plm.tasks.heads`][plm.tasks.heads]).
 
     Attributes:
         last_hidden_state: (batch, time, hidden) the last layer's hidden states.

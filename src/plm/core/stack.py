@@ -34,7 +34,7 @@ def run_blocks(
 
     ``caches`` holds one self-attention KV cache per block. ``memory`` is the encoder's
     output (B, S, dim), or one cache of its keys and values per block (see
-    :meth:`plm.core.MultiHeadAttention.memory_cache`); ``memory_mask`` (B, 1, 1, S)
+    [`memory_cache`][plm.core.attention.MultiHeadAttention.memory_cache]); ``memory_mask`` (B, 1, 1, S)
     hides its padding. Each block's output is appended to ``hidden_states`` when given;
     ``attention_inputs`` go to every block's self-attention. With ``packing`` (an
     encoder's padded batch) hidden is the (tokens, dim) rows of the real tokens, and so

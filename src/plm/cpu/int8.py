@@ -1,7 +1,7 @@
 """Weight-only int8 for inference on the CPU: a quarter of fp32's bytes for every weight read.
 
 Decoding a token reads every weight matrix once, so its speed is bounded by the memory
-bandwidth over the bytes of the weights. :func:`quantize` stores each (out, in) matrix
+bandwidth over the bytes of the weights. [`quantize`][plm.cpu.int8.quantize] stores each (out, in) matrix
 of a model's linear layers, and the token embedding tables a tied output layer reads,
 as int8 values with one scale per output row (symmetric: w ~ values * scale, scale =
 max |w_row| / 127), and multiplies with PyTorch's own int8-weight kernel
@@ -41,7 +41,7 @@ BF16_ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows rounded up to a
 class Int8Weight:
     """An (out, in) weight as int8 ``values`` (out, in) and one ``scales`` (out,) entry per row.
 
-    It stands where an fp32 weight matrix is read: :func:`plm.cpu.linear.linear` multiplies
+    It stands where an fp32 weight matrix is read: [`linear`][plm.cpu.linear.linear] multiplies
     by it, a tied output layer reads an embedding's, and slicing rows (a fused projection's
     parts) gives the rows' own int8 weight.
 
@@ -183,7 +183,7 @@ def aligned(values: torch.Tensor) -> torch.Tensor:
 
 
 class Int8Module(nn.Module):
-    """A layer whose weight is an :class:`Int8Weight`: buffers ``weight_values`` and ``weight_scales``.
+    """A layer whose weight is an `Int8Weight`: buffers ``weight_values`` and ``weight_scales``.
 
     Args:
         weight: (out, in) the fp32 weight to quantize.
@@ -339,7 +339,7 @@ def is_quantized(model: nn.Module) -> bool:
         model: the model.
 
     Returns:
-        True when any of its modules is an :class:`Int8Module`.
+        True when any of its modules is an [`Int8Module`][plm.cpu.int8.Int8Module].
     """
     return any(isinstance(module, Int8Module) for module in model.modules())
 

@@ -11,7 +11,8 @@ gains, and the machines they were measured on, are in the speed page of the docs
   has a fast matrix-vector kernel instead, and with one row in bf16 PyTorch's GEMM path
   reads the weight slower than its matrix-vector kernel (``torch.mv``), so each shape
   takes the route that wins on the machine at hand, timed at its first use with the weight
-  read from memory as decoding reads it (:func:`one_token_route`, :mod:`plm.cpu.timing`).
+  read from memory as decoding reads it ([`one_token_route`][plm.cpu.linear.one_token_route],
+  [`plm.cpu.timing`][plm.cpu.timing]).
 * Very many output features (the vocabulary projection of a language model, on
   every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written
@@ -42,9 +43,9 @@ ROUTES: dict[tuple[int, int, int, int, torch.dtype], str] = {}  # (rows, out, in
 def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: x (..., in), weight (out, in) -> (..., out); int8 weights multiply in int8.
 
-    On the CPU (:func:`measured_case`), a product of a few rows by a large weight takes the route of
-    :data:`ONE_TOKEN_ROUTES` that was timed fastest, and one of many rows with very many output features
-    takes :class:`WideLinear` (in fp32).
+    On the CPU ([`measured_case`][plm.cpu.linear.measured_case]), a product of a few rows by a large weight takes the
+    route of `ONE_TOKEN_ROUTES` that was timed fastest, and one of many rows with very many output features takes
+    [`WideLinear`][plm.cpu.linear.WideLinear] (in fp32).
 
     Args:
         x: (..., in) the input.
@@ -135,7 +136,7 @@ def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int, torc
 
 
 def one_token_route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str:
-    """The fastest of :data:`ONE_TOKEN_ROUTES` for this shape on this machine, timed at its first use.
+    """The fastest of `ONE_TOKEN_ROUTES` for this shape on this machine, timed at its first use.
 
     The winner depends on the machine's MKL (whether its matrix-vector kernel is fast) and the dtype, so
     each route is measured, with the weight read from memory, once per shape (some 50 ms a route).
@@ -235,7 +236,7 @@ class WideLinear(torch.autograd.Function):
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) whose product is :func:`linear`.
+    """nn.Linear (same parameters and state dict) whose product is [`linear`][plm.cpu.linear.linear].
 
     Attributes:
         fused_parts: the row blocks that are layers of their own to a layer-wise optimizer (LAMB): 3 for a fused
@@ -245,7 +246,7 @@ class Linear(nn.Linear):
     fused_parts: int = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Compute x W^T + b through :func:`linear`.
+        """Compute x W^T + b through [`linear`][plm.cpu.linear.linear].
 
         Args:
             x: (..., in) the input.

@@ -1,4 +1,4 @@
-"""Timing a call where the faster of two routes depends on the machine (:mod:`plm.cpu.linear`, :mod:`plm.cpu.int8`)."""
+"""Timing a call where the faster of two routes depends on the machine (`plm.cpu.linear`, `plm.cpu.int8`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Data: the text to train on, its token ids, and the batches read from them.
 
-The text comes from :mod:`plm.data.corpus` and :mod:`plm.data.sources`; it is prepared once into memory-mapped
-token ids (:mod:`plm.data.prepare`, :mod:`plm.data.prepared`), which :mod:`plm.data.tokens` draws batches from.
+The text comes from [`plm.data.corpus`][plm.data.corpus] and [`plm.data.sources`][plm.data.sources]; it is prepared once
+into memory-mapped token ids ([`plm.data.prepare`][plm.data.prepare], [`plm.data.prepared`][plm.data.prepared]), which
+[`plm.data.tokens`][plm.data.tokens] draws batches from.
 """
 
 from typing import TYPE_CHECKING

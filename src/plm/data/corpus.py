@@ -2,7 +2,7 @@
 
 The default corpus is English prose that needs no download: the topics of Python's
 interactive help (``pydoc_data``) and the docstrings of the standard library, read
-with :mod:`ast` so that no module is imported. It is built once per Python version and
+with `ast` so that no module is imported. It is built once per Python version and
 cached as JSON lines, so every run on the same Python trains on the same text.
 """
 
@@ -199,8 +199,8 @@ def read_corpus(
         The corpus.
 
     Raises:
-        PLMError: no training files, a file :func:`read_text` refuses, a fraction not strictly between 0 and 1,
-            or too little text to hold out.
+        PLMError: no training files, a file [`read_text`][plm.data.corpus.read_text] refuses, a fraction not strictly
+            between 0 and 1, or too little text to hold out.
     """
     if not train_paths:
         raise PLMError("no training files given")

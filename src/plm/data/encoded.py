@@ -1,9 +1,9 @@
 """Documents as token ids, with their word starts and their sentence and document boundaries.
 
-:class:`EncodedDocuments` holds the arrays of one part of a prepared split (see
-:mod:`plm.data.prepared` for the directory), and :func:`encode_texts` makes them from text.
-This module imports only numpy and the tokenizers library: the worker processes of a
-prepare (:mod:`plm.data.prepare`) import it alone, not PyTorch.
+[`EncodedDocuments`][plm.data.encoded.EncodedDocuments] holds the arrays of one part of a prepared split (see
+[`plm.data.prepared`][plm.data.prepared] for the directory), and [`encode_texts`][plm.data.encoded.encode_texts] makes
+them from text. This module imports only numpy and the tokenizers library: the worker processes of a prepare
+([`plm.data.prepare`][plm.data.prepare]) import it alone, not PyTorch.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class EncodedDocuments:
         """The spelling of the unknown word at token offset ``position``.
 
         Args:
-            position: the offset of a token that :attr:`unknown` lists.
+            position: the offset of a token that `unknown` lists.
 
         Returns:
             The word as the text spelled it.
@@ -101,8 +101,8 @@ class EncodedDocuments:
             token: a token offset.
 
         Returns:
-            The unknown words before ``token``, and the rest's :attr:`unknown` rows (offsets counted from
-            ``token``) and :attr:`spellings`.
+            The unknown words before ``token``, and the rest's `unknown` rows (offsets counted from
+            ``token``) and `spellings`.
         """
         row = int(np.searchsorted(self.unknown[:, 0], token))
         start = int(self.unknown[row - 1, 1]) if row else 0
@@ -151,14 +151,14 @@ def encode_texts(
     """Tokenize ``texts`` in one batch (on every core) into ids, word starts and boundaries.
 
     Each text is encoded whole, as a causal LM reads it; its sentences (see
-    :mod:`plm.data.segments`) begin at the tokens that hold their first characters. A text
+    [`plm.data.segments`][plm.data.segments]) begin at the tokens that hold their first characters. A text
     without tokens is left out.
 
     Args:
         texts: the documents' texts.
         backend: the Hugging Face tokenizer; no special tokens are added.
         separator_id: the id written after each document, or None for none.
-        dtype: the ids' dtype (see :func:`token_dtype`).
+        dtype: the ids' dtype (see [`token_dtype`][plm.data.encoded.token_dtype]).
         boundaries: find the word starts and sentences (which only the masked LMs' pairs and masks read); False
             makes each document one sentence of one-token words, in less time.
         opener_id: the id written before each document, or None for none.
@@ -230,7 +230,7 @@ def encoded_sentences(rows: Sequence[Sequence[int]], dtype: np.dtype) -> Encoded
 
     Args:
         rows: the ids of each sentence.
-        dtype: the ids' dtype (see :func:`token_dtype`).
+        dtype: the ids' dtype (see [`token_dtype`][plm.data.encoded.token_dtype]).
 
     Returns:
         The sentences, in memory.

@@ -3,8 +3,8 @@
 Pairs come from two aligned files (line i of one translates line i of the other), one TSV
 (``source<TAB>target`` per line), or JSON lines of Hugging Face translation records
 (``{"translation": {"de": ..., "en": ...}}``, WMT's form), all read line by line
-(:class:`ParallelText`), so that a corpus of millions of pairs streams into
-:func:`plm.data.prepare.prepare_pairs` in bounded memory. Misaligned files and empty sentences are
+([`ParallelText`][plm.data.parallel.ParallelText]), so that a corpus of millions of pairs streams into
+[`prepare_pairs`][plm.data.prepare.prepare_pairs] in bounded memory. Misaligned files and empty sentences are
 errors naming the file and line, found before anything trains.
 
 A source is encoded as ``x_1 .. x_n </s>`` (or ``x_n .. x_1 </s>``, reversed as Sutskever et al. reverse it,
@@ -14,12 +14,12 @@ The tokenizer is byte-level BPE trained on both sides at once (one joint vocabul
 or one per side; a separate target tokenizer is saved in ``target/`` of the model directory, and a
 reversed source order in its ``seq2seq.json``, so that every user of the model reads sources as it was trained.
 A released translation model's directory (Marian's, fairseq's) holds the files of its own
-tokenizers (:mod:`plm.tokenization.released`), which are read, and saved, in their place.
+tokenizers ([`plm.tokenization.released`][plm.tokenization.released]), which are read, and saved, in their place.
 
-Batches are drawn from encoded pairs in memory (:class:`EncodedPairs`) or mapped from a prepared
-corpus (:class:`plm.data.prepared.PreparedPairs`) alike (:class:`PairRows`): from their lengths as
-arrays and a pair's ids by its index, so that grouping millions of pairs by length builds two integer
-arrays (:class:`BudgetBatches`), not a list per batch.
+Batches are drawn from encoded pairs in memory ([`EncodedPairs`][plm.data.parallel.EncodedPairs]) or mapped from a
+prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]) alike ([`PairRows`][plm.data.parallel.PairRows]):
+from their lengths as arrays and a pair's ids by its index, so that grouping millions of pairs by length builds two
+integer arrays ([`BudgetBatches`][plm.data.parallel.BudgetBatches]), not a list per batch.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def sentence_lines(path: str | os.PathLike[str]) -> Iterator[str]:
         Its lines, without their line ends.
 
     Raises:
-        PLMError: a file :func:`plm.data.sources.iter_lines` refuses, or an empty line (naming it).
+        PLMError: a file [`iter_lines`][plm.data.sources.iter_lines] refuses, or an empty line (naming it).
     """
     for number, line in iter_lines(path):
         if not line.strip():
@@ -106,7 +106,7 @@ def iter_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]
 
 
 def read_parallel(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from two aligned files, one sentence per line (see :func:`iter_parallel`), as a list.
+    """Pairs from two aligned files, one sentence per line (see `iter_parallel`), as a list.
 
     Args:
         source: the file of source sentences.
@@ -144,7 +144,7 @@ def iter_tsv(path: str | os.PathLike[str]) -> Iterator[SentencePair]:
 
 
 def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from ``source<TAB>target`` lines (see :func:`iter_tsv`), as a list.
+    """Pairs from ``source<TAB>target`` lines (see [`iter_tsv`][plm.data.parallel.iter_tsv]), as a list.
 
     Args:
         path: the TSV file.
@@ -208,7 +208,8 @@ class ParallelText:
         source: the file of source sentences, one a line.
         target: the file of their translations, line for line.
         tsv: a file of ``source<TAB>target`` lines.
-        translations: JSONL files of translation records (see :func:`iter_translations`), read in order.
+        translations: JSONL files of translation records (see
+            [`iter_translations`][plm.data.parallel.iter_translations]), read in order.
         languages: the keys of the source and the target in the records of ``translations``.
 
     Raises:
@@ -250,8 +251,8 @@ class ParallelText:
             The pairs, in file order.
 
         Raises:
-            PLMError: a file the form's reader refuses (:func:`iter_parallel`, :func:`iter_tsv`,
-                :func:`iter_translations`).
+            PLMError: a file the form's reader refuses ([`iter_parallel`][plm.data.parallel.iter_parallel],
+                [`iter_tsv`][plm.data.parallel.iter_tsv], [`iter_translations`][plm.data.parallel.iter_translations]).
         """
         if self.source is not None and self.target is not None:
             yield from iter_parallel(self.source, self.target)
@@ -264,7 +265,7 @@ class ParallelText:
 
 
 class SideTokenizer(Protocol):
-    """What a side of :class:`Seq2SeqTokenizers` does: plm's :class:`Tokenizer`, or a released model's.
+    """What a side of `Seq2SeqTokenizers` does: plm's `Tokenizer`, or a released model's.
 
     ``bos`` is the role of the token a target starts with, ``eos`` of the one that ends a sentence, ``pad`` of the
     one that fills a batch.
@@ -337,7 +338,7 @@ class Seq2SeqTokenizers:
             pairs: the training pairs.
             vocab_size: the size of each vocabulary.
             joint: one vocabulary for both sides.
-            kind: the tokenizer kind, a key of :data:`plm.tokenization.tokenizer.TOKENIZER_TRAINERS`; "bpe" gets
+            kind: the tokenizer kind, a key of `TOKENIZER_TRAINERS`; "bpe" gets
                 the seq2seq special tokens ``<pad> <s> </s>``.
             reverse_source: encode sources reversed (see the class).
 
@@ -390,7 +391,7 @@ class Seq2SeqTokenizers:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Seq2SeqTokenizers:
-        """The tokenizers :meth:`save` wrote into ``directory``, or a released model's (Marian, fairseq).
+        """The tokenizers `save` wrote into ``directory``, or a released model's (Marian, fairseq).
 
         Args:
             directory: the model directory.
@@ -479,8 +480,8 @@ TokenIds = Sequence[int] | np.ndarray  # a sentence's ids: a list, or a view of 
 class PairRows(Protocol):
     """Encoded sentence pairs as batches read them: their lengths as arrays, and a pair's ids by its index.
 
-    :class:`EncodedPairs` holds them in memory; a split of a prepared corpus
-    (:class:`plm.data.prepared.PreparedPairSplit`) maps them from disk.
+    [`EncodedPairs`][plm.data.parallel.EncodedPairs] holds them in memory; a split of a prepared corpus
+    ([`PreparedPairSplit`][plm.data.prepared.PreparedPairSplit]) maps them from disk.
     """
 
     @property
@@ -669,11 +670,11 @@ def token_budget_batches(source_lengths: np.ndarray, target_lengths: np.ndarray,
 class BudgetSampler:
     """Batches of similar lengths under a token budget, one drawn at random per (step, micro-batch).
 
-    Stateless like :class:`plm.data.tokens.BlockSampler`: the choice comes from a
+    Stateless like [`BlockSampler`][plm.data.tokens.BlockSampler]: the choice comes from a
     generator seeded with (seed, step, micro-batch), so a resumed run draws the same.
 
     Args:
-        batches: the batches (see :func:`token_budget_batches`).
+        batches: the batches (see [`token_budget_batches`][plm.data.parallel.token_budget_batches]).
         seed: the seed of the draws.
     """
 

@@ -1,9 +1,9 @@
 """Tokenize a corpus once, in parallel and in bounded memory, into a prepared directory.
 
-Documents stream from the inputs (:mod:`plm.data.sources`) in batches of about a
+Documents stream from the inputs ([`plm.data.sources`][plm.data.sources]) in batches of about a
 megabyte of text; worker processes, one per core, each encode a batch
-(:func:`plm.data.encoded.encode_texts`) and the batches are appended, each split's in input order, to
-the files of their split (:mod:`plm.data.prepared` gives the layout). Nothing but a few
+([`encode_texts`][plm.data.encoded.encode_texts]) and the batches are appended, each split's in input order, to
+the files of their split ([`plm.data.prepared`][plm.data.prepared] gives the layout). Nothing but a few
 batches is ever in memory, whatever the corpus' size.
 
 Validation is held out by document: a document goes to validation when the CRC-32 of its
@@ -12,10 +12,10 @@ does not depend on the order of the documents, and keeps the copies of a repeate
 paragraph on one side. A corpus with too few documents for that holds out the last
 ``validation_fraction`` of its tokens instead.
 
-Sentence pairs for seq2seq (:func:`prepare_pairs`) take the same path: they stream from their files
-(:class:`plm.data.parallel.ParallelText`), the workers encode them with the seq2seq tokenizers
-(:func:`plm.data.prepared.encode_pairs`), and each split gets a source and a target part. A pair is held out by
-the CRC-32 of its source and target.
+Sentence pairs for seq2seq ([`prepare_pairs`][plm.data.prepare.prepare_pairs]) take the same path: they stream from
+their files ([`ParallelText`][plm.data.parallel.ParallelText]), the workers encode them with the seq2seq tokenizers
+([`encode_pairs`][plm.data.prepared.encode_pairs]), and each split gets a source and a target part. A pair is held out
+by the CRC-32 of its source and target.
 
 Everything is written into a hidden staging directory beside ``out``, which becomes
 ``out`` once its manifest is written: a prepare that is killed leaves nothing that passes
@@ -85,7 +85,8 @@ class PrepareOptions:
         workers: the processes that tokenize (None: one per core).
         progress: show a progress bar.
         shard: ``(index, count)``: prepare only share ``index`` (from 0) of ``count`` disjoint shares of the inputs
-            (see :func:`plm.data.sources.shard_inputs`), to join with the others (:func:`join_prepared`); None: all.
+            (see [`shard_inputs`][plm.data.sources.shard_inputs]), to join with the others
+            ([`join_prepared`][plm.data.prepare.join_prepared]); None: all.
     """
 
     text_field: str = "text"
@@ -119,8 +120,8 @@ def prepare_corpus(
         it is returned as it is.
 
     Raises:
-        PLMError: an input that cannot be read (see :mod:`plm.data.sources`), no text at all, or an ``out`` that
-            holds something else and ``overwrite`` is False.
+        PLMError: an input that cannot be read (see [`plm.data.sources`][plm.data.sources]), no text at all, or an
+            ``out`` that holds something else and ``overwrite`` is False.
     """
     if not 0 < options.validation_fraction < 1:
         raise PLMError(f"validation_fraction must be between 0 and 1, got {options.validation_fraction}")
@@ -162,17 +163,18 @@ def corpus_texts(
     """The texts of the documents of ``inputs``, streamed, to train a tokenizer on in bounded memory.
 
     Args:
-        inputs: files, globs and directories (see :func:`plm.data.sources.corpus_files`).
+        inputs: files, globs and directories (see [`corpus_files`][plm.data.sources.corpus_files]).
         text_field: the field or column that holds the text.
         sample_characters: about this many characters, from documents spread over the whole corpus (chosen by a
             hash of their text, the same ones every time); None: every document.
-        held_out_fraction: leave out the documents :func:`held_out` gives to validation at this fraction.
+        held_out_fraction: leave out the documents [`held_out`][plm.data.prepare.held_out] gives to validation at this
+            fraction.
 
     Yields:
         The texts.
 
     Raises:
-        PLMError: an input that cannot be read (see :mod:`plm.data.sources`).
+        PLMError: an input that cannot be read (see [`plm.data.sources`][plm.data.sources]).
     """
     files = corpus_files(inputs)
     rate = 1.0 if sample_characters is None else sample_characters / max(1, sum(map(input_size, files)))
@@ -203,7 +205,7 @@ def cached_corpus(
     validation: Sequence[str | os.PathLike[str]] = (),
     options: PrepareOptions = PrepareOptions(),
 ) -> PreparedCorpus:
-    """:func:`prepare_corpus` into plm's cache, reused while the inputs and the tokenizer are the same.
+    """`prepare_corpus` into plm's cache, reused while the inputs and the tokenizer are the same.
 
     Args:
         inputs: the training inputs.
@@ -215,7 +217,7 @@ def cached_corpus(
         The prepared corpus.
 
     Raises:
-        PLMError: see :func:`prepare_corpus`.
+        PLMError: see [`prepare_corpus`][plm.data.prepare.prepare_corpus].
     """
     files, validation_files = corpus_files(inputs), corpus_files(validation) if validation else []
     key = _key(tokenizer, [input_fingerprint(path) for path in files + validation_files],
@@ -320,11 +322,11 @@ def prepare_pairs(
 
     The pairs stream from the files (read line by line, the two files of aligned text in lockstep) and
     are encoded in batches, in worker processes for a large corpus, exactly as
-    :meth:`~plm.data.parallel.Seq2SeqTokenizers.encode_sources` and
-    :meth:`~plm.data.parallel.Seq2SeqTokenizers.encode_targets` encode them. Without ``validation``, a pair is
-    held out when the CRC-32 of its source, a tab and its target falls in the lowest
-    ``options.validation_fraction`` (:func:`held_out`); when none is, the last pairs are (that share of them, at
-    most 1,000). The text of the first 1,000 validation pairs is kept for the metrics that translate them.
+    [`encode_sources`][plm.data.parallel.Seq2SeqTokenizers.encode_sources] and
+    [`encode_targets`][plm.data.parallel.Seq2SeqTokenizers.encode_targets] encode them. Without ``validation``, a pair
+    is held out when the CRC-32 of its source, a tab and its target falls in the lowest ``options.validation_fraction``
+    ([`held_out`][plm.data.prepare.held_out]); when none is, the last pairs are (that share of them, at most 1,000). The
+    text of the first 1,000 validation pairs is kept for the metrics that translate them.
 
     Args:
         text: the training pairs' files.
@@ -339,8 +341,8 @@ def prepare_pairs(
         options), they are returned as they are.
 
     Raises:
-        PLMError: a file the readers of :class:`plm.data.parallel.ParallelText` refuse, no pair, too few pairs to
-            hold out validation, ``options.shard`` (parallel text is prepared whole), or an ``out`` that holds
+        PLMError: a file the readers of [`ParallelText`][plm.data.parallel.ParallelText] refuse, no pair, too few pairs
+            to hold out validation, ``options.shard`` (parallel text is prepared whole), or an ``out`` that holds
             something else and ``overwrite`` is False.
     """
     if not 0 < options.validation_fraction < 1:

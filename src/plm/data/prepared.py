@@ -1,6 +1,6 @@
 """A prepared corpus: token ids, word starts and sentence and document boundaries, memory-mapped.
 
-A corpus is tokenized once (:mod:`plm.data.prepare`) into a directory that every
+A corpus is tokenized once ([`plm.data.prepare`][plm.data.prepare]) into a directory that every
 objective and every process of a run maps, so that nothing grows with the corpus but
 the files. Its layout::
 
@@ -23,8 +23,8 @@ A word vocabulary's documents also open with its ``<S>``, as ELMo's biLM reads t
 
 A split may have several parts (``00000``, ``00001`` ...): one per machine that
 prepared a share of the corpus. Causal LMs read the tokens of all parts as one stream
-(:class:`TokenStream`); the encoders' pair examples read documents and their sentences
-(:class:`PreparedSplit`).
+([`TokenStream`][plm.data.prepared.TokenStream]); the encoders' pair examples read documents and their sentences
+([`PreparedSplit`][plm.data.prepared.PreparedSplit]).
 
 Parallel text for sequence to sequence (``kind`` ``parallel`` in the manifest) is the same
 format twice over: each split holds a ``source`` and a ``target`` side of one part each, whose
@@ -43,7 +43,8 @@ format twice over: each split holds a ``source`` and a ``target`` side of one pa
       train/00000.target.*          the same for each target, <s> y_1 .. y_m </s>
       validation/...                the same, for the held-out pairs
 
-:class:`PreparedPairs` opens it; batches read its pairs' lengths and ids (:class:`PreparedPairSplit`).
+[`PreparedPairs`][plm.data.prepared.PreparedPairs] opens it; batches read its pairs' lengths and ids
+([`PreparedPairSplit`][plm.data.prepared.PreparedPairSplit]).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ VALIDATION_TEXT_PAIRS = 1000  # ... so many of them
 
 
 def document_encoding(tokenizer: Tokenizer) -> dict[str, Any]:
-    """How ``tokenizer``'s documents are written: the arguments of :func:`encode_texts` besides the texts.
+    """How ``tokenizer``'s documents are written: the arguments of `encode_texts` besides the texts.
 
     Every document is followed by the eos token when the tokenizer has one, as GPT-2 trained. A word
     vocabulary with a begin token of its own (ELMo's ``<S>``) also opens each document with it and keeps the
@@ -107,8 +108,8 @@ def encode_pairs(pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers,
     Args:
         pairs: the pairs.
         tokenizers: the seq2seq tokenizers; the ids are exactly those of
-            :meth:`~plm.data.parallel.Seq2SeqTokenizers.encode_sources` and
-            :meth:`~plm.data.parallel.Seq2SeqTokenizers.encode_targets`.
+            [`encode_sources`][plm.data.parallel.Seq2SeqTokenizers.encode_sources] and
+            [`encode_targets`][plm.data.parallel.Seq2SeqTokenizers.encode_targets].
         dtype: the ids' dtype.
 
     Returns:
@@ -123,7 +124,7 @@ class TokenStream:
     """The token ids of a split's parts as one array, for a causal LM's random blocks.
 
     Supports ``len`` and indexing with an integer array (a block that crosses two parts
-    reads from both), which is what :class:`plm.data.tokens.BlockSampler` asks of an array.
+    reads from both), which is what [`BlockSampler`][plm.data.tokens.BlockSampler] asks of an array.
 
     Args:
         parts: the token arrays, in order.
@@ -171,7 +172,7 @@ class PreparedSplit:
         """The split of ``documents`` encoded in memory, with eos after each when the tokenizer has one.
 
         For text that fits in memory (a test, a file to score); a corpus goes through
-        :func:`plm.data.prepare.prepare_corpus`.
+        [`prepare_corpus`][plm.data.prepare.prepare_corpus].
 
         Args:
             documents: the documents.
@@ -297,8 +298,8 @@ def seq2seq_fingerprint(tokenizers: Seq2SeqTokenizers) -> dict[str, object]:
         tokenizers: the tokenizers.
 
     Returns:
-        ``source`` and ``target`` (see :func:`tokenizer_fingerprint`; a released model's side by its vocabulary
-        and special tokens) and ``reverse_source``.
+        ``source`` and ``target`` (see [`tokenizer_fingerprint`][plm.data.prepared.tokenizer_fingerprint]; a released
+        model's side by its vocabulary and special tokens) and ``reverse_source``.
     """
     def side(tokenizer: SideTokenizer) -> dict[str, object]:
         if isinstance(tokenizer, ReleasedTokenizer):
@@ -384,7 +385,7 @@ class PreparedCorpus:
         """Map the prepared corpus in ``path``.
 
         Args:
-            path: the directory :func:`plm.data.prepare.prepare_corpus` wrote.
+            path: the directory [`prepare_corpus`][plm.data.prepare.prepare_corpus] wrote.
 
         Returns:
             The corpus.
@@ -425,7 +426,7 @@ class PreparedCorpus:
 class PreparedPairSplit:
     """One split of prepared parallel text: each pair's source and target ids, memory-mapped.
 
-    A :class:`plm.data.parallel.PairRows`: batches read its lengths and its pairs by index.
+    A [`PairRows`][plm.data.parallel.PairRows]: batches read its lengths and its pairs by index.
 
     Args:
         source: the sources, one sentence a document.
@@ -476,7 +477,7 @@ class PreparedPairs:
         """Map the prepared parallel text in ``path``.
 
         Args:
-            path: the directory :func:`plm.data.prepare.prepare_pairs` wrote.
+            path: the directory [`prepare_pairs`][plm.data.prepare.prepare_pairs] wrote.
 
         Returns:
             The corpus.

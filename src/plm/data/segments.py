@@ -30,7 +30,7 @@ def split_segments(text: str) -> list[str]:
 
 
 def segment_starts(text: str) -> list[int]:
-    """The character offset in ``text`` of the first character of each segment of :func:`split_segments`.
+    """The character offset in ``text`` of the first character of each segment of `split_segments`.
 
     Args:
         text: the document's text.

@@ -1,7 +1,8 @@
 """The documents of a user's corpus, streamed from the formats corpora are kept in.
 
-A corpus is given as files, glob patterns and directories (:func:`corpus_files`); each input is
-read one document at a time (:func:`iter_documents`), so that memory does not grow with its size:
+A corpus is given as files, glob patterns and directories ([`corpus_files`][plm.data.sources.corpus_files]); each input
+is read one document at a time ([`iter_documents`][plm.data.sources.iter_documents]), so that memory does not grow with
+its size:
 
 - plain text (``.txt``, ``.text``, ``.md`` or any other name): paragraphs separated by blank lines,
   the convention of BERT's pre-training data, each named ``file:line``;
@@ -10,9 +11,9 @@ read one document at a time (:func:`iter_documents`), so that memory does not gr
 - a Hugging Face ``datasets`` directory written by ``save_to_disk``: its Arrow files, read with
   pyarrow alone, a record batch at a time.
 
-Files of one sentence a line (parallel text: :mod:`plm.data.parallel`) are read a line at a time
-(:func:`iter_lines`). Text and JSON lines may be compressed with gzip (``.gz``) or Zstandard (``.zst``).
-Parquet, datasets directories and ``.zst`` need the ``data`` extra (pyarrow, zstandard), imported only when
+Files of one sentence a line (parallel text: [`plm.data.parallel`][plm.data.parallel]) are read a line at a time
+([`iter_lines`][plm.data.sources.iter_lines]). Text and JSON lines may be compressed with gzip (``.gz``) or Zstandard
+(``.zst``). Parquet, datasets directories and ``.zst`` need the ``data`` extra (pyarrow, zstandard), imported only when
 used.
 """
 
@@ -132,10 +133,12 @@ def iter_documents(
     directory. Blank texts (and empty rows) are skipped.
 
     Args:
-        path: a file or a Hugging Face ``datasets`` directory, as :func:`corpus_files` gives them.
+        path: a file or a Hugging Face ``datasets`` directory, as [`corpus_files`][plm.data.sources.corpus_files] gives
+            them.
         text_field: the JSON field or the column that holds the text.
         byte_range: only the documents that start in these bytes of an uncompressed text or JSON lines file,
-            whose bounds are document starts (see :func:`shard_inputs`); None: the whole input.
+            whose bounds are document starts (see [`shard_inputs`][plm.data.sources.shard_inputs]); None: the whole
+            input.
 
     Yields:
         The documents, in the input's order.
@@ -230,12 +233,12 @@ def shard_inputs(files: Sequence[Path], index: int, count: int) -> list[tuple[Pa
     """The share ``index`` (from 0) of ``count`` disjoint shares of the inputs, about equal in bytes.
 
     The inputs are laid end to end and cut into ``count`` equal byte ranges. An uncompressed text or JSON
-    lines file is cut at the document starts nearest after the cuts (:func:`document_start`), so that one
-    large file is prepared by several machines; any other input goes whole to the share its first byte
-    falls in. Each document is in exactly one share.
+    lines file is cut at the document starts nearest after the cuts
+    ([`document_start`][plm.data.sources.document_start]), so that one large file is prepared by several machines; any
+    other input goes whole to the share its first byte falls in. Each document is in exactly one share.
 
     Args:
-        files: the inputs, as :func:`corpus_files` gives them.
+        files: the inputs, as [`corpus_files`][plm.data.sources.corpus_files] gives them.
         index: the share, from 0 to ``count`` - 1.
         count: the number of shares.
 
@@ -603,8 +606,8 @@ def input_fingerprint(path: Path, byte_range: tuple[int, int] | None = None) -> 
     byte range of a file, they are the range's, which is then given as ``range``.
 
     Args:
-        path: a file or a directory, as :func:`corpus_files` gives them.
-        byte_range: the bytes read of the file (see :func:`shard_inputs`); None: all of it.
+        path: a file or a directory, as [`corpus_files`][plm.data.sources.corpus_files] gives them.
+        byte_range: the bytes read of the file (see [`shard_inputs`][plm.data.sources.shard_inputs]); None: all of it.
 
     Returns:
         ``{"path": ..., "bytes": ..., "sha256": ...}`` (and ``range``).

@@ -1,6 +1,6 @@
 """Language-model batches: random contiguous blocks of a corpus' token ids.
 
-A corpus is tokenized once (:mod:`plm.data.prepare`) into one memory-mapped stream with
+A corpus is tokenized once ([`plm.data.prepare`][plm.data.prepare]) into one memory-mapped stream with
 a separator (the ``eos`` token) after each document, as GPT-2 trained; batches are then
 random contiguous blocks of that stream. Sampling is a pure function of the step, so a
 resumed run sees exactly the batches it would have seen without the interruption.
@@ -17,7 +17,7 @@ from plm.errors import PLMError
 
 
 class TokenIds(Protocol):
-    """What blocks are read from: a token array, or a prepared split's stream (:class:`plm.data.prepared.TokenStream`).
+    """What blocks are read from: a token array, or a prepared split's stream (`TokenStream`).
 
     Its length, and its ids at an integer array of positions (an array of the same shape).
     """
@@ -74,8 +74,9 @@ def windows(length: int, window: int, stride: int) -> list[tuple[int, int, int]]
 
     The first window scores tokens 1..window-1; each later one scores the next ``stride`` tokens, reading
     the ``window - stride`` tokens before them as context. Every window reads ``min(window, length)`` tokens.
-    This is what a validation perplexity means in plm, in training (:class:`plm.objectives.clm.CausalLMObjective`)
-    and in ``plm eval perplexity`` (:func:`plm.apps.perplexity.perplexity`) alike.
+    This is what a validation perplexity means in plm, in training
+    ([`CausalLMObjective`][plm.objectives.clm.CausalLMObjective]) and in ``plm eval perplexity``
+    ([`perplexity`][plm.apps.perplexity.perplexity]) alike.
 
     Args:
         length: the number of tokens.

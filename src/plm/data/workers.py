@@ -1,7 +1,7 @@
 """Text encoded a batch at a time, in order: in this process, or in worker processes on every core.
 
 The workers are spawned processes that import what the encoding function needs and no more: a
-document's encoding (:func:`plm.data.encoded.encode_texts`) needs numpy and the tokenizers
+document's encoding ([`encode_texts`][plm.data.encoded.encode_texts]) needs numpy and the tokenizers
 library, not PyTorch, so a worker costs the tokenizer's memory and little else.
 """
 
@@ -57,8 +57,8 @@ def encoded_batches(
     """Each batch's split, encoding and characters, in the order given; in worker processes for a large corpus.
 
     Args:
-        batches: each batch's split, items and characters (see :func:`batches`).
-        encode: encodes a batch. It goes to the workers pickled (a :func:`functools.partial` of a module's
+        batches: each batch's split, items and characters (see [`batches`][plm.data.workers.batches]).
+        encode: encodes a batch. It goes to the workers pickled (a `functools.partial` of a module's
             function, whose tokenizers travel as their JSON): its module is all a worker imports.
         total: the characters of all batches (a small text is encoded here).
         workers: the worker processes (None: one per core; 1: none, in this process).
@@ -91,7 +91,7 @@ def _main_module_hidden() -> Iterator[None]:
     """Hide this process's main module from the worker processes started meanwhile.
 
     A spawned process imports its parent's ``__main__`` before anything else: the ``plm`` command, which imports
-    PyTorch, about 240 MB a worker for nothing, since encoding needs only :mod:`plm.data.encoded`.
+    PyTorch, about 240 MB a worker for nothing, since encoding needs only [`plm.data.encoded`][plm.data.encoded].
     multiprocessing finds the main module by its ``__spec__`` and ``__file__``; without them it imports none.
     """
     main = sys.modules["__main__"].__dict__

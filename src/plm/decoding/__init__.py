@@ -1,7 +1,7 @@
-"""Decoding: one model interface (:mod:`plm.decoding.interface`), one :class:`GenerationConfig`, and the searches.
+"""Decoding: one model interface (`plm.decoding.interface`), one `GenerationConfig`, and the searches.
 
-Greedy search and sampling are :func:`plm.decoding.generation.generate` (which runs beam search when the config
-asks for beams); batched beam search is :func:`plm.decoding.beam.beam_search`.
+Greedy search and sampling are [`generate`][plm.decoding.generation.generate] (which runs beam search when the config
+asks for beams); batched beam search is [`beam_search`][plm.decoding.beam.beam_search].
 """
 
 from plm.decoding.beam import BeamSearchOutput, beam_search, length_penalty

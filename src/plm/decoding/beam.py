@@ -1,4 +1,4 @@
-"""Beam search for any :class:`plm.decoding.Decoder`, batched: all sentences and beams in one step.
+"""Beam search for any [`Decoder`][plm.decoding.interface.Decoder], batched: all sentences and beams in one step.
 
 Each step scores every one-token extension of the live beams (beam_size per
 sentence), keeps the best ``2 * beam_size`` candidates, moves those among the best
@@ -158,13 +158,13 @@ def beam_search(
         model: the decoder.
         input_ids: (batch, time) the prompts (an encoder-decoder's: its start tokens).
         attention_mask: (batch, time), 0 at left padding, or None.
-        config: the search (None: the defaults of :class:`GenerationConfig`, one beam). Its ``num_beams``,
-            ``length_penalty``, ``max_len_a``, ``max_new_tokens``, ``early_stopping``, ``eos_token_id``,
-            ``ignore_eos``, ``pad_token_id``, ``use_cache`` and ``keep_last`` apply.
+        config: the search (None: the defaults of [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig],
+            one beam). Its ``num_beams``, ``length_penalty``, ``max_len_a``, ``max_new_tokens``, ``early_stopping``,
+            ``eos_token_id``, ``ignore_eos``, ``pad_token_id``, ``use_cache`` and ``keep_last`` apply.
         source_ids: an encoder-decoder's (batch, source_length) source; None for a decoder-only model.
         source_mask: 0 at the padding of ``source_ids``.
-        **options (Any): fields of :class:`GenerationConfig` that replace the config's, as in
-            ``beam_search(model, ids, num_beams=4, max_new_tokens=20)``.
+        **options (Any): fields of [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig] that replace
+            the config's, as in ``beam_search(model, ids, num_beams=4, max_new_tokens=20)``.
 
     Returns:
         Each row's prompt (cut to ``keep_last``) followed by its best hypothesis, with its score and length.

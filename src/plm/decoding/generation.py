@@ -1,12 +1,12 @@
-"""Greedy search and sampling, for any :class:`plm.decoding.Decoder`: stop strings, batched prompts.
+"""Greedy search and sampling, for any [`Decoder`][plm.decoding.interface.Decoder]: stop strings, batched prompts.
 
 Prompts of different lengths are left-padded so that every row's next token sits in
 the last column; the attention mask marks the padding and positions skip it, so a
 padded prompt decodes exactly like the same prompt alone. The KV cache is on by
 default: the prompt is encoded once, then each step feeds only the newest token.
 An encoder-decoder decodes from a prompt of start tokens (its BOS column) and takes
-its source as ``source_ids`` / ``source_mask``. :func:`decode_steps` is the loop, a step
-at a time (what streaming needs); :func:`generate` collects its tokens.
+its source as ``source_ids`` / ``source_mask``. [`decode_steps`][plm.decoding.generation.decode_steps] is the loop, a
+step at a time (what streaming needs); [`generate`][plm.decoding.generation.generate] collects its tokens.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ class Step:
     def logprobs(self) -> torch.Tensor:
         """(batch,) log p(token | history) under the model's own distribution: how sure it was of each token.
 
-        Computed on request, so that :func:`generate`, which never asks, pays nothing for it.
+        Computed on request, so that [`generate`][plm.decoding.generation.generate], which never asks, pays nothing for
+        it.
         """
         return self.logits.float().log_softmax(-1).gather(1, self.tokens[:, None].long()).squeeze(1)
 
@@ -130,10 +131,10 @@ def decode_steps(
     source_mask: torch.Tensor | None = None,
     generators: Sequence[torch.Generator | None] | None = None,
 ) -> Generator[Step, None, None]:
-    """The steps of :func:`generate` one at a time, for a caller that streams tokens or wants their probabilities.
+    """The steps of `generate` one at a time, for a caller that streams tokens or wants their probabilities.
 
     The options and the prompt are checked here, before the first step; iterating runs the
-    model, one :class:`Step` per new token column, and ends after ``config.max_new_tokens``
+    model, one [`Step`][plm.decoding.generation.Step] per new token column, and ends after ``config.max_new_tokens``
     steps or once every row is finished. Closing the iterator early stops decoding.
 
     Args:
@@ -148,7 +149,7 @@ def decode_steps(
             its seed).
 
     Returns:
-        An iterator of :class:`Step`, one per new token column.
+        An iterator of [`Step`][plm.decoding.generation.Step], one per new token column.
 
     Raises:
         PLMError: an option out of range, a prompt that is not (batch, time) with at least one token
@@ -177,7 +178,7 @@ def _steps(
     model: Decoder, request: DecodingRequest, config: GenerationConfig,
     generators: Sequence[torch.Generator | None] | None,
 ) -> Generator[Step, None, None]:
-    """The decoding loop over checked inputs (see :func:`decode_steps`)."""
+    """The decoding loop over checked inputs (see [`decode_steps`][plm.decoding.generation.decode_steps])."""
     was_training = model.training
     model.eval()
     input_ids, attention_mask, max_new_tokens = request.prompt, request.prompt_mask, config.max_new_tokens
@@ -231,11 +232,11 @@ def generate(
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``.
 
     Greedy unless a sampling option is given; beam search with ``num_beams`` > 1 or ``max_len_a``
-    (:func:`plm.decoding.beam.beam_search`, whose best hypothesis per row this returns). A row that emits
+    ([`beam_search`][plm.decoding.beam.beam_search], whose best hypothesis per row this returns). A row that emits
     ``eos_token_id`` (or hits a stop string) is finished: its later positions hold ``pad_token_id``
     (default: the eos id, else 0). Generation ends early when every row is finished; with ``ignore_eos``
     the eos token finishes no row, and every row gets ``max_new_tokens`` but for stop strings.
-    The loop is :func:`decode_steps`'; this collects its tokens.
+    The loop is [`decode_steps`][plm.decoding.generation.decode_steps]'; this collects its tokens.
 
     ``compile`` runs the model through ``torch.compile`` (inductor; on the CPU it needs
     a C++ compiler). The first call compiles the prompt pass and the one-token step,
@@ -252,11 +253,12 @@ def generate(
         input_ids: (batch, time) the prompt.
         max_new_tokens: the most new tokens per row (None: the config's).
         attention_mask: (batch, time), 0 at (left) padding, or None.
-        config: how to continue the prompt (None: the defaults of :class:`GenerationConfig`).
+        config: how to continue the prompt (None: the defaults of
+            [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]).
         source_ids: an encoder-decoder's (batch, source_length) source.
         source_mask: 0 at the padding of ``source_ids``.
-        **options (Any): fields of :class:`GenerationConfig` that replace the config's, as in
-            ``generate(model, ids, 20, temperature=0.8, top_p=0.9, seed=1)``.
+        **options (Any): fields of [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig] that replace
+            the config's, as in ``generate(model, ids, 20, temperature=0.8, top_p=0.9, seed=1)``.
 
     Returns:
         (batch, time + N) the prompt (cut to ``keep_last``) followed by the N new tokens.

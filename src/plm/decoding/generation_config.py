@@ -1,8 +1,9 @@
-"""How a prompt is continued: :class:`GenerationConfig`, taken by every search, and the checks they share.
+"""How a prompt is continued: `GenerationConfig`, taken by every search, and the checks they share.
 
-Greedy search and sampling (:func:`plm.decoding.generation.generate`, :func:`plm.decoding.generation.decode_steps`),
-beam search (:func:`plm.decoding.beam.beam_search`), :func:`plm.objectives.translation.translate` and
-``plm serve`` all read their options from one :class:`GenerationConfig`; each field says which searches use it.
+Greedy search and sampling ([`generate`][plm.decoding.generation.generate],
+[`decode_steps`][plm.decoding.generation.decode_steps]), beam search ([`beam_search`][plm.decoding.beam.beam_search]),
+[`translate`][plm.objectives.translation.translate] and ``plm serve`` all read their options from one
+[`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]; each field says which searches use it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from plm.errors import PLMError
 class GenerationConfig:
     """How a prompt is continued: how many tokens, how each is chosen, where a row stops, how the model runs.
 
-    :func:`generate`, :func:`decode_steps` and ``plm serve`` take one; all defaults mean 32 greedy tokens.
+    [`generate`][plm.decoding.generation.generate], [`decode_steps`][plm.decoding.generation.decode_steps] and ``plm
+    serve`` take one; all defaults mean 32 greedy tokens.
 
     Attributes:
         max_new_tokens: the most new tokens per row.
@@ -40,11 +42,11 @@ class GenerationConfig:
         use_cache: keep keys and values between steps (the KV cache).
         keep_last: keep only the prompt's last ``keep_last`` tokens.
         stop: stop strings that finish a row.
-        compile: run the model through ``torch.compile`` (see :func:`generate`).
+        compile: run the model through ``torch.compile`` (see [`generate`][plm.decoding.generation.generate]).
         cuda_graph: replay each one-token step as a CUDA graph over a static KV cache (a GPU's
             launches bound small steps; elsewhere the static cache alone). Greedy output is unchanged.
             Beam search reorders its cache at every step and decodes eagerly.
-        num_beams: the beams per row. Above 1 (or with ``max_len_a``), :func:`plm.decoding.generation.generate`
+        num_beams: the beams per row. Above 1 (or with ``max_len_a``), [`generate`][plm.decoding.generation.generate]
             runs beam search, which neither samples, penalises repetition, stops at strings nor streams.
         length_penalty: GNMT's alpha: beam search ranks finished hypotheses by log P(Y) / ((5 + |Y|) / 6)^alpha
             (0: raw log-probabilities; the Transformer used 0.6). Not Hugging Face's, which divides by |Y|^alpha.
@@ -113,7 +115,7 @@ class GenerationConfig:
 
     @property
     def searches_beams(self) -> bool:
-        """Whether :func:`plm.decoding.generation.generate` runs beam search: more than one beam, or ``max_len_a``."""
+        """Whether `generate` runs beam search: more than one beam, or ``max_len_a``."""
         return self.num_beams > 1 or self.max_len_a > 0
 
     def new_token_limits(

@@ -19,7 +19,7 @@ import torch
 
 @dataclass(frozen=True)
 class DecodingRequest:
-    """What a decoding starts from, as a decoding loop hands it to :meth:`Decoder.start_decoding`.
+    """What a decoding starts from, as a decoding loop hands it to `Decoder.start_decoding`.
 
     Attributes:
         prompt: (batch, prompt_length) the rows to continue (an encoder-decoder's: its start tokens).
@@ -31,7 +31,7 @@ class DecodingRequest:
         use_cache: False recomputes the whole history at every step.
         compile: run the model through torch.compile.
         cuda_graph: decode one token at a time over a static key/value cache, each step replayed as a
-            CUDA graph on a GPU (:mod:`plm.decoding.static_step`); a decoder without one ignores it.
+            CUDA graph on a GPU (`plm.decoding.static_step`); a decoder without one ignores it.
     """
 
     prompt: torch.Tensor
@@ -63,7 +63,8 @@ class Decoder(Protocol):
             request: the prompt rows, the longest history and, for an encoder-decoder, the source.
 
         Returns:
-            The decoder's state, which the loop passes to :meth:`decode_step` unread.
+            The decoder's state, which the loop passes to [`decode_step`][plm.decoding.interface.Decoder.decode_step]
+            unread.
         """
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
@@ -74,7 +75,8 @@ class Decoder(Protocol):
 
         Args:
             history: (batch, length) every token decoded so far, prompt included.
-            state: the state the previous step (or :meth:`start_decoding`) returned.
+            state: the state the previous step (or [`start_decoding`][plm.decoding.interface.Decoder.start_decoding])
+                returned.
 
         Returns:
             The (batch, vocab) logits of the next token, and the new state.

@@ -6,7 +6,7 @@ records the launches once and replays them in one call, but it replays the same
 kernels on the same memory: the step must have the same shapes every time and take
 its inputs from buffers it owns. So the cache turns static (every step writes one
 position, chosen by a tensor, and attends over all positions, the unwritten ones
-masked: :meth:`plm.core.KVCache.make_static`), and the token, the position and the
+masked: [`make_static`][plm.core.attention.KVCache.make_static]), and the token, the position and the
 mask live in this object's buffers, which each step refills before the replay.
 On the CPU the same step runs eagerly, which is what the tests compare.
 """

@@ -1,6 +1,6 @@
 """ALBERT checkpoints (``albert``) of Hugging Face transformers.
 
-The mapping is BERT's (:mod:`plm.hf.bert`) with ALBERT's names: the embeddings'
+The mapping is BERT's ([`plm.hf.bert`][plm.hf.bert]) with ALBERT's names: the embeddings'
 E -> H projection sits in the HF encoder (``embedding_hidden_mapping_in``), and the
 distinct blocks are ``albert_layer_groups.{g}.albert_layers.{j}``, plm's block
 ``g * inner_group_layers + j``. Architectures: ``AlbertModel`` (encoder with

@@ -1,4 +1,4 @@
-"""AllenNLP's released ELMo biLMs (``options.json`` + ``weights.hdf5``) as a plm :class:`~plm.models.elmo.Elmo`.
+"""AllenNLP's released ELMo biLMs (``options.json`` + ``weights.hdf5``) as a plm [`Elmo`][plm.models.elmo.Elmo].
 
 AllenNLP publishes the biLMs of Peters et al. (2018) as bilm-tf dumped them: the options of
 its training and each TensorFlow variable as one HDF5 dataset.
@@ -17,11 +17,10 @@ its training and each TensorFlow variable as one HDF5 dataset.
   ``dump_weights`` leaves them out, so the released files have none and convert to a biLM that embeds
   but has no language-model loss.
 
-:func:`load_allennlp_elmo` maps all of it onto plm's layout: the transposes, the gate order, the
-forget bias, the highway gate (plm's carries x where TF's carries the transform) and the character
-rows (plm numbers the marks otherwise, see :func:`plm.tokenization.characters.allennlp_character_id`).
-The converted config clips as bilm-tf did and adds ``<S>`` and ``</S>`` around each sentence, as
-AllenNLP's biLM does.
+[`load_allennlp_elmo`][plm.hf.allennlp_elmo.load_allennlp_elmo] maps all of it onto plm's layout: the transposes, the
+gate order, the forget bias, the highway gate (plm's carries x where TF's carries the transform) and the character rows
+(plm numbers the marks otherwise, see [`allennlp_character_id`][plm.tokenization.characters.allennlp_character_id]). The
+converted config clips as bilm-tf did and adds ``<S>`` and ``</S>`` around each sentence, as AllenNLP's biLM does.
 """
 
 from __future__ import annotations
@@ -199,7 +198,7 @@ def elmo_config(options: Any, source: str, vocabulary: int | None) -> ElmoConfig
 
     Raises:
         PLMError: a missing option, or one plm cannot express (no skip connections, an activation other than
-            relu, another word length than :data:`plm.tokenization.characters.MAX_CHARACTERS`).
+            relu, another word length than `MAX_CHARACTERS`).
     """
     lstm, cnn = option(options, "lstm", source), option(options, "char_cnn", source)
     if option(lstm, "use_skip_connections", source, "lstm") is not True:

@@ -1,6 +1,6 @@
 """fairseq's WMT19 translation models as Hugging Face ports them (``fsmt``, ``FSMTForConditionalGeneration``).
 
-The blocks and shared fields are mapped as Marian's (:mod:`plm.hf.marian`). What fairseq does its own
+The blocks and shared fields are mapped as Marian's ([`plm.hf.marian`][plm.hf.marian]). What fairseq does its own
 way: positions are numbered from the padding index + 1 (``first_position``) in tensor2tensor's table
 of sine and cosine halves, which transformers saves (with the padding index's row zero); the source
 and the target have a vocabulary each (``src_vocab_size``, ``tgt_vocab_size``), and the decoder an

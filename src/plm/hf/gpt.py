@@ -69,7 +69,7 @@ class GPTConverter(Converter):
             The model_type.
 
         Raises:
-            PLMError: a config between the two (see :func:`is_gpt2`).
+            PLMError: a config between the two (see [`is_gpt2`][plm.hf.gpt.is_gpt2]).
         """
         return "gpt2" if is_gpt2(config) else "openai-gpt"
 

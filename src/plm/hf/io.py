@@ -3,7 +3,7 @@
 A directory holds ``config.json`` (with its ``model_type``) and the weights in
 ``model.safetensors``, in shards listed by ``model.safetensors.index.json``, or in a
 ``pytorch_model.bin`` (read with ``weights_only=True``, never unpickled freely).
-Each plm family with a Hugging Face counterpart registers one :class:`Converter`,
+Each plm family with a Hugging Face counterpart registers one [`Converter`][plm.hf.io.Converter],
 which maps configs and tensor names both ways; this module finds the converter,
 moves the files, and holds the checks that every converter makes alike.
 """
@@ -241,7 +241,7 @@ BY_ARCHITECTURE: dict[str, Converter] = {}
 
 
 def register(converter_class: type[Converter]) -> type[Converter]:
-    """Class decorator that makes a converter known to :func:`load_hf` and :func:`save_hf`.
+    """Class decorator that makes a converter known to `load_hf` and `save_hf`.
 
     Args:
         converter_class: the converter.
@@ -259,7 +259,8 @@ def register(converter_class: type[Converter]) -> type[Converter]:
 def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
     """The plm model of a Hugging Face checkpoint directory (as ``save_pretrained`` writes it).
 
-    Under ``torch.device("meta")`` only its shapes are made (:func:`plm.storage.checkpoint.reads_no_weights`).
+    Under ``torch.device("meta")`` only its shapes are made
+    ([`reads_no_weights`][plm.storage.checkpoint.reads_no_weights]).
 
     Args:
         directory: the checkpoint directory.

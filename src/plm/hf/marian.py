@@ -1,13 +1,13 @@
 """Marian checkpoints (``marian``, ``MarianMTModel``), and the mapping of encoder-decoders that FSMT's reuses.
 
-Hugging Face's ports of Marian and of fairseq's WMT19 models (:mod:`plm.hf.fsmt`), both modelled on
+Hugging Face's ports of Marian and of fairseq's WMT19 models ([`plm.hf.fsmt`][plm.hf.fsmt]), both modelled on
 BART, name the layers of a post-LN Transformer alike: ``{encoder,decoder}.layers.{i}`` hold
 ``self_attn`` (Q, K and V in three Linears, which plm fuses, stacked in that order, in ``in_proj``),
 ``encoder_attn`` in the decoder, ``fc1`` and ``fc2``, and a LayerNorm after each sub-layer.
-:class:`TransformerConverter` maps those and the fields the two configs share; each family's
-converter maps its config and embeddings. Both read into plm's ``transformer`` family, and a
-plm Transformer is written as the one whose position table it has: Marian's sine and cosine
-halves ("concatenated") or fairseq's ("tensor2tensor"); the paper's interleaved table is neither.
+[`TransformerConverter`][plm.hf.marian.TransformerConverter] maps those and the fields the two configs share; each
+family's converter maps its config and embeddings. Both read into plm's ``transformer`` family, and a plm Transformer is
+written as the one whose position table it has: Marian's sine and cosine halves ("concatenated") or fairseq's
+("tensor2tensor"); the paper's interleaved table is neither.
 
 Marian: swish activations ("silu"), a position table transformers builds (not saved),
 embeddings scaled by sqrt(d_model) where ``scale_embedding``, one ``shared`` matrix for both sides

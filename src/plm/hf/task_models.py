@@ -1,4 +1,4 @@
-"""Task models (:mod:`plm.tasks`) as Hugging Face's ``XFor{Task}`` checkpoints, both ways.
+"""Task models ([`plm.tasks`][plm.tasks]) as Hugging Face's ``XFor{Task}`` checkpoints, both ways.
 
 A task checkpoint is the family's backbone under a prefix (``bert.``, ``albert.``,
 ``deberta.``, ``transformer.``), converted by the family's own converter, plus one
@@ -122,7 +122,7 @@ TASK_OF = {  # HF class -> (model_type, plm task)
 
 @register
 class TaskConverter(Converter):
-    """Task models, whatever their backbone: the ``XFor{Task}`` classes of :data:`TASK_OF`."""
+    """Task models, whatever their backbone: the ``XFor{Task}`` classes of `TASK_OF`."""
     family = "task"
     model_types = ()
     claims = tuple(TASK_OF)

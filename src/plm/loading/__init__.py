@@ -59,7 +59,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", revision: str | N
     Args:
         path: a plm model directory, a training run (its best model, else its latest checkpoint), a
             Hugging Face directory (``config.json`` and safetensors weights of an architecture plm has), or a
-            Hugging Face Hub id of one, fetched into the cache (:func:`plm.storage.hub.local_or_hub`; a local
+            Hugging Face Hub id of one, fetched into the cache ([`local_or_hub`][plm.storage.hub.local_or_hub]; a local
             path of the same spelling wins).
         device: where the weights go.
         revision: for a Hub id, the branch, tag or commit to fetch; None: the default branch.
@@ -75,18 +75,18 @@ def load(path: str | Path, device: str | torch.device = "cpu", revision: str | N
 
 
 def opened(path: str | Path, device: str | torch.device, revision: str | None = None) -> tuple[Path, PretrainedModel]:
-    """The model directory ``path`` stands for, and its model (see :func:`load`).
+    """The model directory ``path`` stands for, and its model (see [`load`][plm.loading.load]).
 
     Args:
-        path: as for :func:`load`.
+        path: as for [`load`][plm.loading.load].
         device: where the weights go.
-        revision: as for :func:`load`.
+        revision: as for [`load`][plm.loading.load].
 
     Returns:
         The model directory and the model.
 
     Raises:
-        PLMError: as :func:`load`.
+        PLMError: as [`load`][plm.loading.load].
     """
     try:
         path = local_or_hub(path, revision)
@@ -104,18 +104,18 @@ def opened(path: str | Path, device: str | torch.device, revision: str | None = 
 def load_pretrained(
     path: str | Path, device: str | torch.device = "cpu", revision: str | None = None
 ) -> tuple[PretrainedModel, Tokenizer]:
-    """A model (see :func:`load`) and the tokenizer saved beside it, checked to belong together.
+    """A model (see [`load`][plm.loading.load]) and the tokenizer saved beside it, checked to belong together.
 
     Args:
-        path: as for :func:`load`.
+        path: as for [`load`][plm.loading.load].
         device: where the weights go.
-        revision: as for :func:`load`.
+        revision: as for [`load`][plm.loading.load].
 
     Returns:
         The model and its tokenizer.
 
     Raises:
-        PLMError: as :func:`load`, or no tokenizer beside the model, or one with more tokens than the
+        PLMError: as [`load`][plm.loading.load], or no tokenizer beside the model, or one with more tokens than the
             model has embeddings.
     """
     directory, model = opened(path, device, revision)
@@ -123,7 +123,7 @@ def load_pretrained(
 
 
 def tokenizer_beside(directory: Path, model: PretrainedModel) -> Tokenizer:
-    """The tokenizer saved beside a model opened from ``directory`` (see :func:`opened`), checked to belong to it.
+    """The tokenizer saved beside a model opened from ``directory`` (see `opened`), checked to belong to it.
 
     Args:
         directory: the model's directory.
@@ -159,15 +159,15 @@ def inference_weights(model: ModelT, precision: str = "fp32", quantization: str 
     """``model`` with the weights inference asks for: fp32, bf16 or fp16 (``precision``), or int8 (``quantization``).
 
     bf16 weights halve the bytes each token reads, and run fast where the hardware multiplies bf16
-    (GPUs; CPUs with AVX512-BF16 or AMX, see :func:`plm.device.native_bf16_cpu`); fp16 weights are for
+    (GPUs; CPUs with AVX512-BF16 or AMX, see [`native_bf16_cpu`][plm.device.native_bf16_cpu]); fp16 weights are for
     GPUs. Outputs are in the weights' format too: a caller that sums many of them (a loss, a perplexity)
     does it in fp32.
 
     Args:
         model: the model.
-        precision: ``fp32``, ``bf16``, ``fp16``, or ``auto``: the one :func:`plm.device.resolve_precision` picks
-            for the model's device.
-        quantization: ``int8`` for int8 linear layers and embeddings on the CPU (:func:`plm.cpu.int8.quantize`),
+        precision: ``fp32``, ``bf16``, ``fp16``, or ``auto``: the one
+            [`resolve_precision`][plm.device.resolve_precision] picks for the model's device.
+        quantization: ``int8`` for int8 linear layers and embeddings on the CPU ([`quantize`][plm.cpu.int8.quantize]),
             which leaves ``precision`` at fp32; None for none.
 
     Returns:

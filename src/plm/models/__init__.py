@@ -32,7 +32,7 @@ def preset_config(name: str, **overrides: Any) -> Any:
     """The config of preset ``name``, with fields replaced by ``overrides``.
 
     Args:
-        name: a key of :data:`PRESETS`.
+        name: a key of `PRESETS`.
         **overrides: config fields to replace.
 
     Returns:
@@ -86,7 +86,7 @@ def from_preset(name: str, **overrides: Any) -> PretrainedModel:
     """A freshly initialised model from a named preset; works under ``torch.device("meta")``.
 
     Args:
-        name: a key of :data:`PRESETS`.
+        name: a key of `PRESETS`.
         **overrides: config fields to replace.
 
     Returns:

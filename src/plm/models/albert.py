@@ -3,7 +3,7 @@
 What the paper changes, and all this module holds:
 
 - factorized embeddings: V x E word (and position, segment) embeddings with E << H,
-  projected E -> H (``embedding_dim`` of :class:`EncoderConfig`);
+  projected E -> H (``embedding_dim`` of [`EncoderConfig`][plm.models.encoder.EncoderConfig]);
 - cross-layer parameter sharing: the same modules serve several layers. ``sharing``
   "all" (the default) shares whole blocks, "attention" or "ffn" only that sub-layer,
   "none" nothing. With "all", ``hidden_groups`` blocks groups of ``inner_group_layers``
@@ -36,7 +36,7 @@ SHARING = ("all", "attention", "ffn", "none")
 
 @dataclass(frozen=True)
 class AlbertConfig(EncoderConfig):
-    """ALBERT-base by default; see :class:`EncoderConfig` for the fields they share.
+    """ALBERT-base by default; see [`EncoderConfig`][plm.models.encoder.EncoderConfig] for the fields they share.
 
     ALBERT's defaults differ from BERT's in the vocabulary (30,000), the embedding size (128), GELU's tanh
     approximation and no dropout. An unknown ``sharing``, groups below 1, groups with another sharing than

@@ -23,7 +23,7 @@ class ExtraActivations:
     """What a family's training step keeps for backward beyond ``plm plan``'s count of its core blocks.
 
     ``plm plan`` counts ``config.layers`` passes through the core Transformer block, the
-    embeddings and the vocabulary rows (see :mod:`plm.training.plan`); a family whose
+    embeddings and the vocabulary rows (see [`plm.training.plan`][plm.training.plan]); a family whose
     paper changes the attention or runs more passes says here by how much. Values are
     fp32 counts per token of the step.
     """
@@ -193,7 +193,7 @@ class CausalState:
 
 
 class CausalLM(PretrainedModel):
-    """A decoder-only language model: it can make a KV cache and decode (:class:`plm.decoding.Decoder`)."""
+    """A decoder-only language model: it can make a KV cache and decode (`Decoder`)."""
 
     task_pooling = "last"  # only the last token has seen the whole sequence (GPT-1's extract token)
 
@@ -227,7 +227,8 @@ class CausalLM(PretrainedModel):
         """The state before the first step: a KV cache for ``request.max_length`` positions, the padding mask.
 
         Args:
-            request: the prompt rows and the longest history (see :class:`plm.decoding.interface.DecodingRequest`).
+            request: the prompt rows and the longest history (see
+                [`DecodingRequest`][plm.decoding.interface.DecodingRequest]).
 
         Returns:
             The decoding state.
@@ -271,7 +272,7 @@ class CausalLM(PretrainedModel):
     def one_token_step(
         self, token: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor, cache: Sequence[KVCache]
     ) -> torch.Tensor:
-        """The (batch, vocab) logits after ``token`` (batch, 1) over static caches (:class:`StaticStep`).
+        """The (batch, vocab) logits after ``token`` (batch, 1) over static caches (`StaticStep`).
 
         Args:
             token: (batch, 1) each row's newest token.
@@ -310,7 +311,7 @@ class CausalLM(PretrainedModel):
     ) -> torch.Tensor:
         """Greedy unless sampling options are given; returns prompt + new tokens (batch, time + N).
 
-        See :func:`plm.decoding.generation.generate` for the options.
+        See [`generate`][plm.decoding.generation.generate] for the options.
 
         Args:
             input_ids: (batch, time) the prompts.
@@ -325,7 +326,7 @@ class CausalLM(PretrainedModel):
 
 
 class Seq2SeqModel(PretrainedModel):
-    """An encoder-decoder: it encodes a source once and decodes a target (:class:`plm.decoding.Decoder`).
+    """An encoder-decoder: it encodes a source once and decodes a target ([`Decoder`][plm.decoding.interface.Decoder]).
 
     A family implements ``context_length``, ``start_decoding`` (which runs the encoder),
     ``decode_step`` and ``reorder_state``; greedy search, sampling and beam search then
@@ -359,7 +360,7 @@ class Seq2SeqModel(PretrainedModel):
         raise NotImplementedError
 
     def start_decoding(self, request: DecodingRequest) -> Any:
-        """Check the sources against the target prefixes, then encode them (:meth:`start_from_source`).
+        """Check the sources against the target prefixes, then encode them (`start_from_source`).
 
         Args:
             request: the target prefixes, the longest history and the sources.
@@ -403,7 +404,7 @@ class Seq2SeqModel(PretrainedModel):
         raise NotImplementedError
 
     def decode_step(self, history: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        """The next-token logits after the target ``history`` (see :class:`plm.decoding.Decoder`).
+        """The next-token logits after the target ``history`` (see [`Decoder`][plm.decoding.interface.Decoder]).
 
         Args:
             history: (batch, length) every target token so far.
@@ -418,7 +419,7 @@ class Seq2SeqModel(PretrainedModel):
         raise NotImplementedError
 
     def reorder_state(self, state: Any, order: torch.Tensor) -> Any:
-        """The state whose row i is row ``order[i]`` of ``state`` (see :class:`plm.decoding.Decoder`).
+        """The state whose row i is row ``order[i]`` of ``state`` (see [`Decoder`][plm.decoding.interface.Decoder]).
 
         Args:
             state: the decoding state.

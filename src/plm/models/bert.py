@@ -1,10 +1,10 @@
 """BERT: a post-LN Transformer encoder pretrained with masked-token and next-sentence prediction.
 
-Everything BERT is lives in :mod:`plm.models.encoder` (its defaults are BERT's:
+Everything BERT is lives in [`plm.models.encoder`][plm.models.encoder] (its defaults are BERT's:
 learned absolute positions, segment embeddings, exact GELU, LayerNorm eps 1e-12,
-dropout 0.1, a tanh pooler over [CLS]) and :mod:`plm.models.pretraining_heads` (the MLM head tied to
-the word embeddings, the NSP classifier). This module names the family and its sizes:
-BERT-base L=12, H=768, A=12 (110M) and BERT-large L=24, H=1024, A=16 (340M).
+dropout 0.1, a tanh pooler over [CLS]) and [`plm.models.pretraining_heads`][plm.models.pretraining_heads] (the MLM head
+tied to the word embeddings, the NSP classifier). This module names the family and its sizes: BERT-base L=12, H=768,
+A=12 (110M) and BERT-large L=24, H=1024, A=16 (340M).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 
 @dataclass(frozen=True)
 class BertConfig(EncoderConfig):
-    """BERT-base by default; see :class:`EncoderConfig` for the fields."""
+    """BERT-base by default; see [`EncoderConfig`][plm.models.encoder.EncoderConfig] for the fields."""
 
 
 PRESETS = {
@@ -48,6 +48,6 @@ RECIPE = PretrainingRecipe(
 
 
 class Bert(Encoder):
-    """BERT: the encoder of :mod:`plm.models.encoder` with BERT's config (family ``bert``)."""
+    """BERT: the encoder of [`plm.models.encoder`][plm.models.encoder] with BERT's config (family ``bert``)."""
     family = "bert"
     config_class = BertConfig

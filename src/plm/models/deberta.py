@@ -49,7 +49,7 @@ MASK_DECODER_STEPS = 2  # n in the paper: passes through the shared last block
 
 @dataclass(frozen=True)
 class DebertaConfig(EncoderConfig):
-    """DeBERTa-base by default; see :class:`EncoderConfig` for the fields it shares with BERT.
+    """DeBERTa-base by default; see `EncoderConfig` for the fields it shares with BERT.
 
     DeBERTa's defaults differ from BERT's in the vocabulary (50,265), no segments, no absolute positions at
     the input (``absolute_positions`` is Hugging Face's ``position_biased_input``), LayerNorm eps 1e-7 and no
@@ -176,8 +176,8 @@ class DisentangledAttention(MultiHeadAttention):
             x: (B, T, dim), or the (tokens, dim) real tokens with ``packing`` in ``options``.
             mask: boolean (B, 1, T or 1, S), True where a query may attend; or None.
             context: (B, S, dim) the keys' and values' input, or None for ``x``.
-            **options (torch.Tensor): :class:`plm.core.MultiHeadAttention`'s further inputs, and
-                ``relative_embeddings`` P (2k, dim), the model's one table.
+            **options (torch.Tensor): [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention]'s further inputs,
+                and ``relative_embeddings`` P (2k, dim), the model's one table.
 
         Returns:
             The attention's output, shaped as ``x``.
@@ -214,7 +214,7 @@ class DisentangledAttention(MultiHeadAttention):
         """softmax((Q_c K_c^T + c2p + p2c) / sqrt(d (1 + terms)) + mask) V over (B, H, T, hd) tensors.
 
         ``mask`` (B, 1, T or 1, S) must let every query row attend somewhere, as
-        :func:`plm.core.build_attention_mask` guarantees, so that no row is all -inf.
+        [`build_attention_mask`][plm.core.masks.build_attention_mask] guarantees, so that no row is all -inf.
 
         Args:
             queries: (B, H, T, hd).
@@ -248,8 +248,8 @@ class DisentangledAttention(MultiHeadAttention):
 
         Each term multiplies by every one of the 2k relative positions, then picks for
         score (i, j) the one at the pair's distance: with a strided view when no distance
-        is clipped (:meth:`unclipped_position_scores`), else with a gather, as the
-        released code does.
+        is clipped ([`unclipped_position_scores`][plm.models.deberta.DisentangledAttention.unclipped_position_scores]),
+        else with a gather, as the released code does.
 
         Args:
             queries: (B, H, T, hd), already divided by the scale.
@@ -290,11 +290,11 @@ class DisentangledAttention(MultiHeadAttention):
         return scores
 
     def unclipped_position_scores(self, queries: torch.Tensor, keys: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """:meth:`position_scores` when T = S = span <= k, so that no distance is clipped.
+        """`position_scores` when T = S = span <= k, so that no distance is clipped.
 
         Every distance i - j then lies in (-span, span) and the score of (i, j) sits in
         row i (c2p) or row j (p2c) of a term's product with the 2span positions, at a
-        column that moves by one with j - i: :func:`diagonals` picks it with a strided
+        column that moves by one with j - i: [`diagonals`][plm.models.deberta.diagonals] picks it with a strided
         view instead of gathering, which saves the (B, H, T, S) copies, the index tensors
         and the scatter of the gather's backward. Reversing the table's rows turns a
         distance i - j into a column that grows with j.
@@ -348,17 +348,18 @@ def diagonals(products: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def position_term_values(config: DebertaConfig, batch: int, block: int) -> float:
-    """fp32 values per token that one :class:`DisentangledAttention` pass keeps for backward beyond plain attention.
+    """fp32 values per token that one `DisentangledAttention` pass keeps for backward beyond plain attention.
 
-    For ``plm plan``, read off :meth:`DisentangledAttention.position_scores` with T = S =
+    For ``plm plan``, read off
+    [`DisentangledAttention.position_scores`][plm.models.deberta.DisentangledAttention.position_scores] with T = S =
     ``block`` and span = min(T, k):
 
     - each term's product, (B, H, T, hd) @ (1, H, hd, 2span), runs as one bmm over B*H,
       whose backward keeps both operands: the content side copied contiguous (B*H, T, hd),
       ``dim`` per token, and the positions expanded over the batch (B*H, hd, 2span),
       ``dim * 2span / T`` per token;
-    - the (2span, dim) tables the projections read (:func:`position_tables`), once per pass
-      and not per token;
+    - the (2span, dim) tables the projections read ([`position_tables`][plm.models.deberta.position_tables]), once per
+      pass and not per token;
     - when distances are clipped (T > k), what the gathers keep: each its input, the
       (B, H, T, 2span) product, ``heads * 2span`` per token, and the (T, S) int64 indices.
 
@@ -493,8 +494,8 @@ class Deberta(Encoder[DebertaConfig]):
 
         The enhanced mask decoder's passes through the last block are whole block passes;
         the encoder output H they take keys and values from stays for their backward. Every
-        pass's attention keeps what :func:`position_term_values` counts, and hands SDPA
-        c2p + p2c as a (B, H, T, T) score bias that needs a gradient.
+        pass's attention keeps what [`position_term_values`][plm.models.deberta.position_term_values] counts, and hands
+        SDPA c2p + p2c as a (B, H, T, T) score bias that needs a gradient.
 
         Args:
             config: the model's config.
@@ -514,7 +515,7 @@ class Deberta(Encoder[DebertaConfig]):
         )
 
     def build_attention(self, config: DebertaConfig) -> DisentangledAttention:
-        """A block's :class:`DisentangledAttention`, its position dropout the model's dropout.
+        """A block's `DisentangledAttention`, its position dropout the model's dropout.
 
         Args:
             config: the model's config.

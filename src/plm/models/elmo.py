@@ -9,11 +9,11 @@ residual connections from the second layer on; the two directions share the toke
 representation and the softmax. Training maximises the sum of both log-likelihoods.
 
 For a task, each word gets the 2L+1 representations of the seed, packed as L+1 layers
-(:meth:`Elmo.embed`): the token layer [x_k; x_k], then [h_fwd_{k,j}; h_bwd_{k,j}] for
-each LSTM layer j; :class:`plm.models.scalar_mix.ScalarMix` mixes them.
+([`Elmo.embed`][plm.models.elmo.Elmo.embed]): the token layer [x_k; x_k], then [h_fwd_{k,j}; h_bwd_{k,j}] for
+each LSTM layer j; [`ScalarMix`][plm.models.scalar_mix.ScalarMix] mixes them.
 
-AllenNLP's released biLMs (:mod:`plm.hf.allennlp_elmo`) differ in three switches of the
-config: their cells and projected states are clipped (:class:`ClippedLSTM`), they read
+AllenNLP's released biLMs ([`plm.hf.allennlp_elmo`][plm.hf.allennlp_elmo]) differ in three switches of the
+config: their cells and projected states are clipped ([`ClippedLSTM`][plm.models.elmo.ClippedLSTM]), they read
 each sentence between ``<S>`` and ``</S>``, and they come without their softmax.
 """
 
@@ -201,7 +201,7 @@ class CharacterCNN(nn.Module):
         """Embed each word from its characters: convolutions max-pooled over the word, highway, projection.
 
         Args:
-            chars: (batch, words, chars) character ids, padding :data:`plm.tokenization.characters.PADDING`.
+            chars: (batch, words, chars) character ids, padding `plm.tokenization.characters.PADDING`.
 
         Returns:
             (batch, words, projection_dim).
@@ -369,11 +369,11 @@ class Elmo(PretrainedModel):
         next_words: torch.Tensor | None = None,
         previous_words: torch.Tensor | None = None,
     ) -> BiLMOutput:
-        """The biLM over ``chars``, (batch, words, chars) from :func:`plm.tokenization.characters.batch_to_ids`.
+        """The biLM over ``chars``, (batch, words, chars) from `batch_to_ids`.
 
-        States at padding positions are left as computed (not zeroed): :meth:`embed` zeroes them. With
-        ``sentence_boundaries`` the LSTMs read ``<S>`` first and ``</S>`` after each sentence's last word, and
-        the outputs leave them out: they are as wide as ``chars``.
+        States at padding positions are left as computed (not zeroed): [`embed`][plm.models.elmo.Elmo.embed] zeroes
+        them. With ``sentence_boundaries`` the LSTMs read ``<S>`` first and ``</S>`` after each sentence's last word,
+        and the outputs leave them out: they are as wide as ``chars``.
 
         Args:
             chars: (batch, words, chars) character ids.
@@ -527,7 +527,7 @@ MIXES = ("average", "top", "last")
 
 def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | None = None,
                     batch_size: int = 64, progress: bool = False) -> torch.Tensor:
-    """:meth:`Elmo.embed` over many sentences in batches, padded to the longest; optionally mixed.
+    """`Elmo.embed` over many sentences in batches, padded to the longest; optionally mixed.
 
     Args:
         model: the ELMo.

@@ -5,13 +5,15 @@ runs a stack of unmasked Transformer blocks, pools the [CLS] vector, and feeds t
 pretraining heads its config asks for. A family changes a step by overriding one
 method, never by copying the loop:
 
-- :meth:`Encoder.build_attention` gives each block its attention module (DeBERTa's
-  disentangled attention); :meth:`Encoder.build_blocks` the blocks (ALBERT shares them);
-- :meth:`Encoder.layers` says which blocks run, in order (ALBERT repeats shared ones);
-- :meth:`Encoder.attention_inputs` computes extra inputs for every block's attention
-  once per pass (DeBERTa's relative-position embeddings);
-- :meth:`Encoder.encode` runs the blocks; :meth:`Encoder.predict_masked` runs the MLM
-  head (DeBERTa's enhanced mask decoder adds absolute positions just before it).
+- [`Encoder.build_attention`][plm.models.encoder.Encoder.build_attention] gives each block its attention module
+  (DeBERTa's disentangled attention); [`Encoder.build_blocks`][plm.models.encoder.Encoder.build_blocks] the blocks
+  (ALBERT shares them);
+- [`Encoder.layers`][plm.models.encoder.Encoder.layers] says which blocks run, in order (ALBERT repeats shared ones);
+- [`Encoder.attention_inputs`][plm.models.encoder.Encoder.attention_inputs] computes extra inputs for every block's
+  attention once per pass (DeBERTa's relative-position embeddings);
+- [`Encoder.encode`][plm.models.encoder.Encoder.encode] runs the blocks;
+  [`Encoder.predict_masked`][plm.models.encoder.Encoder.predict_masked] runs the MLM head (DeBERTa's enhanced mask
+  decoder adds absolute positions just before it).
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ def with_heads(config: EncoderConfig, *heads: str, pooler: bool | None = None) -
         The new config.
 
     Raises:
-        PLMError: heads the config refuses (see :func:`plm.models.pretraining_heads.check_pretraining_heads`).
+        PLMError: heads the config refuses (see
+            [`check_pretraining_heads`][plm.models.pretraining_heads.check_pretraining_heads]).
     """
     if pooler is None:
         pooler = any(head in PAIR_HEADS for head in heads) or (not heads and config.pooler)
@@ -276,7 +279,7 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
         return None
 
     def build_blocks(self, config: ConfigT) -> nn.ModuleList:
-        """The Transformer blocks, ``config.layers`` of them, each with :meth:`build_attention`'s attention.
+        """The Transformer blocks, ``config.layers`` of them, each with `build_attention`'s attention.
 
         Args:
             config: the family's config.
@@ -376,7 +379,7 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
         ``masked_positions`` (bool, batch x time) restricts the MLM logits to those
         positions, in row-major order, so the vocabulary projection runs only there.
 
-        A padded batch is computed on its real tokens alone (see :class:`plm.core.Packing`):
+        A padded batch is computed on its real tokens alone (see [`Packing`][plm.core.masks.Packing]):
         the embeddings and every position-wise part of the blocks skip the padding, and
         only attention sees the (batch, time) form. The hidden states returned are zero
         at padding positions (what a padding position would hold is never read: no real

@@ -33,7 +33,7 @@ from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """GPT-2 small by default; :data:`GPT1` and :data:`PRESETS` hold the other sizes.
+    """GPT-2 small by default; `GPT1` and `PRESETS` hold the other sizes.
 
     Attributes:
         vocab_size: the tokens of the vocabulary.
@@ -186,10 +186,10 @@ class GPT(CausalLM):
 
         With a cache, ``input_ids`` are only the new tokens and the mask covers the
         cached ones too (a static cache's: all its positions, 0 at those not written
-        yet; see :meth:`plm.core.KVCache.make_static`). ``num_logits`` computes the LM
+        yet; see [`make_static`][plm.core.attention.KVCache.make_static]). ``num_logits`` computes the LM
         head for the last positions only (generation needs one). ``targets`` gives the
         summed next-token loss instead of the logits, which it never keeps whole
-        (:func:`plm.core.linear_cross_entropy`): the way to train.
+        (`linear_cross_entropy`): the way to train.
 
         Args:
             input_ids: (batch, time) token ids (with a cache, the new tokens only).

@@ -2,10 +2,10 @@
 
 The pretraining heads of BERT and ALBERT (masked-token prediction, next-sentence or
 sentence-order prediction), the pooler they sit on, what an encoder with them returns
-(:class:`PretrainingOutput`), and mean pooling for sentence embeddings. The task
-(fine-tuning) heads are in :mod:`plm.tasks.heads`. A head never owns the word embeddings it is tied to: the model hands
-the embedding matrix to :class:`MaskedLMHead` at call time, so a checkpoint holds
-the tied matrix once.
+([`PretrainingOutput`][plm.models.pretraining_heads.PretrainingOutput]), and mean pooling for sentence embeddings. The
+task (fine-tuning) heads are in [`plm.tasks.heads`][plm.tasks.heads]. A head never owns the word embeddings it is tied
+to: the model hands the embedding matrix to [`MaskedLMHead`][plm.models.pretraining_heads.MaskedLMHead] at call time, so
+a checkpoint holds the tied matrix once.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Pooler(nn.Module):
 
     Args:
         dim: H, the hidden size.
-        activation: tanh or one of :data:`plm.core.block.ACTIVATIONS`.
+        activation: tanh or one of `ACTIVATIONS`.
 
     Raises:
         PLMError: an unknown activation.
@@ -116,7 +116,7 @@ class MaskedLMHead(nn.Module):
         dim: H, the hidden size.
         embedding_dim: E, the embedding size.
         vocab_size: V.
-        activation: one of :data:`plm.core.block.ACTIVATIONS`.
+        activation: one of `ACTIVATIONS`.
         norm_eps: the LayerNorm's epsilon.
 
     Raises:

@@ -1,15 +1,14 @@
 """Recipes: how each family is pre-trained, declared next to the family.
 
 A family module (``plm.models.gpt``, ``plm.models.bert`` ...) declares one
-:class:`PretrainingRecipe`: the small preset that ``--model FAMILY`` stands for, the tokenizer
-its paper used, its objective and masking, and two sets of :class:`Hyperparameters`:
-the CPU-scale defaults plm trains with, and the paper's own values, kept beside them
-as data so that a test can hold them to the paper and ``--hyperparameters paper``
-can use them, with the size of the paper's run (:class:`PaperScale`); an encoder-decoder
-family adds how it decodes (a :class:`plm.decoding.GenerationConfig`). The
-pre-training entry point (``plm.training.pretrain``), ``plm translate`` and ``plm eval
-bleu`` read the recipe and have no per-family code, so a new family adds a recipe and
-nothing else.
+[`PretrainingRecipe`][plm.models.recipe.PretrainingRecipe]: the small preset that ``--model FAMILY`` stands for, the
+tokenizer its paper used, its objective and masking, and two sets of
+[`Hyperparameters`][plm.models.recipe.Hyperparameters]: the CPU-scale defaults plm trains with, and the paper's own
+values, kept beside them as data so that a test can hold them to the paper and ``--hyperparameters paper`` can use them,
+with the size of the paper's run ([`PaperScale`][plm.models.recipe.PaperScale]); an encoder-decoder family adds how it
+decodes (a [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]). The pre-training entry point
+(``plm.training.pretrain``), ``plm translate`` and ``plm eval bleu`` read the recipe and have no per-family code, so a
+new family adds a recipe and nothing else.
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ class Hyperparameters:
     decays as lr * sqrt(warmup / step) (the Transformer's), ``constant`` stays at lr.
 
     Attributes:
-        optimizer: one of :data:`OPTIMIZERS`.
+        optimizer: one of `OPTIMIZERS`.
         lr: the peak learning rate.
         min_lr: where ``cosine`` and ``linear`` end.
         warmup: the steps of the linear warmup.
-        schedule: one of :data:`SCHEDULES`.
+        schedule: one of `SCHEDULES`.
         betas: Adam's (and LAMB's) betas.
         eps: the optimizer's epsilon.
         weight_decay: the decoupled weight decay.
@@ -117,7 +116,7 @@ class PretrainingRecipe:
 
     Attributes:
         preset: the small preset that ``--model FAMILY`` stands for.
-        tokenizer: the kind of tokenizer its paper used (one of :data:`TOKENIZER_KINDS`).
+        tokenizer: the kind of tokenizer its paper used (one of `TOKENIZER_KINDS`).
         objective: the objective a plain ``--model FAMILY`` run uses.
         objectives: those its models accept.
         hyperparameters: the CPU-scale defaults plm trains with.

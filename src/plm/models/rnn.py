@@ -20,9 +20,10 @@ state, the two learned far more slowly than a textbook model of the same size
 (benchmarks/quality/seq2seq.py). A bidirectional encoder runs hidden_dim / 2 units each
 way, so its states are hidden_dim wide like the decoder's.
 
-:meth:`RNNSeq2Seq.encode` reads the source once, :meth:`RNNSeq2Seq.decode` any number of
-target tokens from a state, :meth:`RNNState.reorder` picks rows for beams; on these the
-model implements :class:`plm.decoding.Decoder`, so greedy, sampling and beam search work.
+[`RNNSeq2Seq.encode`][plm.models.rnn.RNNSeq2Seq.encode] reads the source once,
+[`RNNSeq2Seq.decode`][plm.models.rnn.RNNSeq2Seq.decode] any number of target tokens from a state,
+[`RNNState.reorder`][plm.models.rnn.RNNState.reorder] picks rows for beams; on these the model implements
+[`Decoder`][plm.decoding.interface.Decoder], so greedy, sampling and beam search work.
 """
 
 from __future__ import annotations
@@ -450,7 +451,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None, max_length: int, *, use_cache: bool,
         compile: bool,
     ) -> RNNState:
-        """The decoding state of a batch of sources: :meth:`encode`.
+        """The decoding state of a batch of sources: [`encode`][plm.models.rnn.RNNSeq2Seq.encode].
 
         Args:
             source_ids: (batch, source_length) the sources.

@@ -1,16 +1,16 @@
 """Attention of an RNN decoder over the encoder's states: Bahdanau's and Luong's scores.
 
 Every variant is one score function ``score(query, keys) -> (B, Q, S)`` and shares
-:meth:`SourceAttention.forward`: one masked softmax over the (padded) source, then the
-context vector as the weighted sum of the encoder states. What a score reads of the
-encoder states alone (Bahdanau's U h_j, Luong's W h_j) is ``project``-ed once per source
-sentence, not at every target step: the decoder keeps it in its state. Queries are decoder states
-(B, Q, query_dim) (Q = 1 when decoding step by step); keys are the encoder states
-(B, S, key_dim); ``mask`` (B, S) is True at real source tokens.
+[`SourceAttention.forward`][plm.models.rnn_attention.SourceAttention.forward]: one masked softmax over the (padded)
+source, then the context vector as the weighted sum of the encoder states. What a score reads of the encoder states
+alone (Bahdanau's U h_j, Luong's W h_j) is ``project``-ed once per source sentence, not at every target step: the
+decoder keeps it in its state. Queries are decoder states (B, Q, query_dim) (Q = 1 when decoding step by step); keys are
+the encoder states (B, S, key_dim); ``mask`` (B, S) is True at real source tokens.
 
 - Bahdanau et al. (2015), additive: e = v^T tanh(W s + U h), a learned one-hidden-layer score.
 - Luong et al. (2015): dot s^T h, general s^T W h, concat v^T tanh(W [s; h]); global over the whole source, or
-  local (:class:`LocalAttention`) over a window of 2D + 1 source words around an aligned position p_t.
+  local ([`LocalAttention`][plm.models.rnn_attention.LocalAttention]) over a window of 2D + 1 source words around an
+  aligned position p_t.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class SourceAttention(nn.Module):
 
         Args:
             query: (B, Q, Dq) decoder states.
-            projected: what :meth:`project` made of the encoder states.
+            projected: what [`project`][plm.models.rnn_attention.SourceAttention.project] made of the encoder states.
 
         Returns:
             (B, Q, S) scores.
@@ -129,7 +129,7 @@ class DotAttention(SourceAttention):
     """Luong's dot: e_ij = s_i^T h_j (the decoder and encoder states must be equally wide)."""
 
     def score(self, query: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        """e_ij = s_i^T h_j, with h_j as :meth:`project` gives it (general attention's W h_j).
+        """e_ij = s_i^T h_j, with h_j as `project` gives it (general attention's W h_j).
 
         Args:
             query: (B, Q, D) decoder states.
@@ -235,7 +235,7 @@ class LocalAttention(SourceAttention):
 
         Args:
             query: (B, Q, Dq) decoder states.
-            projected: what :meth:`project` made of the encoder states.
+            projected: what [`project`][plm.models.rnn_attention.LocalAttention.project] made of the encoder states.
 
         Returns:
             (B, Q, S) scores.
@@ -279,7 +279,7 @@ ALIGNMENTS = ("global", "local-m", "local-p")  # Luong's: the whole source, or a
 
 def build_attention(score: str, query_dim: int, key_dim: int, dim: int, alignment: str = "global",
                     window: int = 10) -> SourceAttention:
-    """The attention of score function ``score`` (one of :data:`SCORES`), global or local (:data:`ALIGNMENTS`).
+    """The attention of score function ``score`` (one of `SCORES`), global or local (`ALIGNMENTS`).
 
     Args:
         score: "bahdanau", "dot", "general" or "concat".

@@ -23,7 +23,7 @@ class ScalarMix(nn.Module):
         layers: the layers mixed.
         layer_norm: normalise each layer first (per position, without gain or bias; a zero vector stays zero).
         dropout: the dropout on the mix.
-        l2: lambda of the penalty lambda * ||s||^2 (see :meth:`penalty`).
+        l2: lambda of the penalty lambda * ||s||^2 (see [`penalty`][plm.models.scalar_mix.ScalarMix.penalty]).
     """
 
     def __init__(self, layers: int, layer_norm: bool = False, dropout: float = 0.0, l2: float = 0.0) -> None:

@@ -19,14 +19,13 @@ English-German, base has 63.1M parameters and big 214.2M (the paper rounds them
 to 65M and 213M).
 
 Released translation models change a few of these choices, each a field of
-:class:`TransformerConfig` whose default is the paper's: Marian (``MarianMTModel``) has
-swish feed-forward layers, sines and cosines in two halves of its position table, a
-fixed bias on the logits and starts decoding from its padding token; fairseq's models
-(``FSMTForConditionalGeneration``) number positions from the padding index + 1 with
-tensor2tensor's frequencies, and have separate source and target vocabularies and an
-output projection of their own. :mod:`plm.hf.marian` and :mod:`plm.hf.fsmt` read and write them.
+[`TransformerConfig`][plm.models.transformer.TransformerConfig] whose default is the paper's: Marian (``MarianMTModel``)
+has swish feed-forward layers, sines and cosines in two halves of its position table, a fixed bias on the logits and
+starts decoding from its padding token; fairseq's models (``FSMTForConditionalGeneration``) number positions from the
+padding index + 1 with tensor2tensor's frequencies, and have separate source and target vocabularies and an output
+projection of their own. [`plm.hf.marian`][plm.hf.marian] and [`plm.hf.fsmt`][plm.hf.fsmt] read and write them.
 
-Decoding implements :class:`plm.decoding.Decoder`: the encoder runs once per source
+Decoding implements [`Decoder`][plm.decoding.interface.Decoder]: the encoder runs once per source
 sentence, each decoder layer's encoder-decoder attention computes the keys and values
 of its output once, and the masked self-attention keeps a KV cache.
 """
@@ -80,7 +79,7 @@ class TransformerConfig:
         norm_eps: the LayerNorms' epsilon.
         dropout: P_drop, on sub-layer outputs and embeddings.
         attention_dropout: the dropout on attention weights.
-        sinusoids: the position table's layout (:data:`plm.core.embeddings.SINUSOID_LAYOUTS`): the paper's
+        sinusoids: the position table's layout (`SINUSOID_LAYOUTS`): the paper's
             "interleaved" sines and cosines, Marian's "concatenated" halves, or fairseq's "tensor2tensor" halves.
         first_position: the position of a sentence's first token (fairseq: its padding index + 1; the table
             holds ``context_length + first_position`` rows).

@@ -6,7 +6,7 @@ the *sum* of its per-target losses, and ``target_counts`` the number of targets;
 the trainer divides each term by its targets over the whole optimizer step (all
 micro-batches, all processes), so gradient accumulation and data parallelism give
 the same loss as one big batch, and adds the terms (weighted by ``loss_weights``).
-Task objectives add optional hooks: see :mod:`plm.objectives.base`.
+Task objectives add optional hooks: see [`plm.objectives.base`][plm.objectives.base].
 """
 
 from plm.objectives.base import Objective, Selection

@@ -33,7 +33,7 @@ from torch import nn
 
 
 class Objective(Protocol):
-    """Draws batches and sums losses; see :mod:`plm.objectives`.
+    """Draws batches and sums losses; see [`plm.objectives`][plm.objectives].
 
     Attributes:
         train_tokens: the training text's size, in tokens.
@@ -71,7 +71,7 @@ class Objective(Protocol):
             batch: a batch of the objective.
 
         Returns:
-            The count of each term, by the names :meth:`loss` gives.
+            The count of each term, by the names [`loss`][plm.objectives.base.Objective.loss] gives.
         """
         ...
 

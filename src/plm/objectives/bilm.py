@@ -1,6 +1,6 @@
 """The biLM objective (ELMo): sum_k log p(t_k | t_1..t_{k-1}) + log p(t_k | t_{k+1}..t_N).
 
-The text is a prepared corpus of a word vocabulary (:mod:`plm.data.prepared`): one stream
+The text is a prepared corpus of a word vocabulary ([`plm.data.prepared`][plm.data.prepared]): one stream
 of words, each document between ``<S>`` and ``</S>``. A batch is random contiguous blocks
 of T + 2 words: the middle T are read (as characters), the forward LM at position k
 predicts the word after it and the backward LM the word before it, so both directions
@@ -33,8 +33,8 @@ class SpelledWords:
     """A split's words as the biLM's blocks are read from them: a known word by its id, a rare one by its place.
 
     Indexed with an array of positions, it gives (the same shape) each word's vocabulary id, or
-    ``-1 - position`` for a word the vocabulary maps to ``<UNK>``, whose spelling :meth:`spelling`
-    then finds (see :class:`plm.data.tokens.TokenIds`).
+    ``-1 - position`` for a word the vocabulary maps to ``<UNK>``, whose spelling
+    [`spelling`][plm.objectives.bilm.SpelledWords.spelling] then finds (see [`TokenIds`][plm.data.tokens.TokenIds]).
 
     Args:
         split: the prepared split.
@@ -117,7 +117,7 @@ class BiLMObjective:
     """Forward and backward language modelling over blocks of words, read as characters.
 
     Args:
-        streams: the words (see :func:`word_streams`).
+        streams: the words (see [`word_streams`][plm.objectives.bilm.word_streams]).
         block_size: T, the words a model reads per sequence (blocks are T + 2, for the targets).
         batch_size: blocks per micro-batch.
         seed: the seed of the blocks' draw.
@@ -171,7 +171,7 @@ class BiLMObjective:
             micro: the micro-batch within the step.
 
         Returns:
-            The batch (see :meth:`examples`).
+            The batch (see [`examples`][plm.objectives.bilm.BiLMObjective.examples]).
         """
         return self.examples(self.sampler.batch(step, micro), self.streams.train)
 
@@ -214,7 +214,7 @@ class BiLMObjective:
         """The validation blocks, in order and the same every time.
 
         Yields:
-            Batches of up to ``batch_size`` blocks (see :meth:`examples`).
+            Batches of up to ``batch_size`` blocks (see [`examples`][plm.objectives.bilm.BiLMObjective.examples]).
         """
         for start in range(0, len(self.validation), self.batch_size):
             yield self.examples(self.validation[start : start + self.batch_size], self.streams.validation)

@@ -3,7 +3,7 @@
 The pre-training recipe looks an objective up here by the name a user gives
 (``clm``, ``mlm``, ``mlm+nsp``, ``mlm+sop``, ``bilm``) and knows nothing of its kind: the spec
 says which pre-training heads the model must have, whether it takes masking
-options, and builds the objective from :class:`ObjectiveData`.
+options, and builds the objective from [`ObjectiveData`][plm.objectives.builders.ObjectiveData].
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def objective_spec(name: str) -> ObjectiveSpec:
     """The spec of objective ``name``.
 
     Args:
-        name: a key of :data:`OBJECTIVES`.
+        name: a key of `OBJECTIVES`.
 
     Returns:
         The spec.

@@ -1,10 +1,10 @@
 """Causal language modelling: L1(U) = sum_i log P(u_i | u_{i-k}, ..., u_{i-1}) (GPT-1, GPT-2).
 
 Validation scores every token of the validation text once, as ``plm eval perplexity`` does: the text is
-its documents, each followed by the end-of-document token (as :mod:`plm.data.prepare` wrote them),
+its documents, each followed by the end-of-document token (as [`plm.data.prepare`][plm.data.prepare] wrote them),
 after a start token (the tokenizer's beginning-of-text, else its end-of-text) so that the first token
 is scored too; windows of ``block_size`` tokens move on by half a window
-(:func:`plm.data.tokens.windows`), each token read with the context of its window.
+([`windows`][plm.data.tokens.windows]), each token read with the context of its window.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ class CausalLMObjective:
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed next-token cross-entropy: the model reads ``tokens[:, :-1]`` and predicts ``tokens[:, 1:]``.
 
-        The model takes the loss itself, from ``targets`` (as :class:`plm.models.GPT` does with
-        :func:`plm.core.linear_cross_entropy`), so that FSDP's whole output weight is at hand and
+        The model takes the loss itself, from ``targets`` (as [`GPT`][plm.models.gpt.GPT] does with
+        `linear_cross_entropy`), so that FSDP's whole output weight is at hand and
         no (batch, time, vocab) logits are kept.
 
         Args:

@@ -80,18 +80,18 @@ def mask_tokens(
         vocab_size: the ids random replacements are drawn from.
         generator: the random numbers.
         mlm_probability: the share of maskable tokens selected.
-        word_ids: as for :func:`select_spans`.
-        whole_word: as for :func:`select_spans`.
-        max_ngram: as for :func:`select_spans`.
+        word_ids: as for [`select_spans`][plm.objectives.masking.select_spans].
+        whole_word: as for [`select_spans`][plm.objectives.masking.select_spans].
+        max_ngram: as for [`select_spans`][plm.objectives.masking.select_spans].
         special_ids: ids never drawn as a random replacement.
         ratios: the shares of the selected positions that become ``mask_id``, a random id, or stay.
 
     Returns:
         The corrupted ids (B, T), and the labels (B, T): the original id at the selected positions,
-        :data:`IGNORE_INDEX` elsewhere.
+        `IGNORE_INDEX` elsewhere.
 
     Raises:
-        PLMError: as :func:`select_spans`.
+        PLMError: as [`select_spans`][plm.objectives.masking.select_spans].
     """
     selected = select_spans(maskable, generator, mlm_probability, word_ids, whole_word, max_ngram) >= 0
     selected = selected.to(input_ids.device)

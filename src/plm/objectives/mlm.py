@@ -2,7 +2,7 @@
 
 L = sum over masked positions of -log P(original token | corrupted sequence), plus,
 with a pair task, the cross-entropy of the [CLS] classifier on the pair label.
-Each training example is drawn afresh from the prepared split (:mod:`plm.objectives.pairs`),
+Each training example is drawn afresh from the prepared split ([`plm.objectives.pairs`][plm.objectives.pairs]),
 and so are its masks (RoBERTa's dynamic masking; BERT made 10 static copies instead), so
 no two epochs see the same corruption and nothing is built up front.
 """
@@ -45,19 +45,19 @@ class MaskedLMObjective:
         max_length: the most tokens of an example, special tokens included.
         batch_size: examples per micro-batch.
         pair_task: none, nsp or sop.
-        whole_word: mask whole words (see :func:`plm.objectives.masking.select_spans`).
+        whole_word: mask whole words (see [`select_spans`][plm.objectives.masking.select_spans]).
         max_ngram: the longest masked span, in words (ALBERT's n-grams).
         mask_ratios: the shares of the selected tokens that become [MASK], a random token, or stay (80/10/10), in
             training; validation masks with BERT's 80/10/10 whatever they are, so that runs with other ratios
             are scored on the same corrupted text.
         mlm_probability: the share of tokens predicted.
-        short_seq_prob: the probability of a shorter example (see :mod:`plm.objectives.pairs`).
+        short_seq_prob: the probability of a shorter example (see [`plm.objectives.pairs`][plm.objectives.pairs]).
         seed: the seed of the examples, the batches and the masks.
         validation_batches_max: the most validation batches, or None for all.
 
     Raises:
         PLMError: an unknown pair task, a tokenizer without one of those tokens, or documents from which no
-            example can be made (see :class:`plm.objectives.pairs.PairExamples`).
+            example can be made (see [`PairExamples`][plm.objectives.pairs.PairExamples]).
     """
 
     def __init__(
@@ -211,7 +211,7 @@ class MaskedLMObjective:
         """The first validation examples (``validation_batches_max`` batches), masked the same way every time.
 
         Yields:
-            The batches, as :meth:`batch` gives them.
+            The batches, as [`batch`][plm.objectives.mlm.MaskedLMObjective.batch] gives them.
         """
         yield from self._validation
 

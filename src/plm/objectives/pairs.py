@@ -1,7 +1,7 @@
 """Pre-training examples from a prepared split: BERT's NSP pairs, ALBERT's SOP pairs, single segments.
 
 As in BERT's ``create_pretraining_data.py`` (ALBERT's differs only in SOP): a document's
-sentences (:mod:`plm.data.segments`) are its segments; consecutive segments are gathered
+sentences ([`plm.data.segments`][plm.data.segments]) are its segments; consecutive segments are gathered
 into a chunk until it reaches the target length, the room beside the special tokens or,
 with probability ``short_seq_prob``, a random shorter length (fine-tuning inputs are
 often short); the chunk is split at a random segment boundary into A and B, and labelled:
@@ -20,12 +20,11 @@ The longer of A and B then loses tokens, at its front or its back at random, unt
 
 Two ways through the documents, one cutting rule:
 
-- :meth:`PairExamples.in_order` walks the documents from the first, chunk after chunk, as
-  BERT's script does: validation and ``plm eval pairs`` score these, the same every time.
-- :meth:`PairExamples.at_random` draws each training example afresh: a sentence uniformly
-  over the corpus, the chunk from it on (and back before it, where its document ends
-  first). Nothing is built up front, so a corpus of any size costs no memory, and a batch
-  is a pure function of its seed.
+- [`PairExamples.in_order`][plm.objectives.pairs.PairExamples.in_order] walks the documents from the first, chunk after
+  chunk, as BERT's script does: validation and ``plm eval pairs`` score these, the same every time.
+- [`PairExamples.at_random`][plm.objectives.pairs.PairExamples.at_random] draws each training example afresh: a sentence
+  uniformly over the corpus, the chunk from it on (and back before it, where its document ends first). Nothing is built
+  up front, so a corpus of any size costs no memory, and a batch is a pure function of its seed.
 
 Where BERT's code breaks a promise of the papers, this module keeps it:
 

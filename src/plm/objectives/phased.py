@@ -2,7 +2,7 @@
 
 BERT pre-trained 90% of its steps on 128-token sequences and the rest on 512, because
 attention costs the square of the length and the long sequences are needed only to learn
-the positions beyond 128 (appendix A.2). :class:`PhasedObjective` gives the first
+the positions beyond 128 (appendix A.2). [`PhasedObjective`][plm.objectives.phased.PhasedObjective] gives the first
 objective's batches before a switch step and the second's from it on; which one a batch
 comes from depends on its step alone, so a run resumed after the switch goes on with the
 long sequences. Validation, sizes, losses and metrics are the second objective's: both are
@@ -25,7 +25,8 @@ from plm.objectives.builders import ObjectiveData, ObjectiveSpec
 class PhasedObjective:
     """The ``first`` objective's batches before step ``switch``, the ``second``'s from it on.
 
-    The optional hooks (:mod:`plm.objectives.base`: loss weights, validation metrics ...) are the second's.
+    The optional hooks ([`plm.objectives.base`][plm.objectives.base]: loss weights, validation metrics ...) are the
+    second's.
 
     Args:
         first: the objective of steps 0 to ``switch`` - 1.

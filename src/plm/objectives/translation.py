@@ -1,8 +1,8 @@
 """Translating with any encoder-decoder, and scoring translations: BLEU, chrF, exact match.
 
-What seq2seq training's validation (:mod:`plm.objectives.seq2seq`) and the translation commands
-(:mod:`plm.apps.translation`) share. Translation goes through the one decoding interface
-(:mod:`plm.decoding`), so it works for every model that implements it. Sentences are decoded in
+What seq2seq training's validation ([`plm.objectives.seq2seq`][plm.objectives.seq2seq]) and the translation commands
+([`plm.apps.translation`][plm.apps.translation]) share. Translation goes through the one decoding interface
+([`plm.decoding`][plm.decoding]), so it works for every model that implements it. Sentences are decoded in
 batches of similar source lengths, all beams of a batch in one forward pass per step, each
 sentence leaving its batch once it is done, and returned in input order. Beam size 1 without a
 length penalty is greedy search. A sampling search (temperature, top-k, top-p) draws one translation a
@@ -40,7 +40,8 @@ def recipe_decoding(family: str, **given: Any) -> GenerationConfig:
 
     Args:
         family: the model family.
-        **given: fields of :class:`plm.decoding.GenerationConfig` that replace the recipe's.
+        **given: fields of [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig] that replace the
+            recipe's.
 
     Returns:
         The search.
@@ -64,7 +65,8 @@ def translate(
         tokenizers: its tokenizers.
         sentences: the source sentences.
         config: the search: its beams, length penalty and length limits (None: the family's recipe, as
-            :func:`recipe_decoding` gives it). The target tokenizer's end and padding tokens replace the config's.
+            [`recipe_decoding`][plm.objectives.translation.recipe_decoding] gives it). The target tokenizer's end and
+            padding tokens replace the config's.
         max_tokens: the source tokens per batch, shared by the beams (a beam of k takes ``max_tokens / k``).
         progress: show a progress bar.
 
@@ -93,13 +95,13 @@ def translate_ids(
 
     ``<s>`` is the model's ``decoder_start_id`` where its config has one (Marian's ``<pad>``, fairseq's ``</s>``),
     else the target tokenizer's ``bos``. There is no ``</s>`` where the length limit ended it; decoding to text
-    and encoding again need not give these ids back (see :func:`translate`).
+    and encoding again need not give these ids back (see [`translate`][plm.objectives.translation.translate]).
 
     Args:
         model: the encoder-decoder.
         tokenizers: its tokenizers.
         sentences: the source sentences.
-        config: the search (None: the family's recipe); see :func:`translate`.
+        config: the search (None: the family's recipe); see [`translate`][plm.objectives.translation.translate].
         max_tokens: the source tokens per batch, shared by the beams.
         progress: show a progress bar.
 

@@ -37,7 +37,7 @@ def __getattr__(name: str) -> object:
     """The package's names, each imported from its module on first use.
 
     Args:
-        name: one of :data:`__all__`.
+        name: one of `__all__`.
 
     Returns:
         The object.

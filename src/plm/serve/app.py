@@ -1,15 +1,16 @@
-"""The HTTP API and the page: a Starlette app over loaded models (:func:`create_app`).
+"""The HTTP API and the page: a Starlette app over loaded models ([`create_app`][plm.serve.app.create_app]).
 
-JSON in, JSON out. Every request is checked before any model work (:mod:`plm.serve.requests`);
+JSON in, JSON out. Every request is checked before any model work ([`plm.serve.requests`][plm.serve.requests]);
 a request the server refuses is answered with its status (400, 413 for a body over
 ``max_body``, 404 for an unknown path) and ``{"error": "one line"}``. Model work runs on one
 thread of its own, never on the event loop, so the server answers /health while a model
 works, and requests to the models take their turn: they share that thread because a
 request may switch a model's attention layers to record their weights
-(:func:`plm.core.attention_weights`), which no other request may see. Generation requests
-are batched as they arrive (:mod:`plm.serve.batching`). Beside plm's own endpoints, /v1 speaks
-OpenAI's protocol over the same models and batcher (:mod:`plm.serve.openai_api`). With an API key,
-every request but /health and the page's files needs ``Authorization: Bearer KEY`` (:class:`RequireKey`).
+([`attention_weights`][plm.core.attention.attention_weights]), which no other request may see. Generation requests
+are batched as they arrive ([`plm.serve.batching`][plm.serve.batching]). Beside plm's own endpoints, /v1 speaks
+OpenAI's protocol over the same models and batcher ([`plm.serve.openai_api`][plm.serve.openai_api]). With an API key,
+every request but /health and the page's files needs ``Authorization: Bearer KEY``
+([`RequireKey`][plm.serve.app.RequireKey]).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def create_app(
     batch_window: float = BATCH_WINDOW,
     api_key: str | None = None,
 ) -> Starlette:
-    """The app serving ``services`` (see :func:`plm.serve.served_models.load_service`).
+    """The app serving ``services`` (see [`load_service`][plm.serve.served_models.load_service]).
 
     Args:
         services: the models to serve.
@@ -64,8 +65,8 @@ def create_app(
 
     Returns:
         The Starlette app: ``/`` (the page), ``/static``, ``/health``, ``/models``, a POST endpoint per entry of
-        :data:`plm.serve.served_models.ENDPOINTS`, and OpenAI's ``/v1`` endpoints
-        (:func:`plm.serve.openai_api.openai_routes`).
+        `ENDPOINTS`, and OpenAI's ``/v1`` endpoints
+        ([`openai_routes`][plm.serve.openai_api.openai_routes]).
 
     Raises:
         PLMError: no services, ``max_body``, ``max_batch`` below 1 or ``batch_window`` below 0, or an empty

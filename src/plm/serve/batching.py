@@ -1,9 +1,9 @@
 """Dynamic batching of generation requests: those that arrive together decode as one batch.
 
-A request waits in :class:`Batcher` until the model thread is free; then it and the requests
+A request waits in [`Batcher`][plm.serve.batching.Batcher] until the model thread is free; then it and the requests
 that arrived with it (within ``window`` seconds of an idle server's first request, or while
 the last batch ran), up to ``max_batch``, are left-padded into one batch and decoded with the
-KV cache, one forward pass per step for all of them (:func:`plm.decoding.generation.decode_steps`).
+KV cache, one forward pass per step for all of them ([`decode_steps`][plm.decoding.generation.decode_steps]).
 Only requests that decode alone as they would together share a batch: the same model and
 sampling options, and a length that fits the context beside the others. Padding changes
 nothing, so a greedy request gets the tokens it gets alone, and each sampled request draws
@@ -12,7 +12,7 @@ text alone or batched. Each request's tokens go to it as they are chosen, which 
 what streaming reads; ``max_batch`` 1 serves one request at a time. What only reads the
 tokens is a request's own, and its neighbours do not wait for it: its stop strings end
 its row alone, and the alternatives it asks for are read from the step's logits. A request's
-failure is its own too: the others of its batch go on (:func:`decode_batch`).
+failure is its own too: the others of its batch go on ([`decode_batch`][plm.serve.batching.decode_batch]).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class GenerationJob:
         seed: a sampled request's seed, or None.
         stop: strings that end the job once its text holds one (the text keeps it; the request cuts it).
         top_logprobs: how many of each step's most likely tokens to report beside the chosen one (0: none).
-        events: the job's events, read by :meth:`stream`.
-        loop: the event loop the job was submitted on (set by :meth:`Batcher.submit`).
+        events: the job's events, read by [`stream`][plm.serve.batching.GenerationJob.stream].
+        loop: the event loop the job was submitted on (set by [`Batcher.submit`][plm.serve.batching.Batcher.submit]).
         new_ids: the tokens generated so far.
         tokens: each generated token's ``id``, ``text`` (its piece) and ``logprob``, and with ``top_logprobs``
             the step's most likely tokens (``top_logprobs``: their ``id``, ``text`` and ``logprob``).
@@ -180,7 +180,8 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
     fault fails; one later fails the jobs not yet done.
 
     Args:
-        jobs: the jobs, all of one batch key (see :meth:`GenerationJob.batch_key`).
+        jobs: the jobs, all of one batch key (see
+            [`GenerationJob.batch_key`][plm.serve.batching.GenerationJob.batch_key]).
     """
     try:
         decode_together(jobs)
@@ -195,7 +196,7 @@ def decode_batch(jobs: list[GenerationJob]) -> None:
 
 
 def decode_together(jobs: list[GenerationJob]) -> None:
-    """The decoding of :func:`decode_batch`: one left-padded batch, each row drawing from its job's generator.
+    """The decoding of `decode_batch`: one left-padded batch, each row drawing from its job's generator.
 
     Args:
         jobs: the jobs, all of one batch key.

@@ -3,7 +3,7 @@
 A client written for OpenAI (its ``openai`` package, or anything that speaks its HTTP API) talks
 to plm serve with its base URL set to the server's ``/v1``: the same field names, the same answers,
 the same error bodies (``{"error": {"message", "type", "param", "code"}}``). The work is plm's own:
-a completion is a generation job of the batcher that /generate feeds (:mod:`plm.serve.batching`),
+a completion is a generation job of the batcher that /generate feeds ([`plm.serve.batching`][plm.serve.batching]),
 so completions and /generate requests decode in one batch, and an embedding is /embed's vector.
 OpenAI's legacy completions take text or token ids; plm's models have no chat template, so
 /v1/chat/completions answers 404. Of OpenAI's completion options plm takes ``max_tokens``,
@@ -62,7 +62,7 @@ def openai_routes(services: Sequence[Service], max_body: int) -> list[Route]:
     Returns:
         The routes: GET ``/v1/models`` and ``/v1/models/{model}``, POST ``/v1/completions``, ``/v1/embeddings`` and
         ``/v1/chat/completions`` (404: no chat template). The generation and model work runs on the app's batcher
-        and model thread (``app.state.batcher``, ``app.state.worker``; see :func:`plm.serve.app.create_app`).
+        and model thread (``app.state.batcher``, ``app.state.worker``; see [`create_app`][plm.serve.app.create_app]).
     """
     created = int(time.time())  # the models' "created": when the server loaded them
 
@@ -150,7 +150,7 @@ class Choice:
 
     Attributes:
         prompt: the prompt.
-        echoed: the prompt's tokens as :meth:`plm.serve.served_models.CausalLMService.echo` gives them, where the
+        echoed: the prompt's tokens as [`echo`][plm.serve.served_models.CausalLMService.echo] gives them, where the
             request asks for ``echo`` (else none).
         job: the generation job, submitted; None where the choice generates nothing (``max_tokens`` 0).
     """
@@ -172,7 +172,7 @@ class Completion:
         model: the model's name.
         prompts: the prompts, each a text or a list of token ids.
         n: the choices per prompt.
-        max_tokens: the most new tokens of a choice (0 only with ``echo``); None: :data:`DEFAULT_MAX_TOKENS`,
+        max_tokens: the most new tokens of a choice (0 only with ``echo``); None: `DEFAULT_MAX_TOKENS`,
             fewer where the context has less room.
         temperature: the sampling temperature; 0: greedy.
         top_p: sample among the most likely tokens whose probabilities add up to ``top_p``.
@@ -202,7 +202,7 @@ class Completion:
 
     @classmethod
     def read(cls, model: str, fields: Mapping[str, Any]) -> Completion:
-        """The request of a /v1/completions body's fields (see :data:`plm.serve.requests.FIELDS`).
+        """The request of a /v1/completions body's fields (see `FIELDS`).
 
         Args:
             model: the chosen model's name.
@@ -212,7 +212,7 @@ class Completion:
             The request.
 
         Raises:
-            RequestError: more than :data:`MAX_STOPS` stop strings, ``max_tokens`` 0 without ``echo``, a ``top_p``
+            RequestError: more than `MAX_STOPS` stop strings, ``max_tokens`` 0 without ``echo``, a ``top_p``
                 of 0, or an option plm takes only at its default (``suffix``, ``best_of``, the penalties,
                 ``logit_bias``) at another value.
         """
@@ -279,7 +279,7 @@ class Completion:
             prompts: the prompts.
 
         Returns:
-            Per prompt, :meth:`plm.serve.served_models.CausalLMService.echo`'s tokens.
+            Per prompt, [`echo`][plm.serve.served_models.CausalLMService.echo]'s tokens.
         """
         return [service.echo(prompt.ids, self.logprobs or 0) for prompt in prompts]
 
@@ -319,7 +319,7 @@ class Completion:
             context: the model's context.
 
         Returns:
-            ``max_tokens``, or without one :data:`DEFAULT_MAX_TOKENS` within the room left.
+            ``max_tokens``, or without one `DEFAULT_MAX_TOKENS` within the room left.
 
         Raises:
             RequestError: a ``max_tokens`` beyond the room the prompt leaves in the context, or (without ``echo``,
@@ -420,7 +420,8 @@ class Completion:
         Args:
             index: the choice's index.
             text: the text it adds.
-            logprobs: its token's log-probabilities (see :meth:`logprobs_json`), or None.
+            logprobs: its token's log-probabilities (see
+                [`logprobs_json`][plm.serve.openai_api.Completion.logprobs_json]), or None.
             reason: the choice's finish reason in its last chunk, else None.
 
         Returns:
@@ -611,7 +612,7 @@ def known(services: Sequence[Service], name: str | None) -> None:
 
 
 def chosen(services: Sequence[Service], body: dict[str, Any], endpoint: str) -> Service:
-    """The model a request's body names (or the one that serves ``endpoint``), as :func:`choose` finds it.
+    """The model a request's body names (or the one that serves ``endpoint``), as `choose` finds it.
 
     Args:
         services: the server's models.

@@ -4,9 +4,9 @@ Every field an endpoint reads is declared here with its JSON type and default, s
 missing field, a string where a number belongs or a misspelt name is refused before any
 model work, with a message that names the field. Whether a value makes sense for the model
 (a temperature of 0, a layer it does not have) is the library's to say: it raises
-:class:`plm.errors.PLMError` with the reason, which the server answers with status 400 too.
-:func:`answering_errors` turns whatever a handler raises into the refusal the client reads, in
-the body its API gives errors (plm's own, or OpenAI's: :mod:`plm.serve.openai_api`).
+[`PLMError`][plm.errors.PLMError] with the reason, which the server answers with status 400 too.
+[`answering_errors`][plm.serve.requests.answering_errors] turns whatever a handler raises into the refusal the client
+reads, in the body its API gives errors (plm's own, or OpenAI's: [`plm.serve.openai_api`][plm.serve.openai_api]).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Field:
     Attributes:
         kind: "string", "strings" (a non-empty list of strings), "string or strings", "prompt" (those, a list of
             token ids or a list of such lists), "integer", "number", "boolean" or "object".
-        default: the value when the request does not give the field; :data:`REQUIRED`: the request must.
+        default: the value when the request does not give the field; `REQUIRED`: the request must.
         minimum: the least value a number may take, or None.
         nullable: null is a value of its own; else null is allowed where the default is None, and means the
             default.
@@ -161,7 +161,8 @@ async def read_body(request: Request, max_body: int) -> dict[str, Any]:
         The object.
 
     Raises:
-        RequestError: a body over ``max_body`` bytes (413), or one :func:`parse_body` refuses.
+        RequestError: a body over ``max_body`` bytes (413), or one [`parse_body`][plm.serve.requests.parse_body]
+            refuses.
     """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:
@@ -192,13 +193,14 @@ def read_fields(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
 
     Args:
         body: the request's JSON object.
-        endpoint: the endpoint's name, a key of :data:`FIELDS`.
+        endpoint: the endpoint's name, a key of `FIELDS`.
 
     Returns:
         Each field's value.
 
     Raises:
-        RequestError: a field the endpoint does not take, or one refused by :func:`read_field`.
+        RequestError: a field the endpoint does not take, or one refused by
+            [`read_field`][plm.serve.requests.read_field].
     """
     fields = FIELDS[endpoint]
     unknown = sorted(set(body) - set(fields) - {"model"})
@@ -244,7 +246,7 @@ def has_kind(value: Any, kind: str) -> bool:
 
     Args:
         value: the value.
-        kind: a :class:`Field` kind.
+        kind: a [`Field`][plm.serve.requests.Field] kind.
 
     Returns:
         True when it is.
@@ -284,7 +286,7 @@ def a_kind(kind: str) -> str:
     """A field kind as a message names it ("an integer", "a non-empty list of strings" ...).
 
     Args:
-        kind: a :class:`Field` kind.
+        kind: a [`Field`][plm.serve.requests.Field] kind.
 
     Returns:
         The words.
@@ -334,7 +336,7 @@ def model_name(body: dict[str, Any]) -> str | None:
 
 def answering_errors(handler: Callable[[Request], Awaitable[Response]],
                      refuse: Callable[[RequestError], Response]) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` with whatever it raises answered by ``refuse`` (see :func:`refusal`).
+    """``handler`` with whatever it raises answered by ``refuse`` (see [`refusal`][plm.serve.requests.refusal]).
 
     Args:
         handler: an endpoint's handler.
@@ -377,7 +379,7 @@ REQUEST_FIELDS = {"num_beams": "beam"}  # a library field that a request names o
 
 
 def request_field(named: re.Match[str]) -> str:
-    """A field that a library error names (:data:`plm.errors.FIELD`), as a request names it: ``'beam'``."""
+    """A field that a library error names (`FIELD`), as a request names it: ``'beam'``."""
     return f"'{REQUEST_FIELDS.get(named.group(1), named.group(1))}'"
 
 

@@ -1,9 +1,9 @@
 """The models a server holds: each one's kind, the endpoints it serves and the work each endpoint does.
 
-A model's kind follows from its class, as everywhere in plm: a :class:`CausalLM` generates,
-an :class:`Encoder` embeds sentences (and fills masks when it kept its masked-LM head), a
-:class:`Seq2SeqModel` translates, ELMo embeds, a fine-tuned task model classifies, and any of
-them built on attention layers shows its attention. Each kind is a :class:`Service` whose
+A model's kind follows from its class, as everywhere in plm: a [`CausalLM`][plm.models.base.CausalLM] generates,
+an [`Encoder`][plm.models.encoder.Encoder] embeds sentences (and fills masks when it kept its masked-LM head), a
+[`Seq2SeqModel`][plm.models.base.Seq2SeqModel] translates, ELMo embeds, a fine-tuned task model classifies, and any of
+them built on attention layers shows its attention. Each kind is a [`Service`][plm.serve.served_models.Service] whose
 methods are its endpoints, named as they are; they are the library's own functions (the
 ones behind ``plm generate``, ``fill-mask``, ``embed``, ``translate``, ``predict`` and
 ``attention``) with JSON in and out, and they run on the server's model thread.
@@ -62,11 +62,12 @@ class Service:
 
     Attributes:
         kind: what the API calls models of this kind ("causal LM", "encoder" ...).
-        endpoints: what models of this kind serve; :meth:`serves` may say no for one.
+        endpoints: what models of this kind serve; [`serves`][plm.serve.served_models.Service.serves] may say no for
+            one.
     """
 
     kind: ClassVar[str]
-    endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; :meth:`serves` may say no for one
+    endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; `serves` may say no for one
 
     def __init__(self, name: str, model: PretrainedModel, tokenizer: SideTokenizer) -> None:
         self.name = name
@@ -94,7 +95,7 @@ class Service:
         """Whether this model serves ``endpoint``: one of its kind's, and (attention) it has attention layers.
 
         Args:
-            endpoint: an endpoint's name (see :data:`ENDPOINTS`).
+            endpoint: an endpoint's name (see `ENDPOINTS`).
 
         Returns:
             True when it does.
@@ -107,20 +108,21 @@ class Service:
         """Whether the model has attention layers whose weights can be shown.
 
         Returns:
-            True when one of its modules is a :class:`plm.core.MultiHeadAttention`.
+            True when one of its modules is a [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention].
         """
         return any(isinstance(module, MultiHeadAttention) for module in self.model.modules())
 
     @property
     def capabilities(self) -> list[str]:
-        """The endpoints this model serves, in the order of :data:`ENDPOINTS`."""
+        """The endpoints this model serves, in the order of `ENDPOINTS`."""
         return [endpoint for endpoint in ENDPOINTS if self.serves(endpoint)]
 
     def describe(self) -> dict[str, Any]:
         """What GET /models says of the model: its name, family, kind, endpoints, and what a client needs.
 
         Returns:
-            ``name``, ``family``, ``kind`` and ``capabilities``, and the kind's :meth:`details`.
+            ``name``, ``family``, ``kind`` and ``capabilities``, and the kind's
+            [`details`][plm.serve.served_models.Service.details].
         """
         return {"name": self.name, "family": self.model.family, "kind": self.kind,
                 "capabilities": self.capabilities, **self.details()}
@@ -144,7 +146,7 @@ class Service:
 
         Returns:
             ``attention`` (target/query rows x source/key columns), the tokens of each axis, the map's title and the
-            layers and heads the model offers (see :func:`attention_json`).
+            layers and heads the model offers (see [`attention_json`][plm.serve.served_models.attention_json]).
 
         Raises:
             RequestError: a ``target``.
@@ -264,7 +266,7 @@ def token_pieces(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
     """Each token's piece of the text of ``ids``, the pieces adding up to it (special tokens read as nothing).
 
     A byte-level token can end inside a character; its piece is empty and the character goes with the token that
-    completes it, as :meth:`plm.serve.batching.GenerationJob.add` gives a generated token's piece.
+    completes it, as [`add`][plm.serve.batching.GenerationJob.add] gives a generated token's piece.
 
     Args:
         tokenizer: the tokenizer.
@@ -322,7 +324,7 @@ class EncoderService(Service):
 
         Raises:
             PLMError: a ``top_k`` out of range, or a text without a mask (see
-                :func:`plm.apps.text_pipelines.fill_mask`).
+                [`fill_mask`][plm.apps.text_pipelines.fill_mask]).
         """
         guesses = fill_mask(self.model, self.tokenizer, text, top_k)
         return {"masks": [[{"token": token, "probability": p} for token, p in mask] for mask in guesses]}
@@ -334,7 +336,7 @@ class EncoderService(Service):
             texts: the texts.
 
         Returns:
-            The vectors and their cosine similarities (see :func:`vectors_json`).
+            The vectors and their cosine similarities (see [`vectors_json`][plm.serve.served_models.vectors_json]).
         """
         return vectors_json(embed_texts(self.model, self.tokenizer, texts), "mean of the last hidden states")
 
@@ -353,7 +355,7 @@ class ElmoService(Service):
             texts: the texts, split into words at whitespace.
 
         Returns:
-            The vectors and their cosine similarities (see :func:`vectors_json`).
+            The vectors and their cosine similarities (see [`vectors_json`][plm.serve.served_models.vectors_json]).
 
         Raises:
             RequestError: a text without words.
@@ -428,7 +430,8 @@ class Seq2SeqService(Service):
             beam: the beam width; None: the family's.
 
         Returns:
-            ``translation``, and the attention as :func:`attention_json` gives it (all None without attention).
+            ``translation``, and the attention as [`attention_json`][plm.serve.served_models.attention_json] gives it
+            (all None without attention).
 
         Raises:
             PLMError: a sentence too long for the model, or a beam wider than the target vocabulary.
@@ -452,7 +455,7 @@ class Seq2SeqService(Service):
 
         Returns:
             ``attention`` (target/query rows x source/key columns), the tokens of each axis, the map's title and the
-            layers and heads the model offers (see :func:`attention_json`).
+            layers and heads the model offers (see [`attention_json`][plm.serve.served_models.attention_json]).
 
         Raises:
             PLMError: a model without attention, or a layer or head out of range.
@@ -499,7 +502,7 @@ class TaskService(Service):
         """The prediction ``plm predict`` makes for one example, with what the model's scores say about it.
 
         Args:
-            **fields: the /classify request's fields; the task's form reads those it takes (see :data:`TASK_FORMS`).
+            **fields: the /classify request's fields; the task's form reads those it takes (see `TASK_FORMS`).
 
         Returns:
             The task form's answer: a label and its probabilities, a score, tags, an answer and candidates, or a
@@ -550,7 +553,7 @@ class TaskForm:
 
     Attributes:
         inputs: the fields the task reads.
-        make: the example of its reader (:mod:`plm.tasks.readers`) that the fields make.
+        make: the example of its reader ([`plm.tasks.readers`][plm.tasks.readers]) that the fields make.
         answer: the answer to a request, from its prediction.
         optional: those of ``inputs`` that may be left out.
     """
@@ -652,9 +655,9 @@ def load_service(
         path: the model's directory or run, or a Hugging Face Hub id.
         name: its name in the API.
         device: where the weights go ("auto" picks one).
-        quantization: a quantization to apply (see :func:`plm.cpu.int8.quantize`), or None.
+        quantization: a quantization to apply (see [`quantize`][plm.cpu.int8.quantize]), or None.
         precision: the weights' precision, ``fp32``, ``bf16``, ``fp16`` or ``auto`` (see
-            :func:`plm.loading.inference_weights`).
+            [`inference_weights`][plm.loading.inference_weights]).
 
     Returns:
         The service of the model's kind.

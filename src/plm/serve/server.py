@@ -60,7 +60,7 @@ def uvicorn_server(app: Starlette) -> uvicorn.Server:
     """A uvicorn server of ``app``, quiet but for warnings and errors.
 
     plm serve says what it serves, and an access log would slow it. A stopping server gives the requests in
-    flight :data:`SHUTDOWN_GRACE` seconds.
+    flight `SHUTDOWN_GRACE` seconds.
 
     Args:
         app: the app.
@@ -76,8 +76,8 @@ def serve(app: Starlette, sock: socket.socket) -> None:
     """Serve on ``sock`` until Ctrl-C, which ends it cleanly: no new connections, the requests in flight answered.
 
     Args:
-        app: the app (see :func:`plm.serve.app.create_app`).
-        sock: a listening socket (see :func:`listen`).
+        app: the app (see [`create_app`][plm.serve.app.create_app]).
+        sock: a listening socket (see [`listen`][plm.serve.server.listen]).
     """
     try:
         uvicorn_server(app).run(sockets=[sock])

@@ -177,7 +177,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def write_tensors(
     path: str | os.PathLike[str], tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
 ) -> None:
-    """A safetensors file whose metadata holds the SHA-256 of its tensor data (see :func:`read_tensors`).
+    """A safetensors file whose metadata holds the SHA-256 of its tensor data (see `read_tensors`).
 
     The tensors are written contiguous, from the CPU, atomically.
 
@@ -274,11 +274,11 @@ def flatten_optimizer(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tenso
 def unflatten_optimizer(
     tensors: dict[str, torch.Tensor], structure: dict[str, Any], key: Callable[[str], Any] = int
 ) -> dict[str, Any]:
-    """The state dict :func:`flatten_optimizer` split; ``key`` turns "KEY" back (``int``, or ``str`` for names).
+    """The state dict `flatten_optimizer` split; ``key`` turns "KEY" back (``int``, or ``str`` for names).
 
     Args:
         tensors: the tensors by name.
-        structure: the rest, as :func:`flatten_optimizer` returned it.
+        structure: the rest, as [`flatten_optimizer`][plm.storage.atomic_files.flatten_optimizer] returned it.
         key: turns a parameter's key back from its string.
 
     Returns:

@@ -132,13 +132,14 @@ def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = N
 
 
 def load_model(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> PretrainedModel:
-    """Load a model saved by :func:`save_model` (or a run's latest checkpoint), in eval mode.
+    """Load a model saved by `save_model` (or a run's latest checkpoint), in eval mode.
 
     A sharded checkpoint (an FSDP run's) is read whole from the shards of all its processes.
-    Under ``torch.device("meta")`` only its shapes are made (:func:`reads_no_weights`).
+    Under ``torch.device("meta")`` only its shapes are made
+    ([`reads_no_weights`][plm.storage.checkpoint.reads_no_weights]).
 
     Args:
-        path: a model directory or a training run (see :func:`model_directory`).
+        path: a model directory or a training run (see [`model_directory`][plm.storage.checkpoint.model_directory]).
         device: where the weights go.
 
     Returns:
@@ -173,8 +174,9 @@ def load_model(path: str | os.PathLike[str], device: str | torch.device = "cpu")
 def reads_no_weights() -> bool:
     """Whether models are being built on the meta device, for their shapes alone: then no weights are read.
 
-    FSDP's processes after the first build their model so (:func:`plm.training.parallel.built_on_first_process`):
-    the first reads the weights and sends each process its shards, so the others need not hold them whole.
+    FSDP's processes after the first build their model so
+    ([`built_on_first_process`][plm.training.parallel.built_on_first_process]): the first reads the weights and sends
+    each process its shards, so the others need not hold them whole.
 
     Returns:
         True when the default device is the meta device.
@@ -246,10 +248,10 @@ def save_checkpoint(
 ) -> Path:
     """Atomically replace ``run_directory/checkpoint`` with the current training state.
 
-    ``rng`` holds the :func:`rng_states` of every process in rank order (default: this
+    ``rng`` holds the [`rng_states`][plm.storage.checkpoint.rng_states] of every process in rank order (default: this
     process's), since each process of a data-parallel run draws its own dropout masks.
     ``shards`` is the staging directory into which every process of a sharded run wrote
-    its part of the model and optimizer (:func:`plm.storage.sharded_checkpoint.save_shards`,
+    its part of the model and optimizer ([`save_shards`][plm.storage.sharded_checkpoint.save_shards],
     whose result ``state`` holds); it is completed and swapped in.
 
     Args:
@@ -292,7 +294,7 @@ def save_best(
         run_directory: the training run's directory.
         model: the model to save.
         tokenizer: saved with the model when given.
-        weights: see :func:`save_model`.
+        weights: see [`save_model`][plm.storage.checkpoint.save_model].
 
     Returns:
         The ``best`` directory.
@@ -307,7 +309,8 @@ def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
     """Move the finished ``staging`` directory to ``run_directory/name``, replacing what was there.
 
     Two renames: a kill between them leaves ``.name-previous``, which
-    :func:`recover_checkpoint` moves back, so a complete directory always survives.
+    [`recover_checkpoint`][plm.storage.checkpoint.recover_checkpoint] moves back, so a complete directory always
+    survives.
 
     Args:
         staging: the finished directory.
@@ -333,7 +336,7 @@ def save_snapshot(
     """Atomically write ``model`` to ``run_directory/checkpoints/step-NNNNNN`` and delete all but the last ``keep``.
 
     The snapshot is staged under a dot name, so a run killed while writing it leaves
-    nothing that :func:`snapshots` lists.
+    nothing that [`snapshots`][plm.storage.checkpoint.snapshots] lists.
 
     Args:
         run_directory: the training run's directory.
@@ -341,7 +344,7 @@ def save_snapshot(
         step: the optimizer step, which names the snapshot.
         keep: how many snapshots to keep.
         tokenizer: saved with the model when given.
-        weights: see :func:`save_model`.
+        weights: see [`save_model`][plm.storage.checkpoint.save_model].
 
     Returns:
         The snapshot's directory.
@@ -356,7 +359,7 @@ def save_snapshot(
 
 
 def snapshots(run_directory: str | Path) -> list[Path]:
-    """The run's kept snapshots (:func:`save_snapshot`), oldest first.
+    """The run's kept snapshots ([`save_snapshot`][plm.storage.checkpoint.save_snapshot]), oldest first.
 
     Args:
         run_directory: the training run's directory.
@@ -420,7 +423,7 @@ def has_checkpoint(run_directory: str | Path) -> bool:
 
 
 def recover_checkpoint(run_directory: Path, name: str = CHECKPOINT_DIR) -> None:
-    """Finish a swap (:func:`swap_in`) that a kill interrupted between its two renames.
+    """Finish a swap ([`swap_in`][plm.storage.checkpoint.swap_in]) that a kill interrupted between its two renames.
 
     Args:
         run_directory: the directory the swap was in.
@@ -520,7 +523,7 @@ def rng_states() -> dict[str, torch.Tensor]:
 
 
 def restore_rng_states(states: dict[str, torch.Tensor]) -> None:
-    """Set this process's RNG states to those :func:`rng_states` returned.
+    """Set this process's RNG states to those [`rng_states`][plm.storage.checkpoint.rng_states] returned.
 
     Args:
         states: the states by name.
@@ -547,7 +550,7 @@ def json_tensor(value: Any) -> torch.Tensor:
 
 
 def tensor_json(tensor: torch.Tensor) -> Any:
-    """The value a :func:`json_tensor` holds.
+    """The value a [`json_tensor`][plm.storage.checkpoint.json_tensor] holds.
 
     Args:
         tensor: the uint8 tensor.
@@ -574,7 +577,7 @@ def restore_np_state(state: list[Any]) -> None:
     """Set NumPy's global RNG state.
 
     Args:
-        state: as :func:`np_state_to_json` returned it.
+        state: as [`np_state_to_json`][plm.storage.checkpoint.np_state_to_json] returned it.
     """
     name, keys, position, has_gauss, cached = state
     np.random.set_state((name, np.array(keys, dtype=np.uint32), position, has_gauss, cached))
@@ -594,7 +597,7 @@ def restore_python_rng(state: list[Any]) -> None:
     """Set Python's ``random`` state.
 
     Args:
-        state: as :func:`python_rng_state` returned it.
+        state: as [`python_rng_state`][plm.storage.checkpoint.python_rng_state] returned it.
     """
     version, internal, gauss = state
     random.setstate((version, tuple(internal), gauss))

@@ -8,7 +8,7 @@ of the checkpoint directory, beside the ordinary ``config.json``, tokenizer, RNG
 states and trainer state. The optimizer's non-tensor state (its parameter groups)
 goes into the trainer state as JSON. Loading reads each process's part from whatever
 files hold it, so a run resumes on another number of processes, and one process
-reads the whole model back (:func:`read_model_shards`) to consolidate it.
+reads the whole model back ([`read_model_shards`][plm.storage.sharded_checkpoint.read_model_shards]) to consolidate it.
 
 The SHA-256 of every shard file is kept in the trainer state and checked before
 reading, as plm's other safetensors files check theirs.
@@ -74,7 +74,7 @@ def save_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
 
 
 def load_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Fill this process's shards of ``model`` and ``optimizer`` from a checkpoint written by :func:`save_shards`.
+    """Fill this process's shards of ``model`` and ``optimizer`` from a checkpoint written by `save_shards`.
 
     The processes that wrote it may have been more or fewer: each reads the slices it holds now.
 

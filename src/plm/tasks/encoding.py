@@ -6,7 +6,7 @@
   read back from that first piece;
 - multiple choice: one ``[CLS] context [SEP] prefix ending [SEP]`` per choice.
 
-Features are plain dicts of int lists; :func:`collate` pads a list of them into a batch.
+Features are plain dicts of int lists; [`collate`][plm.tasks.encoding.collate] pads a list of them into a batch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def encode_words(tokenizer: Tokenizer, words: Sequence[str], max_length: int) ->
     """Ids of pre-split ``words`` with the special tokens, and each token's word index (None for specials).
 
     A sentence too long for ``max_length`` loses its last pieces; its last words then
-    have no token (:func:`word_predictions` fills them in).
+    have no token ([`word_predictions`][plm.tasks.encoding.word_predictions] fills them in).
 
     Args:
         tokenizer: the model's tokenizer.
@@ -72,7 +72,8 @@ def first_pieces(word_ids: Sequence[int | None]) -> list[bool]:
     """Which tokens start a word: the one position per word that carries its label.
 
     Args:
-        word_ids: each token's word index, None for special tokens (see :func:`encode_words`).
+        word_ids: each token's word index, None for special tokens (see
+            [`encode_words`][plm.tasks.encoding.encode_words]).
 
     Returns:
         One flag per token: True at the first piece of each word.
@@ -90,10 +91,11 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
         max_length: the most tokens, special ones included; the last words may be cut off.
 
     Returns:
-        The feature: ``input_ids``, ``labels`` and ``word_ids`` (see :func:`encode_words`), (time,) lists.
+        The feature: ``input_ids``, ``labels`` and ``word_ids`` (see [`encode_words`][plm.tasks.encoding.encode_words]),
+            (time,) lists.
 
     Raises:
-        PLMError: as :func:`encode_words`.
+        PLMError: as [`encode_words`][plm.tasks.encoding.encode_words].
     """
     ids, word_ids = encode_words(tokenizer, sentence.words, max_length)
     labels = [
@@ -111,7 +113,7 @@ def kept_words(sentence: TaggedSentence, word_ids: Sequence[int | None]) -> list
 
     Args:
         sentence: the sentence.
-        word_ids: its tokens' word indices (see :func:`encode_words`).
+        word_ids: its tokens' word indices (see [`encode_words`][plm.tasks.encoding.encode_words]).
 
     Returns:
         The words.

@@ -4,19 +4,19 @@ A frozen encoder (BERT, ALBERT, DeBERTa, e.g. all-MiniLM-L6-v2) gives chosen lay
 each word's first sub-word, combined (``concat``, ``sum`` or ELMo's scalar ``mix``); with a
 frozen plm ELMo beside it, ELMo's layers of the same words are scalar-mixed and
 concatenated to them: [x_k; ELMo_k], the input of the task's own model. That model is a
-:class:`BiLSTMTagger` over the words and an end per kind of task (``TaggerConfig.task``):
+[`BiLSTMTagger`][plm.tasks.tagger.BiLSTMTagger] over the words and an end per kind of task (``TaggerConfig.task``):
 
 - ``tag``: each word's logits at its first piece, zero at every other token, so the
   batches, the loss and the predictions of the ``tag`` task
-  (:class:`plm.tasks.task_objective.Tagging`) serve it unchanged;
+  ([`Tagging`][plm.tasks.task_objective.Tagging]) serve it unchanged;
 - ``classify`` (tasks classify, pair and regress): the BiLSTM's states max- and
-  mean-pooled over the words (:func:`plm.tasks.tagger.max_mean_pool`), then a linear
+  mean-pooled over the words ([`max_mean_pool`][plm.tasks.tagger.max_mean_pool]), then a linear
   layer to the classes (one value for a regression). A pair is one sequence, A's words
   then B's, in the order of ``[CLS] A [SEP] B [SEP]``; the encoder's features carry each
   word's segment (its token-type embedding);
 - ``span`` (task qa): each word's start logit at its first piece and its end logit at its
   last, so that the ``qa`` task's windows, span search and metrics serve it unchanged;
-  every other token scores :data:`NO_BOUNDARY` (no span starts or ends inside a word)
+  every other token scores `NO_BOUNDARY` (no span starts or ends inside a word)
   but [CLS], the null answer, which scores 0: Levy et al.'s (2017) learned no-answer
   score, since the linear layer's bias moves every word's score against it.
 
@@ -25,11 +25,11 @@ and concatenated to the BiLSTM's states before the end: [h_k; ELMo_k], as ELMo's
 and SQuAD models do. Only the BiLSTM, its end and the mixes train: the encoder and ELMo
 have no gradient, stay in eval mode (no dropout) and run under ``torch.no_grad``, so
 their forward pass is all they cost, and only once per sequence:
-:meth:`FeatureTagger.cache_features` keeps each sequence's features (up to a memory
-budget), so the epochs after the first run the BiLSTM alone.
+[`FeatureTagger.cache_features`][plm.tasks.feature_tagger.FeatureTagger.cache_features] keeps each sequence's features
+(up to a memory budget), so the epochs after the first run the BiLSTM alone.
 
-A :class:`FeatureTagger` is a :class:`PretrainedModel` of family ``feature-tagger`` (the
-name it had when it only tagged, kept so that the models saved then still load):
+A [`FeatureTagger`][plm.tasks.feature_tagger.FeatureTagger] is a [`PretrainedModel`][plm.models.base.PretrainedModel] of
+family ``feature-tagger`` (the name it had when it only tagged, kept so that the models saved then still load):
 ``save_model``/``load_model``, the Trainer, ``plm predict`` and ``plm eval task`` take it.
 """
 
@@ -80,11 +80,11 @@ class TaggerConfig:
         dropout: the BiLSTM model's dropout (on its input and its states).
         mix_layer_norm: the scalar mixes (``combine`` mix and ELMo's) normalise each layer first.
         mix_dropout: the dropout on the scalar mixes.
-        mix_l2: lambda of the scalar mixes' L2 penalty (see :class:`plm.tasks.tagger.MixOptions`).
-        task: the end (one of :data:`ENDS`): tag, classify or span.
+        mix_l2: lambda of the scalar mixes' L2 penalty (see [`MixOptions`][plm.tasks.tagger.MixOptions]).
+        task: the end (one of `ENDS`): tag, classify or span.
         elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix: [h_k; ELMo_k].
         null_threshold: a span model's tau for SQuAD v2.0, chosen on the dev set while fine-tuning (see
-            :class:`plm.tasks.heads.HeadConfig`); None: always a span.
+            [`HeadConfig`][plm.tasks.heads.HeadConfig]); None: always a span.
     """
 
     # Models saved before these fields had plain mixes, tagged, and read ELMo at the input alone.
@@ -280,13 +280,14 @@ class FeatureTagger(PretrainedModel):
     def cached_features(
         self, inputs: dict[str, torch.Tensor | None], word_mask: torch.Tensor
     ) -> list[torch.Tensor]:
-        """:meth:`features`' sources, computed only for the rows not in the cache.
+        """`features`' sources, computed only for the rows not in the cache.
 
         Each row's are kept trimmed to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the
-        features' padding is). Only after :meth:`cache_features`.
+        features' padding is). Only after [`cache_features`][plm.tasks.feature_tagger.FeatureTagger.cache_features].
 
         Args:
-            inputs: :meth:`features`' arguments by name (None for one not given).
+            inputs: [`features`][plm.tasks.feature_tagger.FeatureTagger.features]' arguments by name (None for one not
+                given).
             word_mask: (B, W), 1 for words.
 
         Returns:
@@ -330,7 +331,7 @@ class FeatureTagger(PretrainedModel):
         token_type_ids: torch.Tensor | None = None,
         word_ends: torch.Tensor | None = None,
     ) -> TaskOutput:
-        """Score a batch as the task asks, from the cache after :meth:`cache_features`.
+        """Score a batch as the task asks, from the cache after `cache_features`.
 
         Args:
             input_ids: (B, T).
@@ -342,10 +343,11 @@ class FeatureTagger(PretrainedModel):
 
         Returns:
             tag: logits (B, T, labels), each word's at its first piece, zero at every other token; classify: logits
-            (B, labels); span: start and end logits (B, T) (see :func:`span_logits`).
+            (B, labels); span: start and end logits (B, T) (see [`span_logits`][plm.tasks.feature_tagger.span_logits]).
 
         Raises:
-            PLMError: as :meth:`features`, or a span model without ``word_ends``.
+            PLMError: as [`features`][plm.tasks.feature_tagger.FeatureTagger.features], or a span model without
+                ``word_ends``.
         """
         if self.cache is None:
             sources, word_mask, positions = self.features(input_ids, attention_mask, word_starts, char_ids,
@@ -373,7 +375,7 @@ def span_logits(
 
     A word's start logit goes to its first piece and its end logit to its last, so that a span of tokens is a
     span of whole words; [CLS] (position 0), the null answer, scores 0, and every other token
-    :data:`NO_BOUNDARY`.
+    `NO_BOUNDARY`.
 
     Args:
         scores: (B, W, 2), each word's start and end logits.
@@ -409,12 +411,13 @@ def feature_tagger(
 
     Args:
         encoder: the pretrained encoder (BERT, ALBERT, DeBERTa).
-        features: the encoder's layers to read (see :class:`TaggerConfig`).
+        features: the encoder's layers to read (see [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig]).
         labels: the outputs: tags, classes, 1 for a regression, 2 for a span.
         label_names: the tags' (classes') names.
         combine: concat, sum or mix.
         elmo: a plm ELMo whose scalar-mixed layers join the features, or None.
-        **tagger_options: further :class:`TaggerConfig` fields (``task``, ``elmo_output``, ``hidden`` ...).
+        **tagger_options: further [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig] fields (``task``,
+            ``elmo_output``, ``hidden`` ...).
 
     Returns:
         The model, on the encoder's device.

@@ -11,12 +11,12 @@ to ``OUT/best`` and ``OUT/summary.json`` lists them all.
 ``steps`` sets each run's length instead of the epochs (the schedule is laid out over them), and
 extends finished runs on a resume; ``minutes`` cuts each run short (the schedule not squeezed into
 it). A sentence-transformers checkpoint is read through the pooling it was trained with
-(:func:`trained_pooling`).
+([`trained_pooling`][plm.tasks.finetune.trained_pooling]).
 
 ``features`` turns to the feature-based approach (BERT section 5.3, ELMo section 3.3) for
 every task but choice: the model stays frozen and a BiLSTM learns over the chosen layers
 of each word (and, with ``elmo``, over a frozen ELMo's scalar mix as well, and with
-``elmo_output`` at the BiLSTM's output too); see :mod:`plm.tasks.feature_tagger`.
+``elmo_output`` at the BiLSTM's output too); see [`plm.tasks.feature_tagger`][plm.tasks.feature_tagger].
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class FinetuneSetup:
     """What to fine-tune on what; None fields take the paper's recipe (BERT's, or GPT-1's for a GPT).
 
     Attributes:
-        task: the task, one of :data:`plm.tasks.task_objective.TASKS`.
+        task: the task, one of `TASKS`.
         model: a plm or Hugging Face directory (or training run), or a Hugging Face Hub id; None: a fresh model on
             the built-in task.
         revision: for a Hub id, the branch, tag or commit to fetch.
@@ -99,20 +99,21 @@ class FinetuneSetup:
         tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
         labels: classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2's: negative,
             positive), the model's classes in their place, so that it predicts the names (see
-            :func:`named_classes`); None: the data's labels are the classes.
+            [`named_classes`][plm.tasks.finetune.named_classes]); None: the data's labels are the classes.
         seed: the first run's seed.
         device: "auto", "cpu", "cuda" or "cuda:N".
-        precision: autocast precision of training (:func:`plm.device.resolve_precision`): "auto", "fp32", "bf16"
-            or "fp16".
+        precision: autocast precision of training ([`resolve_precision`][plm.device.resolve_precision]): "auto", "fp32",
+            "bf16" or "fp16".
         progress: show progress bars.
         synthetic_size: the built-in task's training examples (a quarter as many for validation).
         features: the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3), for every task of
-            :data:`FEATURE_TASKS`; None: fine-tune the model.
+            `FEATURE_TASKS`; None: fine-tune the model.
         combine: how those layers combine: concat, sum or mix.
         elmo: a plm ELMo run whose scalar-mixed layers join the features.
         elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix ([h_k; ELMo_k]).
         symmetric: GPT pairs without an order, read in both (GPT-1's similarity form).
-        pooling: classify, pair, regress, choice: cls, last or mean; None: see :func:`trained_pooling`.
+        pooling: classify, pair, regress, choice: cls, last or mean; None: see
+            [`trained_pooling`][plm.tasks.finetune.trained_pooling].
         minutes: each run stops at the first step past this many minutes of training.
         steps: each run's optimizer steps, instead of ``epochs``' (the schedule is laid out over them); on a resume,
             more steps than a finished run took extend it.
@@ -262,20 +263,20 @@ def read_examples(task: str, path: str | Path, tag_column: int | None = None, la
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
     Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
-    (:func:`plm.tasks.readers.read_lines`).
+    ([`read_lines`][plm.tasks.readers.read_lines]).
 
-    CoNLL: the tags of ``tag_column`` (see :func:`plm.tasks.readers.read_conll_layout`), and a note on
+    CoNLL: the tags of ``tag_column`` (see [`read_conll_layout`][plm.tasks.readers.read_conll_layout]), and a note on
     stderr says which column that was.
 
     Args:
-        task: the task (see :data:`plm.tasks.task_objective.TASKS`): tag reads CoNLL, qa SQuAD JSON, choice
+        task: the task (see `TASKS`): tag reads CoNLL, qa SQuAD JSON, choice
             SWAG CSV, the others GLUE TSV or JSONL.
         path: the file.
         tag_column: tag: the (1-based) column of the tags; None: the layout's last.
         labelled: False: examples to predict, not to train on (qa: questions without answers; plain text).
 
     Returns:
-        The examples (:mod:`plm.tasks.readers`' classes).
+        The examples ([`plm.tasks.readers`][plm.tasks.readers]' classes).
 
     Raises:
         PLMError: a file that cannot be read as the task's format, naming the file and the line.
@@ -342,11 +343,11 @@ def named_classes(labels: tuple[str, ...], names: Sequence[str], source: str | P
     """``names`` for the classes that the data writes as their ids, 0, 1, ...: the model's classes.
 
     The model predicts the names, and reads a file's label as a name or as its id
-    (:meth:`plm.tasks.task_objective.Classification.class_of`), so that SST-2's files, labelled 0 and 1,
+    ([`class_of`][plm.tasks.task_objective.Classification.class_of]), so that SST-2's files, labelled 0 and 1,
     train and score a model that says negative and positive.
 
     Args:
-        labels: the data's classes (see :func:`task_labels`).
+        labels: the data's classes (see [`task_labels`][plm.tasks.finetune.task_labels]).
         names: one name per class, in the order of their ids.
         source: where the data was read from, for messages.
 
@@ -367,10 +368,10 @@ def named_classes(labels: tuple[str, ...], names: Sequence[str], source: str | P
 
 @dataclass
 class FinetuneResult:
-    """What :func:`finetune` returns.
+    """What [`finetune`][plm.tasks.finetune.finetune] returns.
 
     Attributes:
-        model: the best run's model (see :func:`plm.storage.checkpoint.load_model`), from ``out``.
+        model: the best run's model (see [`load_model`][plm.storage.checkpoint.load_model]), from ``out``.
         tokenizer: the tokenizer the model reads with (with GPT-1's task tokens added, for a GPT).
         runs: one dict per (lr, seed) run: its lr, seed, directory, steps, last validation metrics, and its best
             value of the task's selection metric.
@@ -390,10 +391,10 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
 
     Each run writes ``result.json`` when it has finished. ``resume`` keeps those (or, when ``setup.steps`` is
     more than one of them took, extends it from its checkpoint, its schedule laid out over the new steps),
-    continues the run that was interrupted from its checkpoint (bit for bit, as :meth:`Trainer.train` does) and
-    starts the rest; when there was nothing to train, one line on stderr says the fine-tuning was complete.
-    ``out`` is locked throughout; ``definition`` is saved in ``out/run.json`` (see
-    :mod:`plm.training.run_directory`).
+    continues the run that was interrupted from its checkpoint (bit for bit, as
+    [`Trainer.train`][plm.training.trainer.Trainer.train] does) and starts the rest; when there was nothing to train,
+    one line on stderr says the fine-tuning was complete. ``out`` is locked throughout; ``definition`` is saved in
+    ``out/run.json`` (see [`plm.training.run_directory`][plm.training.run_directory]).
 
     Args:
         setup: what to fine-tune on what.
@@ -407,9 +408,10 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
         The best model, its tokenizer and every run's result.
 
     Raises:
-        PLMError: an invalid ``setup`` (see :meth:`FinetuneSetup.validate`), data files that cannot be read or
-            whose validation labels no training example holds, a model that cannot be loaded or fine-tuned,
-            or an ``out`` that cannot take the run (see :func:`check_finetune_directory`).
+        PLMError: an invalid ``setup`` (see [`FinetuneSetup.validate`][plm.tasks.finetune.FinetuneSetup.validate]), data
+            files that cannot be read or whose validation labels no training example holds, a model that cannot be
+            loaded or fine-tuned, or an ``out`` that cannot take the run (see
+            [`check_finetune_directory`][plm.tasks.finetune.check_finetune_directory]).
     """
     setup.validate()
     out = Path(out)
@@ -447,8 +449,8 @@ def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
 
     Raises:
         PLMError: both ``resume`` and ``overwrite``; without ``resume``, a directory that
-            :func:`plm.training.run_directory.check_run_directory` refuses; with it, an ``out`` that holds no
-            fine-tuning run (neither itself nor a run of its sweep).
+            [`check_run_directory`][plm.training.run_directory.check_run_directory] refuses; with it, an ``out`` that
+            holds no fine-tuning run (neither itself nor a run of its sweep).
     """
     if resume and overwrite:
         raise PLMError("`resume` continues the run in `out` and `overwrite` replaces it: give one of them")
@@ -461,7 +463,7 @@ def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
 def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool,
                   data: tuple[list[Any], list[Any], tuple[str, ...]], definition: dict[str, Any] | None
                   ) -> FinetuneResult:
-    """:func:`finetune`'s runs, in a run directory already checked and locked.
+    """[`finetune`][plm.tasks.finetune.finetune]'s runs, in a run directory already checked and locked.
 
     Args:
         setup: what to fine-tune on what.
@@ -471,7 +473,7 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
             start the rest.
         data: the training examples, the validation examples and the labels.
         definition: a single run's definition, written by its trainer; None for a sweep (written by
-            :func:`finetune`).
+            [`finetune`][plm.tasks.finetune.finetune]).
 
     Returns:
         The best model, its tokenizer and every run's result.
@@ -649,7 +651,8 @@ def task_name(head: Any) -> str:
     """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses).
 
     Args:
-        head: the task model's head config, or a feature-based model's :class:`plm.tasks.feature_tagger.TaggerConfig`.
+        head: the task model's head config, or a feature-based model's
+            [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig].
 
     Returns:
         classify, regress, tag, qa or choice.
@@ -673,9 +676,9 @@ def load_task_model(
         path: the model's directory or run, or a Hub id.
         device: where the weights go ("auto" picks one).
         max_length: tokens per sequence; None: the task's default (see
-            :func:`plm.tasks.task_objective.build_task`).
+            [`build_task`][plm.tasks.task_objective.build_task]).
         revision: for a Hub id, the branch, tag or commit to fetch.
-        **options: further options of the task (see :func:`model_task`).
+        **options: further options of the task (see [`model_task`][plm.tasks.finetune.model_task]).
 
     Returns:
         The model and its task.
@@ -693,7 +696,7 @@ def load_task_model(
 
 def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_length: int | None = None,
                **options: Any) -> Task:
-    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see :func:`load_task_model`).
+    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see `load_task_model`).
 
     A QA model answers with the no-answer threshold its dev set chose; a symmetric pair head reads pairs in both
     orders; a feature-based model reads words (and their characters, with an ELMo).

@@ -69,7 +69,7 @@ def add_task_tokens(model: PretrainedModel, tokenizer: Tokenizer, std: float = 0
 
 
 def task_tokens(tokenizer: Tokenizer) -> TaskTokens:
-    """The task tokens of a tokenizer that has them (one saved after :func:`add_task_tokens`).
+    """The task tokens of a tokenizer that has them (one saved after `add_task_tokens`).
 
     Args:
         tokenizer: the tokenizer.
@@ -93,7 +93,7 @@ class TaskInputs:
     short hypothesis or answer is kept whole while a long premise or context is cut.
 
     Args:
-        tokenizer: a tokenizer with the task tokens (see :func:`add_task_tokens`).
+        tokenizer: a tokenizer with the task tokens (see [`add_task_tokens`][plm.tasks.gpt_inputs.add_task_tokens]).
         max_length: the most tokens of a sequence.
 
     Raises:
@@ -115,7 +115,7 @@ class TaskInputs:
             The ids.
 
         Raises:
-            PLMError: as :meth:`join`.
+            PLMError: as [`join`][plm.tasks.gpt_inputs.TaskInputs.join].
         """
         return self.join([self.tokenizer.encode(text)])
 
@@ -130,7 +130,7 @@ class TaskInputs:
             The ids.
 
         Raises:
-            PLMError: as :meth:`join`.
+            PLMError: as [`join`][plm.tasks.gpt_inputs.TaskInputs.join].
         """
         return self.join([self.tokenizer.encode(premise), self.tokenizer.encode(hypothesis)])
 
@@ -145,7 +145,7 @@ class TaskInputs:
             The ids of the two sequences.
 
         Raises:
-            PLMError: as :meth:`join`.
+            PLMError: as [`join`][plm.tasks.gpt_inputs.TaskInputs.join].
         """
         first, second = self.tokenizer.encode(a), self.tokenizer.encode(b)
         return [self.join([first, second]), self.join([second, first])]
@@ -162,7 +162,7 @@ class TaskInputs:
             The ids of one sequence per answer.
 
         Raises:
-            PLMError: no answers, or as :meth:`join`.
+            PLMError: no answers, or as [`join`][plm.tasks.gpt_inputs.TaskInputs.join].
         """
         if not answers:
             raise PLMError("a multiple-choice example needs at least one answer")

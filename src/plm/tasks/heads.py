@@ -3,17 +3,17 @@
 Each head is a small module over the backbone's hidden states and returns its own
 output dataclass:
 
-- :class:`SequenceClassifier` reads one pooled vector per sequence: W C (+ b), one
+- [`SequenceClassifier`][plm.tasks.heads.SequenceClassifier] reads one pooled vector per sequence: W C (+ b), one
   logit per label; a single label is a regression's value. Given K sequences per
   example (GPT-1's similarity: both orders of the pair) it adds their vectors first.
-- :class:`TokenClassifier` reads every token's state: one logit per label per token (NER).
-- :class:`SpanHead` scores each token as the start (S . T_i) and end (E . T_i) of an
+- [`TokenClassifier`][plm.tasks.heads.TokenClassifier] reads every token's state: one logit per label per token (NER).
+- [`SpanHead`][plm.tasks.heads.SpanHead] scores each token as the start (S . T_i) and end (E . T_i) of an
   answer span (SQuAD); S and E are the two rows of one linear layer.
-- :class:`MultipleChoiceScorer` gives each (context, choice) sequence one score from
+- [`MultipleChoiceScorer`][plm.tasks.heads.MultipleChoiceScorer] gives each (context, choice) sequence one score from
   its pooled vector; a softmax across the choices makes them a distribution.
 
 Pooling (which vector stands for a sequence) is the task model's choice, not the
-head's: see :mod:`plm.tasks.model`.
+head's: see [`plm.tasks.model`][plm.tasks.model].
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class HeadConfig:
         task: classify (or regress, with ``labels`` 1), tag, span or choice.
         labels: classes of a classifier or tagger (a span head has start and end, a choice scorer one score per
             choice; both ignore it).
-        pooling: see :data:`POOLINGS` (read by classify and choice).
+        pooling: see `POOLINGS` (read by classify and choice).
         dropout: the dropout before the output layer.
         bias: the output layer has a bias (GPT-2's classifier in Hugging Face has none).
         pooler_activation: when set, the task model has a pooler of its own, act(W h_[CLS] + b), for a backbone
@@ -198,7 +198,7 @@ class LinearHead(nn.Module):
 class SequenceClassifier(LinearHead):
     """Logits (B, labels) from the pooled vectors (B, K, H) of an example's K sequences, added.
 
-    Its arguments are :class:`LinearHead`'s.
+    Its arguments are [`LinearHead`][plm.tasks.heads.LinearHead]'s.
     """
 
     pools = True
@@ -218,7 +218,7 @@ class SequenceClassifier(LinearHead):
 class TokenClassifier(LinearHead):
     """Logits (B, T, labels) from every token's final state (B, T, H).
 
-    Its arguments are :class:`LinearHead`'s.
+    Its arguments are [`LinearHead`][plm.tasks.heads.LinearHead]'s.
     """
 
     pools = False
@@ -265,7 +265,7 @@ class SpanHead(nn.Module):
 class MultipleChoiceScorer(LinearHead):
     """One score per choice (B, C) from the pooled vector of each (context, choice) sequence (B, C, H).
 
-    Its arguments are :class:`LinearHead`'s; ``config.labels`` is not read.
+    Its arguments are [`LinearHead`][plm.tasks.heads.LinearHead]'s; ``config.labels`` is not read.
     """
 
     pools = True
@@ -299,7 +299,8 @@ def build_head(config: HeadConfig, dim: int) -> nn.Module:
         dim: H, the backbone's width.
 
     Returns:
-        A :class:`SequenceClassifier`, :class:`TokenClassifier`, :class:`SpanHead` or
-        :class:`MultipleChoiceScorer`.
+        A [`SequenceClassifier`][plm.tasks.heads.SequenceClassifier],
+        [`TokenClassifier`][plm.tasks.heads.TokenClassifier], [`SpanHead`][plm.tasks.heads.SpanHead] or
+        [`MultipleChoiceScorer`][plm.tasks.heads.MultipleChoiceScorer].
     """
     return HEADS[config.task](config, dim)

@@ -209,7 +209,7 @@ _PUNCTUATION = set(string.punctuation)
 
 
 def exact_match(prediction: str, gold: str) -> float:
-    """Whether the answers are equal once normalised (see :func:`normalize_answer`).
+    """Whether the answers are equal once normalised (see [`normalize_answer`][plm.tasks.metrics.normalize_answer]).
 
     Args:
         prediction: the predicted answer.

@@ -1,7 +1,7 @@
 """One task model for every backbone: a head by composition, no class per family per task.
 
 ``TaskModel(config)`` builds the backbone of ``config.backbone_family`` (BERT, ALBERT,
-DeBERTa, GPT-1/GPT-2) and the head of ``config.head.task`` on it; :func:`task_model`
+DeBERTa, GPT-1/GPT-2) and the head of ``config.head.task`` on it; [`task_model`][plm.tasks.model.task_model]
 puts a new head on a pretrained backbone. The model pools as the head asks:
 
 - ``cls``: the [CLS] vector through the backbone's pooler when it has one (BERT,
@@ -12,7 +12,7 @@ puts a new head on a pretrained backbone. The model pools as the head asks:
 
 Inputs are (batch, time), or (batch, K, time) for a multiple-choice scorer (K choices)
 and for a classifier that adds the vectors of K sequences (GPT-1's similarity). A task
-model is a :class:`PretrainedModel` of family ``task``: ``save_model``/``load_model``,
+model is a [`PretrainedModel`][plm.models.base.PretrainedModel] of family ``task``: ``save_model``/``load_model``,
 the Trainer and ``save_hf``/``load_hf`` take it like any other.
 """
 
@@ -43,7 +43,7 @@ class WrappingConfig:
     Attributes:
         WRAPPED: the name of the wrapped model's config field ("backbone", "encoder").
         DESCRIPTION: the model, as error messages name it ("a task model").
-        NOT_WRAPPED: the families of :data:`plm.models.FAMILIES` it cannot wrap.
+        NOT_WRAPPED: the families of `FAMILIES` it cannot wrap.
     """
 
     WRAPPED: ClassVar[str]
@@ -62,7 +62,7 @@ class WrappingConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str, complete: bool = False) -> Self:
-        """Read the nested configs, each checked as :func:`plm.config.config_from_dict` checks a family's.
+        """Read the nested configs, each checked as [`config_from_dict`][plm.config.config_from_dict] checks a family's.
 
         Args:
             values: the fields as read from JSON.
@@ -115,7 +115,7 @@ class TaskConfig(WrappingConfig):
     """The backbone's family and config, and the head's config.
 
     Attributes:
-        backbone_family: the backbone's family (a key of :data:`plm.models.FAMILIES`).
+        backbone_family: the backbone's family (a key of `FAMILIES`).
         backbone: the backbone's config.
         head: the head's config.
     """
@@ -135,7 +135,7 @@ class TaskConfig(WrappingConfig):
 
 
 class TaskModel(PretrainedModel):
-    """A backbone with a task head; forward returns the head's output (see :mod:`plm.tasks.heads`).
+    """A backbone with a task head; forward returns the head's output (see [`plm.tasks.heads`][plm.tasks.heads]).
 
     Args:
         config: the model's config.
@@ -295,7 +295,7 @@ def task_model(
     pooling: str | None = None,
     **head_options: Any,
 ) -> TaskModel:
-    """A new ``task`` head (see :class:`HeadConfig`) on a copy of the pretrained ``backbone``.
+    """A new ``task`` head (see [`HeadConfig`][plm.tasks.heads.HeadConfig]) on a copy of the pretrained ``backbone``.
 
     Pooling defaults to the backbone's own (``backbone.task_pooling``: "cls" for an
     encoder, "last" for GPT). The backbone's pre-training heads are left out, and so is
@@ -304,10 +304,10 @@ def task_model(
 
     Args:
         backbone: the pretrained model (left unchanged).
-        task: the head's task (see :mod:`plm.tasks.heads`).
+        task: the head's task (see [`plm.tasks.heads`][plm.tasks.heads]).
         labels: the classes (or outputs) of the head.
         pooling: "cls", "last" or "mean"; None: the backbone's own.
-        **head_options: further :class:`HeadConfig` fields.
+        **head_options: further [`HeadConfig`][plm.tasks.heads.HeadConfig] fields.
 
     Returns:
         The task model, on the backbone's device.

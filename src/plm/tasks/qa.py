@@ -8,7 +8,7 @@ answer length, both inside the context. A question's spans from all its windows 
 ranked together and mapped back to the original text by the tokens' character
 offsets. SQuAD v2.0's null answer scores S . C + E . C (the [CLS] position); a span
 is predicted only when it beats the smallest null score of the question's windows by
-tau, chosen on the dev set (:func:`best_threshold`).
+tau, chosen on the dev set ([`best_threshold`][plm.tasks.qa.best_threshold]).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def predict_answer(
 
     Args:
         context: the question's context.
-        windows: its windows (see :func:`encode_windows`), for their offsets.
+        windows: its windows (see [`encode_windows`][plm.tasks.qa.encode_windows]), for their offsets.
         start_logits: each window's start logits, (time,) (a padded row is cut to the window).
         end_logits: each window's end logits, (time,).
         max_answer_length: the most tokens of a span.

@@ -136,7 +136,7 @@ def read_glue(path: Path, regression: bool = False) -> list[TextExample]:
     Raises:
         PLMError: no known sentence column in the header, a row with another number of fields, an empty
             sentence or label, a label that is not a number (``regression``), no examples, or
-            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
     lines = read_text(path).split("\n")
     header = lines[0].split("\t")
@@ -175,7 +175,7 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
     Raises:
         PLMError: a line that is not a JSON object, a text or pair that is not a string or is empty, an empty
             label, a label that is not a number (``regression``), no examples, or
-            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
     examples = []
     for number, line in enumerate(read_text(path).split("\n"), start=1):
@@ -227,7 +227,7 @@ TAG_LAST_LAYOUTS = (2, 4)
 def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence]:
     """CoNLL columns: a word first and its tag in ``tag_column``, sentences between blank lines.
 
-    See :func:`read_conll_layout`, which also says which column the tags came from.
+    See [`read_conll_layout`][plm.tasks.readers.read_conll_layout], which also says which column the tags came from.
 
     Args:
         path: the file.
@@ -237,7 +237,7 @@ def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence
         The sentences.
 
     Raises:
-        PLMError: as :func:`read_conll_layout`.
+        PLMError: as [`read_conll_layout`][plm.tasks.readers.read_conll_layout].
     """
     return read_conll_layout(path, tag_column)[0]
 
@@ -246,7 +246,7 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
     """The sentences, the (1-based) column their tags came from and the file's number of columns.
 
     The tag column is ``tag_column``, or the last in the layouts that put it there
-    (:data:`TAG_LAST_LAYOUTS`); any other number of columns asks for it. Every line has
+    (`TAG_LAST_LAYOUTS`); any other number of columns asks for it. Every line has
     the same number of columns. ``-DOCSTART-`` lines are skipped. Tags may be BIO or IOB1
     (CoNLL-2003's, where B- only separates two touching entities of one type); both come
     back as BIO: an I-X that does not continue an X entity starts one. For valid BIO
@@ -263,7 +263,7 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
         PLMError: a word without a tag, a line with another number of columns than those before, a tag that is
             neither O nor B-TYPE / I-TYPE, a tag column that is not given where it must be or is out of range,
             no sentences, or
-            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -304,7 +304,7 @@ def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None)
         tag_column: the column asked for, or None.
 
     Returns:
-        ``tag_column``, or the last column in the layouts of :data:`TAG_LAST_LAYOUTS`.
+        ``tag_column``, or the last column in the layouts of `TAG_LAST_LAYOUTS`.
 
     Raises:
         PLMError: no ``tag_column`` for another layout, or one that is not from 2 to ``columns``.
@@ -353,7 +353,7 @@ def read_squad(path: Path, labelled: bool = True) -> list[QAExample]:
         PLMError: invalid JSON, not SQuAD's layout, a missing or ill-typed field, an ``answer_start`` that does
             not point at its answer, a labelled question without answers that is not impossible, no questions,
             or
-            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
     try:
         document = json.loads(read_text(path))
@@ -401,7 +401,7 @@ def read_swag(path: Path) -> list[ChoiceExample]:
     Raises:
         PLMError: a header without SWAG's columns, a row with another number of fields, a label that is not
             0 to 3, no examples, or
-            a file that cannot be read as text (see :func:`plm.data.corpus.read_text`).
+            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
     reader = csv.reader(io.StringIO(read_text(path)))
     header = next(reader)

@@ -96,7 +96,8 @@ def perturbed(norm: nn.Module, delta: Callable[[torch.Tensor], torch.Tensor]) ->
     unit scale of x^, before the affine parameters.
 
     Args:
-        norm: the embeddings' LayerNorm (see :func:`normalised_embeddings`).
+        norm: the embeddings' LayerNorm (see
+            [`normalised_embeddings`][plm.tasks.sift_fine_tuning.normalised_embeddings]).
         delta: the perturbation for x^, shaped as it.
 
     Yields:

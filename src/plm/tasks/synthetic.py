@@ -29,7 +29,7 @@ def filler(rng: random.Random, count: int) -> list[str]:
         count: how many.
 
     Returns:
-        ``count`` words drawn from :data:`FILLER`.
+        ``count`` words drawn from `FILLER`.
     """
     return [rng.choice(FILLER) for _ in range(count)]
 
@@ -120,7 +120,7 @@ def word_of_kind(rng: random.Random, kind: str) -> str:
 
     Args:
         rng: the random numbers.
-        kind: a key of :data:`KINDS`.
+        kind: a key of `KINDS`.
 
     Returns:
         The word (or two).

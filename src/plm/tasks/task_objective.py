@@ -1,8 +1,8 @@
 """Fine-tuning as objectives of the existing Trainer (BERT section 4, GPT-1 section 3.2).
 
-A :class:`Task` says how its examples become features, what loss its head's output
+A [`Task`][plm.tasks.task_objective.Task] says how its examples become features, what loss its head's output
 takes, how predictions are read back and which metrics score them; it serves
-training (:class:`TaskObjective`), ``plm predict`` and ``plm eval task`` alike.
+training ([`TaskObjective`][plm.tasks.task_objective.TaskObjective]), ``plm predict`` and ``plm eval task`` alike.
 
 - classify: one sentence or a ``[CLS] A [SEP] B [SEP]`` pair, cross-entropy on C;
 - regress: the same inputs, one value, squared error (STS-B);
@@ -14,7 +14,7 @@ On a GPT backbone, classify and choice read GPT-1's transformed inputs, and the
 objective adds the auxiliary LM loss on the task text: L3 = L2 + lambda * L1, with
 ``lm_weight`` lambda (0.5 as in the paper, 0 turns it off) as the term's loss weight.
 For a model over words (the feature-based model), ``words`` adds where each word's pieces
-start (and, for qa, end) and ``characters`` their ELMo characters (:mod:`plm.tasks.word_inputs`).
+start (and, for qa, end) and ``characters`` their ELMo characters ([`plm.tasks.word_inputs`][plm.tasks.word_inputs]).
 """
 
 from __future__ import annotations
@@ -64,17 +64,18 @@ class Task:
         tokenizer: the model's tokenizer.
         max_length: tokens per sequence (QA: per window).
         labels: the class names (tags), in id order.
-        causal: the backbone is a GPT: inputs take GPT-1's forms (see :mod:`plm.tasks.gpt_inputs`).
+        causal: the backbone is a GPT: inputs take GPT-1's forms (see [`plm.tasks.gpt_inputs`][plm.tasks.gpt_inputs]).
         words: every feature marks its words' pieces, for a model over words (the feature-based model of
-            :mod:`plm.tasks.feature_tagger`; see :mod:`plm.tasks.word_inputs`).
+            [`plm.tasks.feature_tagger`][plm.tasks.feature_tagger]; see
+            [`plm.tasks.word_inputs`][plm.tasks.word_inputs]).
         characters: and carries those words' ELMo ``char_ids`` (implies ``words``).
 
     Raises:
         PLMError: ``causal`` with a tokenizer without GPT-1's task tokens, or with ``words``.
 
     Attributes:
-        name: the task's name (see :data:`TASKS`).
-        head: the head of :mod:`plm.tasks.heads` it trains.
+        name: the task's name (see `TASKS`).
+        head: the head of [`plm.tasks.heads`][plm.tasks.heads] it trains.
         selection: the validation metric that picks the best model.
         default_length: tokens per sequence when none is given (BERT's fine-tuning length).
     """
@@ -104,7 +105,7 @@ class Task:
         """An example's features (several for a QA example's windows); each kind of task implements it.
 
         Args:
-            example: one of the task's examples (see :mod:`plm.tasks.readers`).
+            example: one of the task's examples (see [`plm.tasks.readers`][plm.tasks.readers]).
 
         Returns:
             The features: token ids and, for a labelled example, its targets.
@@ -156,8 +157,10 @@ class Task:
         Each kind of task implements it.
 
         Args:
-            outputs: the model's output on each batch of ``features``, with the batch (see :func:`model_outputs`).
-            features: the examples' features, in order, each with its example's index (see :func:`encode_all`).
+            outputs: the model's output on each batch of ``features``, with the batch (see
+                [`model_outputs`][plm.tasks.task_objective.model_outputs]).
+            features: the examples' features, in order, each with its example's index (see
+                [`encode_all`][plm.tasks.task_objective.encode_all]).
             examples: the examples.
 
         Returns:
@@ -169,7 +172,7 @@ class Task:
         """Each example's probabilities over its answers, where the task has a softmax over them; None otherwise.
 
         Args:
-            outputs: the model's output on each batch (see :func:`model_outputs`).
+            outputs: the model's output on each batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
 
         Returns:
             None here; a classifier's and a multiple-choice task's give one row per example.
@@ -180,7 +183,7 @@ class Task:
         """The task's metrics of ``predictions`` against the labelled ``examples``; each kind of task implements it.
 
         Args:
-            predictions: one per example (see :meth:`predict`).
+            predictions: one per example (see [`predict`][plm.tasks.task_objective.Task.predict]).
             examples: the labelled examples.
 
         Returns:
@@ -189,7 +192,7 @@ class Task:
         raise NotImplementedError
 
     def calibrate(self, model: torch.nn.Module) -> None:
-        """Write into ``model``'s config what the last :meth:`predict` on the dev set chose (none by default).
+        """Write into ``model``'s config what the last `predict` on the dev set chose (none by default).
 
         Args:
             model: the model being fine-tuned (or its DDP wrapper).
@@ -203,12 +206,12 @@ class Classification(Task):
     form: QQP, MRPC, STS-B); otherwise a pair is GPT-1's entailment form or BERT's ``[CLS] A [SEP] B [SEP]``.
 
     Args:
-        *args: :class:`Task`'s arguments.
+        *args: [`Task`][plm.tasks.task_objective.Task]'s arguments.
         symmetric: read every pair in both orders.
-        **kwargs: :class:`Task`'s keyword arguments.
+        **kwargs: [`Task`][plm.tasks.task_objective.Task]'s keyword arguments.
 
     Raises:
-        PLMError: ``symmetric`` for an encoder, or as :class:`Task`.
+        PLMError: ``symmetric`` for an encoder, or as [`Task`][plm.tasks.task_objective.Task].
     """
 
     name, head, selection = "classify", "classify", "val_accuracy"
@@ -227,7 +230,8 @@ class Classification(Task):
 
         Returns:
             One feature: ``input_ids`` (two rows for a symmetric pair), ``token_type_ids`` on an encoder, and
-            ``labels``; with ``words``, the words' inputs too (see :func:`plm.tasks.word_inputs.encode_text_words`).
+            ``labels``; with ``words``, the words' inputs too (see
+            [`encode_text_words`][plm.tasks.word_inputs.encode_text_words]).
 
         Raises:
             PLMError: a ``symmetric`` task's example without a pair, a label that is not the task's, or (GPT) a
@@ -262,7 +266,8 @@ class Classification(Task):
             Its index in ``labels``.
 
         Raises:
-            PLMError: a label that is not one of the task's (see :meth:`class_of`).
+            PLMError: a label that is not one of the task's (see
+                [`class_of`][plm.tasks.task_objective.Classification.class_of]).
         """
         return self.labels.index(self.class_of(label))
 
@@ -296,7 +301,7 @@ class Classification(Task):
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[TextExample]): the examples.
 
@@ -335,7 +340,7 @@ class Classification(Task):
 
 
 class Regression(Classification):
-    """Regression of one value (STS-B) from a sentence or pair, read as :class:`Classification` reads them.
+    """Regression of one value (STS-B) from a sentence or pair, read as `Classification` reads them.
 
     The loss is the squared error.
     """
@@ -396,7 +401,7 @@ class Regression(Classification):
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[TextExample]): the examples.
 
@@ -435,7 +440,8 @@ class Tagging(Task):
             example: the sentence.
 
         Returns:
-            One feature (see :func:`plm.tasks.encoding.encode_tagged`), with ``char_ids`` when ``characters``.
+            One feature (see [`encode_tagged`][plm.tasks.encoding.encode_tagged]), with ``char_ids`` when
+            ``characters``.
 
         Raises:
             PLMError: tags that are not the task's, or a ``max_length`` that leaves no room for the words.
@@ -476,7 +482,7 @@ class Tagging(Task):
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[TaggedSentence]): the sentences.
 
@@ -491,7 +497,7 @@ class Tagging(Task):
         ]
 
     def score(self, predictions, examples):
-        """Entity-level F1, precision and recall, micro-averaged (see :func:`plm.tasks.metrics.entity_scores`).
+        """Entity-level F1, precision and recall, micro-averaged (see `entity_scores`).
 
         Args:
             predictions (Sequence[Sequence[str]]): each sentence's predicted tags.
@@ -508,15 +514,16 @@ class QuestionAnswering(Task):
     """SQuAD; ``threshold`` (tau) is v2.0's margin a span must beat null by (None: always a span).
 
     ``fit_threshold``: choose tau on the labelled examples being predicted, as fine-tuning does on the
-    dev set (:meth:`calibrate` then writes it into the model); a fine-tuned model's task keeps its saved tau.
+    dev set ([`calibrate`][plm.tasks.task_objective.QuestionAnswering.calibrate] then writes it into the model); a
+    fine-tuned model's task keeps its saved tau.
 
     Args:
-        *args: :class:`Task`'s arguments.
+        *args: [`Task`][plm.tasks.task_objective.Task]'s arguments.
         stride: context tokens between the starts of two windows.
         max_answer_length: the most tokens of an answer.
         threshold: tau, or None.
         fit_threshold: choose tau on the examples predicted when some are unanswerable.
-        **kwargs: :class:`Task`'s keyword arguments.
+        **kwargs: [`Task`][plm.tasks.task_objective.Task]'s keyword arguments.
 
     Raises:
         PLMError: a GPT backbone (``causal``).
@@ -539,17 +546,17 @@ class QuestionAnswering(Task):
         return 2
 
     def encode(self, example: QAExample) -> list[Feature]:
-        """The question's windows (see :func:`plm.tasks.qa.encode_windows`).
+        """The question's windows (see [`encode_windows`][plm.tasks.qa.encode_windows]).
 
         Args:
             example: the question.
 
         Returns:
             One feature per window; with ``words``, with its words' inputs and the answer widened to whole words
-            (see :func:`plm.tasks.word_inputs.window_words`).
+            (see [`window_words`][plm.tasks.word_inputs.window_words]).
 
         Raises:
-            PLMError: as :func:`plm.tasks.qa.encode_windows`.
+            PLMError: as [`encode_windows`][plm.tasks.qa.encode_windows].
         """
         windows = encode_windows(self.tokenizer, example, self.max_length, self.stride)
         if self.words:
@@ -588,11 +595,11 @@ class QuestionAnswering(Task):
         raise PLMError("SiFT is for classification and multiple choice")
 
     def spans(self, outputs, features, examples) -> list[QAPrediction]:
-        """Each question's best span, merged over its windows (see :func:`plm.tasks.qa.predict_answer`).
+        """Each question's best span, merged over its windows (see [`predict_answer`][plm.tasks.qa.predict_answer]).
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[QAExample]): the questions.
 
@@ -615,11 +622,11 @@ class QuestionAnswering(Task):
         """Each question's answer; "" where the span does not beat null by ``threshold``.
 
         With ``fit_threshold`` and unanswerable questions among ``examples`` (a v2.0 dev set), ``threshold`` is
-        first chosen on them (see :func:`plm.tasks.qa.best_threshold`).
+        first chosen on them (see [`best_threshold`][plm.tasks.qa.best_threshold]).
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[QAExample]): the questions.
 
@@ -654,7 +661,7 @@ class QuestionAnswering(Task):
                                                                                       null_threshold=tau))
 
     def score(self, predictions, examples):
-        """SQuAD's exact match and F1, as fractions (see :func:`plm.tasks.metrics.squad_scores`).
+        """SQuAD's exact match and F1, as fractions (see [`squad_scores`][plm.tasks.metrics.squad_scores]).
 
         Args:
             predictions (Sequence[str]): one answer per question.
@@ -671,8 +678,8 @@ class MultipleChoice(Task):
     """Multiple choice (SWAG): one score per (context, ending) sequence, cross-entropy across the choices.
 
     Args:
-        *args: :class:`Task`'s arguments.
-        **kwargs: :class:`Task`'s keyword arguments.
+        *args: [`Task`][plm.tasks.task_objective.Task]'s arguments.
+        **kwargs: [`Task`][plm.tasks.task_objective.Task]'s keyword arguments.
 
     Raises:
         PLMError: ``words``: a model over words reads one sequence per example, a choice has several.
@@ -719,7 +726,7 @@ class MultipleChoice(Task):
 
         Args:
             outputs (list[tuple[Any, dict[str, torch.Tensor]]]): the model's output on each batch of ``features``,
-                with the batch (see :func:`model_outputs`).
+                with the batch (see [`model_outputs`][plm.tasks.task_objective.model_outputs]).
             features (list[Feature]): the examples' features, in order.
             examples (Sequence[ChoiceExample]): the examples.
 
@@ -762,8 +769,9 @@ def most_likely(outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[Any]
     """Each row's most likely class (a tagger's: each token's), batch after batch.
 
     Args:
-        outputs: the model's output on each batch, with the batch (see :func:`model_outputs`); its logits
-            (batch, classes) or (batch, time, classes).
+        outputs: the model's output on each batch, with the batch (see
+            [`model_outputs`][plm.tasks.task_objective.model_outputs]); its logits (batch, classes) or (batch, time,
+            classes).
 
     Returns:
         One class index per row (a list of them per token row), in the batches' order.
@@ -775,7 +783,8 @@ def softmax_rows(outputs: list[tuple[Any, dict[str, torch.Tensor]]]) -> list[lis
     """Each row's softmax over its logits (batch, classes), batch after batch, in fp32.
 
     Args:
-        outputs: the model's output on each batch, with the batch (see :func:`model_outputs`).
+        outputs: the model's output on each batch, with the batch (see
+            [`model_outputs`][plm.tasks.task_objective.model_outputs]).
 
     Returns:
         One list of probabilities per row.
@@ -808,7 +817,7 @@ def batches(task: Task, features: Sequence[Feature], batch_size: int) -> Iterato
         batch_size: features per batch.
 
     Yields:
-        Each batch (see :func:`plm.tasks.encoding.collate`), without the keys kept for reading predictions.
+        Each batch (see [`collate`][plm.tasks.encoding.collate]), without the keys kept for reading predictions.
     """
     for first in range(0, len(features), batch_size):
         yield collate([model_inputs(f) for f in features[first:first + batch_size]], task.tokenizer.padding_id)
@@ -833,7 +842,7 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> Any:
     """``model``'s output on the batch inputs it takes (its ``inputs``; a DDP wrapper's ``module``'s).
 
     Args:
-        model: the model, or its DDP wrapper; one without ``inputs`` reads :data:`ENCODER_INPUTS`.
+        model: the model, or its DDP wrapper; one without ``inputs`` reads `ENCODER_INPUTS`.
         batch: the batch.
 
     Returns:
@@ -849,8 +858,8 @@ def model_outputs(
 ) -> list[tuple[Any, dict[str, torch.Tensor]]]:
     """The model's output (in eval mode) on each batch of ``features``, with the batch.
 
-    What :meth:`Task.predict` reads, and what a caller that wants more than the predictions (their
-    probabilities) reads too. The model goes back to its mode after.
+    What [`Task.predict`][plm.tasks.task_objective.Task.predict] reads, and what a caller that wants more than the
+    predictions (their probabilities) reads too. The model goes back to its mode after.
 
     Args:
         model: the model.
@@ -891,7 +900,8 @@ def run(
         task: the task.
         examples: the examples.
         batch_size: features per batch.
-        features: the examples' features, already encoded (see :func:`encode_all`); None encodes them.
+        features: the examples' features, already encoded (see [`encode_all`][plm.tasks.task_objective.encode_all]);
+            None encodes them.
         progress: show a progress bar of the batches.
 
     Returns:
@@ -924,12 +934,11 @@ class TaskObjective:
     Batch m (``step * micro_batches_per_step + index``) is slice m of the epoch's
     order (seeded by ``seed`` and the epoch), so ``batches_per_epoch`` micro-batches
     read every training example once. The order is a shuffle grouped by length
-    (:func:`length_grouped_order`): a batch pads to its longest sequence, and SST-2's
-    phrases of 3 to 60 tokens would otherwise pay for the longest in every batch.
-    ``lm_weight`` > 0 on a GPT backbone adds GPT-1's auxiliary LM term ``lm``; ``sift``
-    adds DeBERTa's SiFT term ``sift`` (weight 1);
-    ``mix_penalty`` (a feature-based model's ``penalty``) adds ELMo's L2 term on its scalar
-    mixes' weights, lambda * ||s||^2, as ``mix_l2`` (once per step, not per target).
+    ([`length_grouped_order`][plm.tasks.task_objective.length_grouped_order]): a batch pads to its longest sequence, and
+    SST-2's phrases of 3 to 60 tokens would otherwise pay for the longest in every batch. ``lm_weight`` > 0 on a GPT
+    backbone adds GPT-1's auxiliary LM term ``lm``; ``sift`` adds DeBERTa's SiFT term ``sift`` (weight 1);
+    ``mix_penalty`` (a feature-based model's ``penalty``) adds ELMo's L2 term on its scalar mixes' weights, lambda *
+    ||s||^2, as ``mix_l2`` (once per step, not per target).
 
     Only ``lm`` is a perplexity: a class, tag, span or choice distribution's exp(loss)
     means nothing next to a language model's, so those runs log no ``val_perplexity``.
@@ -1019,8 +1028,8 @@ class TaskObjective:
             batch: the batch.
 
         Returns:
-            ``task``: the task's count (see :meth:`Task.count`); ``lm``: the real next tokens; ``sift``: the rows;
-            ``mix_l2``: 1; each only for the terms the objective adds.
+            ``task``: the task's count (see [`Task.count`][plm.tasks.task_objective.Task.count]); ``lm``: the real next
+            tokens; ``sift``: the rows; ``mix_l2``: 1; each only for the terms the objective adds.
         """
         counts = {"task": self.task.count(batch)}
         if self.lm:
@@ -1044,8 +1053,9 @@ class TaskObjective:
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed loss terms of a batch.
 
-        Without gradients (validation), the output is kept for :meth:`validation_metrics` when
-        :meth:`validation_batches` asked for it.
+        Without gradients (validation), the output is kept for
+        [`validation_metrics`][plm.tasks.task_objective.TaskObjective.validation_metrics] when
+        [`validation_batches`][plm.tasks.task_objective.TaskObjective.validation_batches] asked for it.
 
         Args:
             model: the model (or its DDP wrapper).
@@ -1053,7 +1063,7 @@ class TaskObjective:
 
         Returns:
             ``task``, and ``lm``, ``sift`` and ``mix_l2`` where the objective adds them; each a sum over its targets
-            (see :meth:`target_counts`).
+            (see [`target_counts`][plm.tasks.task_objective.TaskObjective.target_counts]).
 
         Raises:
             PLMError: SiFT on a regression or QA task, or on a model without normalised embeddings.
@@ -1076,8 +1086,9 @@ class TaskObjective:
     def validation_batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """The labelled dev features in order, as batches.
 
-        When they are all of them, the outputs that their losses compute are kept for :meth:`validation_metrics`, so
-        an evaluation runs the dev set once, not twice.
+        When they are all of them, the outputs that their losses compute are kept for
+        [`validation_metrics`][plm.tasks.task_objective.TaskObjective.validation_metrics], so an evaluation runs the dev
+        set once, not twice.
 
         Returns:
             The batches.
@@ -1171,7 +1182,7 @@ def build_task(
     max_length: int | None = None,
     **options: Any,
 ) -> Task:
-    """The task ``name`` (one of :data:`TASKS`) for ``model``'s backbone and ``tokenizer``.
+    """The task ``name`` (one of `TASKS`) for ``model``'s backbone and ``tokenizer``.
 
     Args:
         name: the task.

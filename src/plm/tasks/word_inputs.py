@@ -1,8 +1,8 @@
 """What a model over words reads beside the token ids: where each word starts (and ends), and its characters.
 
-The feature-based model (:mod:`plm.tasks.feature_tagger`) reads one vector per word,
+The feature-based model ([`plm.tasks.feature_tagger`][plm.tasks.feature_tagger]) reads one vector per word,
 taken at the word's first sub-word; a word is what the tokenizer's pre-tokenizer splits
-(BERT's words and punctuation), numbered in ``word_ids`` as :class:`plm.tokenization.tokenizer.Encoding`
+(BERT's words and punctuation), numbered in ``word_ids`` as [`Encoding`][plm.tokenization.tokenizer.Encoding]
 numbers them. A frozen ELMo beside the encoder reads the same words' characters; their
 text is read back from the pieces' character offsets, so ELMo sees each word as written
 (its case included) even when the encoder's tokenizer lowercases. A sentence pair's words
@@ -76,7 +76,7 @@ def word_inputs(word_ids: Sequence[int | None], words: Sequence[str] | None = No
 
 
 def encode_text_words(tokenizer: Tokenizer, example: TextExample, max_length: int, characters: bool) -> Feature:
-    """A sentence or pair as ``[CLS] A [SEP] B [SEP]`` (see :func:`plm.tasks.encoding.encode_text`), with its words.
+    """A sentence or pair as ``[CLS] A [SEP] B [SEP]`` (see `encode_text`), with its words.
 
     Args:
         tokenizer: the encoder's tokenizer.
@@ -85,7 +85,8 @@ def encode_text_words(tokenizer: Tokenizer, example: TextExample, max_length: in
         characters: add the ELMo ``char_ids`` of the words that kept a piece.
 
     Returns:
-        The feature: ``input_ids``, ``token_type_ids``, ``word_ids`` and :func:`word_inputs`' (time,) lists.
+        The feature: ``input_ids``, ``token_type_ids``, ``word_ids`` and
+            [`word_inputs`][plm.tasks.word_inputs.word_inputs]' (time,) lists.
     """
     encoding = tokenizer.encode_pair(example.text, example.text_pair, max_length=max_length)
     texts = (example.text, example.text_pair or "")  # by segment: A's tokens have type 0, B's 1
@@ -103,14 +104,15 @@ def window_words(tokenizer: Tokenizer, example: QAExample, window: Feature, char
     answer that starts or ends inside a word (SQuAD's "1990" of "1990s") trains on the whole word.
 
     Args:
-        tokenizer: the encoder's tokenizer, as :func:`plm.tasks.qa.encode_windows` read the question with it.
+        tokenizer: the encoder's tokenizer, as [`encode_windows`][plm.tasks.qa.encode_windows] read the question with
+            it.
         example: the question and its context.
-        window: one of its windows (see :func:`plm.tasks.qa.encode_windows`).
+        window: one of its windows (see [`encode_windows`][plm.tasks.qa.encode_windows]).
         characters: add the ELMo ``char_ids`` of the window's words.
 
     Returns:
-        :func:`word_inputs` with ``word_ends``, and the widened ``start_positions`` and ``end_positions`` when the
-        window has an answer.
+        [`word_inputs`][plm.tasks.word_inputs.word_inputs] with ``word_ends``, and the widened ``start_positions`` and
+        ``end_positions`` when the window has an answer.
     """
     word_ids = window["word_ids"]
     words = None

@@ -2,13 +2,12 @@
 
 The biLM reads characters, so its input needs no vocabulary: a word is its UTF-8
 bytes (ids 0-255) between a begin-of-word and an end-of-word mark, cut to
-:data:`MAX_CHARACTERS` and padded, as in AllenNLP's ``ELMoCharacterMapper``, which
-numbers the five marks otherwise (:func:`allennlp_character_id`). Any word, one never
-seen included, gets its own ids and so its own vector. Only the
-softmax predicts from a vocabulary: the most frequent words of the training text,
-every other word mapped to ``<UNK>``; ``<S>`` and ``</S>`` open and close each document.
-The vocabulary is a word-level ``tokenizers`` model, so it saves, loads and travels
-with a run like every other plm tokenizer.
+`MAX_CHARACTERS` and padded, as in AllenNLP's ``ELMoCharacterMapper``, which
+numbers the five marks otherwise ([`allennlp_character_id`][plm.tokenization.characters.allennlp_character_id]). Any
+word, one never seen included, gets its own ids and so its own vector. Only the softmax predicts from a vocabulary: the
+most frequent words of the training text, every other word mapped to ``<UNK>``; ``<S>`` and ``</S>`` open and close each
+document. The vocabulary is a word-level ``tokenizers`` model, so it saves, loads and travels with a run like every
+other plm tokenizer.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ def split_words(text: str) -> list[str]:
 
 
 def character_ids(word: str) -> list[int]:
-    """The :data:`MAX_CHARACTERS` character ids of ``word``; ``<S>`` and ``</S>`` get marks of their own.
+    """The `MAX_CHARACTERS` character ids of ``word``; ``<S>`` and ``</S>`` get marks of their own.
 
     Args:
         word: the word.
@@ -70,7 +69,7 @@ def character_ids(word: str) -> list[int]:
 def allennlp_character_id(character: int) -> int:
     """AllenNLP's id of the character plm numbers ``character``, before its +1: the row of its ``char_embed``.
 
-    Bytes keep their ids; the marks are renumbered (:data:`ALLENNLP_MARKS`). Reading AllenNLP's character
+    Bytes keep their ids; the marks are renumbered (`ALLENNLP_MARKS`). Reading AllenNLP's character
     embeddings through this map lets a converted model read plm's ids.
 
     Args:
@@ -83,7 +82,7 @@ def allennlp_character_id(character: int) -> int:
 
 
 def character_table(words: Sequence[str]) -> np.ndarray:
-    """(len(words), MAX_CHARACTERS) int16: :func:`character_ids` of each word.
+    """(len(words), MAX_CHARACTERS) int16: [`character_ids`][plm.tokenization.characters.character_ids] of each word.
 
     Args:
         words: the words of a sentence.
@@ -142,7 +141,7 @@ def pad_character_tables(tables: Sequence[np.ndarray]) -> tuple[torch.Tensor, to
     Padding words are all PADDING characters.
 
     Args:
-        tables: each sentence's :func:`character_table`.
+        tables: each sentence's [`character_table`][plm.tokenization.characters.character_table].
 
     Returns:
         The int64 character ids (batch, most words, MAX_CHARACTERS) and the mask (batch, most words), 1 at words.

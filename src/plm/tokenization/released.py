@@ -1,6 +1,6 @@
 """The tokenizers of released translation models: Marian's SentencePiece, and fairseq's Moses and BPE.
 
-Each class is one side (source or target) of a :class:`plm.data.parallel.Seq2SeqTokenizers`, read
+Each class is one side (source or target) of a [`Seq2SeqTokenizers`][plm.data.parallel.Seq2SeqTokenizers], read
 from a Hugging Face model directory as ``transformers``' ``MarianTokenizer`` and ``FSMTTokenizer``
 read it, and giving the same ids (``tests/tokenization/test_released_tokenizers.py``):
 
@@ -11,11 +11,11 @@ read it, and giving the same ids (``tests/tokenization/test_released_tokenizers.
   side's language (``langs`` in ``tokenizer_config.json``), then BPE with ``merges.txt`` (word ends
   marked ``</w>``); the ids are ``vocab-src.json``'s or ``vocab-tgt.json``'s.
 
-Roles (see :mod:`plm.tokenization.tokenizer`): ``eos`` ends a sentence (``</s>``), ``pad`` fills a
-batch (``<pad>``), ``unk`` stands for what the vocabulary lacks; ``bos``, which plm's seq2seq data puts
-first in a target, is the token the decoder starts from: Marian's ``<pad>`` and fairseq's ``</s>``
-(neither model reads a beginning-of-sentence token). ``sentencepiece`` and ``sacremoses`` are the
-``mt`` extra, imported when a tokenizer is built.
+Roles (see [`plm.tokenization.tokenizer`][plm.tokenization.tokenizer]): ``eos`` ends a sentence (``</s>``), ``pad``
+fills a batch (``<pad>``), ``unk`` stands for what the vocabulary lacks; ``bos``, which plm's seq2seq data puts first in
+a target, is the token the decoder starts from: Marian's ``<pad>`` and fairseq's ``</s>`` (neither model reads a
+beginning-of-sentence token). ``sentencepiece`` and ``sacremoses`` are the ``mt`` extra, imported when a tokenizer is
+built.
 """
 
 from __future__ import annotations
@@ -58,12 +58,13 @@ def mt_package(name: str) -> Any:
 class ReleasedTokenizer:
     """One side of a released model's tokenizer: text to tokens to ids and back, special tokens by role.
 
-    A subclass splits text into tokens (:meth:`tokenize`), joins tokens into text (:meth:`detokenize`)
-    and writes its files (:meth:`save`).
+    A subclass splits text into tokens ([`tokenize`][plm.tokenization.released.ReleasedTokenizer.tokenize]), joins
+    tokens into text ([`detokenize`][plm.tokenization.released.ReleasedTokenizer.detokenize]) and writes its files
+    ([`save`][plm.tokenization.released.ReleasedTokenizer.save]).
 
     Args:
         vocab: token -> id.
-        special_tokens: role -> token (roles as :data:`plm.tokenization.tokenizer.ROLES`).
+        special_tokens: role -> token (roles as `ROLES`).
         skipped: the tokens ``decode(..., skip_special_tokens=True)`` leaves out.
 
     Raises:
@@ -131,7 +132,7 @@ class ReleasedTokenizer:
         return [self.vocab.get(token, unknown) for token in self.tokenize(text)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` for many texts.
+        """[`encode`][plm.tokenization.released.ReleasedTokenizer.encode] for many texts.
 
         Args:
             texts: the texts.
@@ -156,7 +157,7 @@ class ReleasedTokenizer:
         return self.detokenize([self.tokens.get(index, unknown) for index in kept])
 
     def decode_batch(self, batch: Iterable[Iterable[int]], skip_special_tokens: bool = False) -> list[str]:
-        """:meth:`decode` for many sequences.
+        """[`decode`][plm.tokenization.released.ReleasedTokenizer.decode] for many sequences.
 
         Args:
             batch: the ids of each sequence.
@@ -180,7 +181,7 @@ class ReleasedTokenizer:
         return None if token is None else self.vocab[token]
 
     def required_id(self, role: str) -> int:
-        """:meth:`id_of` for a role the caller needs.
+        """[`id_of`][plm.tokenization.released.ReleasedTokenizer.id_of] for a role the caller needs.
 
         Args:
             role: the role.

@@ -1,11 +1,13 @@
 """Tokenizers: Hugging Face ``tokenizers`` does the work; plm adds special-token roles.
 
 Three kinds, one per family of the lineage: GPT-2's byte-level BPE
-(:meth:`Tokenizer.train_bpe`), BERT's WordPiece (:meth:`Tokenizer.train_wordpiece`,
-:meth:`Tokenizer.from_vocab_txt`) and ALBERT's SentencePiece-style Unigram
-(:meth:`Tokenizer.train_unigram`). The encoders' tokenizers carry BERT's template
-``[CLS] A [SEP] B [SEP]``, which :meth:`Tokenizer.encode_pair` applies;
-:meth:`Tokenizer.encode` never adds special tokens.
+([`Tokenizer.train_bpe`][plm.tokenization.tokenizer.Tokenizer.train_bpe]), BERT's WordPiece
+([`Tokenizer.train_wordpiece`][plm.tokenization.tokenizer.Tokenizer.train_wordpiece],
+[`Tokenizer.from_vocab_txt`][plm.tokenization.tokenizer.Tokenizer.from_vocab_txt]) and ALBERT's SentencePiece-style
+Unigram ([`Tokenizer.train_unigram`][plm.tokenization.tokenizer.Tokenizer.train_unigram]). The encoders' tokenizers
+carry BERT's template ``[CLS] A [SEP] B [SEP]``, which
+[`Tokenizer.encode_pair`][plm.tokenization.tokenizer.Tokenizer.encode_pair] applies;
+[`Tokenizer.encode`][plm.tokenization.tokenizer.Tokenizer.encode] never adds special tokens.
 
 A role says what a special token is for (``eos`` ends a document, ``pad`` fills a
 batch, ``mask`` hides a token from BERT, ...), so model and data code ask for
@@ -104,7 +106,7 @@ class Tokenizer:
 
     Args:
         backend: the Hugging Face tokenizer; its padding and truncation are turned off.
-        special_tokens: role (one of :data:`ROLES`) -> special token.
+        special_tokens: role (one of `ROLES`) -> special token.
 
     Raises:
         PLMError: an unknown role, or a special token that is not in the vocabulary.
@@ -292,7 +294,7 @@ class Tokenizer:
         follows it, written ``▁``, so decoding gives the normalised text back. The
         specials are ALBERT's ``<pad> <unk> [CLS] [SEP] [MASK]``, ids 0 to 4.
 
-        The same texts give the same ``tokenizer.json``: see :func:`_canonical_scores`
+        The same texts give the same ``tokenizer.json``: see `_canonical_scores`
         for what differs from one process to the next in the trainer's output, and how
         it is made the same.
 
@@ -392,7 +394,7 @@ class Tokenizer:
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` for many texts at once, in parallel threads.
+        """[`encode`][plm.tokenization.tokenizer.Tokenizer.encode] for many texts at once, in parallel threads.
 
         Args:
             texts: the texts.
@@ -436,20 +438,21 @@ class Tokenizer:
         max_length: int | None = None,
         truncation: bool = True,
     ) -> dict[str, torch.Tensor]:
-        """:meth:`encode_pair` for many texts, padded on the right with the pad token.
+        """`encode_pair` for many texts, padded on the right with the pad token.
 
         Args:
             texts: the first texts, A.
             pairs: the second texts, B, one per text; or None.
-            max_length: as for :meth:`encode_pair`.
-            truncation: as for :meth:`encode_pair`.
+            max_length: as for [`encode_pair`][plm.tokenization.tokenizer.Tokenizer.encode_pair].
+            truncation: as for [`encode_pair`][plm.tokenization.tokenizer.Tokenizer.encode_pair].
 
         Returns:
             int64 tensors ``input_ids``, ``token_type_ids`` and ``attention_mask`` (1 for tokens, 0 for padding),
             each (len(texts), longest encoding).
 
         Raises:
-            PLMError: a different number of pairs than texts, no pad token, or an encoding :meth:`encode_pair` refuses.
+            PLMError: a different number of pairs than texts, no pad token, or an encoding
+                [`encode_pair`][plm.tokenization.tokenizer.Tokenizer.encode_pair] refuses.
         """
         if pairs is not None and len(pairs) != len(texts):
             raise PLMError(f"{len(texts)} texts but {len(pairs)} pairs; give one pair per text")
@@ -524,7 +527,7 @@ class Tokenizer:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def decode_batch(self, batch: Iterable[Iterable[int]], skip_special_tokens: bool = False) -> list[str]:
-        """:meth:`decode` for many sequences at once.
+        """[`decode`][plm.tokenization.tokenizer.Tokenizer.decode] for many sequences at once.
 
         Args:
             batch: the ids of each sequence.
@@ -540,8 +543,8 @@ class Tokenizer:
         """Add ``tokens`` as special tokens (never split, never merged) and return their ids.
 
         A token already in the vocabulary keeps its id; new ones take the next ids, so a
-        model's embeddings must grow to :attr:`vocab_size` rows (GPT-1's task tokens:
-        :func:`plm.tasks.gpt_inputs.add_task_tokens`). Saving keeps them.
+        model's embeddings must grow to [`vocab_size`][plm.tokenization.tokenizer.Tokenizer.vocab_size] rows (GPT-1's
+        task tokens: [`add_task_tokens`][plm.tasks.gpt_inputs.add_task_tokens]). Saving keeps them.
 
         Args:
             tokens: the tokens.
@@ -577,10 +580,10 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
     def required_id(self, role: str) -> int:
-        """:meth:`id_of` for a role the caller needs (often checked before): a PLMError when there is none.
+        """`id_of` for a role the caller needs (often checked before): a PLMError when there is none.
 
         Args:
-            role: the role, one of :data:`ROLES`.
+            role: the role, one of `ROLES`.
 
         Returns:
             The id of its special token.
@@ -610,7 +613,7 @@ class Tokenizer:
         """The id of the special token with ``role``, None when this tokenizer has none.
 
         Args:
-            role: the role, one of :data:`ROLES`.
+            role: the role, one of `ROLES`.
 
         Returns:
             The id, or None.
@@ -759,7 +762,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def train_words(texts: Iterable[str], vocab_size: int = 8192) -> Tokenizer:
-    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see :mod:`plm.tokenization.characters`).
+    """ELMo's word vocabulary: the most frequent words, the rest ``<UNK>`` (see `plm.tokenization.characters`).
 
     Args:
         texts: the training texts.

@@ -3,7 +3,7 @@
 Nothing is written. The answer comes in about a minute at any scale: a step of a paper's batch
 (GPT-2's 512 sequences of 1,024 tokens, ALBERT's 4,096 of 512) takes minutes on a CPU, so
 there a step is run only when micro-batches of one and two sequences say that it takes at
-most :data:`WHOLE_STEP_SECONDS`. A longer step is projected instead, from micro-batches of one
+most `WHOLE_STEP_SECONDS`. A longer step is projected instead, from micro-batches of one
 and two sequences: a pass costs a fixed part and a part per sequence, which a CPU's work makes
 proportional to the sequences, and the optimizer's update is timed once. The peak memory is
 extrapolated from the same two micro-batches (the activations grow with the sequences; the
@@ -72,7 +72,7 @@ class PhaseTiming:
 
 @dataclass(frozen=True)
 class DryRun:
-    """What :func:`dry_run` measured, and the whole run it projects.
+    """What [`dry_run`][plm.training.dry_run.dry_run] measured, and the whole run it projects.
 
     Attributes:
         phases: the timing of each sequence length the run trains at (BERT's two phases, else one).
@@ -165,7 +165,7 @@ def time_phase(trainer: Trainer, wrapped: torch.nn.Module, phase: Phase, count: 
 
     Args:
         trainer: the run's trainer.
-        wrapped: the module its steps run (see :meth:`plm.training.trainer.Trainer.wrap`).
+        wrapped: the module its steps run (see [`wrap`][plm.training.trainer.Trainer.wrap]).
         phase: the steps at one sequence length.
         count: the whole steps timed, where whole steps are.
 
@@ -285,7 +285,7 @@ def peak_memory(device: torch.device) -> int:
 
 
 def memory_source(device: torch.device) -> str:
-    """What :func:`peak_memory` measures on ``device``.
+    """What [`peak_memory`][plm.training.dry_run.peak_memory] measures on ``device``.
 
     Args:
         device: the run's device.

@@ -79,7 +79,7 @@ def decayed(schedule: str, progress: float, start: float, floor: float) -> float
 def build_optimizer(
     name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], eps: float
 ) -> torch.optim.Optimizer:
-    """AdamW, LAMB (ALBERT's large-batch optimizer) or Adagrad (ELMo's), over :func:`parameter_groups`."""
+    """AdamW, LAMB (ALBERT's large-batch optimizer) or Adagrad (ELMo's), over `parameter_groups`."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
         for group in groups:

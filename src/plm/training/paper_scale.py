@@ -1,7 +1,7 @@
 """``--hyperparameters paper`` at the paper's scale: its batch, sequence length and steps (or epochs).
 
-A family's recipe carries the size of its paper's run (:class:`plm.models.recipe.PaperScale`);
-:func:`paper_run` turns it into the settings of one run of plm: the batch through
+A family's recipe carries the size of its paper's run ([`PaperScale`][plm.models.recipe.PaperScale]);
+[`paper_run`][plm.training.paper_scale.paper_run] turns it into the settings of one run of plm: the batch through
 gradient accumulation, so that a micro-batch still fits (micro-batch x accumulation x
 processes = the paper's batch), the sequence length at most the model's context, the
 steps or epochs, and BERT's short first phase. A setting the user gave explicitly is
@@ -30,7 +30,7 @@ class PaperRun:
     Attributes:
         family: the model's family.
         scale: the paper's run; None where the recipe has none (only the optimizer comes from the paper).
-        settings: what the run trains with, by name (see :data:`PAPER_SETTINGS`, and ``batch_size``): the
+        settings: what the run trains with, by name (see `PAPER_SETTINGS`, and ``batch_size``): the
             micro-batch per process, the accumulation, the tokens per sequence, the steps or the epochs, and a
             short first phase (``short_block_size`` tokens for ``short_steps`` steps).
         processes: the processes the batch is shared by.
@@ -110,7 +110,7 @@ def paper_run(model: str, batch_size: int, processes: int = 1,
         model: a family, a preset or a plm model directory.
         batch_size: the most sequences per micro-batch (``--batch-size``).
         processes: the run's processes.
-        given: the settings (of :data:`PAPER_SETTINGS`) the user gave explicitly, which are kept.
+        given: the settings (of `PAPER_SETTINGS`) the user gave explicitly, which are kept.
 
     Returns:
         The run's settings.

@@ -13,9 +13,9 @@ reduced in fp32. Activation checkpointing keeps only each block's input and reco
 the block in backward, on one process or many.
 
 Under FSDP only the first process builds the whole model: the others build it on the
-meta device (:func:`built_on_first_process`) and :func:`prepare_model` gives them their
-shards of the first process's weights, broadcast one tensor at a time, so that no other
-process holds more of the whole model than that one tensor.
+meta device ([`built_on_first_process`][plm.training.parallel.built_on_first_process]) and
+[`prepare_model`][plm.training.parallel.prepare_model] gives them their shards of the first process's weights, broadcast
+one tensor at a time, so that no other process holds more of the whole model than that one tensor.
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ def built_on_first_process(parallelism: Parallelism, world: Distributed) -> cont
     """A context in which a model is built whole on the first process only, when FSDP shards it.
 
     Every other process builds it on the meta device (shapes without memory, no initialisation,
-    a saved model's weights left unread: see :func:`plm.storage.checkpoint.reads_no_weights`), and
-    :func:`prepare_model` fills its shards from the first process's weights. Without it every
-    process would hold a whole model at start-up, however few of its shards it keeps.
+    a saved model's weights left unread: see [`reads_no_weights`][plm.storage.checkpoint.reads_no_weights]), and
+    [`prepare_model`][plm.training.parallel.prepare_model] fills its shards from the first process's weights. Without it
+    every process would hold a whole model at start-up, however few of its shards it keeps.
 
     Args:
         parallelism: how the run spreads the model.
@@ -170,8 +170,8 @@ def prepare_model(model: ModelT, parallelism: Parallelism, device: torch.device,
 
     FSDP replaces the parameters by sharded ones: the optimizer is built after this. Their
     values are the first process's on every process, whether the others built ``model`` on
-    the meta device (:func:`built_on_first_process`) or whole. On a GPU in bf16, FSDP gathers
-    parameters in bf16 and reduces gradients in fp32.
+    the meta device ([`built_on_first_process`][plm.training.parallel.built_on_first_process]) or whole. On a GPU in
+    bf16, FSDP gathers parameters in bf16 and reduces gradients in fp32.
 
     Args:
         model: the model, whole or on the meta device.

@@ -7,10 +7,10 @@ Gradients are the same bytes; the optimizer keeps ``OPTIMIZER_STATES`` fp32 tens
 parameter. Everything is fp32, as plm trains on the CPU.
 
 Activations are an analytic count, not a measurement: every family the planner takes is
-a stack of the one core block (:class:`plm.core.block.TransformerBlock`), whose shape
+a stack of the one core block ([`TransformerBlock`][plm.core.block.TransformerBlock]), whose shape
 (``BlockConfig.of``: dim, heads, ffn_dim, dropout) says what backward keeps. A family
 whose paper changes what a block keeps, or runs blocks more often, says by how much
-(:meth:`plm.models.base.PretrainedModel.extra_activations`); the planner names none.
+([`extra_activations`][plm.models.base.PretrainedModel.extra_activations]); the planner names none.
 Measuring a scaled-down model would need a synthetic batch per objective; the block is
 shared, so its count is written once. Per token, in fp32 values:
 
@@ -185,7 +185,7 @@ def planned_device(name: str) -> str:
     """"cuda" or "cpu": auto is CUDA when this machine has it; a plan for a GPU may be made without one.
 
     Args:
-        name: a device name of :data:`plm.device.DEVICES`.
+        name: a device name of `DEVICES`.
 
     Returns:
         The device type the plan is for.
@@ -355,14 +355,15 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
 
     Args:
         setup: what to plan.
-        memory: the bytes one process may use (default: :func:`auto_memory`).
+        memory: the bytes one process may use (default: [`auto_memory`][plm.training.plan.auto_memory]).
 
     Returns:
         The plan.
 
     Raises:
-        PLMError: a setup :func:`check_setup` refuses, an unknown preset or device, a model that is not a stack
-            of Transformer blocks, a block longer than the context, or no CUDA GPU to read free memory from.
+        PLMError: a setup [`check_setup`][plm.training.plan.check_setup] refuses, an unknown preset or device, a model
+            that is not a stack of Transformer blocks, a block longer than the context, or no CUDA GPU to read free
+            memory from.
     """
     check_setup(setup)
     config = preset_config(setup.model)

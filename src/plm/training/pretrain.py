@@ -6,7 +6,7 @@ and each can be replaced: the user's files, an existing tokenizer, any preset or
 saved model to continue, another objective.
 
 What a family's paper chose (its tokenizer, objective, masking, optimizer and
-schedule) is its :class:`plm.models.recipe.PretrainingRecipe`, declared in the family's module; this
+schedule) is its [`PretrainingRecipe`][plm.models.recipe.PretrainingRecipe], declared in the family's module; this
 module reads it and holds nothing per family. Every argument is checked before
 anything is written.
 """
@@ -264,12 +264,12 @@ def resolve_tokenizer(
     """The run's own tokenizer when resuming, else the one given, the prepared corpus', the model's, or a new one.
 
     A new one, of the recipe's kind, is trained on the training text (streamed: see
-    :func:`training_texts`) by the first process and handed to the others, so that every
-    process of a distributed run encodes with the same vocabulary.
+    [`training_texts`][plm.training.pretrain.training_texts]) by the first process and handed to the others, so that
+    every process of a distributed run encodes with the same vocabulary.
 
     Args:
         setup: the run's setup.
-        model: the preset or model directory (see :func:`check_model_name`).
+        model: the preset or model directory (see [`check_model_name`][plm.training.pretrain.check_model_name]).
         recipe: the family's recipe.
         out: the run directory.
         resume: the run continues the one in ``out``.
@@ -299,7 +299,7 @@ def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokeni
 
     Args:
         setup: the run's setup (its model overrides and dropout).
-        model: the preset or model directory (see :func:`check_model_name`).
+        model: the preset or model directory (see [`check_model_name`][plm.training.pretrain.check_model_name]).
         heads: the pretraining heads the objective needs.
         tokenizer: the run's tokenizer.
 
@@ -339,7 +339,8 @@ def block_size_of(setup: PretrainSetup) -> int:
         The block size.
 
     Raises:
-        PLMError: an unknown model, or a setup that cannot train (see :func:`check_setup`).
+        PLMError: an unknown model, or a setup that cannot train (see
+            [`check_setup`][plm.training.pretrain.check_setup]).
     """
     config = model_config(check_model_name(setup.model), setup.model_overrides)
     return check_setup(setup, config.context_length, RECIPES[model_class(config).family])
@@ -487,7 +488,7 @@ def pretrain(
         out: the run directory.
         resume: continue the run in ``out``.
         overwrite: let a new run replace the run (or other files) in ``out``.
-        definition: saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`).
+        definition: saved in ``out/run.json`` (see [`train`][plm.training.trainer.Trainer.train]).
 
     Returns:
         The model, tokenizer and last metrics.
@@ -506,10 +507,10 @@ def pretrain_dry_run(
     resume: bool = False,
     overwrite: bool = False,
 ) -> DryRun:
-    """Build the run as :func:`pretrain` would, time a few of its steps at each length, and project it.
+    """Build the run as `pretrain` would, time a few of its steps at each length, and project it.
 
     Each sequence length the run trains at (BERT's short phase, then the long one) is timed (see
-    :mod:`plm.training.dry_run`). Nothing is written to ``out``.
+    [`plm.training.dry_run`][plm.training.dry_run]). Nothing is written to ``out``.
 
     Args:
         setup: what the run trains.

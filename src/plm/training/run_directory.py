@@ -1,14 +1,15 @@
 """A training run's directory: one process at a time, what defines the run, and no leftovers.
 
 - **The lock.** A process that trains in a run directory holds an OS lock on its ``.lock``
-  file (:func:`run_lock`); a second process that would write there is refused, and told which
-  process holds it. The OS drops the lock with the process, so a run killed by SIGKILL or a
-  power loss does not block the next one.
-- **The definition.** ``run.json`` keeps what defines the run (:func:`write_definition`): the
-  command's options and a SHA-256 of each data file, so that ``--resume`` alone continues the
-  same run, and a data file that changed since is noticed (:func:`file_digest`).
+  file ([`run_lock`][plm.training.run_directory.run_lock]); a second process that would write there is refused, and told
+  which process holds it. The OS drops the lock with the process, so a run killed by SIGKILL or a power loss does not
+  block the next one.
+- **The definition.** ``run.json`` keeps what defines the run
+  ([`write_definition`][plm.training.run_directory.write_definition]): the command's options and a SHA-256 of each data
+  file, so that ``--resume`` alone continues the same run, and a data file that changed since is noticed
+  ([`file_digest`][plm.training.run_directory.file_digest]).
 - **Leftovers.** A save killed halfway leaves its staging directory or temporary file behind;
-  the run's next start deletes them, unread (:func:`remove_leftovers`).
+  the run's next start deletes them, unread ([`remove_leftovers`][plm.training.run_directory.remove_leftovers]).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def run_lock(directory: str | Path, enabled: bool = True) -> Iterator[Path]:
 
 @contextmanager
 def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) -> Iterator[Path]:
-    """``out`` checked by ``check`` and locked for the ``with`` block (``enabled``: see :func:`run_lock`).
+    """``out`` checked by ``check`` and locked for the ``with`` block (``enabled``: see `run_lock`).
 
     The check runs before the lock, so that a refused run creates nothing, and again once locked,
     in case another process started a run there meanwhile.
@@ -130,7 +131,8 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
         The run directory, locked until the ``with`` block ends.
 
     Raises:
-        PLMError: ``check`` refused the directory, or it could not be locked (see :func:`run_lock`).
+        PLMError: ``check`` refused the directory, or it could not be locked (see
+            [`run_lock`][plm.training.run_directory.run_lock]).
     """
     if enabled:
         check()
@@ -141,7 +143,7 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
 
 
 def check_not_in_use(directory: str | Path) -> None:
-    """Refuse a run directory whose lock another process holds, naming that process (as :func:`run_lock` does).
+    """Refuse a run directory whose lock another process holds, naming that process (as `run_lock` does).
 
     For the checks that would otherwise blame the directory's contents: a run that is still
     starting, or still training towards its first checkpoint, has none yet.
@@ -184,7 +186,7 @@ def command_line() -> str:
 
 
 def describe_holder(text: str) -> str:
-    """"process 1234 (plm pretrain --out runs/x)" from a lock file's contents (written by :func:`run_lock`)."""
+    """"process 1234 (plm pretrain --out runs/x)" from a lock file's contents (written by `run_lock`)."""
     try:
         holder = json.loads(text)
         return f"process {holder['pid']} ({holder['command']})"
@@ -234,7 +236,7 @@ def holds_run(directory: str | Path) -> bool:
         directory: the run directory.
 
     Returns:
-        True when any of :data:`RUN_FILES` is there.
+        True when any of `RUN_FILES` is there.
     """
     return any((Path(directory) / name).exists() for name in RUN_FILES)
 

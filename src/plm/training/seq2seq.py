@@ -1,8 +1,8 @@
 """The sequence-to-sequence recipe: parallel text -> tokenizers -> encoder-decoder -> trainer.
 
-Like :mod:`plm.training.pretrain`, every step has a default that works with no input
-(the dates task of :mod:`plm.data.dates`, BPE trained on it, the family's small preset)
-and reads the family's :class:`plm.models.recipe.PretrainingRecipe` for the optimizer and schedule, with
+Like [`plm.training.pretrain`][plm.training.pretrain], every step has a default that works with no input
+(the dates task of [`plm.data.dates`][plm.data.dates], BPE trained on it, the family's small preset)
+and reads the family's [`PretrainingRecipe`][plm.models.recipe.PretrainingRecipe] for the optimizer and schedule, with
 no per-family code: any family whose recipe trains the ``seq2seq`` objective works.
 """
 
@@ -51,7 +51,7 @@ DEFAULT_MODEL = "transformer-small"
 class Seq2SeqSetup:
     """What a run trains on. No files: the dates task. ``tsv`` or ``source`` + ``target``: the user's pairs.
 
-    ``data``: pairs prepared once (:func:`plm.data.prepare.prepare_pairs`), mapped from disk, of any size.
+    ``data``: pairs prepared once ([`prepare_pairs`][plm.data.prepare.prepare_pairs]), mapped from disk, of any size.
     Validation pairs come from ``validation_source`` + ``validation_target`` (or
     ``validation_tsv``), else the last ``validation_fraction`` of the training pairs; a prepared
     corpus holds its own.
@@ -112,8 +112,9 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
         The training pairs and the validation pairs.
 
     Raises:
-        PLMError: files given in a combination that does not go together, a file :func:`plm.data.parallel.read_tsv`
-            or :func:`plm.data.parallel.read_parallel` refuses, or too few pairs to hold out validation.
+        PLMError: files given in a combination that does not go together, a file
+            [`read_tsv`][plm.data.parallel.read_tsv] or [`read_parallel`][plm.data.parallel.read_parallel] refuses, or
+            too few pairs to hold out validation.
     """
     if setup.tsv and (setup.source or setup.target):
         raise PLMError("give either `tsv` or `source` and `target`, not both")
@@ -332,10 +333,10 @@ def prepare_seq2seq(
 def seq2seq_dry_run(
     setup: Seq2SeqSetup, training: TrainingConfig, out: str | Path, resume: bool = False, overwrite: bool = False
 ) -> DryRun:
-    """Build the run as :func:`train_seq2seq` would, time a few of its steps, and project it.
+    """Build the run as `train_seq2seq` would, time a few of its steps, and project it.
 
-    A step's batches hold as many sentence pairs as fit the token budget (see :mod:`plm.training.dry_run`).
-    Nothing is written to ``out``.
+    A step's batches hold as many sentence pairs as fit the token budget (see
+    [`plm.training.dry_run`][plm.training.dry_run]). Nothing is written to ``out``.
 
     Args:
         setup: what the run trains on.
@@ -372,7 +373,7 @@ def train_seq2seq(
         out: the run directory.
         resume: continue the run in ``out``.
         overwrite: let a new run replace the run (or other files) in ``out``.
-        definition: saved in ``out/run.json`` (see :meth:`plm.training.trainer.Trainer.train`).
+        definition: saved in ``out/run.json`` (see [`train`][plm.training.trainer.Trainer.train]).
 
     Returns:
         The model, tokenizers and last metrics.

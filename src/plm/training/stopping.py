@@ -2,9 +2,9 @@
 
 A scheduler's SIGTERM before it kills (SLURM, Kubernetes, a spot instance), or Ctrl-C.
 
-While a :class:`StopSignals` block runs, those signals are only recorded. The trainer asks after each
-optimizer step, saves a checkpoint at the step it reached, and stops; a second signal during that save
-is recorded too and changes nothing, so the save completes.
+While a [`StopSignals`][plm.training.stopping.StopSignals] block runs, those signals are only recorded. The trainer asks
+after each optimizer step, saves a checkpoint at the step it reached, and stops; a second signal during that save is
+recorded too and changes nothing, so the save completes.
 """
 
 from __future__ import annotations

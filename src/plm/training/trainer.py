@@ -5,8 +5,8 @@ sums losses, the model is any ``PretrainedModel``. One optimizer step consumes
 ``grad_accum`` micro-batches on every process; the loss of each is divided by the
 number of targets of the whole step, so the gradient equals that of one big batch.
 Over torchrun's processes the model is replicated (DDP) or sharded (FSDP, see
-:mod:`plm.training.parallel`); a sharded run checkpoints in shards
-(:mod:`plm.storage.sharded_checkpoint`) and may resume on another number of processes.
+[`plm.training.parallel`][plm.training.parallel]); a sharded run checkpoints in shards
+([`plm.storage.sharded_checkpoint`][plm.storage.sharded_checkpoint]) and may resume on another number of processes.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ CHANGEABLE_ON_RESUME = ("steps", "epochs", "time_limit", "device", "progress", "
 class TrainingConfig:
     """How long and how to train. The optimizer fields left None take the recipe's values.
 
-    Those fields are :class:`plm.models.recipe.Hyperparameters`' (optimizer, lr, min_lr,
+    Those fields are [`Hyperparameters`][plm.models.recipe.Hyperparameters]' (optimizer, lr, min_lr,
     warmup, schedule, betas, eps, weight_decay); the pre-training recipe fills them
-    from the family's recipe, a bare :class:`Trainer` from ``Hyperparameters()``.
+    from the family's recipe, a bare [`Trainer`][plm.training.trainer.Trainer] from ``Hyperparameters()``.
     """
 
     steps: int = 1000
@@ -113,8 +113,8 @@ class TrainingConfig:
         """This config with every optimizer field left None taken from ``defaults``.
 
         A default warmup that would fill the whole run (the recipe's 100 steps in a run of 100) is
-        cut to a tenth of the steps (:meth:`warmup_note` says so); a warmup that was given is checked
-        by :meth:`validate`.
+        cut to a tenth of the steps ([`warmup_note`][plm.training.trainer.TrainingConfig.warmup_note] says so); a warmup
+        that was given is checked by [`validate`][plm.training.trainer.TrainingConfig.validate].
 
         Args:
             defaults: the recipe's optimizer values.
@@ -128,7 +128,7 @@ class TrainingConfig:
         return dataclasses.replace(self, **unset)
 
     def warmup_note(self, defaults: Hyperparameters) -> str | None:
-        """What :meth:`with_defaults` does to a default warmup that would fill the whole run; None if nothing.
+        """What `with_defaults` does to a default warmup that would fill the whole run; None if nothing.
 
         Args:
             defaults: the recipe's optimizer values.
@@ -143,7 +143,7 @@ class TrainingConfig:
 
     @property
     def hyperparameters(self) -> Hyperparameters:
-        """The optimizer fields, once :meth:`with_defaults` has filled every one."""
+        """The optimizer fields, once `with_defaults` has filled every one."""
         values = {name: getattr(self, name) for name in HYPERPARAMETERS}
         unset = [name for name, value in values.items() if value is None]
         if unset:
@@ -151,7 +151,7 @@ class TrainingConfig:
         return Hyperparameters(**values)
 
     def validate(self) -> None:
-        """Raise a PLMError naming the field of the first value that cannot train; see :meth:`with_defaults`.
+        """Raise a PLMError naming the field of the first value that cannot train; see `with_defaults`.
 
         Raises:
             PLMError: the first value that cannot train, by its field.
@@ -271,11 +271,11 @@ class Trainer:
         A new run refuses a run directory that holds another run or other files, unless
         ``overwrite`` (which deletes that run's files first); ``resume`` continues the run
         directory's checkpoint. ``definition`` (what defines the run, see
-        :mod:`plm.training.run_directory`) is written to ``run.json`` before the first step.
+        [`plm.training.run_directory`][plm.training.run_directory]) is written to ``run.json`` before the first step.
 
         The first process holds the run directory's lock throughout. SIGTERM or SIGINT
         ends the run after the step in flight, with a checkpoint of that step: a
-        :class:`plm.errors.RunStopped` saying how to resume. A resumed run that had reached
+        [`RunStopped`][plm.errors.RunStopped] saying how to resume. A resumed run that had reached
         ``config.steps`` already trains and writes nothing: one line on stderr says so.
 
         Args:
@@ -305,9 +305,9 @@ class Trainer:
         """Check and prepare the run directory, restore the checkpoint when resuming, write what defines the run.
 
         Args:
-            resume: as for :meth:`train`.
-            overwrite: as for :meth:`train`.
-            definition: as for :meth:`train`.
+            resume: as for [`train`][plm.training.trainer.Trainer.train].
+            overwrite: as for [`train`][plm.training.trainer.Trainer.train].
+            definition: as for [`train`][plm.training.trainer.Trainer.train].
         """
         main = self.distributed.is_main
         if main:
@@ -539,7 +539,7 @@ class Trainer:
         """Accumulate ``grad_accum`` micro-batches, clip, step.
 
         Args:
-            wrapped: the module a training step runs (see :meth:`wrap`).
+            wrapped: the module a training step runs (see [`wrap`][plm.training.trainer.Trainer.wrap]).
 
         Returns:
             The mean losses and the tokens read.
@@ -585,12 +585,13 @@ class Trainer:
         """Mean losses over the objective's fixed validation batches, and perplexities.
 
         The perplexity of the first term (and of each) where it is a log-likelihood (see
-        :mod:`plm.objectives.base`). An objective with ``validation_metrics`` adds its task metrics,
+        [`plm.objectives.base`][plm.objectives.base]). An objective with ``validation_metrics`` adds its task metrics,
         as ``val_<name>``.
 
         Args:
             sample: read only the objective's sample of its validation batches, where it has one
-                (``validation_sample_batches``, see :mod:`plm.objectives.base`); its losses and perplexities
+                (``validation_sample_batches``, see [`plm.objectives.base`][plm.objectives.base]); its losses and
+                perplexities
                 are then named for it: ``val_loss_sample``, ``val_perplexity_sample`` ...
 
         Returns:
@@ -720,7 +721,7 @@ class Trainer:
 def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> None:
     """Refuse to resume a run with training options other than those it was started with.
 
-    Those in :data:`CHANGEABLE_ON_RESUME` may change.
+    Those in `CHANGEABLE_ON_RESUME` may change.
 
     Args:
         saved: the run's saved training config.

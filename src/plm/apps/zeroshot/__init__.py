@@ -3,8 +3,8 @@
 Detokenisers, LAMBADA, cloze (CBT, Winograd), summarisation, CoQA, translation and open-domain
 question answering.
 
-Each task reads its benchmark's file (JSONL or JSON through :mod:`plm.apps.zeroshot.jsonl`, aligned
-text files for translation) and scores any :class:`plm.models.CausalLM` with its tokenizer, plm's own
+Each task reads its benchmark's file (JSONL or JSON through [`plm.apps.zeroshot.jsonl`][plm.apps.zeroshot.jsonl],
+aligned text files for translation) and scores any [`CausalLM`][plm.models.base.CausalLM] with its tokenizer, plm's own
 or one loaded from Hugging Face. The tasks that read the model's answer share
-:mod:`plm.apps.zeroshot.prompting`.
+[`plm.apps.zeroshot.prompting`][plm.apps.zeroshot.prompting].
 """

@@ -83,7 +83,7 @@ def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
         The items, in file order.
 
     Raises:
-        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, fewer than two options or an empty
+        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, fewer than two options or an empty
             one, an answer that is not an option, or a query without exactly one blank.
     """
     items = []
@@ -155,7 +155,8 @@ def evaluate_cloze(
         The result.
 
     Raises:
-        PLMError: an unknown scoring, a file :func:`read_cloze` refuses, or an item that cannot be scored.
+        PLMError: an unknown scoring, a file [`read_cloze`][plm.apps.zeroshot.cloze.read_cloze] refuses, or an item that
+            cannot be scored.
     """
     if scoring not in SCORINGS:
         raise PLMError(f"unknown scoring {scoring!r}; use {' or '.join(SCORINGS)}")

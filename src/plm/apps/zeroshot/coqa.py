@@ -16,7 +16,7 @@ beginning of the story (then of the history), never its last question.
 
 Scores are those of CoQA's official script (``evaluate-v1.0.py``): exact match and token
 F1 after SQuAD's normalisation, and a question with several references scores the mean,
-over its references, of the best match among the others (:func:`turn_score`). The
+over its references, of the best match among the others ([`turn_score`][plm.apps.zeroshot.coqa.turn_score]). The
 overall numbers are means over the questions, as fractions (the official script prints them x 100): its
 "overall" on the development set, whose stories all come from the script's in-domain sources.
 """
@@ -193,7 +193,8 @@ def evaluate_coqa(
         The result.
 
     Raises:
-        PLMError: a file :func:`read_coqa` refuses, or a prompt whose question does not fit the model.
+        PLMError: a file [`read_coqa`][plm.apps.zeroshot.coqa.read_coqa] refuses, or a prompt whose question does not
+            fit the model.
     """
     stories = read_coqa(path)
     turns = [(story, turn_id, answers) for story in stories for turn_id, answers in zip(story.turn_ids, story.answers)]

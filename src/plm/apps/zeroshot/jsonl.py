@@ -1,7 +1,7 @@
 """The tasks' input: JSONL, one JSON object per line, with the fields a task names (or one JSON document).
 
 Blank lines are skipped. A row that is not JSON, not an object, lacks a field or has
-one of the wrong type is a :class:`PLMError` naming the file and the line, so that a
+one of the wrong type is a [`PLMError`][plm.errors.PLMError] naming the file and the line, so that a
 user finds it in an editor. The objects of a JSON document (CoQA's stories) are
 checked the same way and named by where they sit (``data[3].questions[2]``).
 """

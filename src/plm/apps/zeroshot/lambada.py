@@ -96,7 +96,7 @@ def read_lambada(path: str | Path) -> list[tuple[str, str]]:
         The pairs, in file order.
 
     Raises:
-        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, or a passage of one word.
+        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, or a passage of one word.
     """
     pairs = []
     for number, row in read_jsonl(path, {"text": str}):
@@ -142,7 +142,8 @@ def evaluate_lambada(
         The result.
 
     Raises:
-        PLMError: a file :func:`read_lambada` refuses, or a passage that cannot be scored.
+        PLMError: a file [`read_lambada`][plm.apps.zeroshot.lambada.read_lambada] refuses, or a passage that cannot be
+            scored.
     """
     pairs = read_lambada(path)
     banned = stop_word_tokens(tokenizer) if stop_words else None

@@ -94,7 +94,7 @@ def read_questions(path: str | Path) -> list[OpenQuestion]:
         The questions, in file order.
 
     Raises:
-        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, an empty question, an answer
+        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, an empty question, an answer
             list that is empty or holds something else than strings, or no questions.
     """
     questions = []
@@ -204,8 +204,8 @@ def evaluate_open_qa(
         The result.
 
     Raises:
-        PLMError: a file :func:`read_questions` refuses, too few examples or questions, a fraction outside
-            (0, 1], or a question that does not fit the model.
+        PLMError: a file [`read_questions`][plm.apps.zeroshot.open_qa.read_questions] refuses, too few examples or
+            questions, a fraction outside (0, 1], or a question that does not fit the model.
     """
     check_fraction(fraction)  # before the model runs
     given = read_questions(examples) if examples is not None else None

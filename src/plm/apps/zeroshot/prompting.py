@@ -1,11 +1,11 @@
 r"""Tasks that prompt and read the answer (GPT-2 §3.5, §3.7, §3.8): the prompt, fitted; greedy answers; examples.
 
-A :class:`Prompt` is a context (the document, the conversation so far, the example
+A [`Prompt`][plm.apps.zeroshot.prompting.Prompt] is a context (the document, the conversation so far, the example
 pairs) followed by a query that must stay whole (``Q: ...\nA:``, ``sentence =``). A
 prompt too long for the model's context loses the beginning of its context, never
 its query. The model continues it greedily until a new line (or end of text), and
-:func:`greedy_answers` returns the text up to the new line with the probability the
-model gave each token it chose: GPT-2 §3.8 ranks answers by that probability.
+[`greedy_answers`][plm.apps.zeroshot.prompting.greedy_answers] returns the text up to the new line with the probability
+the model gave each token it chose: GPT-2 §3.8 ranks answers by that probability.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: Prompt, room: int) -> tuple[list
     """The prompt's ids, at most ``room`` of them: the context's last tokens, then all of the query's.
 
     Context and query are tokenized apart, whitespace at the end of the context moved to
-    the start of the query (as :func:`plm.apps.zeroshot.scoring.split_whitespace` does for
+    the start of the query (as [`split_whitespace`][plm.apps.zeroshot.scoring.split_whitespace] does for
     scoring), so that the query's tokens are the same whatever is cut before it.
 
     Args:
@@ -166,8 +166,8 @@ def greedy_answers(
 ) -> list[Answer]:
     """Continue each prompt greedily until a new line, end of text or ``max_new_tokens``.
 
-    Each prompt is cut (:func:`encode_prompt`) to leave ``max_new_tokens`` of the model's
-    context for the answer.
+    Each prompt is cut ([`encode_prompt`][plm.apps.zeroshot.prompting.encode_prompt]) to leave ``max_new_tokens`` of the
+    model's context for the answer.
 
     Args:
         model: the causal LM.

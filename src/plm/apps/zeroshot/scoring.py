@@ -115,7 +115,7 @@ def score_continuations(
         The scores, in the order of ``pairs``.
 
     Raises:
-        PLMError: a pair :func:`encode_pair` refuses.
+        PLMError: a pair [`encode_pair`][plm.apps.zeroshot.scoring.encode_pair] refuses.
     """
     room = model.context_length()
     encoded = [encode_pair(tokenizer, context, continuation, room) for context, continuation in pairs]

@@ -77,7 +77,7 @@ def read_articles(path: str | Path) -> list[tuple[str, str]]:
         The pairs, in file order.
 
     Raises:
-        PLMError: a file :func:`plm.apps.zeroshot.jsonl.read_jsonl` refuses, or an empty article or summary.
+        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, or an empty article or summary.
     """
     rows = []
     for number, row in read_jsonl(path, {"article": str, "summary": str}):
@@ -115,7 +115,8 @@ def evaluate_summaries(
         The result.
 
     Raises:
-        PLMError: a file :func:`read_articles` refuses, or ``max_new_tokens`` that leave no room for the article.
+        PLMError: a file [`read_articles`][plm.apps.zeroshot.summarize.read_articles] refuses, or ``max_new_tokens``
+            that leave no room for the article.
     """
     rows = read_articles(path)
     room = model.context_length() - max_new_tokens

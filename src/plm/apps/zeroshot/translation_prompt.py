@@ -11,7 +11,7 @@ the other way round fr→en. The examples are the first K lines of a pair of exa
 files, or of the evaluated files themselves, whose first K lines are then not scored.
 Greedy decoding runs until a new line, and the first sentence of what the model wrote
 is its translation. sacreBLEU's corpus BLEU and chrF compare the translations with
-the references (:func:`plm.objectives.translation.score_translations`). A prompt too long for
+the references ([`score_translations`][plm.objectives.translation.score_translations]). A prompt too long for
 the model loses its first examples, never the sentence to translate.
 """
 
@@ -114,7 +114,7 @@ def evaluate_translation_prompt(
         The result.
 
     Raises:
-        PLMError: only one of the example files, files :func:`plm.data.parallel.read_parallel` refuses, too
+        PLMError: only one of the example files, files [`read_parallel`][plm.data.parallel.read_parallel] refuses, too
             few examples or sentences, or a sentence that does not fit the model.
     """
     if (examples_src is None) != (examples_ref is None):
