@@ -58,6 +58,15 @@ def test_no_family_imports_another(family: str) -> None:
     assert not imports(f"plm.models.{family}", top_level_only=False) & others
 
 
+def test_the_cpu_routes_are_the_layer_below_the_core() -> None:
+    """plm.core's linear layers and attention call plm.cpu; plm.cpu calls nothing above it."""
+    for module in MODULES:
+        if in_package(module, "plm.cpu"):
+            above = {name for name in imports(module, top_level_only=False)
+                     if in_package(name, "plm") and not in_package(name, "plm.cpu") and name != "plm.errors"}
+            assert not above, (module, above)
+
+
 def test_objectives_and_heads_import_no_family() -> None:
     families = {f"plm.models.{family}" for family in FAMILIES}
     for module in MODULES:
