@@ -351,3 +351,22 @@ def test_a_dry_run_projects_the_run_and_writes_nothing(date_pair_files: Path, tm
     assert code == 0 and not (tmp_path / "never").exists()
     assert out.startswith("dry run: ") and "nothing written" in out
     assert "  40 steps: " in out and " s per step of " in out and "projected: 40 steps in " in out
+
+
+def test_training_goes_through_the_one_entry_that_reports_before_leaving_the_process_group(
+    date_pair_files: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """seq2seq train runs as pretrain does (plm.training.trainer.train_run): the scores and the attention map while
+    the processes are together (an FSDP model is gathered by all of them), then the process group is left."""
+    import plm.cli.seq2seq
+    import plm.training.trainer
+
+    calls = []
+    monkeypatch.setattr(plm.training.trainer, "teardown_distributed", lambda: calls.append("teardown"))
+    report = plm.cli.seq2seq.report
+    monkeypatch.setattr(plm.cli.seq2seq, "report", lambda *args: (calls.append("report"), report(*args)))
+    assert main(["seq2seq", "train", "--model", "rnn-bahdanau", "--src", str(date_pair_files / "src.txt"), "--tgt",
+                 str(date_pair_files / "tgt.txt"), "--vocab-size", "300", "--steps", "1", "--metric-examples", "1",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"]) == 0
+    assert calls == ["report", "teardown"]
+    assert (tmp_path / "run" / "attention.png").is_file()

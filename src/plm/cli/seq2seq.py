@@ -26,6 +26,7 @@ from plm.cli.common import (
 )
 from plm.cli.flags import in_flags
 from plm.cli.run_definition import RunFlags, run_definition
+from plm.data.parallel import Seq2SeqTokenizers
 from plm.loading import is_plm_directory
 from plm.models import PRESETS, RECIPES, Seq2SeqModel
 from plm.objectives.seq2seq import Seq2SeqObjective
@@ -34,9 +35,8 @@ from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.paper_scale import translation_run
 from plm.training.parallel import unsharded
-from plm.training.run_directory import check_run_directory, claimed
 from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq, seq2seq_dry_run
-from plm.training.trainer import TrainingConfig
+from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 HEATMAP = "attention.png"
 VALIDATION_RENAMED = {"valid_src": "validation_src", "valid_tgt": "validation_tgt", "valid_tsv": "validation_tsv"}
@@ -174,7 +174,6 @@ def starting_model(name: str) -> Iterator[str]:
 def run_train(args: argparse.Namespace) -> None:
     dry = vars(args).pop("dry_run")  # how to start, not what the run is: not saved in OUT/run.json
     definition = run_definition(args, RUN)
-    check = partial(check_run_directory, Path(args.out), args.resume, args.overwrite)
     with starting_model(args.model) as model:
         if args.hyperparameters == "paper" and not args.resume:  # a resumed run has the values in its run.json
             set_translation_scale(args, model)
@@ -194,8 +193,8 @@ def run_train(args: argparse.Namespace) -> None:
             if is_first_process():
                 print(measured.report())
             return
-        with claimed(args.out, check, enabled=is_first_process()):
-            trained(setup, training, args, definition)
+        train_run(args.out, args.resume, args.overwrite, definition,
+                  partial(prepared, setup, training, args), partial(report, Path(args.out)))
 
 
 def set_translation_scale(args: argparse.Namespace, model: str) -> None:
@@ -209,29 +208,37 @@ def set_translation_scale(args: argparse.Namespace, model: str) -> None:
         print(in_flags(line, args.flag_of), file=sys.stderr)
 
 
-def trained(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace, definition: dict) -> None:
-    """Train (in a run directory checked and locked), report the scores and draw the attention of a held-out pair."""
+def prepared(setup: Seq2SeqSetup, training: TrainingConfig, args: argparse.Namespace
+             ) -> tuple[Trainer, Seq2SeqTokenizers]:
+    """The run's trainer and tokenizers, saying which pairs were left out as too long for the model."""
     trainer, tokenizers = prepare_seq2seq(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
     objective, model = trainer.objective, trainer.model
     assert isinstance(objective, Seq2SeqObjective) and isinstance(model, Seq2SeqModel)  # what prepare_seq2seq builds
-    dropped, main = objective.dropped, trainer.distributed.is_main  # under torchrun, the first process reports
-    if any(dropped.values()) and main:
+    dropped = objective.dropped
+    if any(dropped.values()) and trainer.distributed.is_main:  # under torchrun, the first process reports
         print(f"left out {dropped['train']} training and {dropped['validation']} validation pairs longer than the "
               f"model's context of {model.context_length()} tokens", file=sys.stderr)
-    metrics = trainer.train(resume=args.resume, overwrite=args.overwrite, definition=definition)
+    return trainer, tokenizers
+
+
+def report(out: Path, trainer: Trainer, tokenizers: Seq2SeqTokenizers, metrics: dict[str, float]) -> None:
+    """After training (the processes still together): the held-out scores, and the attention of a held-out pair."""
+    objective, model = trainer.objective, trainer.model
+    assert isinstance(objective, Seq2SeqObjective) and isinstance(model, Seq2SeqModel)  # what prepare_seq2seq builds
+    main = trainer.distributed.is_main
     if "val_bleu" in metrics and main:
         print(f"step {metrics['step']}: held-out exact match {metrics['val_exact_match']:.2%}, "
               f"BLEU {metrics['val_bleu']:.2f}, chrF {metrics['val_chrf']:.2f}")
     model, held_out = model.eval(), objective.metric_pairs
     if held_out and getattr(model.config, "attention", None) != "none":
-        heatmap = Path(args.out) / HEATMAP
+        heatmap = out / HEATMAP
         with unsharded(model):  # an FSDP run's processes gather the whole model together
             attention = pair_attention(model, tokenizers, held_out[0].source)
         if main:
             plot(attention, heatmap)
             print(f"attention of {held_out[0].source!r}: {heatmap}")
     if main:
-        print(f"saved to {args.out}/checkpoint")
+        print(f"saved to {out}/checkpoint")
 
 
 def run_average(args: argparse.Namespace) -> None:

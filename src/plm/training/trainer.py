@@ -776,10 +776,12 @@ Prepared = TypeVar("Prepared")
 def train_run(
     out: str | Path, resume: bool, overwrite: bool, definition: dict[str, Any] | None,
     prepare: Callable[[], tuple[Trainer, Prepared]],
+    after: Callable[[Trainer, Prepared, dict[str, float]], None] | None = None,
 ) -> tuple[PretrainedModel, Prepared, dict[str, float]]:
     """Lock the run directory ``out``, ``prepare`` its trainer, train, and leave the process group.
 
-    The lock is taken before ``prepare`` does any work, so that a second process is refused at once.
+    The one way every trainer runs: the lock is taken before ``prepare`` does any work, so that a second
+    process is refused at once, and the process group is left however the run ends.
 
     Args:
         out: the run directory.
@@ -787,6 +789,8 @@ def train_run(
         overwrite: let a new run replace the run (or other files) in ``out``.
         definition: saved in ``out/run.json``.
         prepare: builds the trainer, with what comes with its model (the tokenizer or tokenizers).
+        after: what to do with the trained model while the processes are still together (an FSDP model is
+            gathered by all of them), the run directory still locked: report, draw.
 
     Returns:
         The trained model, what ``prepare`` gave with the trainer, and the last metrics.
@@ -799,6 +803,8 @@ def train_run(
         with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
             trainer, prepared = prepare()
             metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
+            if after is not None:
+                after(trainer, prepared, metrics)
     finally:
         teardown_distributed()
     return trainer.model, prepared, metrics
