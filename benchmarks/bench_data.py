@@ -424,7 +424,7 @@ def main() -> None:
     datasets = installed_version("datasets")
     peer = f"tokenizers {installed_version('tokenizers')} encode_batch" + (
         f"; nanoGPT's prepare.py over datasets {datasets}" if datasets else "")
-    report = Report("data", peer, settings={**{k: str(v) for k, v in vars(args).items()}, "cores": cores,
+    report = Report("data", peer, settings={**{k: str(v) for k, v in vars(args).items() if k != "work"}, "cores": cores,
                                             "sizes_mb": {f"{kind} {size}": mb for (kind, size), mb in sizes.items()}})
     corpora = {key: corpus_path(args.work, megabytes, args.seed) for key, megabytes in sizes.items()}
     tokenizers_ = {kind: train_tokenizer(args.work, kind) for kind in MODELS}
