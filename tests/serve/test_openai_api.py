@@ -17,10 +17,9 @@ import plm
 import plm.serve.server
 from plm.cli.main import main
 from plm.decoding import generate
-from plm.models import from_preset
 from plm.serve import BackgroundServer, create_app, load_service
-from plm.tokenization.tokenizer import Tokenizer
 from tests.conftest import synthetic_text
+from tests.serve.tiny_models import save_gpt_and_bert
 
 KEY = "sk-test-0123456789"
 PROMPTS = ["The cat", "a dog likes the", "", "My friend builds every token and the list"]
@@ -30,14 +29,7 @@ PROMPTS = ["The cat", "a dog likes the", "", "My friend builds every token and t
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random GPT (context 64) and BERT, saved as plm saves models."""
     root = tmp_path_factory.mktemp("openai")
-    torch.manual_seed(0)
-    text = synthetic_text(50)
-    bpe = Tokenizer.train_bpe([text], 300)
-    gpt = from_preset("gpt2-micro", vocab_size=len(bpe))
-    gpt.init_weights(std=0.3)  # far from uniform: clear-cut greedy choices, continuations that vary
-    plm.save(gpt, root / "gpt", bpe)
-    wordpiece = Tokenizer.train_wordpiece([text], 200)
-    plm.save(from_preset("bert-micro", vocab_size=len(wordpiece)), root / "bert", wordpiece)
+    save_gpt_and_bert(root)
     return root
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -30,8 +29,7 @@ from plm.models import from_preset
 from plm.serve import BackgroundServer, create_app, load_service
 from plm.serve.requests import FIELDS
 from plm.tasks import task_model
-from plm.tokenization.tokenizer import Tokenizer
-from tests.conftest import synthetic_text
+from tests.serve.tiny_models import save_gpt_and_bert
 
 EXAMPLES = 500  # random requests a run: 10 to 20 s on two cores
 DEADLINE = timedelta(seconds=20)  # for one: a hang, not a slow machine
@@ -112,15 +110,7 @@ def requests(draw: st.DrawFn) -> tuple[str, bytes]:
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random GPT, BERT (with its MLM head), classifier on the BERT and Transformer on dates."""
     root = tmp_path_factory.mktemp("fuzz")
-    torch.manual_seed(0)
-    text = synthetic_text(50)
-    bpe = Tokenizer.train_bpe([text], 300)
-    gpt = from_preset("gpt2-micro", vocab_size=len(bpe))
-    gpt.init_weights(std=0.3)
-    plm.save(gpt, root / "gpt", bpe)
-    wordpiece = Tokenizer.train_wordpiece([text], 200)
-    bert = from_preset("bert-micro", vocab_size=len(wordpiece), pretraining_heads=("mlm",))
-    plm.save(bert, root / "bert", wordpiece)
+    bert, wordpiece = save_gpt_and_bert(root, bert_heads=("mlm",))
     plm.save(task_model(bert, "classify", labels=2, label_names=("bad", "good")), root / "clf", wordpiece)
     tokenizers = Seq2SeqTokenizers.train(date_pairs(50, seed=0), vocab_size=300)
     plm.save(from_preset("transformer-micro", vocab_size=len(tokenizers.source)), root / "dates")

@@ -141,22 +141,11 @@ def generate_text(
 ) -> list[str]:
     """The continuation of each prompt (without the prompt), cut before any stop string.
 
-    The texts of [`continue_prompts`][plm.apps.text_pipelines.continue_prompts], which says where the model ended each.
-
-    Args:
-        model: the causal language model.
-        tokenizer: its tokenizer.
-        prompts: the prompts, decoded as one batch.
-        max_new_tokens: the most new tokens per prompt.
-        stop: strings that end a continuation.
-        **options (Any): as for [`generate`][plm.decoding.generation.generate].
+    The texts of [`continue_prompts`][plm.apps.text_pipelines.continue_prompts] (its arguments, its errors),
+    which also says where the model ended each.
 
     Returns:
         Each prompt's continuation.
-
-    Raises:
-        PLMError: an empty prompt and no beginning-of-text token, an option out of range, or a prompt
-            that does not fit the context with the new tokens.
     """
     return [c.text for c in continue_prompts(model, tokenizer, prompts, max_new_tokens, stop, **options)]
 

@@ -229,8 +229,6 @@ def check_search(config: GenerationConfig, max_tokens: int) -> None:
         raise PLMError(f"`max_tokens` must be at least 1, got {max_tokens}")
     if config.sampling and config.num_beams > 1:
         raise PLMError(f"sampling draws one translation a sentence; give `num_beams` 1, not {config.num_beams}")
-    if config.repetition_penalty != 1.0 or config.stop is not None:
-        raise PLMError("translation neither penalises repetition nor stops at strings")
 
 
 def check_search_memory(model: Seq2SeqModel, config: GenerationConfig, batches: list[list[list[int]]]) -> None:

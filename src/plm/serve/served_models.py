@@ -180,11 +180,11 @@ class CausalLMService(Service):
         Args:
             prompt: the text to continue.
             max_new_tokens: the most tokens to generate; None: ``plm generate``'s default, within the context.
-            temperature: the sampling temperature.
-            top_k: sample among the k most likely tokens (0: all).
-            top_p: sample among the most likely tokens whose probabilities add up to p.
-            sample: sample; else greedy, unless the other options ask for sampling.
-            seed: the sampler's seed, or None.
+            temperature: as for [`job`][plm.serve.served_models.CausalLMService.job].
+            top_k: as for `job`.
+            top_p: as for `job`.
+            sample: as for `job`.
+            seed: as for `job`.
 
         Returns:
             The job, not yet submitted.

@@ -333,8 +333,9 @@ class Trainer:
             if not resume and self.tokenizer is not None:
                 self.tokenizer.save(self.out / TOKENIZER_DIR)
             if self.config.precision == "auto" and self.dtype != torch.float32:
-                print(f"precision auto: {str(self.dtype).removeprefix('torch.')} autocast on this {self.device.type} "
-                      "(fp32 master weights and optimizer state; precision fp32 for fp32 throughout)",
+                print(f"precision \"auto\": {str(self.dtype).removeprefix('torch.')} autocast on this "
+                      f"{self.device.type} (fp32 master weights and optimizer state; precision \"fp32\" computes in "
+                      "fp32 throughout)",
                       file=sys.stderr)
 
     def completed(self) -> dict[str, float]:
