@@ -21,13 +21,13 @@ import torch
 
 from plm.cpu.int8 import check_trainable
 from plm.data.dates import date_pairs
-from plm.data.parallel import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
+from plm.data.sentence_pairs import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.data.prepared import PreparedPairs
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
 from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_config, model_class, preset_config
 from plm.models.recipe import TRANSLATION, Hyperparameters
-from plm.objectives.seq2seq import Seq2SeqObjective
+from plm.objectives.teacher_forcing import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
 from plm.training.distributed import setup_distributed
 from plm.training.dry_run import DryRun, Phase, dry_run
@@ -113,7 +113,7 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
 
     Raises:
         PLMError: files given in a combination that does not go together, a file
-            [`read_tsv`][plm.data.parallel.read_tsv] or [`read_parallel`][plm.data.parallel.read_parallel] refuses, or
+            [`read_tsv`][plm.data.sentence_pairs.read_tsv] or [`read_parallel`][plm.data.sentence_pairs.read_parallel] refuses, or
             too few pairs to hold out validation.
     """
     if setup.tsv and (setup.source or setup.target):

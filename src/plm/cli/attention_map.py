@@ -7,7 +7,7 @@ from pathlib import Path
 
 from plm.apps.attention_map import pair_attention, plot, self_attention
 from plm.cli.common import HelpFormatter, add_device, add_model, check_output_file
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.device import resolve_device
 from plm.errors import PLMError
 from plm.loading import load_pretrained

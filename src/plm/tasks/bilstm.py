@@ -5,10 +5,10 @@ chosen layers of the frozen model and combines them (the last four concatenated,
 their sum, or ELMo's learned scalar mix), then a two-layer BiLSTM and a linear
 layer tag the words. The BiLSTM reads any number of feature *sources*, each a
 (batch, layers, words, dim) tensor: BERT's layers from
-[`encoder_word_features`][plm.tasks.tagger.encoder_word_features], ELMo's ``model.embed(sentences)`` (batch, L+1, words,
+[`encoder_word_features`][plm.tasks.bilstm.encoder_word_features], ELMo's ``model.embed(sentences)`` (batch, L+1, words,
 dim), or per-word features of any other kind with one layer; each source is combined on its own and the results are
 concatenated. ELMo's tasks use the same reader with other ends: a sequence's states max- and mean-pooled for a class
-([`max_mean_pool`][plm.tasks.tagger.max_mean_pool]), and ELMo again at the BiLSTM's output, [h_k; ELMo_k], through a
+([`max_mean_pool`][plm.tasks.bilstm.max_mean_pool]), and ELMo again at the BiLSTM's output, [h_k; ELMo_k], through a
 scalar mix of its own.
 """
 
@@ -108,7 +108,7 @@ class BiLSTMTagger(nn.Module):
         lstm_layers: the LSTM's layers.
         dropout: the dropout on the LSTM's input and output (and between its layers).
         mix: the options of every scalar mix.
-        pool: score each sequence from its pooled states (see [`max_mean_pool`][plm.tasks.tagger.max_mean_pool]), not
+        pool: score each sequence from its pooled states (see [`max_mean_pool`][plm.tasks.bilstm.max_mean_pool]), not
             each word.
         output_source: the index of the source mixed again at the BiLSTM's output, or None.
 
@@ -274,7 +274,7 @@ def scatter_words(
 
     Args:
         values: (batch, W, C), per word.
-        index: (batch, W) each word's position (see [`first_piece_positions`][plm.tasks.tagger.first_piece_positions]).
+        index: (batch, W) each word's position (see [`first_piece_positions`][plm.tasks.bilstm.first_piece_positions]).
         word_mask: (batch, W), 1 for words, 0 for padding.
         time: T, the tokens of a row.
         fill: the value of a token where no word sits.

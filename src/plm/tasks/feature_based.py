@@ -4,13 +4,13 @@ A frozen encoder (BERT, ALBERT, DeBERTa, e.g. all-MiniLM-L6-v2) gives chosen lay
 each word's first sub-word, combined (``concat``, ``sum`` or ELMo's scalar ``mix``); with a
 frozen plm ELMo beside it, ELMo's layers of the same words are scalar-mixed and
 concatenated to them: [x_k; ELMo_k], the input of the task's own model. That model is a
-[`BiLSTMTagger`][plm.tasks.tagger.BiLSTMTagger] over the words and an end per kind of task (``TaggerConfig.task``):
+[`BiLSTMTagger`][plm.tasks.bilstm.BiLSTMTagger] over the words and an end per kind of task (``TaggerConfig.task``):
 
 - ``tag``: each word's logits at its first piece, zero at every other token, so the
   batches, the loss and the predictions of the ``tag`` task
   ([`Tagging`][plm.tasks.task_objective.Tagging]) serve it unchanged;
 - ``classify`` (tasks classify, pair and regress): the BiLSTM's states max- and
-  mean-pooled over the words ([`max_mean_pool`][plm.tasks.tagger.max_mean_pool]), then a linear
+  mean-pooled over the words ([`max_mean_pool`][plm.tasks.bilstm.max_mean_pool]), then a linear
   layer to the classes (one value for a regression). A pair is one sequence, A's words
   then B's, in the order of ``[CLS] A [SEP] B [SEP]``; the encoder's features carry each
   word's segment (its token-type embedding);
@@ -25,10 +25,10 @@ and concatenated to the BiLSTM's states before the end: [h_k; ELMo_k], as ELMo's
 and SQuAD models do. Only the BiLSTM, its end and the mixes train: the encoder and ELMo
 have no gradient, stay in eval mode (no dropout) and run under ``torch.no_grad``, so
 their forward pass is all they cost, and only once per sequence:
-[`FeatureTagger.cache_features`][plm.tasks.feature_tagger.FeatureTagger.cache_features] keeps each sequence's features
+[`FeatureTagger.cache_features`][plm.tasks.feature_based.FeatureTagger.cache_features] keeps each sequence's features
 (up to a memory budget), so the epochs after the first run the BiLSTM alone.
 
-A [`FeatureTagger`][plm.tasks.feature_tagger.FeatureTagger] is a [`PretrainedModel`][plm.models.base.PretrainedModel] of
+A [`FeatureTagger`][plm.tasks.feature_based.FeatureTagger] is a [`PretrainedModel`][plm.models.base.PretrainedModel] of
 family ``feature-tagger`` (the name it had when it only tagged, kept so that the models saved then still load):
 ``save_model``/``load_model``, the Trainer, ``plm predict`` and ``plm eval task`` take it.
 """
@@ -46,7 +46,7 @@ from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.heads import CLASSIFY, SPAN, TAG, SequenceClassifierOutput, SpanOutput, TaskOutput, TokenClassifierOutput
 from plm.tasks.model import TaskModel, WrappingConfig
-from plm.tasks.tagger import (
+from plm.tasks.bilstm import (
     COMBINATIONS,
     BiLSTMTagger,
     MixOptions,
@@ -80,7 +80,7 @@ class TaggerConfig:
         dropout: the BiLSTM model's dropout (on its input and its states).
         mix_layer_norm: the scalar mixes (``combine`` mix and ELMo's) normalise each layer first.
         mix_dropout: the dropout on the scalar mixes.
-        mix_l2: lambda of the scalar mixes' L2 penalty (see [`MixOptions`][plm.tasks.tagger.MixOptions]).
+        mix_l2: lambda of the scalar mixes' L2 penalty (see [`MixOptions`][plm.tasks.bilstm.MixOptions]).
         task: the end (one of `ENDS`): tag, classify or span.
         elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix: [h_k; ELMo_k].
         null_threshold: a span model's tau for SQuAD v2.0, chosen on the dev set while fine-tuning (see
@@ -283,10 +283,10 @@ class FeatureTagger(PretrainedModel):
         """`features`' sources, computed only for the rows not in the cache.
 
         Each row's are kept trimmed to its words, (L, W_b, D), and padded back to the batch's W with zeros (as the
-        features' padding is). Only after [`cache_features`][plm.tasks.feature_tagger.FeatureTagger.cache_features].
+        features' padding is). Only after [`cache_features`][plm.tasks.feature_based.FeatureTagger.cache_features].
 
         Args:
-            inputs: [`features`][plm.tasks.feature_tagger.FeatureTagger.features]' arguments by name (None for one not
+            inputs: [`features`][plm.tasks.feature_based.FeatureTagger.features]' arguments by name (None for one not
                 given).
             word_mask: (B, W), 1 for words.
 
@@ -343,10 +343,10 @@ class FeatureTagger(PretrainedModel):
 
         Returns:
             tag: logits (B, T, labels), each word's at its first piece, zero at every other token; classify: logits
-            (B, labels); span: start and end logits (B, T) (see [`span_logits`][plm.tasks.feature_tagger.span_logits]).
+            (B, labels); span: start and end logits (B, T) (see [`span_logits`][plm.tasks.feature_based.span_logits]).
 
         Raises:
-            PLMError: as [`features`][plm.tasks.feature_tagger.FeatureTagger.features], or a span model without
+            PLMError: as [`features`][plm.tasks.feature_based.FeatureTagger.features], or a span model without
                 ``word_ends``.
         """
         if self.cache is None:
@@ -411,12 +411,12 @@ def feature_tagger(
 
     Args:
         encoder: the pretrained encoder (BERT, ALBERT, DeBERTa).
-        features: the encoder's layers to read (see [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig]).
+        features: the encoder's layers to read (see [`TaggerConfig`][plm.tasks.feature_based.TaggerConfig]).
         labels: the outputs: tags, classes, 1 for a regression, 2 for a span.
         label_names: the tags' (classes') names.
         combine: concat, sum or mix.
         elmo: a plm ELMo whose scalar-mixed layers join the features, or None.
-        **tagger_options: further [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig] fields (``task``,
+        **tagger_options: further [`TaggerConfig`][plm.tasks.feature_based.TaggerConfig] fields (``task``,
             ``elmo_output``, ``hidden`` ...).
 
     Returns:

@@ -3,7 +3,7 @@
 Pairs come from two aligned files (line i of one translates line i of the other), one TSV
 (``source<TAB>target`` per line), or JSON lines of Hugging Face translation records
 (``{"translation": {"de": ..., "en": ...}}``, WMT's form), all read line by line
-([`ParallelText`][plm.data.parallel.ParallelText]), so that a corpus of millions of pairs streams into
+([`ParallelText`][plm.data.sentence_pairs.ParallelText]), so that a corpus of millions of pairs streams into
 [`prepare_pairs`][plm.data.prepare.prepare_pairs] in bounded memory. Misaligned files and empty sentences are
 errors naming the file and line, found before anything trains.
 
@@ -16,10 +16,10 @@ reversed source order in its ``seq2seq.json``, so that every user of the model r
 A released translation model's directory (Marian's, fairseq's) holds the files of its own
 tokenizers ([`plm.tokenization.released`][plm.tokenization.released]), which are read, and saved, in their place.
 
-Batches are drawn from encoded pairs in memory ([`EncodedPairs`][plm.data.parallel.EncodedPairs]) or mapped from a
-prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]) alike ([`PairRows`][plm.data.parallel.PairRows]):
+Batches are drawn from encoded pairs in memory ([`EncodedPairs`][plm.data.sentence_pairs.EncodedPairs]) or mapped from a
+prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]) alike ([`PairRows`][plm.data.sentence_pairs.PairRows]):
 from their lengths as arrays and a pair's ids by its index, so that grouping millions of pairs by length builds two
-integer arrays ([`BudgetBatches`][plm.data.parallel.BudgetBatches]), not a list per batch.
+integer arrays ([`BudgetBatches`][plm.data.sentence_pairs.BudgetBatches]), not a list per batch.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 from plm.data.corpus import json_object
 from plm.data.sources import iter_lines
 from plm.errors import PLMError
+from plm.tokenization.protocol import TokenizerLike
 from plm.tokenization.released import ReleasedTokenizer, load_released
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 
@@ -144,7 +145,7 @@ def iter_tsv(path: str | os.PathLike[str]) -> Iterator[SentencePair]:
 
 
 def read_tsv(path: str | os.PathLike[str]) -> list[SentencePair]:
-    """Pairs from ``source<TAB>target`` lines (see [`iter_tsv`][plm.data.parallel.iter_tsv]), as a list.
+    """Pairs from ``source<TAB>target`` lines (see [`iter_tsv`][plm.data.sentence_pairs.iter_tsv]), as a list.
 
     Args:
         path: the TSV file.
@@ -209,7 +210,7 @@ class ParallelText:
         target: the file of their translations, line for line.
         tsv: a file of ``source<TAB>target`` lines.
         translations: JSONL files of translation records (see
-            [`iter_translations`][plm.data.parallel.iter_translations]), read in order.
+            [`iter_translations`][plm.data.sentence_pairs.iter_translations]), read in order.
         languages: the keys of the source and the target in the records of ``translations``.
 
     Raises:
@@ -251,8 +252,8 @@ class ParallelText:
             The pairs, in file order.
 
         Raises:
-            PLMError: a file the form's reader refuses ([`iter_parallel`][plm.data.parallel.iter_parallel],
-                [`iter_tsv`][plm.data.parallel.iter_tsv], [`iter_translations`][plm.data.parallel.iter_translations]).
+            PLMError: a file the form's reader refuses ([`iter_parallel`][plm.data.sentence_pairs.iter_parallel],
+                [`iter_tsv`][plm.data.sentence_pairs.iter_tsv], [`iter_translations`][plm.data.sentence_pairs.iter_translations]).
         """
         if self.source is not None and self.target is not None:
             yield from iter_parallel(self.source, self.target)
@@ -262,41 +263,6 @@ class ParallelText:
             assert self.languages is not None  # checked with the form
             for path in self.translations:
                 yield from iter_translations(path, *self.languages)
-
-
-class SideTokenizer(Protocol):
-    """What a side of `Seq2SeqTokenizers` does: plm's `Tokenizer`, or a released model's.
-
-    ``bos`` is the role of the token a target starts with, ``eos`` of the one that ends a sentence, ``pad`` of the
-    one that fills a batch.
-    """
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """The ids of each text, without special tokens."""
-        ...
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """The text of ``ids``."""
-        ...
-
-    def id_of(self, role: str) -> int | None:
-        """The id of the special token with ``role``, or None."""
-        ...
-
-    def required_id(self, role: str) -> int:
-        """The id of the special token with ``role``; a PLMError when there is none."""
-        ...
-
-    @property
-    def eos_id(self) -> int | None:
-        """The id of the end-of-sentence token, or None."""
-        ...
-
-    def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write the tokenizer's files into ``directory``."""
-        ...
-
-    def __len__(self) -> int: ...
 
 
 class Seq2SeqTokenizers:
@@ -312,7 +278,7 @@ class Seq2SeqTokenizers:
         PLMError: a tokenizer without a pad, bos or eos token.
     """
 
-    def __init__(self, source: SideTokenizer, target: SideTokenizer | None = None, *,
+    def __init__(self, source: TokenizerLike, target: TokenizerLike | None = None, *,
                  reverse_source: bool = False) -> None:
         self.source = source
         self.target = target or source
@@ -480,7 +446,7 @@ TokenIds = Sequence[int] | np.ndarray  # a sentence's ids: a list, or a view of 
 class PairRows(Protocol):
     """Encoded sentence pairs as batches read them: their lengths as arrays, and a pair's ids by its index.
 
-    [`EncodedPairs`][plm.data.parallel.EncodedPairs] holds them in memory; a split of a prepared corpus
+    [`EncodedPairs`][plm.data.sentence_pairs.EncodedPairs] holds them in memory; a split of a prepared corpus
     ([`PreparedPairSplit`][plm.data.prepared.PreparedPairSplit]) maps them from disk.
     """
 
@@ -674,7 +640,7 @@ class BudgetSampler:
     generator seeded with (seed, step, micro-batch), so a resumed run draws the same.
 
     Args:
-        batches: the batches (see [`token_budget_batches`][plm.data.parallel.token_budget_batches]).
+        batches: the batches (see [`token_budget_batches`][plm.data.sentence_pairs.token_budget_batches]).
         seed: the seed of the draws.
     """
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.data.parallel import (
+from plm.data.sentence_pairs import (
     BudgetSampler,
     PairRows,
     SentencePair,
@@ -68,7 +68,7 @@ def cross_entropies(logits: torch.Tensor, labels: torch.Tensor, epsilon: float,
 class Seq2SeqObjective:
     """Teacher-forced batches of similar lengths under a token budget, the label-smoothed loss and the likelihood.
 
-    The pairs are encoded already, in memory ([`EncodedPairs`][plm.data.parallel.EncodedPairs]) or mapped from a
+    The pairs are encoded already, in memory ([`EncodedPairs`][plm.data.sentence_pairs.EncodedPairs]) or mapped from a
     prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]' splits): the objective reads their lengths, as
     arrays, to group them, and the ids of the pairs of each batch it draws.
 
@@ -140,7 +140,7 @@ class Seq2SeqObjective:
 
         Returns:
             ``source_ids``, ``source_mask``, ``decoder_input_ids`` and ``labels`` (see
-            [`collate`][plm.data.parallel.collate]).
+            [`collate`][plm.data.sentence_pairs.collate]).
         """
         return collate(self.train_data, self.sampler.indices(step, index), self.source_pad, self.target_pad)
 
@@ -186,7 +186,7 @@ class Seq2SeqObjective:
         """The validation pairs in groups under the token budget, the same every time.
 
         Yields:
-            The batches, as [`batch`][plm.objectives.seq2seq.Seq2SeqObjective.batch] gives them.
+            The batches, as [`batch`][plm.objectives.teacher_forcing.Seq2SeqObjective.batch] gives them.
         """
         for group in self.validation_groups:
             yield collate(self.validation_data, group, self.source_pad, self.target_pad)
