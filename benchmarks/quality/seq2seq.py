@@ -1,7 +1,7 @@
 """Sequence-to-sequence rows of the quality suite: plm's encoder-decoders against torch.nn references, Multi30k de->en.
 
 Each row trains plm's model the way ``plm seq2seq train`` does (its family's default
-recipe, through ``plm.training.seq2seq.prepare_seq2seq``) and a reference written here
+recipe, through ``plm.training.train_seq2seq.prepare_seq2seq``) and a reference written here
 on plain ``torch.nn`` with its textbook recipe, on the same joint BPE (trained once on
 the training pairs), the same batches (``Seq2SeqObjective.batch(step, 0)``, which the
 trainer draws too) and the same number of steps, both models initialised after
@@ -52,11 +52,11 @@ for folder in (HERE, HERE.parent):  # common.py, and references.py
 
 from common import Curve, Row, Settings, StepTimer, group_main  # noqa: E402
 
-from plm.data.parallel import SentencePair, Seq2SeqTokenizers, read_parallel, right_pad  # noqa: E402
+from plm.data.sentence_pairs import SentencePair, Seq2SeqTokenizers, read_parallel, right_pad  # noqa: E402
 from plm.models.recipe import TRANSLATION  # noqa: E402
-from plm.objectives.seq2seq import Seq2SeqObjective  # noqa: E402
+from plm.objectives.teacher_forcing import Seq2SeqObjective  # noqa: E402
 from plm.objectives.translation import translate  # noqa: E402
-from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq  # noqa: E402
+from plm.training.train_seq2seq import Seq2SeqSetup, prepare_seq2seq  # noqa: E402
 from plm.training.trainer import TrainingConfig  # noqa: E402
 from references import build_reference  # noqa: E402
 

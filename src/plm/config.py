@@ -1,8 +1,15 @@
-"""Family configurations: frozen dataclasses that print, save and load as JSON."""
+"""Family configurations: frozen dataclasses that print, save and load as JSON.
+
+A config's fields are checked against their annotations ([`checked_value`][plm.config.checked_value]). A
+message about any JSON a user gives plm (a config, a JSONL row, a request's body) names what a field takes with
+[`type_name`][plm.config.type_name] ("an integer or null") and what it got with
+[`json_type`][plm.config.json_type] ('the string "two"'), in the same words wherever plm reads JSON.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -114,7 +121,7 @@ _WRONG = object()
 
 
 def convert(value: Any, annotation: Any) -> Any:
-    """``value`` converted to ``annotation`` (int, float, bool, str, tuples, ``X | None``), else ``_WRONG``.
+    """``value`` converted to ``annotation`` (int, float, bool, str, list, dict, tuples, ``X | None``), else ``_WRONG``.
 
     Args:
         value: the value as read from JSON.
@@ -135,7 +142,7 @@ def convert(value: Any, annotation: Any) -> Any:
         return _WRONG
     if annotation is type(None):
         return None if value is None else _WRONG
-    if annotation is bool or annotation is str:
+    if annotation in (bool, str, list, dict):
         return value if isinstance(value, annotation) else _WRONG
     if annotation is int:  # JSON true/false are not numbers, though Python's bool is an int
         return value if isinstance(value, int) and not isinstance(value, bool) else _WRONG
@@ -152,38 +159,62 @@ def convert(value: Any, annotation: Any) -> Any:
     raise TypeError(f"config fields annotated {annotation!r} are not supported by config_from_dict")
 
 
-def type_name(annotation: Any) -> str:
-    """How an annotation reads in an error message: ``int``, ``int or null``, ``list of str``.
+# How a message names what a field takes: a type alone, and in a list of them ("a list of strings").
+_TYPE_NAMES: dict[Any, tuple[str, str]] = {
+    str: ("a string", "strings"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+    bool: ("true or false", "booleans"), type(None): ("null", "nulls"), list: ("a list", "lists"),
+    dict: ("an object", "objects"),
+}
+
+
+def type_name(annotation: Any, plural: bool = False) -> str:
+    """How the JSON a field takes reads in a message: "an integer", "a string or null", "a list of strings".
 
     Args:
-        annotation: a field's type annotation.
+        annotation: the field's type annotation (a type, ``X | Y``, ``tuple[X, ...]``, ``tuple[X, Y]``), or a
+            tuple of types as `isinstance` takes them.
+        plural: the words for several such values ("strings", "lists of integers"), as a list's items read.
 
     Returns:
-        Its name in JSON terms.
+        The words, the options of a union joined by "or".
     """
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if isinstance(annotation, tuple):
+        origin, args = types.UnionType, annotation
     if origin in (types.UnionType, typing.Union):
-        return " or ".join(type_name(option) for option in args)
-    if annotation is type(None):
-        return "null"
+        return " or ".join(type_name(option, plural) for option in args)
     if origin is tuple:
+        lists = "lists of" if plural else "a list of"
         if args[-1:] == (Ellipsis,):
-            return f"list of {type_name(args[0])}"
-        return f"list of {len(args)} ({', '.join(type_name(arg) for arg in args)})"
-    return annotation.__name__
+            return f"{lists} {type_name(args[0], plural=True)}"
+        if len(set(args)) == 1:
+            return f"{lists} {len(args)} {type_name(args[0], plural=True)}"
+        return f"{lists} {len(args)} ({', '.join(type_name(arg) for arg in args)})"
+    singular, several = _TYPE_NAMES.get(annotation, (annotation.__name__, annotation.__name__))
+    return several if plural else singular
 
 
 def json_type(value: Any) -> str:
-    """The JSON name of ``value``'s type, with the value when it is short.
+    """How a value read from JSON reads in a message: null, true, the number 3, the string "two", a list ...
+
+    A string, list or object is shown as JSON when that takes at most 40 characters, and named alone
+    ("a string") when it is longer.
 
     Args:
-        value: a value as read from JSON.
+        value: a value as read from JSON (a tuple reads as a list).
 
     Returns:
-        The type's name, followed by the value's repr when that is at most 40 characters (and not null).
+        The words for it.
     """
-    names = {type(None): "null", bool: "bool", int: "int", float: "float", str: "str", list: "list",
-             tuple: "list", dict: "object"}
-    name = names.get(type(value), type(value).__name__)
-    shown = repr(value)
-    return f"{name} {shown}" if value is not None and len(shown) <= 40 else name
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, tuple):
+        value = list(value)
+    kinds = {int: "number", float: "number", str: "string", list: "list", dict: "object"}
+    kind = next((name for cls, name in kinds.items() if isinstance(value, cls)), None)
+    if kind is None:
+        return f"a {type(value).__name__}"
+    shown = "" if kind != "number" and len(value) > 40 else json.dumps(value, ensure_ascii=False, default=repr)
+    if shown and len(shown) <= 40:
+        return f"the {kind} {shown}"
+    return "an object" if kind == "object" else f"a {kind}"

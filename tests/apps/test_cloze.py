@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from plm.apps.zeroshot.cloze import evaluate_cloze, read_cloze
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.errors import PLMError
 from plm.models import from_preset
 from tests.apps.zeroshot_stubs import PreferenceLM, tokenizer
@@ -42,8 +43,8 @@ def test_full_scoring_favours_the_likely_word_and_partial_scoring_what_follows_i
     model.prefer(context + book, sees)  # but " sees" is likelier after " book" (first choice)
     model.prefer(context + the_list, book[1], sees)  # than after " list" (second choice)
     path = write_jsonl(tmp_path / "wsc.jsonl", [WINOGRAD])
-    full = evaluate_cloze(model, tok, path, "full")
-    partial = evaluate_cloze(model, tok, path, "partial")
+    full = evaluate_cloze(ZeroShotOptions(model, tok), path, "full")
+    partial = evaluate_cloze(ZeroShotOptions(model, tok), path, "partial")
     assert (full.choices, full.correct, partial.choices, partial.correct) == ([1], 0, [0], 1)
     for option, full_score, partial_score in zip(WINOGRAD["options"], full.scores[0], partial.scores[0]):
         assert full_score == pytest.approx(table_logprob(model, tok, BEFORE, f" {option}{AFTER}"), abs=1e-4)
@@ -68,7 +69,7 @@ def test_scores_equal_a_gpt_run_on_each_candidate_alone(tmp_path: Path, batch_si
         {"query": "He and XXXXX sat down.", "options": ["she", "the token"], "answer": 1},
     ]
     path = write_jsonl(tmp_path / "cbt.jsonl", items)
-    result = evaluate_cloze(model, tok, path, "full", batch_size=batch_size)
+    result = evaluate_cloze(ZeroShotOptions(model, tok, batch_size), path, "full")
     expected = []
     for before, options in [
         ("The cat reads the book. A", [" dog", " cat", " list"]),
@@ -113,4 +114,4 @@ def test_partial_scoring_needs_text_after_the_blank(tmp_path: Path) -> None:
     )
     tok = tokenizer()
     with pytest.raises(PLMError, match="cloze.jsonl: item 2: partial scoring scores the text after the blank"):
-        evaluate_cloze(PreferenceLM(len(tok), {}), tok, path, "partial")
+        evaluate_cloze(ZeroShotOptions(PreferenceLM(len(tok), {}), tok), path, "partial")

@@ -29,7 +29,7 @@ from plm.errors import PLMError
 from plm.models import from_config
 from plm.storage.checkpoint import load_model
 from plm.training.parallel import Parallelism
-from plm.training.pretrain import check_model_name, model_config
+from plm.training.starting_model import check_model_name, model_config
 from plm.training.trainer import Trainer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "compare"
@@ -104,8 +104,9 @@ def test_a_minutes_budget_is_a_time_limit(tmp_path, text_file):
         ("steps = 0", "", "should be a number above 0"),
         ("steps = 6", '[[run]]\nname = "a"\nlearning_rate = 1e-3', r"run 1 \(a\): unknown option 'learning_rate'"),
         ("steps = 6", '[[run]]\nname = "a"\nconfig = { norm_frist = false }', "has no field norm_frist"),
-        ("steps = 6", '[[run]]\nname = "a"\nconfig = { norm_first = "no" }', "config.norm_first should be bool"),
-        ("steps = 6", '[[run]]\nname = "a"\nbatch_size = "8"', "batch_size should be int"),
+        ("steps = 6", '[[run]]\nname = "a"\nconfig = { norm_first = "no" }',
+         'config.norm_first should be true or false, got the string "no"'),
+        ("steps = 6", '[[run]]\nname = "a"\nbatch_size = "8"', 'batch_size should be an integer, got the string "8"'),
         ("steps = 6", '[[run]]\nname = "A b"\n[[run]]\nname = "a-b"', "share the directory 'a-b'"),
         ("steps = 6", "[[run]]\nlr = 1e-3", "run 1: needs a name"),
     ],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.apps.zeroshot.lambada import evaluate_lambada, read_lambada, stop_word_tokens
 from plm.errors import PLMError
 from tests.apps.zeroshot_stubs import PreferenceLM, tokenizer
@@ -63,7 +64,7 @@ def oracle_nll(model: PreferenceLM, tok, passages: list[tuple[str, str]]) -> flo
 @pytest.mark.parametrize("batch_size", [1, 3, 16])
 def test_accuracy_needs_the_whole_word_and_perplexity_is_per_word(passages: Path, batch_size: int) -> None:
     model, tok = stub_for(PASSAGES)
-    result = evaluate_lambada(model, tok, passages, batch_size=batch_size)
+    result = evaluate_lambada(ZeroShotOptions(model, tok, batch_size), passages)
     assert (result.correct, result.passages, result.accuracy) == (2, 4, 0.5)
     assert result.target_tokens == 1 + 4 + 1 + 3
     assert result.perplexity == pytest.approx(math.exp(oracle_nll(model, tok, PASSAGES) / 4), rel=1e-5)
@@ -73,11 +74,12 @@ def test_the_stop_word_filter_takes_the_best_answer_that_is_not_a_stop_word(pass
     model, tok = stub_for(PASSAGES)
     the, answer = tok.encode(" the")[0], tok.encode(" answer")[0]
     model.prefer(tok.encode(PASSAGES[0][0]), the, answer)  # "... sees the the": a stop word first
-    assert evaluate_lambada(model, tok, passages).correct == 1
-    filtered = evaluate_lambada(model, tok, passages, stop_words=True)
+    options = ZeroShotOptions(model, tok)
+    assert evaluate_lambada(options, passages).correct == 1
+    filtered = evaluate_lambada(options, passages, stop_words=True)
     assert filtered.correct == 2 and filtered.stop_word_filter  # " zhe" stays right: "he" is not its first token
     # The filter changes the answer, not the probabilities.
-    assert filtered.perplexity == pytest.approx(evaluate_lambada(model, tok, passages).perplexity, rel=1e-6)
+    assert filtered.perplexity == pytest.approx(evaluate_lambada(options, passages).perplexity, rel=1e-6)
 
 
 def test_stop_word_tokens_are_those_that_decode_to_a_stop_word() -> None:
@@ -95,7 +97,8 @@ def test_a_passage_longer_than_the_context_loses_its_beginning(tmp_path: Path) -
     ids = tok.encode(context) + tok.encode(target)
     model = PreferenceLM(len(tok), {}, context=16)
     model.prefer(ids[-17:-1], ids[-1])  # exactly the last 16 tokens before the target
-    result = evaluate_lambada(model, tok, write_jsonl(tmp_path / "long.jsonl", [{"text": context + target}]))
+    passage = write_jsonl(tmp_path / "long.jsonl", [{"text": context + target}])
+    result = evaluate_lambada(ZeroShotOptions(model, tok), passage)
     assert result.correct == 1
 
 
@@ -103,9 +106,9 @@ def test_a_passage_longer_than_the_context_loses_its_beginning(tmp_path: Path) -
     ("line", "message"),
     [
         ("{not json", "lambada.jsonl:2: not valid JSON"),
-        ('["a list"]', "lambada.jsonl:2: expected a JSON object"),
+        ('["a list"]', r'lambada.jsonl:2: expected a JSON object \{\.\.\.\}, got the list \["a list"\]'),
         ('{"txt": "a b"}', "lambada.jsonl:2: missing field 'text'"),
-        ('{"text": 3}', "lambada.jsonl:2: field 'text' should be a string, got 3"),
+        ('{"text": 3}', "lambada.jsonl:2: field 'text' should be a string, got the number 3"),
         ('{"text": "  single  "}', "lambada.jsonl:2: a passage needs at least two words"),
     ],
 )

@@ -9,6 +9,7 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.apps.zeroshot.summarize import evaluate_summaries, first_sentences
 from plm.core import CausalLMOutput
 from plm.errors import PLMError
@@ -63,7 +64,7 @@ def test_the_summary_is_three_sentences_after_tldr_scored_with_rouge(tmp_path: P
     tok = tokenizer()
     model = ScriptLM(tok, context=128)
     result = evaluate_summaries(
-        model, tok, write_jsonl(tmp_path / "news.jsonl", ARTICLES), max_new_tokens=32, batch_size=batch_size
+        ZeroShotOptions(model, tok, batch_size), write_jsonl(tmp_path / "news.jsonl", ARTICLES), max_new_tokens=32
     )
     summary = "The cat reads the book. A dog sees the answer! He sat down?"
     assert result.summaries == [summary, summary]
@@ -92,7 +93,7 @@ def test_sampling_is_top_k_2_as_in_the_paper(tmp_path: Path) -> None:
     tok = tokenizer()
     cat, dog = tok.encode(" cat")[0], tok.encode(" dog")[0]
     model = TwoLikelyTokensLM(len(tok), (cat, dog))
-    result = evaluate_summaries(model, tok, write_jsonl(tmp_path / "news.jsonl", ARTICLES), max_new_tokens=100)
+    result = evaluate_summaries(ZeroShotOptions(model, tok), write_jsonl(tmp_path / "news.jsonl", ARTICLES))
     words = " ".join(result.summaries).split()
     assert set(words) == {"cat", "dog"} and len(words) == 200  # both sampled, nothing else, no sentence end
 
@@ -101,8 +102,9 @@ def test_a_long_article_loses_its_beginning_and_an_empty_one_is_an_error(tmp_pat
     tok = tokenizer()
     model = ScriptLM(tok, context=64)
     long = {"article": "The cat reads the book. " * 40, "summary": "A cat."}
-    result = evaluate_summaries(model, tok, write_jsonl(tmp_path / "long.jsonl", [long]), max_new_tokens=32)
+    options = ZeroShotOptions(model, tok)
+    result = evaluate_summaries(options, write_jsonl(tmp_path / "long.jsonl", [long]), max_new_tokens=32)
     assert len(model.prompts[0]) == 64 - 32 and tok.decode(model.prompts[0]).endswith("book.\nTL;DR:")
     assert result.summaries == ["The cat reads the book. A dog sees the answer! He sat down?"]  # not the prompt's end
     with pytest.raises(PLMError, match="empty.jsonl:2: 'article' and 'summary' should not be empty"):
-        evaluate_summaries(model, tok, write_jsonl(tmp_path / "empty.jsonl", [long, {"article": " ", "summary": "x"}]))
+        evaluate_summaries(options, write_jsonl(tmp_path / "empty.jsonl", [long, {"article": " ", "summary": "x"}]))

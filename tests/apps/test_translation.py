@@ -10,7 +10,7 @@ import torch
 
 from plm.apps.attention_map import pair_attention
 from plm.data.dates import date_pairs
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq

@@ -16,10 +16,11 @@ import sacrebleu
 import torch
 
 from plm.apps.zeroshot.coqa import coqa_prompts, evaluate_coqa, read_coqa, turn_score
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.apps.zeroshot.open_qa import OpenQuestion, evaluate_open_qa, is_correct, most_confident, qa_prompts
 from plm.apps.zeroshot.prompting import Prompt, greedy_answers, split_examples
 from plm.apps.zeroshot.translation_prompt import evaluate_translation_prompt, translation_prompts
-from plm.data.parallel import SentencePair
+from plm.data.sentence_pairs import SentencePair
 from plm.errors import PLMError
 from plm.tasks.metrics import normalize_answer
 from tests.apps.zeroshot_stubs import tokenizer
@@ -118,7 +119,7 @@ def test_the_coqa_prompt_is_story_history_question_and_a(tmp_path: Path) -> None
 def test_coqa_scores_the_greedy_answers_as_the_official_script(tmp_path: Path, tok) -> None:
     path = write(tmp_path / "coqa.json", json.dumps(COQA))
     model = AnswerLM(tok, {"Who reads?\nA:": (" cat\n", 5.0), "read?\nA:": (" the red book\n", 5.0)})
-    result = evaluate_coqa(model, tok, path, batch_size=2)
+    result = evaluate_coqa(ZeroShotOptions(model, tok, batch_size=2), path)
     # turn 1: "cat" matches every group (1, 1); turn 2: EM 2/3, F1 8/9 (the case above)
     assert result.f1 == pytest.approx((1 + 8 / 9) / 2)  # fractions, as every rate plm writes
     assert result.exact_match == pytest.approx((1 + 2 / 3) / 2)
@@ -126,8 +127,8 @@ def test_coqa_scores_the_greedy_answers_as_the_official_script(tmp_path: Path, t
                                   {"id": "s1", "turn_id": 2, "answer": "the red book"}]
     assert model.prompts == [prompt.text for prompt in coqa_prompts(read_coqa(path)[0], str(path))]
     assert (result.questions, result.prompts_cut) == (2, 0)
-    assert evaluate_coqa(model, tok, path, limit=1).as_dict() == {"f1": 1.0, "exact_match": 1.0, "questions": 1,
-                                                                  "prompts_cut": 0}
+    assert evaluate_coqa(ZeroShotOptions(model, tok, limit=1), path).as_dict() == {
+        "f1": 1.0, "exact_match": 1.0, "questions": 1, "prompts_cut": 0}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -216,7 +217,7 @@ def test_qa_exact_match_overall_and_on_the_most_confident(tmp_path: Path, tok) -
         "down\nA:": (" He\n", 8.0),  # right
         "token\nA:": (" cat\n", 1.0),  # wrong
     })
-    result = evaluate_open_qa(model, tok, path, shots=1, fraction=0.5)
+    result = evaluate_open_qa(ZeroShotOptions(model, tok), path, shots=1, fraction=0.5)
     assert result.as_dict() == {
         "exact_match": 0.5, "questions": 4, "correct": 2, "confident_fraction": 0.5, "confident_questions": 2,
         "confident_correct": 2, "confident_exact_match": 1.0, "shots": 1, "prompts_cut": 0,
@@ -226,25 +227,26 @@ def test_qa_exact_match_overall_and_on_the_most_confident(tmp_path: Path, tok) -
         [model.probability(logit) ** 2 for logit in (10.0, 6.0, 8.0, 1.0)]
     )
     assert model.prompts[0] == "Q: who reads the book\nA: the cat\n\nQ: who sees the answer\nA:"
-    assert evaluate_open_qa(model, tok, path, shots=1, limit=2, fraction=0.5).confident_exact_match == 1.0
+    first_two = evaluate_open_qa(ZeroShotOptions(model, tok, limit=2), path, shots=1, fraction=0.5)
+    assert first_two.confident_exact_match == 1.0
 
 
 def test_examples_from_another_file_leave_every_question_scored(tmp_path: Path, tok) -> None:
     path = write_jsonl(tmp_path / "nq.jsonl", QUESTIONS)
     examples = write_jsonl(tmp_path / "train.jsonl", [{"question": "who sat", "answer": ["he"]}])
     model = AnswerLM(tok, {})
-    result = evaluate_open_qa(model, tok, path, shots=1, examples=examples)
+    result = evaluate_open_qa(ZeroShotOptions(model, tok), path, shots=1, examples=examples)
     assert result.questions == 5 and model.prompts[0] == "Q: who sat\nA: he\n\nQ: who reads the book\nA:"
     with pytest.raises(PLMError, match="train.jsonl: 2 examples asked for, the file holds 1"):
-        evaluate_open_qa(model, tok, path, shots=2, examples=examples)
+        evaluate_open_qa(ZeroShotOptions(model, tok), path, shots=2, examples=examples)
     with pytest.raises(PLMError, match="nq.jsonl: 5 items, none left to evaluate after the 5 examples"):
-        evaluate_open_qa(model, tok, path, shots=5)
+        evaluate_open_qa(ZeroShotOptions(model, tok), path, shots=5)
 
 
 def test_a_question_out_of_format_names_its_line(tmp_path: Path, tok) -> None:
     path = write_jsonl(tmp_path / "nq.jsonl", [QUESTIONS[0], {"question": "who", "answer": [1]}])
     with pytest.raises(PLMError, match="nq.jsonl:2: 'answer' should be a list of at least one string"):
-        evaluate_open_qa(AnswerLM(tok, {}), tok, path)
+        evaluate_open_qa(ZeroShotOptions(AnswerLM(tok, {}), tok), path)
 
 
 def test_split_examples_takes_the_first_items_of_the_examples_or_of_the_file() -> None:
@@ -266,7 +268,7 @@ def test_translation_keeps_the_first_sentence_and_scores_corpus_bleu(tmp_path: P
     src = write(tmp_path / "test.en", "The cat reads.\nA dog sees the answer.\nHe sat down.\n")
     ref = write(tmp_path / "test.fr", "Le chat lit.\nUn chien voit la réponse.\nIl s'assit.\n")
     model = AnswerLM(tok, {"answer. =": (" Un chien voit la réponse. Le chat\n", 3.0), "down. =": (" Il lit.\n", 3.0)})
-    result = evaluate_translation_prompt(model, tok, src, ref, shots=1)
+    result = evaluate_translation_prompt(ZeroShotOptions(model, tok), src, ref, shots=1)
     assert result.translations == ["Un chien voit la réponse.", "Il lit."]
     assert model.prompts == ["The cat reads. = Le chat lit.\nA dog sees the answer. =",
                              "The cat reads. = Le chat lit.\nHe sat down. ="]
@@ -274,4 +276,4 @@ def test_translation_keeps_the_first_sentence_and_scores_corpus_bleu(tmp_path: P
     assert result.bleu == pytest.approx(expected) and 0 < expected < 100
     assert (result.exact_match, result.sentences, result.shots) == (0.5, 2, 1)
     with pytest.raises(PLMError, match="give both example files"):
-        evaluate_translation_prompt(model, tok, src, ref, examples_src=src)
+        evaluate_translation_prompt(ZeroShotOptions(model, tok), src, ref, examples_src=src)

@@ -318,11 +318,11 @@ def test_the_zero_shot_evaluations_show_their_bar_unless_no_progress(metric, no_
     module, function, inputs = ZERO_SHOT[metric]
     asked = {}
 
-    def stop(*args, progress, **kwargs):
-        asked["progress"] = progress
+    def stop(options, *args, **kwargs):
+        asked["progress"] = options.progress
         raise SystemExit(0)
 
-    monkeypatch.setattr(f"{module}.load_causal_lm", lambda args: (None, None))
+    monkeypatch.setattr("plm.cli.eval_common.load_causal_lm", lambda args: (None, None))
     monkeypatch.setattr(f"{module}.{function}", stop)
     with pytest.raises(SystemExit):
         main(["eval", metric, "--model", "m", *inputs, *(["--no-progress"] if no_progress else [])])

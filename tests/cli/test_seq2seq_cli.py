@@ -14,7 +14,7 @@ from plm import progress
 from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
 from plm.decoding import GenerationConfig, beam_search
-from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq
+from plm.training.train_seq2seq import Seq2SeqSetup, prepare_seq2seq
 from plm.training.trainer import TrainingConfig
 from tests.conftest import DATE_PAIRS
 

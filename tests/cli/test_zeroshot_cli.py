@@ -11,6 +11,7 @@ import torch
 
 import plm
 from plm.apps.zeroshot.cloze import evaluate_cloze
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.apps.zeroshot.lambada import evaluate_lambada
 from plm.cli.main import main
 from tests.apps.zeroshot_stubs import tokenizer
@@ -39,7 +40,7 @@ def test_lambada_prints_a_table_and_writes_the_library_numbers(model_dir: Path, 
     assert "LAMBADA" in printed and "accuracy" in printed and "perplexity" in printed
     assert re.search(r"\n  passages +2\n", printed) and re.search(r"\n  stop_word_filter +no\n", printed)
     model, tok = plm.load_pretrained(model_dir)
-    assert json.loads(out.read_text()) == pytest.approx(evaluate_lambada(model, tok, data).as_dict())
+    assert json.loads(out.read_text()) == pytest.approx(evaluate_lambada(ZeroShotOptions(model, tok), data).as_dict())
 
 
 def test_cloze_with_partial_scoring_writes_the_library_numbers(model_dir: Path, tmp_path: Path) -> None:
@@ -51,7 +52,8 @@ def test_cloze_with_partial_scoring_writes_the_library_numbers(model_dir: Path, 
             "--json", str(out)]
     assert main(args) == 0
     model, tok = plm.load_pretrained(model_dir)
-    assert json.loads(out.read_text()) == pytest.approx(evaluate_cloze(model, tok, data, "partial", "_").as_dict())
+    expected = evaluate_cloze(ZeroShotOptions(model, tok), data, "partial", "_").as_dict()
+    assert json.loads(out.read_text()) == pytest.approx(expected)
 
 
 def test_summarize_writes_rouge_and_the_summaries(model_dir: Path, tmp_path: Path) -> None:

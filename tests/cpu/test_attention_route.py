@@ -1,10 +1,10 @@
-"""plm.cpu.attention: bf16 heads trained on the CPU attend in fp32; inference keeps SDPA in bf16."""
+"""plm.cpu.sdpa: bf16 heads trained on the CPU attend in fp32; inference keeps SDPA in bf16."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.cpu import attention
+from plm.cpu import sdpa as attention
 
 
 def heads(dtype: torch.dtype, requires_grad: bool) -> list[torch.Tensor]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from plm.data.parallel import (
+from plm.data.sentence_pairs import (
     EncodedPairs,
     SentencePair,
     Seq2SeqTokenizers,

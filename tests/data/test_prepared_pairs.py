@@ -13,9 +13,9 @@ import pytest
 import plm.data.workers as workers_module
 from plm.cli.main import main
 from plm.data.dates import date_pairs
-from plm.data.parallel import EncodedPairs, ParallelText, SentencePair, Seq2SeqTokenizers, token_budget_batches
 from plm.data.prepare import PrepareOptions, held_out, prepare_pairs
 from plm.data.prepared import PreparedPairs
+from plm.data.sentence_pairs import EncodedPairs, ParallelText, SentencePair, Seq2SeqTokenizers, token_budget_batches
 from plm.errors import PLMError
 
 QUIET = PrepareOptions(progress=False)

@@ -24,7 +24,7 @@ import torch
 import plm.hf
 from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import from_config

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from plm.data.dates import date_pairs, is_held_out, ordinal_words, styles, year_words
-from plm.data.parallel import EncodedPairs, SentencePair, Seq2SeqTokenizers
+from plm.data.sentence_pairs import EncodedPairs, SentencePair, Seq2SeqTokenizers
 from plm.decoding import GenerationConfig
 from plm.errors import PLMError
 from plm.models import RNNConfig, RNNSeq2Seq
-from plm.objectives.seq2seq import Seq2SeqObjective, cross_entropies
+from plm.objectives.teacher_forcing import Seq2SeqObjective, cross_entropies
 from plm.storage.checkpoint import save_model
 from plm.training.averaging import average_checkpoints
 from plm.training.trainer import Trainer, TrainingConfig

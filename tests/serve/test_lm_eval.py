@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 import plm
 from plm.apps.text_pipelines import left_pad
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.apps.zeroshot.lambada import evaluate_lambada, split_last_word
 from plm.apps.zeroshot.scoring import score_continuations
 from plm.decoding import generate
@@ -122,7 +123,7 @@ def test_lm_eval_scores_lambada_through_plm_serve_as_plm_eval_lambada_does(evalu
     for text, scored in zip(texts, expected):
         logprob, greedy = answers[text]
         assert logprob == pytest.approx(scored.logprob, abs=1e-4) and greedy == scored.greedy
-    plm_eval = evaluate_lambada(model, tokenizer, passages)
+    plm_eval = evaluate_lambada(ZeroShotOptions(model, tokenizer), passages)
     results = evaluated["results"]["plm_lambada"]
     assert results["acc,none"] == plm_eval.accuracy and 0 < plm_eval.accuracy < 1  # some right, some wrong
     assert results["perplexity,none"] == pytest.approx(plm_eval.perplexity, rel=1e-4)

@@ -26,7 +26,7 @@ from plm.apps.translation import load_seq2seq
 from plm.cli.main import main
 from plm.core import attention_weights
 from plm.data.dates import date_pairs
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.decoding import GenerationConfig, generate
 from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.objectives.translation import recipe_decoding, translate, translate_ids
@@ -497,7 +497,7 @@ def test_attention_gives_plm_attentions_map_of_a_layer_and_head_or_their_mean(cl
 
 BAD_REQUESTS = {
     "malformed JSON": ("/generate", b'{"prompt": ', "malformed JSON"),
-    "not an object": ("/generate", b'["The cat"]', "must be a JSON object, got a list"),
+    "not an object": ("/generate", b'["The cat"]', 'must be a JSON object, got the list ["The cat"]'),
     "NaN": ("/generate", b'{"model": "gpt", "prompt": "x", "temperature": NaN}', "NaN is not a JSON number"),
     "missing field": ("/generate", {"model": "gpt"}, "missing field 'prompt' (a string)"),
     "ill-typed field": ("/generate", {"model": "gpt", "prompt": 3}, "'prompt' must be a string, got the number 3"),

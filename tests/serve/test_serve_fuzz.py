@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 
 import plm
 from plm.data.dates import date_pairs
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.models import from_preset
 from plm.serve import BackgroundServer, create_app, load_service
 from plm.serve.requests import FIELDS

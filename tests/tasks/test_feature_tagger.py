@@ -13,7 +13,7 @@ from plm.cli.main import main
 from plm.models import from_preset
 from plm.storage.checkpoint import load_model, save_model
 from plm.tasks.encoding import collate, first_pieces
-from plm.tasks.feature_tagger import feature_tagger
+from plm.tasks.feature_based import feature_tagger
 from plm.tasks.readers import TaggedSentence
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.task_objective import TaskObjective, build_task, encode_all, model_inputs

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 from plm.errors import PLMError
 from plm.models import from_preset
+from plm.tasks.bilstm import BiLSTMTagger, LayerCombination, ScalarMix, encoder_word_features
 from plm.tasks.encoding import collate, encode_tagged
 from plm.tasks.readers import TaggedSentence
-from plm.tasks.tagger import BiLSTMTagger, LayerCombination, ScalarMix, encoder_word_features
 from plm.tokenization.tokenizer import Tokenizer
 
 VOCABULARY = "[PAD] [UNK] [CLS] [SEP] [MASK] the a cat dog sees run ##ner ##ning ##s jump ##ing".split()

@@ -65,8 +65,10 @@ def test_jsonl_reads_text_pair_and_label_and_names_bad_lines(tmp_path):
     assert [e.line for e in read_jsonl(good)] == [1, 3]
     with pytest.raises(PLMError, match=r"b.jsonl:2: not valid JSON"):
         read_jsonl(write(tmp_path, "b.jsonl", '{"text": "a"}\n{"text": \n'))
-    with pytest.raises(PLMError, match=r'c.jsonl:1: "text" \(and "text_pair", if given\) must be strings'):
+    with pytest.raises(PLMError, match=r"c.jsonl:1: field 'text' should be a string, got the number 3"):
         read_jsonl(write(tmp_path, "c.jsonl", '{"text": 3}\n'))
+    with pytest.raises(PLMError, match=r"d.jsonl:1: field 'text_pair' should be a string or null, got the list \[\]"):
+        read_jsonl(write(tmp_path, "d.jsonl", '{"text": "a", "text_pair": []}\n'))
 
 
 def test_conll_iob1_comes_back_as_bio(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.tokenization.released import FSMTTokenizer, MarianTokenizer
 from tests.conftest import SHARED_DATA

@@ -15,7 +15,8 @@ from plm.errors import PLMError
 from plm.models import RECIPES
 from plm.models.recipe import PaperScale, TranslationScale
 from plm.training.paper_scale import accumulation, paper_run, translation_run
-from plm.training.pretrain import PretrainSetup, block_size_of, prepare, steps_for_epochs
+from plm.training.pretrain import PretrainSetup, block_size_of, prepare
+from plm.training.trainer import steps_for_epochs
 from plm.training.trainer import TrainingConfig
 
 QUICK = ["--vocab-size", "300", "--no-progress", "--device", "cpu", "--precision", "fp32"]
@@ -97,7 +98,7 @@ def test_flags_given_explicitly_win() -> None:
 
 def test_a_run_in_epochs_reads_the_text_that_many_times_and_a_short_phase_comes_first(text_file: Path,
                                                                                        tmp_path: Path) -> None:
-    assert steps_for_epochs(2.5, train_tokens=1000, tokens_per_step=300) == 9  # 2,500 tokens: 8.3 steps
+    assert steps_for_epochs(2.5, per_epoch=1000, per_step=300) == 9  # 2,500 tokens: 8.3 steps
     setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, batch_size=4,
                           block_size=16, short_block_size=8, short_steps=2)
     trainer, _ = prepare(setup, TrainingConfig(epochs=2, grad_accum=2, device="cpu"), tmp_path / "run")

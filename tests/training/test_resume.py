@@ -207,7 +207,7 @@ def interrupted_then_resumable(setup: Any, config: TrainingConfig, out: Path,
     """Train into ``out`` until interrupted during step 6; return the trainer a new process would resume with.
 
     ``build(setup, config, out, resume=...)`` makes the trainer: :func:`plm.training.pretrain.prepare`, or
-    another recipe's (:func:`plm.training.seq2seq.prepare_seq2seq`).
+    another recipe's (:func:`plm.training.train_seq2seq.prepare_seq2seq`).
     """
     interrupted, _ = build(setup, config, out)
     draw = interrupted.objective.batch

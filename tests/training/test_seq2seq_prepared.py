@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from plm.cli.main import main
-from plm.data.parallel import ParallelText, Seq2SeqTokenizers
 from plm.data.prepare import PrepareOptions, prepare_pairs
 from plm.data.prepared import PreparedPairSplit
+from plm.data.sentence_pairs import ParallelText, Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.training.pretrain import PretrainSetup, prepare
-from plm.training.seq2seq import Seq2SeqSetup, prepare_seq2seq, train_seq2seq
+from plm.training.train_seq2seq import Seq2SeqSetup, prepare_seq2seq, train_seq2seq
 from plm.training.trainer import TrainingConfig
 from tests.conftest import DATE_PAIRS
 from tests.training.test_resume import IN_PROCESS, interrupted_then_resumable, logged_losses

@@ -58,7 +58,7 @@ def test_block_size_beyond_the_context_is_refused(tmp_path: Path, text_file: Pat
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PLMError, match="no checkpoint to resume from"):
-        prepare(PretrainSetup(model="gpt2-micro"), TrainingConfig(**TINY), tmp_path / "empty", resume=True)
+        pretrain(PretrainSetup(model="gpt2-micro"), TrainingConfig(**TINY), tmp_path / "empty", resume=True)
 
 
 def test_weight_decay_on_weight_matrices_only_and_no_trust_ratio_for_biases_and_norms() -> None:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from plm.core import MultiHeadAttention, attention_weights
-from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.objectives.translation import recipe_decoding, translate_ids
 from plm.storage.atomic_files import atomic_open
+from plm.tokenization.protocol import TokenizerLike
 from plm.tokenization.tokenizer import Tokenizer
 
 
@@ -48,7 +49,7 @@ class AttentionMap:
     heads: int = 1
 
 
-def token_labels(tokenizer: SideTokenizer, ids: Sequence[int]) -> list[str]:
+def token_labels(tokenizer: TokenizerLike, ids: Sequence[int]) -> list[str]:
     """How each token reads: its own text without surrounding spaces; "␣" for a token of spaces only.
 
     Args:

@@ -40,6 +40,7 @@ import tomllib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,13 @@ from plm.errors import PLMError
 from plm.models import PRESETS, RECIPES, model_class
 from plm.storage.atomic_files import atomic_open, make_directory, read_json, write_json
 from plm.storage.checkpoint import has_checkpoint
-from plm.training.pretrain import PretrainSetup, block_size_of, check_model_name, model_config, prepare
-from plm.training.run_directory import METRICS_FILE, changed_fields, file_digest, run_lock
-from plm.training.trainer import TrainingConfig
+from plm.tokenization.tokenizer import Tokenizer
+from plm.training.pretrain import PretrainSetup, block_size_of, prepare
+from plm.training.run_directory import METRICS_FILE, RESULT_FILE, changed_fields, file_digest, run_lock
+from plm.training.starting_model import check_model_name, model_config
+from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 BUDGETS = ("steps", "tokens", "minutes")
-RESULT_FILE = "result.json"  # written into a run directory once its run has finished
 DEFINITION_FILE = "definition.json"  # what defined the run (run_definition), written before its first step
 SETUP_FIELDS = {f.name: f for f in dataclasses.fields(PretrainSetup) if f.name != "model_overrides"}
 TRAINING_FIELDS = {
@@ -329,13 +331,13 @@ def run_definition(run: RunSpec) -> dict[str, Any]:
     }))
 
 
-def check_metric(spec: CompareSpec, run: RunSpec, trainer: Any, where: str) -> None:
+def check_metric(spec: CompareSpec, run: RunSpec, trainer: Trainer, where: str) -> None:
     """Refuse a metric the run will not log, before its first step: the loss terms come from one batch.
 
     Args:
         spec: the comparison.
         run: the run.
-        trainer (Any): the run's trainer, prepared.
+        trainer: the run's trainer, prepared.
         where: the spec, for the error messages.
 
     Raises:
@@ -386,17 +388,47 @@ def compare(spec: CompareSpec, out: str | Path, progress: Callable[[str], None] 
                     changes = changed_fields(saved, definition) if saved is not None else ["no saved definition"]
                     progress(f"{label}: changed since it ran ({', '.join(changes[:4])}); training again")
                 progress(f"{label}: {'resuming' if resume else 'training'} ({spec.budget.describe()}) in {directory}")
-                trainer, _ = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
-                check_metric(spec, run, trainer, where)
-                if not resume:
-                    (make_directory(directory) / RESULT_FILE).unlink(missing_ok=True)
-                    write_json(directory / DEFINITION_FILE, definition)
-                final = trainer.train(resume=resume, overwrite=not resume)
-                final["parameters"] = trainer.model.num_parameters()
-                write_json(directory / RESULT_FILE, final)
+                train_run(directory, resume, not resume, None,
+                          partial(prepare_run, spec, run, directory, resume, definition, where), keep_result)
             results.append(RunResult(run.name, directory, read_json(directory / RESULT_FILE),
                                      validation_curve(directory, spec.metric)))
     return results
+
+
+def prepare_run(spec: CompareSpec, run: RunSpec, directory: Path, resume: bool, definition: dict[str, Any],
+                where: str) -> tuple[Trainer, Tokenizer]:
+    """A run's trainer, its metric checked and its definition written (a new run's), before its first step.
+
+    Args:
+        spec: the comparison.
+        run: the run.
+        directory: its run directory, checked and locked.
+        resume: the run continues the one in ``directory``.
+        definition: its [`run_definition`][plm.apps.compare.run_definition].
+        where: the spec, for the error messages.
+
+    Returns:
+        The trainer and the run's tokenizer.
+
+    Raises:
+        PLMError: the run cannot train, or does not log the spec's metric.
+    """
+    trainer, tokenizer = prepare(run.setup, run.training, directory, resume=resume, overwrite=not resume)
+    check_metric(spec, run, trainer, where)
+    if not resume:
+        write_json(make_directory(directory) / DEFINITION_FILE, definition)
+    return trainer, tokenizer
+
+
+def keep_result(trainer: Trainer, tokenizer: Tokenizer, metrics: dict[str, float]) -> None:
+    """Write a finished run's last metrics and its parameter count, which mark it finished.
+
+    Args:
+        trainer: the run's trainer, trained.
+        tokenizer: its tokenizer.
+        metrics: its last metrics.
+    """
+    write_json(trainer.out / RESULT_FILE, metrics | {"parameters": trainer.model.num_parameters()})
 
 
 def validation_curve(directory: Path, metric: str) -> list[tuple[int, float, float]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.errors import PLMError, with_article
 from plm.loading import opened
 from plm.models.base import Seq2SeqModel

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
-from plm.data.parallel import Seq2SeqTokenizers, reads_reversed
+from plm.data.sentence_pairs import Seq2SeqTokenizers, reads_reversed
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo

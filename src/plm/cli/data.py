@@ -7,9 +7,9 @@ import argparse
 from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_no_progress, positive_float, positive_int
 from plm.cli.seq2seq import add_sentence_pairs
-from plm.data.parallel import ParallelText, Seq2SeqTokenizers
 from plm.data.prepare import PrepareOptions, join_prepared, prepare_corpus, prepare_pairs
 from plm.data.prepared import PreparedCorpus, PreparedPairs
+from plm.data.sentence_pairs import ParallelText, Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.tokenization.tokenizer import Tokenizer
 

@@ -17,7 +17,7 @@ from plm.cli.common import (
 )
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.cli.translate import add_decoding, decoding_config, search_json
-from plm.data.parallel import read_parallel
+from plm.data.sentence_pairs import read_parallel
 from plm.objectives.translation import score_translations, translate
 
 EXAMPLES = """examples:

@@ -5,16 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.cloze import SCORINGS, evaluate_cloze
-from plm.cli.common import (
-    HelpFormatter,
-    add_device,
-    add_model,
-    add_no_progress,
-    add_weights,
-    load_causal_lm,
-    positive_int,
-)
-from plm.cli.eval_common import add_json, check_outputs, report
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, add_weights, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report, zero_shot_options
 
 EXAMPLES = """examples:
   plm eval cloze --model runs/pretrain cbt_ne.jsonl
@@ -50,7 +42,5 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_cloze(args: argparse.Namespace) -> None:
     check_outputs(args.json)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_cloze(model, tokenizer, args.file, args.scoring, args.blank, args.batch_size,
-                            progress=not args.no_progress)
+    result = evaluate_cloze(zero_shot_options(args), args.file, args.scoring, args.blank)
     report(f"cloze ({args.scoring} scoring): {args.file}", result.as_dict(), args.json)

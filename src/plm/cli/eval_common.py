@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping
 
+from plm.apps.zeroshot.evaluation import ZeroShotOptions
 from plm.cli import flags
-from plm.cli.common import add_device, add_no_progress, add_weights, check_output_file, positive_int
+from plm.cli.common import (
+    add_device,
+    add_no_progress,
+    add_weights,
+    check_output_file,
+    load_causal_lm,
+    positive_int,
+)
 from plm.storage.atomic_files import write_json
 
 
@@ -25,6 +33,13 @@ def add_prompted_answers(parser: argparse.ArgumentParser, answer: str, max_new_t
     add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
+
+
+def zero_shot_options(args: argparse.Namespace) -> ZeroShotOptions:
+    """What a zero-shot command evaluates, and how: --model's causal LM and tokenizer (see `load_causal_lm`),
+    --batch-size, --limit where the command takes it, and a progress bar unless --no-progress."""
+    model, tokenizer = load_causal_lm(args)
+    return ZeroShotOptions(model, tokenizer, args.batch_size, getattr(args, "limit", None), not args.no_progress)
 
 
 def report_answers(args: argparse.Namespace, title: str, numbers: Mapping[str, Any], predictions: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 
 from plm.apps.zeroshot.coqa import evaluate_coqa
 from plm.cli import flags
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm
-from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
+from plm.cli.common import HelpFormatter, add_model
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers, zero_shot_options
 
 EXAMPLES = """examples:
   plm eval coqa --model runs/pretrain coqa-dev-v1.0.json --limit 500
@@ -40,7 +40,5 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_coqa(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_coqa(model, tokenizer, args.file, args.limit, args.max_new_tokens, args.batch_size,
-                           progress=not args.no_progress)
+    result = evaluate_coqa(zero_shot_options(args), args.file, args.max_new_tokens)
     report_answers(args, f"CoQA (F1 and exact match, fractions): {args.file}", result.as_dict(), result.predictions)

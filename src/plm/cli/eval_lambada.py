@@ -5,16 +5,8 @@ from __future__ import annotations
 import argparse
 
 from plm.apps.zeroshot.lambada import evaluate_lambada
-from plm.cli.common import (
-    HelpFormatter,
-    add_device,
-    add_model,
-    add_no_progress,
-    add_weights,
-    load_causal_lm,
-    positive_int,
-)
-from plm.cli.eval_common import add_json, check_outputs, report
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, add_weights, positive_int
+from plm.cli.eval_common import add_json, check_outputs, report, zero_shot_options
 
 EXAMPLES = """examples:
   plm eval lambada --model runs/pretrain lambada_test.jsonl
@@ -49,7 +41,5 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_lambada(args: argparse.Namespace) -> None:
     check_outputs(args.json)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_lambada(model, tokenizer, args.file, args.stop_word_filter, args.batch_size,
-                               progress=not args.no_progress)
+    result = evaluate_lambada(zero_shot_options(args), args.file, args.stop_word_filter)
     report(f"LAMBADA: {args.file}", result.as_dict(), args.json)

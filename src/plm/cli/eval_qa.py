@@ -6,8 +6,8 @@ import argparse
 
 from plm.apps.zeroshot.open_qa import evaluate_open_qa
 from plm.cli import flags
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm
-from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
+from plm.cli.common import HelpFormatter, add_model
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers, zero_shot_options
 
 EXAMPLES = """examples:
   plm eval qa --model runs/pretrain NQ-open.dev.jsonl --limit 500
@@ -44,9 +44,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_qa(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_open_qa(model, tokenizer, args.file, args.shots, args.examples, args.limit,
-                              args.confident_fraction, args.max_new_tokens, args.batch_size,
-                              progress=not args.no_progress)
+    result = evaluate_open_qa(zero_shot_options(args), args.file, args.shots, args.examples, args.confident_fraction,
+                              args.max_new_tokens)
     report_answers(args, f"open-domain QA (exact match, a fraction): {args.file}", result.as_dict(),
                    result.predictions)

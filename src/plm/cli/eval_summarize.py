@@ -13,10 +13,9 @@ from plm.cli.common import (
     add_no_progress,
     add_seed,
     add_weights,
-    load_causal_lm,
     positive_int,
 )
-from plm.cli.eval_common import add_json, check_outputs, report
+from plm.cli.eval_common import add_json, check_outputs, report, zero_shot_options
 from plm.storage.atomic_files import write_json
 
 EXAMPLES = """examples:
@@ -55,11 +54,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_summarize(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_summaries(
-        model, tokenizer, args.file, args.max_new_tokens, args.top_k, args.sentences, args.seed, args.batch_size,
-        progress=not args.no_progress,
-    )
+    result = evaluate_summaries(zero_shot_options(args), args.file, args.max_new_tokens, args.top_k, args.sentences,
+                                args.seed)
     report(f"summaries (ROUGE F1, fractions): {args.file}", result.as_dict(), args.json)
     if args.predictions:
         write_json(args.predictions, result.summaries)

@@ -6,8 +6,8 @@ import argparse
 
 from plm.apps.zeroshot.translation_prompt import evaluate_translation_prompt
 from plm.cli import flags
-from plm.cli.common import HelpFormatter, add_model, load_causal_lm
-from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers
+from plm.cli.common import HelpFormatter, add_model
+from plm.cli.eval_common import add_prompted_answers, check_outputs, report_answers, zero_shot_options
 
 EXAMPLES = """examples:
   plm eval translate --model runs/pretrain --src test_2016_flickr.en --ref test_2016_flickr.fr
@@ -41,9 +41,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 def run_translate(args: argparse.Namespace) -> None:
     check_outputs(args.json, args.predictions)
-    model, tokenizer = load_causal_lm(args)
-    result = evaluate_translation_prompt(
-        model, tokenizer, args.src, args.ref, args.shots, args.examples_src, args.examples_ref, args.limit,
-        args.max_new_tokens, args.batch_size, progress=not args.no_progress,
-    )
+    result = evaluate_translation_prompt(zero_shot_options(args), args.src, args.ref, args.shots, args.examples_src,
+                                         args.examples_ref, args.max_new_tokens)
     report_answers(args, f"translation by prompting: {args.src} -> {args.ref}", result.as_dict(), result.translations)

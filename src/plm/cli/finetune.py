@@ -13,14 +13,13 @@ from plm.cli.common import (
     add_run_directory,
     add_task_input,
     add_training_precision,
-    check_output_directory,
     parallelism,
     positive_int,
 )
 from plm.cli.run_definition import RunFlags, run_definition
+from plm.tasks.bilstm import COMBINATIONS, MixOptions
 from plm.tasks.finetune import FinetuneSetup, finetune
 from plm.tasks.heads import POOLINGS
-from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tasks.task_objective import TASKS
 
 RUN = RunFlags("finetune", data=("train", "validation"), paths=("model", "elmo"), required=("task",),
@@ -181,12 +180,10 @@ def run_finetune(args: argparse.Namespace) -> None:
         mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
         parallelism=parallelism(args), save_every=args.save_every, report_to=args.report_to,
     )
-    setup.validate()
-    out = check_output_directory(args.out)
-    result = finetune(setup, out, overwrite=args.overwrite, resume=args.resume, definition=definition)
+    result = finetune(setup, args.out, overwrite=args.overwrite, resume=args.resume, definition=definition)
     if not result.main_process:
         return
     for run in result.runs:
         scores = ", ".join(f"{k} {v:.4f}" for k, v in run.items() if k.startswith("val_") and isinstance(v, float))
         print(f"lr {run['lr']:g} seed {run['seed']}: {scores}")
-    print(f"best: lr {result.best['lr']:g} seed {result.best['seed']}; model in {out}")
+    print(f"best: lr {result.best['lr']:g} seed {result.best['seed']}; model in {args.out}")

@@ -24,9 +24,8 @@ from typing import Any
 from plm.cpu.int8 import QUANTIZATIONS
 from plm.device import DEVICES, PRECISIONS
 from plm.errors import FIELD
-from plm.models.recipe import OPTIMIZERS, SCHEDULES
+from plm.models.recipe import HYPERPARAMETER_SETS, OPTIMIZERS, SCHEDULES
 from plm.training.parallel import STRATEGIES
-from plm.training.pretrain import HYPERPARAMETER_SETS
 from plm.training.tensorboard import REPORTERS
 
 DECLARED: Any = object()  # Flag.add's default: the declared one

@@ -12,7 +12,7 @@ import torch
 
 import plm
 from plm.cli import (
-    attention,
+    attention_map,
     compare,
     convert,
     data,
@@ -40,7 +40,7 @@ from plm.training.distributed import is_first_process
 
 COMMANDS = (
     demo, tokenizer, data, pretrain, finetune, predict, seq2seq, translate, generate, fill_mask, embed, elmo, evaluate,
-    attention, serve, compare, overlap, convert, quantize, plan,
+    attention_map, serve, compare, overlap, convert, quantize, plan,
 )
 
 

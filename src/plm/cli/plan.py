@@ -46,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--memory", default="auto", help="bytes per process, like 16GB or 80GiB; auto: this GPU's "
                         "free memory, or the available RAM shared by the processes")
     flags.JSON.add(parser)
+    parser.name_fields(batch="--batch-size", block="--block-size")
     parser.set_defaults(run=run)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_model, write_model_directory
 from plm.cpu.int8 import quantize
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.loading import is_plm_directory, load_pretrained
 from plm.models.base import Seq2SeqModel
 from plm.storage.checkpoint import WEIGHTS_FILE, model_directory, save_model

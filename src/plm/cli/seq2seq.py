@@ -26,16 +26,16 @@ from plm.cli.common import (
 )
 from plm.cli.flags import in_flags
 from plm.cli.run_definition import RunFlags, run_definition
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.loading import is_plm_directory
 from plm.models import PRESETS, RECIPES, Seq2SeqModel
-from plm.objectives.seq2seq import Seq2SeqObjective
+from plm.objectives.teacher_forcing import Seq2SeqObjective
 from plm.storage.checkpoint import is_training_run, save_model
 from plm.training.averaging import average_run
 from plm.training.distributed import is_first_process
 from plm.training.paper_scale import translation_run
 from plm.training.parallel import unsharded
-from plm.training.seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq, seq2seq_dry_run
+from plm.training.train_seq2seq import DEFAULT_MODEL, SELECTABLE, Seq2SeqSetup, prepare_seq2seq, seq2seq_dry_run
 from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 HEATMAP = "attention.png"

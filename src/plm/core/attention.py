@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.core.masks import Packing
-from plm.cpu.attention import scaled_dot_product_attention
 from plm.cpu.linear import Linear, linear
+from plm.cpu.sdpa import scaled_dot_product_attention
 from plm.errors import PLMError
 
 FUSED_PARTS = 3  # the blocks of the fused in_proj: W_Q, W_K, W_V, stacked by rows

@@ -1,7 +1,9 @@
 """The Transformer block, pre-LN (GPT-2) or post-LN (the Transformer, GPT-1, BERT).
 
 A family changes a block by handing it its own attention or feed-forward module
-(DeBERTa's disentangled attention, ALBERT's shared layers), never by copying it.
+(DeBERTa's disentangled attention, ALBERT's shared layers), never by copying it; a
+family's attention reaches its blocks through
+[`PretrainedModel.build_block`][plm.models.base.PretrainedModel.build_block].
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ class TransformerBlock(nn.Module):
             of ``config``'s shape).
         feed_forward: the feed-forward module (default: a [`FeedForward`][plm.core.block.FeedForward] of ``config``'s
             shape).
+        cross_attention: the encoder-decoder attention module, for a ``config`` with ``cross_attention`` (default:
+            a [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention] of ``config``'s shape).
+
+    Raises:
+        PLMError: a ``cross_attention`` module for a ``config`` without ``cross_attention``.
     """
 
     def __init__(
@@ -120,15 +127,19 @@ class TransformerBlock(nn.Module):
         config: BlockConfig,
         attention: MultiHeadAttention | None = None,
         feed_forward: FeedForward | None = None,
+        cross_attention: MultiHeadAttention | None = None,
     ) -> None:
         super().__init__()
+        if cross_attention is not None and not config.cross_attention:
+            raise PLMError("a cross-attention module for a block whose shape has none (its config's cross_attention is "
+                           "False)")
         self.norm_first = config.norm_first
         self.attention = attention or MultiHeadAttention(
             config.dim, config.heads, config.attention_dropout, config.bias
         )
         self.attention_norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
         self.cross_attention = (
-            MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
+            cross_attention or MultiHeadAttention(config.dim, config.heads, config.attention_dropout, config.bias)
             if config.cross_attention
             else None
         )

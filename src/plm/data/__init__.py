@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
     from plm.data.prepare import PrepareOptions, join_prepared, prepare_corpus, prepare_pairs
     from plm.data.prepared import PreparedCorpus, PreparedPairs, PreparedSplit
+    from plm.data.sentence_pairs import ParallelText, Seq2SeqTokenizers
     from plm.data.tokens import BlockSampler, validation_blocks
 
 # Imported at first use, as plm's own names are (see plm.__init__): a prepare's worker imports
@@ -21,6 +22,7 @@ _EXPORTS = {
     **dict.fromkeys(("Corpus", "Document", "default_corpus", "read_corpus", "read_text"), "plm.data.corpus"),
     **dict.fromkeys(("PrepareOptions", "join_prepared", "prepare_corpus", "prepare_pairs"), "plm.data.prepare"),
     **dict.fromkeys(("PreparedCorpus", "PreparedPairs", "PreparedSplit"), "plm.data.prepared"),
+    **dict.fromkeys(("ParallelText", "Seq2SeqTokenizers"), "plm.data.sentence_pairs"),
     **dict.fromkeys(("BlockSampler", "validation_blocks"), "plm.data.tokens"),
 }
 
@@ -28,10 +30,12 @@ __all__ = [
     "BlockSampler",
     "Corpus",
     "Document",
+    "ParallelText",
     "PrepareOptions",
     "PreparedCorpus",
     "PreparedPairs",
     "PreparedSplit",
+    "Seq2SeqTokenizers",
     "default_corpus",
     "join_prepared",
     "prepare_corpus",

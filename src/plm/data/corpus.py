@@ -15,10 +15,12 @@ import os
 import platform
 import sysconfig
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from plm.config import checked_value, json_type
 from plm.errors import PLMError, reading
 from plm.storage.atomic_files import atomic_open, cache_dir
 
@@ -281,5 +283,79 @@ def json_object(line: str, path: str | os.PathLike[str], number: int) -> dict:
     except json.JSONDecodeError as error:
         raise PLMError(f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno})") from None
     if not isinstance(row, dict):
-        raise PLMError(f"{path}:{number}: expected a JSON object {{...}}, got {type(row).__name__}")
+        raise PLMError(f"{path}:{number}: expected a JSON object {{...}}, got {json_type(row)}")
     return row
+
+
+def json_rows(
+    path: str | os.PathLike[str], required: Mapping[str, Any], optional: Mapping[str, Any] | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON object of each non-blank line of a user's JSONL file, each with the fields asked for.
+
+    Args:
+        path: the JSONL file.
+        required: field -> the type annotation its value must fit (``str``, ``list``, ``str | int`` ...).
+        optional: fields a row may lack, and the annotations their values fit when present.
+
+    Returns:
+        The line numbers (from 1) and the rows, as [`check_fields`][plm.data.corpus.check_fields] returns them.
+
+    Raises:
+        PLMError: a file [`read_text`][plm.data.corpus.read_text] refuses, or a line that is not a JSON object
+            with the fields and types asked for, naming the file and the line.
+    """
+    rows = []
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        if line.strip():
+            rows.append((number, check_fields(json_object(line, path, number), required, optional,
+                                              f"{path}:{number}")))
+    return rows
+
+
+def json_document(path: str | os.PathLike[str]) -> Any:
+    """The JSON document in a user's file (CoQA's, SQuAD's).
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        The document.
+
+    Raises:
+        PLMError: a file [`read_text`][plm.data.corpus.read_text] refuses, or one that is not valid JSON, naming the
+            line and column.
+    """
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise PLMError(f"{path}:{error.lineno}: not valid JSON ({error.msg} at column {error.colno})") from None
+
+
+def check_fields(
+    value: Any, required: Mapping[str, Any], optional: Mapping[str, Any] | None, where: str
+) -> dict[str, Any]:
+    """``value`` when it is a JSON object with the ``required`` fields and types (and ``optional`` ones, if any).
+
+    Each field is checked as a config's is ([`checked_value`][plm.config.checked_value]): booleans are no numbers.
+
+    Args:
+        value: a JSON value.
+        required: field -> the type annotation its value must fit.
+        optional: fields the object may lack, and the annotations their values fit when present.
+        where: how a message names the object ("file.jsonl:3", "file.json: data[0]").
+
+    Returns:
+        The object, its checked fields as [`convert`][plm.config.convert] gives them (an integer as a float where a
+        number is asked for).
+
+    Raises:
+        PLMError: not an object, a missing field, or a field of another type.
+    """
+    if not isinstance(value, dict):
+        raise PLMError(f"{where}: expected a JSON object {{...}}, got {json_type(value)}")
+    missing = next((name for name in required if name not in value), None)
+    if missing is not None:
+        raise PLMError(f"{where}: missing field {missing!r}")
+    fields = {**required, **(optional or {})}
+    return value | {name: checked_value(value[name], kind, f"{where}: field {name!r}")
+                    for name, kind in fields.items() if name in value}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import random
 
-from plm.data.parallel import SentencePair
+from plm.data.sentence_pairs import SentencePair
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")

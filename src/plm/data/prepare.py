@@ -13,7 +13,8 @@ paragraph on one side. A corpus with too few documents for that holds out the la
 ``validation_fraction`` of its tokens instead.
 
 Sentence pairs for seq2seq ([`prepare_pairs`][plm.data.prepare.prepare_pairs]) take the same path: they stream from
-their files ([`ParallelText`][plm.data.parallel.ParallelText]), the workers encode them with the seq2seq tokenizers
+their files ([`ParallelText`][plm.data.sentence_pairs.ParallelText]), the workers encode them with the seq2seq
+tokenizers
 ([`encode_pairs`][plm.data.prepared.encode_pairs]), and each split gets a source and a target part. A pair is held out
 by the CRC-32 of its source and target.
 
@@ -43,7 +44,6 @@ from tqdm import tqdm
 
 from plm.data.corpus import Document
 from plm.data.encoded import SUFFIXES, EncodedDocuments, encode_texts, token_dtype
-from plm.data.parallel import ParallelText, SentencePair, Seq2SeqTokenizers
 from plm.data.prepared import (
     DOCUMENTS,
     FORMAT,
@@ -62,6 +62,7 @@ from plm.data.prepared import (
     seq2seq_fingerprint,
     tokenizer_fingerprint,
 )
+from plm.data.sentence_pairs import ParallelText, SentencePair, Seq2SeqTokenizers
 from plm.data.sources import corpus_files, input_fingerprint, input_size, iter_documents, shard_inputs
 from plm.data.workers import batches, encoded_batches
 from plm.errors import PLMError, PLMWarning
@@ -322,8 +323,9 @@ def prepare_pairs(
 
     The pairs stream from the files (read line by line, the two files of aligned text in lockstep) and
     are encoded in batches, in worker processes for a large corpus, exactly as
-    [`encode_sources`][plm.data.parallel.Seq2SeqTokenizers.encode_sources] and
-    [`encode_targets`][plm.data.parallel.Seq2SeqTokenizers.encode_targets] encode them. Without ``validation``, a pair
+    [`encode_sources`][plm.data.sentence_pairs.Seq2SeqTokenizers.encode_sources] and
+    [`encode_targets`][plm.data.sentence_pairs.Seq2SeqTokenizers.encode_targets] encode them. Without ``validation``,
+    a pair
     is held out when the CRC-32 of its source, a tab and its target falls in the lowest ``options.validation_fraction``
     ([`held_out`][plm.data.prepare.held_out]); when none is, the last pairs are (that share of them, at most 1,000). The
     text of the first 1,000 validation pairs is kept for the metrics that translate them.
@@ -341,7 +343,8 @@ def prepare_pairs(
         options), they are returned as they are.
 
     Raises:
-        PLMError: a file the readers of [`ParallelText`][plm.data.parallel.ParallelText] refuse, no pair, too few pairs
+        PLMError: a file the readers of [`ParallelText`][plm.data.sentence_pairs.ParallelText] refuse, no pair, too
+            few pairs
             to hold out validation, ``options.shard`` (parallel text is prepared whole), or an ``out`` that holds
             something else and ``overwrite`` is False.
     """

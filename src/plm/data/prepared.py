@@ -60,8 +60,9 @@ import numpy as np
 from tokenizers import models
 
 from plm.data.encoded import EncodedDocuments, encode_texts, encoded_sentences, token_dtype
-from plm.data.parallel import SentencePair, Seq2SeqTokenizers, SideTokenizer
+from plm.data.sentence_pairs import SentencePair, Seq2SeqTokenizers
 from plm.errors import PLMError
+from plm.tokenization.protocol import TokenizerLike
 from plm.tokenization.released import ReleasedTokenizer
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -108,8 +109,8 @@ def encode_pairs(pairs: Sequence[SentencePair], tokenizers: Seq2SeqTokenizers,
     Args:
         pairs: the pairs.
         tokenizers: the seq2seq tokenizers; the ids are exactly those of
-            [`encode_sources`][plm.data.parallel.Seq2SeqTokenizers.encode_sources] and
-            [`encode_targets`][plm.data.parallel.Seq2SeqTokenizers.encode_targets].
+            [`encode_sources`][plm.data.sentence_pairs.Seq2SeqTokenizers.encode_sources] and
+            [`encode_targets`][plm.data.sentence_pairs.Seq2SeqTokenizers.encode_targets].
         dtype: the ids' dtype.
 
     Returns:
@@ -301,7 +302,7 @@ def seq2seq_fingerprint(tokenizers: Seq2SeqTokenizers) -> dict[str, object]:
         ``source`` and ``target`` (see [`tokenizer_fingerprint`][plm.data.prepared.tokenizer_fingerprint]; a released
         model's side by its vocabulary and special tokens) and ``reverse_source``.
     """
-    def side(tokenizer: SideTokenizer) -> dict[str, object]:
+    def side(tokenizer: TokenizerLike) -> dict[str, object]:
         if isinstance(tokenizer, ReleasedTokenizer):
             return _fingerprint(tokenizer.vocab, tokenizer.special_tokens, len(tokenizer))
         assert isinstance(tokenizer, Tokenizer)  # the two kinds of side
@@ -426,7 +427,7 @@ class PreparedCorpus:
 class PreparedPairSplit:
     """One split of prepared parallel text: each pair's source and target ids, memory-mapped.
 
-    A [`PairRows`][plm.data.parallel.PairRows]: batches read its lengths and its pairs by index.
+    A [`PairRows`][plm.data.sentence_pairs.PairRows]: batches read its lengths and its pairs by index.
 
     Args:
         source: the sources, one sentence a document.

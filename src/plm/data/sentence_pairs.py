@@ -17,7 +17,8 @@ A released translation model's directory (Marian's, fairseq's) holds the files o
 tokenizers ([`plm.tokenization.released`][plm.tokenization.released]), which are read, and saved, in their place.
 
 Batches are drawn from encoded pairs in memory ([`EncodedPairs`][plm.data.sentence_pairs.EncodedPairs]) or mapped from a
-prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]) alike ([`PairRows`][plm.data.sentence_pairs.PairRows]):
+prepared corpus ([`PreparedPairs`][plm.data.prepared.PreparedPairs]) alike
+([`PairRows`][plm.data.sentence_pairs.PairRows]):
 from their lengths as arrays and a pair's ids by its index, so that grouping millions of pairs by length builds two
 integer arrays ([`BudgetBatches`][plm.data.sentence_pairs.BudgetBatches]), not a list per batch.
 """
@@ -253,7 +254,8 @@ class ParallelText:
 
         Raises:
             PLMError: a file the form's reader refuses ([`iter_parallel`][plm.data.sentence_pairs.iter_parallel],
-                [`iter_tsv`][plm.data.sentence_pairs.iter_tsv], [`iter_translations`][plm.data.sentence_pairs.iter_translations]).
+                [`iter_tsv`][plm.data.sentence_pairs.iter_tsv],
+                [`iter_translations`][plm.data.sentence_pairs.iter_translations]).
         """
         if self.source is not None and self.target is not None:
             yield from iter_parallel(self.source, self.target)

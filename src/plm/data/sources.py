@@ -11,7 +11,8 @@ its size:
 - a Hugging Face ``datasets`` directory written by ``save_to_disk``: its Arrow files, read with
   pyarrow alone, a record batch at a time.
 
-Files of one sentence a line (parallel text: [`plm.data.parallel`][plm.data.parallel]) are read a line at a time
+Files of one sentence a line (parallel text: [`plm.data.sentence_pairs`][plm.data.sentence_pairs]) are read a line at
+a time
 ([`iter_lines`][plm.data.sources.iter_lines]). Text and JSON lines may be compressed with gzip (``.gz``) or Zstandard
 (``.zst``). Parquet, datasets directories and ``.zst`` need the ``data`` extra (pyarrow, zstandard), imported only when
 used.
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+from plm.config import json_type
 from plm.data.corpus import _BINARY_FRACTION, _BINARY_SAMPLE, _CONTROL_CHARACTERS, Document, json_object
 from plm.errors import PLMError, reading
 
@@ -334,23 +336,12 @@ def _jsonl_documents(path: str | os.PathLike[str], field: str,
             raise PLMError(f"{path}:{number}: no field {field!r} (the fields are {fields}); choose another text field")
         text = row[field]
         if not isinstance(text, str):
-            raise PLMError(f"{path}:{number}: field {field!r} holds {_json_type(text)}, not a string")
+            raise PLMError(f"{path}:{number}: field {field!r} holds {json_type(text)}, not a string")
         if text.strip():
             texts += 1
             yield Document(f"{path}:{number}", text)
     if byte_range is None:
         _check_found(path, rows, texts, f"field {field!r}")
-
-
-def _json_type(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "an array" if isinstance(value, list) else "an object"
 
 
 def _check_found(path: str | os.PathLike[str], rows: int, texts: int, where: str, what: str = "the file") -> None:
@@ -549,7 +540,7 @@ def _json_file(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise PLMError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(value, dict):
-        raise PLMError(f"{path}: expected a JSON object {{...}}, got {_json_type(value)}")
+        raise PLMError(f"{path}: expected a JSON object {{...}}, got {json_type(value)}")
     return value
 
 

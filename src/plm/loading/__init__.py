@@ -17,6 +17,8 @@ from plm.storage.checkpoint import CONFIG_FILE, is_training_run, load_model, mod
 from plm.storage.hub import local_or_hub
 from plm.tokenization.tokenizer import Tokenizer
 
+__all__ = ["inference_weights", "load", "load_pretrained"]
+
 
 def is_plm_directory(path: str | Path) -> bool:
     """True for a plm model directory or training run (its config.json names a family).

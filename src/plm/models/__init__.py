@@ -14,8 +14,10 @@ from plm.models.deberta import Deberta, DebertaConfig
 from plm.models.elmo import Elmo, ElmoConfig
 from plm.models.encoder import Encoder, EncoderConfig, with_heads
 from plm.models.gpt import GPT, GPTConfig
+from plm.models.pretraining_heads import sentence_embeddings
 from plm.models.recipe import PretrainingRecipe
 from plm.models.rnn import RNNConfig, RNNSeq2Seq
+from plm.models.scalar_mix import ScalarMix
 from plm.models.transformer import Transformer, TransformerConfig
 
 # Each family: its model class, its named presets and its pre-training recipe.
@@ -118,6 +120,7 @@ __all__ = [
     "PretrainedModel",
     "RNNConfig",
     "RNNSeq2Seq",
+    "ScalarMix",
     "Seq2SeqModel",
     "Transformer",
     "TransformerConfig",
@@ -125,5 +128,6 @@ __all__ = [
     "from_preset",
     "model_class",
     "preset_config",
+    "sentence_embeddings",
     "with_heads",
 ]

@@ -157,14 +157,17 @@ class Albert(Encoder[AlbertConfig]):
         """
         if config.sharing == "all":
             count = config.hidden_groups * config.inner_group_layers
-            return nn.ModuleList(TransformerBlock(config.block) for _ in range(count))
+            return nn.ModuleList(self.build_block(config, config.block) for _ in range(count))
         block = config.block
-        attention = MultiHeadAttention(block.dim, block.heads, block.attention_dropout, block.bias)
+        # The family's attention (the hook, see PretrainedModel.build_attention), shared by every layer or not.
+        attention = self.build_attention(config) or MultiHeadAttention(
+            block.dim, block.heads, block.attention_dropout, block.bias
+        )
         feed_forward = FeedForward(block.dim, block.ffn_dim, block.activation, block.bias)
         return nn.ModuleList(
             TransformerBlock(
                 block,
-                attention=attention if config.sharing == "attention" else None,
+                attention=attention if config.sharing == "attention" else self.build_attention(config),
                 feed_forward=feed_forward if config.sharing == "ffn" else None,
             )
             for _ in range(config.layers)

@@ -11,7 +11,7 @@ from typing import Any, Callable, ClassVar, cast
 import torch
 from torch import nn
 
-from plm.core import KVCache, TransformerBlock
+from plm.core import BlockConfig, KVCache, MultiHeadAttention, TransformerBlock
 from plm.decoding.generation import generate
 from plm.decoding.interface import DecodingRequest
 from plm.decoding.static_step import StaticStep
@@ -87,6 +87,57 @@ class PretrainedModel(nn.Module):
             What the family keeps beyond the core blocks.
         """
         return ExtraActivations()
+
+    # The attention of a family's Transformer blocks --------------------------------------
+
+    def build_attention(self, config: Any) -> MultiHeadAttention | None:
+        """The self-attention module of one Transformer block; None for the core's MultiHeadAttention.
+
+        The one place a family says which attention its blocks use, encoder or decoder alike: every block that
+        [`build_block`][plm.models.base.PretrainedModel.build_block] makes (an encoder's, GPT's, both stacks of
+        the Transformer) calls it once. A variant subclasses
+        [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention] and overrides its
+        [`attend`][plm.core.attention.MultiHeadAttention.attend] (DeBERTa's
+        [`DisentangledAttention`][plm.models.deberta.DisentangledAttention]); the projections it inherits keep
+        their state-dict keys.
+
+        Args:
+            config: the family's config.
+
+        Returns:
+            None here; a family may return its own module.
+        """
+        return None
+
+    def build_cross_attention(self, config: Any) -> MultiHeadAttention | None:
+        """The encoder-decoder attention module of one decoder block; None for the core's MultiHeadAttention.
+
+        Called once per block whose shape has ``cross_attention`` (the Transformer's decoder blocks).
+
+        Args:
+            config: the family's config.
+
+        Returns:
+            None here; a family may return its own module.
+        """
+        return None
+
+    def build_block(self, config: Any, block: BlockConfig) -> TransformerBlock:
+        """One Transformer block of shape ``block``, with the family's attention modules.
+
+        Args:
+            config: the family's config, which the attention hooks read.
+            block: the block's shape.
+
+        Returns:
+            The block, its self-attention from
+            [`build_attention`][plm.models.base.PretrainedModel.build_attention] and its encoder-decoder attention
+            (if the shape has one) from
+            [`build_cross_attention`][plm.models.base.PretrainedModel.build_cross_attention].
+        """
+        attention = self.build_attention(config)
+        cross_attention = self.build_cross_attention(config) if block.cross_attention else None
+        return TransformerBlock(block, attention=attention, cross_attention=cross_attention)
 
     def init_weights(self, std: float = 0.02, root: nn.Module | None = None) -> None:
         """N(0, std) for every weight matrix and embedding, zero biases, unit LayerNorms.

@@ -5,9 +5,10 @@ runs a stack of unmasked Transformer blocks, pools the [CLS] vector, and feeds t
 pretraining heads its config asks for. A family changes a step by overriding one
 method, never by copying the loop:
 
-- [`Encoder.build_attention`][plm.models.encoder.Encoder.build_attention] gives each block its attention module
-  (DeBERTa's disentangled attention); [`Encoder.build_blocks`][plm.models.encoder.Encoder.build_blocks] the blocks
-  (ALBERT shares them);
+- [`build_attention`][plm.models.base.PretrainedModel.build_attention] gives each block its attention module
+  (DeBERTa's disentangled attention), the same hook as the decoders'
+  ([`GPT`][plm.models.gpt.GPT], [`Transformer`][plm.models.transformer.Transformer]);
+  [`Encoder.build_blocks`][plm.models.encoder.Encoder.build_blocks] the blocks (ALBERT shares them);
 - [`Encoder.layers`][plm.models.encoder.Encoder.layers] says which blocks run, in order (ALBERT repeats shared ones);
 - [`Encoder.attention_inputs`][plm.models.encoder.Encoder.attention_inputs] computes extra inputs for every block's
   attention once per pass (DeBERTa's relative-position embeddings);
@@ -29,9 +30,7 @@ from torch import nn
 from plm.core import (
     BlockConfig,
     LearnedPositions,
-    MultiHeadAttention,
     Packing,
-    TransformerBlock,
     build_attention_mask,
     run_blocks,
 )
@@ -267,19 +266,11 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
 
     # Steps a family may override ----------------------------------------------------
 
-    def build_attention(self, config: ConfigT) -> MultiHeadAttention | None:
-        """The attention module of one block; None for the core's MultiHeadAttention.
-
-        Args:
-            config: the family's config.
-
-        Returns:
-            None here; a family may return its own module.
-        """
-        return None
-
     def build_blocks(self, config: ConfigT) -> nn.ModuleList:
-        """The Transformer blocks, ``config.layers`` of them, each with `build_attention`'s attention.
+        """The Transformer blocks, ``config.layers`` of them, each with the family's attention.
+
+        Each comes from [`build_block`][plm.models.base.PretrainedModel.build_block], its attention from
+        [`build_attention`][plm.models.base.PretrainedModel.build_attention].
 
         Args:
             config: the family's config.
@@ -287,9 +278,7 @@ class Encoder(PretrainedModel, Generic[ConfigT]):
         Returns:
             The blocks.
         """
-        return nn.ModuleList(
-            TransformerBlock(config.block, attention=self.build_attention(config)) for _ in range(config.layers)
-        )
+        return nn.ModuleList(self.build_block(config, config.block) for _ in range(config.layers))
 
     def layers(self) -> nn.ModuleList | Sequence[nn.Module]:
         """The blocks in the order they run; a shared block may appear more than once.

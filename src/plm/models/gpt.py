@@ -5,6 +5,9 @@ GPT-1 is post-LN with no final LayerNorm (vocabulary 40,478, context 512);
 GPT-2 moves LayerNorm to the input of each sub-block, adds one after the last
 block, and scales the initial weights of residual layers by 1/sqrt(N)
 (vocabulary 50,257, context 1024).
+
+A variant of GPT with another attention overrides
+[`build_attention`][plm.models.base.PretrainedModel.build_attention], the hook every family's blocks share.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from plm.core import (
     CausalLMOutput,
     KVCache,
     LearnedPositions,
-    TransformerBlock,
     build_attention_mask,
     build_position_ids,
     run_blocks,
@@ -123,7 +125,7 @@ class GPT(CausalLM):
         self.token_embedding = nn.Embedding(config.vocab_size, config.dim)
         self.position_embedding = LearnedPositions(config.context_length, config.dim)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)
-        self.blocks = nn.ModuleList(TransformerBlock(config.block) for _ in range(config.layers))
+        self.blocks = nn.ModuleList(self.build_block(config, config.block) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.final_norm else nn.Identity()
         self.init_weights()
         if config.scaled_residual_init:

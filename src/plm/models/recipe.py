@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plm.decoding.generation_config import GenerationConfig
+from plm.errors import PLMError
 
 OPTIMIZERS = ("adamw", "lamb", "adagrad")
 SCHEDULES = ("cosine", "linear", "inverse-sqrt", "constant")
 TOKENIZER_KINDS = ("bpe", "wordpiece", "unigram", "words")
+HYPERPARAMETER_SETS = ("cpu", "paper")  # a recipe's CPU-scale values, or its paper's (see PretrainingRecipe.defaults)
 
 
 @dataclass(frozen=True)
@@ -146,3 +148,31 @@ class PretrainingRecipe:
     block_size: int | None = None
     decoding: GenerationConfig = TRANSLATION
     label_smoothing: float = 0.0
+
+    def defaults(self, hyperparameters: str) -> Hyperparameters:
+        """The optimizer values a run takes where it gives none: the CPU-scale ones, or the paper's.
+
+        Args:
+            hyperparameters: one of `HYPERPARAMETER_SETS`: "cpu" or "paper".
+
+        Returns:
+            ``hyperparameters`` or ``paper``.
+
+        Raises:
+            PLMError: an unknown set.
+        """
+        check_hyperparameter_set(hyperparameters)
+        return self.paper if hyperparameters == "paper" else self.hyperparameters
+
+
+def check_hyperparameter_set(name: str) -> None:
+    """Refuse a name that is not one of `HYPERPARAMETER_SETS`.
+
+    Args:
+        name: the set a run asks for.
+
+    Raises:
+        PLMError: an unknown set.
+    """
+    if name not in HYPERPARAMETER_SETS:
+        raise PLMError(f"unknown hyperparameters {name!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")

@@ -28,6 +28,11 @@ projection of their own. [`plm.hf.marian`][plm.hf.marian] and [`plm.hf.fsmt`][pl
 Decoding implements [`Decoder`][plm.decoding.interface.Decoder]: the encoder runs once per source
 sentence, each decoder layer's encoder-decoder attention computes the keys and values
 of its output once, and the masked self-attention keeps a KV cache.
+
+A variant with another attention overrides the hooks every family's blocks share:
+[`build_attention`][plm.models.base.PretrainedModel.build_attention] for the self-attention of both stacks,
+[`build_cross_attention`][plm.models.base.PretrainedModel.build_cross_attention] for the decoder's
+encoder-decoder attention.
 """
 
 from __future__ import annotations
@@ -230,10 +235,10 @@ class Transformer(Seq2SeqModel):
         )
         self.embedding_dropout = nn.Dropout(config.dropout)
         self.encoder_blocks = nn.ModuleList(
-            TransformerBlock(config.encoder_block) for _ in range(config.encoder_layers)
+            self.build_block(config, config.encoder_block) for _ in range(config.encoder_layers)
         )
         self.decoder_blocks = nn.ModuleList(
-            TransformerBlock(config.decoder_block) for _ in range(config.decoder_layers)
+            self.build_block(config, config.decoder_block) for _ in range(config.decoder_layers)
         )
         # Pre-LN stacks end in a LayerNorm; the paper's post-LN blocks already end in one.
         self.encoder_norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if config.norm_first else nn.Identity()

@@ -1,6 +1,7 @@
 """Translating with any encoder-decoder, and scoring translations: BLEU, chrF, exact match.
 
-What seq2seq training's validation ([`plm.objectives.seq2seq`][plm.objectives.seq2seq]) and the translation commands
+What seq2seq training's validation ([`plm.objectives.teacher_forcing`][plm.objectives.teacher_forcing]) and the
+translation commands
 ([`plm.apps.translation`][plm.apps.translation]) share. Translation goes through the one decoding interface
 ([`plm.decoding`][plm.decoding]), so it works for every model that implements it. Sentences are decoded in
 batches of similar source lengths, all beams of a batch in one forward pass per step, each
@@ -26,7 +27,7 @@ import numpy as np
 import sacrebleu
 import torch
 
-from plm.data.parallel import Seq2SeqTokenizers, right_pad, token_budget_batches
+from plm.data.sentence_pairs import Seq2SeqTokenizers, right_pad, token_budget_batches
 from plm.decoding import GenerationConfig, beam_search, decode_steps
 from plm.device import available_memory
 from plm.errors import PLMError

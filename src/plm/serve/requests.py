@@ -22,6 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from plm.config import json_type
 from plm.errors import FIELD, PLMError
 
 REQUIRED = object()  # a Field's default when the request must give it
@@ -233,7 +234,8 @@ def read_field(body: dict[str, Any], name: str, field: Field) -> Any:
     if value is None and (field.nullable or field.default is None):  # null: not given, or (nullable) a value
         return None
     if not has_kind(value, field.kind):
-        raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {json_type(value)}", param=name)
+        got = "a list of token ids" if token_ids(value) else json_type(value)  # ids where only text is read
+        raise RequestError(f"{name!r} must be {a_kind(field.kind)}, got {got}", param=name)
     if field.minimum is not None and value < field.minimum:
         raise RequestError(f"{name!r} must be at least {field.minimum}, got {value}", param=name)
     if field.maximum is not None and value > field.maximum:
@@ -295,25 +297,6 @@ def a_kind(kind: str) -> str:
             "prompt": "a string, a non-empty list of strings, a list of token ids or a list of lists of token ids",
             "integer": "an integer", "number": "a finite number", "string": "a string", "boolean": "true or false",
             "object": "an object"}[kind]
-
-
-def json_type(value: Any) -> str:
-    """How a value reads in JSON's terms: null, true, a number, a string, a list, an object.
-
-    Args:
-        value: a value parsed from JSON.
-
-    Returns:
-        The words for it.
-    """
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if token_ids(value):
-        return "a list of token ids"
-    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
-    return kinds[type(value)]
 
 
 def model_name(body: dict[str, Any]) -> str | None:

@@ -23,7 +23,7 @@ from plm.apps.attention_map import AttentionMap, decoder_attention, pair_attenti
 from plm.apps.text_pipelines import DEFAULT_NEW_TOKENS, embed_texts, encode_prompts, fill_mask
 from plm.apps.translation import seq2seq_tokenizers
 from plm.core import MultiHeadAttention
-from plm.data.parallel import Seq2SeqTokenizers, SideTokenizer
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.decoding.generation_config import GenerationConfig
 from plm.device import resolve_device
 from plm.errors import PLMError
@@ -33,12 +33,13 @@ from plm.models.elmo import Elmo, embed_sentences
 from plm.objectives.translation import recipe_decoding, translate_ids
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
-from plm.tasks.feature_tagger import FeatureTagger
+from plm.tasks.feature_based import FeatureTagger
 from plm.tasks.finetune import model_task
 from plm.tasks.model import TaskModel
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.task_objective import QuestionAnswering, Task, encode_all, model_outputs
 from plm.tokenization.characters import split_words
+from plm.tokenization.protocol import TokenizerLike
 from plm.tokenization.tokenizer import Tokenizer
 
 # Each endpoint, and what a model needs to serve it (said when a request asks a model that cannot).
@@ -69,7 +70,7 @@ class Service:
     kind: ClassVar[str]
     endpoints: ClassVar[tuple[str, ...]]  # what models of this kind serve; `serves` may say no for one
 
-    def __init__(self, name: str, model: PretrainedModel, tokenizer: SideTokenizer) -> None:
+    def __init__(self, name: str, model: PretrainedModel, tokenizer: TokenizerLike) -> None:
         self.name = name
         self.model = model
         self.tokenizer = tokenizer

@@ -19,7 +19,7 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -50,6 +50,24 @@ STATE_FILE = "trainer_state.json"
 TRAINING_CONFIG_FILE = "training_config.json"  # the first file a training run writes
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
+
+
+class Saveable(Protocol):
+    """What a model directory keeps beside the model: anything that writes its own files into a directory.
+
+    A [`Tokenizer`][plm.tokenization.tokenizer.Tokenizer], a released model's tokenizer (any
+    [`TokenizerLike`][plm.tokenization.protocol.TokenizerLike]), or an encoder-decoder's two
+    ([`Seq2SeqTokenizers`][plm.data.sentence_pairs.Seq2SeqTokenizers]). Declared here, where they are saved, since this
+    layer imports no tokenizer.
+    """
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write the files into ``directory``, which exists.
+
+        Args:
+            directory: where to write them.
+        """
+        ...
 
 
 def model_directory(path: str | os.PathLike[str]) -> Path:
@@ -95,7 +113,8 @@ def is_training_run(path: str | os.PathLike[str]) -> bool:
 
 
 def save_model(
-    model: PretrainedModel, directory: str | Path, tokenizer: Any = None, weights: dict[str, torch.Tensor] | None = None
+    model: PretrainedModel, directory: str | Path, tokenizer: Saveable | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write config, weights (and tokenizer) of ``model`` into ``directory``.
 
@@ -115,7 +134,7 @@ def save_model(
     return directory
 
 
-def save_description(model: PretrainedModel, directory: Path, tokenizer: Any = None) -> None:
+def save_description(model: PretrainedModel, directory: Path, tokenizer: Saveable | None = None) -> None:
     """Write ``config.json`` (and the tokenizer): a model directory but for its weights.
 
     Args:
@@ -242,7 +261,7 @@ def save_checkpoint(
     model: PretrainedModel,
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
-    tokenizer: Any = None,
+    tokenizer: Saveable | None = None,
     rng: Sequence[dict[str, torch.Tensor]] | None = None,
     shards: Path | None = None,
 ) -> Path:
@@ -285,7 +304,7 @@ def save_checkpoint(
 
 
 def save_best(
-    run_directory: str | Path, model: PretrainedModel, tokenizer: Any = None,
+    run_directory: str | Path, model: PretrainedModel, tokenizer: Saveable | None = None,
     weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Atomically replace ``run_directory/best`` with ``model`` (a plain model directory).
@@ -330,7 +349,7 @@ def swap_in(staging: Path, run_directory: Path, name: str) -> Path:
 
 
 def save_snapshot(
-    run_directory: str | Path, model: PretrainedModel, step: int, keep: int, tokenizer: Any = None,
+    run_directory: str | Path, model: PretrainedModel, step: int, keep: int, tokenizer: Saveable | None = None,
     weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Atomically write ``model`` to ``run_directory/checkpoints/step-NNNNNN`` and delete all but the last ``keep``.

@@ -44,8 +44,6 @@ import torch
 from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
-from plm.tasks.heads import CLASSIFY, SPAN, TAG, SequenceClassifierOutput, SpanOutput, TaskOutput, TokenClassifierOutput
-from plm.tasks.model import TaskModel, WrappingConfig
 from plm.tasks.bilstm import (
     COMBINATIONS,
     BiLSTMTagger,
@@ -54,6 +52,8 @@ from plm.tasks.bilstm import (
     gather_words,
     scatter_words,
 )
+from plm.tasks.heads import CLASSIFY, SPAN, TAG, SequenceClassifierOutput, SpanOutput, TaskOutput, TokenClassifierOutput
+from plm.tasks.model import TaskModel, WrappingConfig
 
 FAMILY = "feature-tagger"
 ELMO_FAMILY = "elmo"

@@ -16,7 +16,7 @@ it). A sentence-transformers checkpoint is read through the pooling it was train
 ``features`` turns to the feature-based approach (BERT section 5.3, ELMo section 3.3) for
 every task but choice: the model stays frozen and a BiLSTM learns over the chosen layers
 of each word (and, with ``elmo``, over a frozen ELMo's scalar mix as well, and with
-``elmo_output`` at the BiLSTM's output too); see [`plm.tasks.feature_tagger`][plm.tasks.feature_tagger].
+``elmo_output`` at the BiLSTM's output too); see [`plm.tasks.feature_based`][plm.tasks.feature_based].
 """
 
 from __future__ import annotations
@@ -42,28 +42,27 @@ from plm.models import CausalLM, from_preset
 from plm.storage.atomic_files import read_json, staging_directory, write_json
 from plm.storage.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
 from plm.tasks import readers
-from plm.tasks.feature_tagger import FeatureTagger, feature_tagger
+from plm.tasks.bilstm import COMBINATIONS, MixOptions
+from plm.tasks.feature_based import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
 from plm.tasks.model import TaskModel, require_task_backbone, task_model
 from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
-from plm.tasks.tagger import COMBINATIONS, MixOptions
 from plm.tasks.task_objective import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
 from plm.tokenization.tokenizer import Tokenizer
-from plm.training.distributed import is_first_process, setup_distributed
+from plm.training.distributed import Distributed, setup_distributed
 from plm.training.parallel import Parallelism, built_on_first_process
 from plm.training.run_directory import (
     RESULT_FILE,
     SUMMARY_FILE,
     SWEEP_DIR,
     check_run_directory,
-    claimed,
     remove_leftovers,
     remove_run,
     write_definition,
 )
-from plm.training.trainer import Trainer, TrainingConfig
+from plm.training.trainer import Trainer, TrainingConfig, steps_for_epochs, train_run
 
 # The built-in task's fresh model. BERT's N(0, 0.02) suits 768-wide layers (about 0.55 / sqrt(768)); in a
 # 32-wide model it leaves the sublayers' outputs so small that [CLS] hardly depends on the input (its spread
@@ -210,7 +209,7 @@ class FinetuneSetup:
         for name, lowest in least.items():
             value = getattr(self, name)
             if value is not None and value < lowest:
-                raise PLMError(f"--{name.replace('_', '-')} must be at least {lowest}, got {value}")
+                raise PLMError(f"`{name}` must be at least {lowest}, got {value}")
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"`epochs` must be above 0, got {self.epochs}")
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
@@ -393,8 +392,9 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
     more than one of them took, extends it from its checkpoint, its schedule laid out over the new steps),
     continues the run that was interrupted from its checkpoint (bit for bit, as
     [`Trainer.train`][plm.training.trainer.Trainer.train] does) and starts the rest; when there was nothing to train,
-    one line on stderr says the fine-tuning was complete. ``out`` is locked throughout; ``definition`` is saved in
-    ``out/run.json`` (see [`plm.training.run_directory`][plm.training.run_directory]).
+    one line on stderr says the fine-tuning was complete. The sweep runs as every trainer does
+    ([`train_run`][plm.training.trainer.train_run]): ``out`` is checked and locked before anything is read, and
+    ``definition`` is saved in ``out/run.json`` (see [`plm.training.run_directory`][plm.training.run_directory]).
 
     Args:
         setup: what to fine-tune on what.
@@ -412,31 +412,13 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
             files that cannot be read or whose validation labels no training example holds, a model that cannot be
             loaded or fine-tuned, or an ``out`` that cannot take the run (see
             [`check_finetune_directory`][plm.tasks.finetune.check_finetune_directory]).
+        RunStopped: SIGTERM or SIGINT stopped a run after saving its checkpoint.
     """
     setup.validate()
-    out = Path(out)
-    first = is_first_process()
-    # The data first: a file the user got wrong is refused before anything is written.
-    if setup.train is not None and setup.validation is not None:  # both or neither: see validate
-        train, validation = (
-            read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation)
-        )
-    else:
-        sizes = (setup.synthetic_size, setup.synthetic_size // 4)
-        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
-    labels = task_labels(setup.task, train, validation, setup.validation)
-    if setup.labels is not None:
-        labels = named_classes(labels, setup.labels, setup.train or "the built-in task")
-    sweep = len(setup.lrs or (None,)) * setup.restarts > 1
-    with claimed(out, partial(check_finetune_directory, out, resume, overwrite), enabled=first):
-        if first:
-            remove_leftovers(out)
-            if overwrite:
-                remove_run(out)
-            if definition is not None and sweep:  # a single run's trainer writes it, in the same directory
-                write_definition(out, definition)
-        return finetune_runs(setup, out, overwrite, resume, (train, validation, labels),
-                             None if sweep else definition)
+    sweep, _, _ = train_run(out, resume, overwrite, definition, partial(prepare_sweep, setup, Path(out)),
+                            check=check_finetune_directory)
+    assert sweep.result is not None  # set by its train
+    return sweep.result
 
 
 def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
@@ -460,28 +442,30 @@ def check_finetune_directory(out: Path, resume: bool, overwrite: bool) -> None:
         raise PLMError(f"{out}: no fine-tuning run to resume (drop `resume` to start one)")
 
 
-def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool,
-                  data: tuple[list[Any], list[Any], tuple[str, ...]], definition: dict[str, Any] | None
-                  ) -> FinetuneResult:
-    """[`finetune`][plm.tasks.finetune.finetune]'s runs, in a run directory already checked and locked.
+def prepare_sweep(setup: FinetuneSetup, out: Path) -> tuple[Sweep, Tokenizer]:
+    """Read the data, load the model and build the task of [`finetune`][plm.tasks.finetune.finetune]'s runs.
 
     Args:
-        setup: what to fine-tune on what.
-        out: the run directory.
-        overwrite: replace the runs already there.
-        resume: keep the finished runs (extend them, to more ``setup.steps``), continue an interrupted one and
-            start the rest.
-        data: the training examples, the validation examples and the labels.
-        definition: a single run's definition, written by its trainer; None for a sweep (written by
-            [`finetune`][plm.tasks.finetune.finetune]).
+        setup: what to fine-tune on what, valid.
+        out: the run directory, checked and locked.
 
     Returns:
-        The best model, its tokenizer and every run's result.
+        The sweep, ready to train, and the tokenizer its models read with.
 
     Raises:
-        PLMError: a model that cannot be loaded or fine-tuned as ``setup`` asks.
+        PLMError: data files that cannot be read or whose validation labels no training example holds, or a model
+            that cannot be loaded or fine-tuned as ``setup`` asks.
     """
-    train, validation, labels = data
+    if setup.train is not None and setup.validation is not None:  # both or neither: see validate
+        train, validation = (
+            read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation)
+        )
+    else:
+        sizes = (setup.synthetic_size, setup.synthetic_size // 4)
+        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
+    labels = task_labels(setup.task, train, validation, setup.validation)
+    if setup.labels is not None:
+        labels = named_classes(labels, setup.labels, setup.train or "the built-in task")
     world = setup_distributed(resolve_device(setup.device), group_of_one=setup.parallelism.sharded)
     with built_on_first_process(setup.parallelism, world):
         backbone, tokenizer = load_backbone(setup, train)
@@ -490,81 +474,148 @@ def finetune_runs(setup: FinetuneSetup, out: Path, overwrite: bool, resume: bool
     if causal and setup.task in GPT_TASKS:
         torch.manual_seed(setup.seed)  # the task tokens' new rows are drawn: the same run, the same rows
         add_task_tokens(backbone, tokenizer)
-    recipe = GPT1_RECIPE if causal else BERT_RECIPE
-    if setup.features is not None:
-        default_lr = FEATURE_TAGGER_LR
-    else:
-        default_lr = SYNTHETIC_LR if setup.model is None else recipe.lr
-    lrs = setup.lrs or (default_lr,)
-    warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
     options: dict[str, Any] = {"stride": setup.stride} if setup.task == "qa" else {}
     if setup.features is not None:
         options |= {"words": True, "characters": elmo is not None}
     if setup.symmetric:
         options["symmetric"] = True
     task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
-    pooled = setup.task in POOLED_TASKS and setup.features is None
-    pooling = setup.pooling or (trained_pooling(setup.model) if pooled else None)
-    sift = SiFT() if setup.sift else None
-    if sift is not None:
+    if setup.sift:
         normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
-    runs = []
-    trained = False  # on a resume: whether any run had steps left
-    several = len(lrs) * setup.restarts > 1
-    for lr in lrs:
-        for restart in range(setup.restarts):
-            seed = setup.seed + restart
-            torch.manual_seed(seed)
-            with built_on_first_process(setup.parallelism, world):
-                model = run_model(setup, backbone, elmo, task, labels, pooling)
-            mix_penalty = model.penalty if isinstance(model, FeatureTagger) and setup.mix.l2 > 0 else None
-            # Under torchrun each process takes one batch a step (batch m * processes + rank of the
-            # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
-            objective = TaskObjective(
-                task, train, validation, setup.batch_size, seed, lm_weight=setup.lm_weight, sift=sift,
-                mix_penalty=mix_penalty, micro_batches_per_step=world.world_size,
-            )
-            per_epoch = math.ceil(objective.batches_per_epoch / world.world_size)
-            # Steps given win over the epochs (so that a resume with more extends a finished run); the schedule's
-            # warmup and decay fit the steps that run.
-            steps = max(1, math.ceil(setup.epochs * per_epoch)) if setup.steps is None else setup.steps
-            config = TrainingConfig(
-                steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(warmup * steps), optimizer="adamw",
-                betas=recipe.betas, weight_decay=0.01, eval_every=per_epoch,
-                save_every=min(per_epoch, setup.save_every),
-                log_every=max(1, per_epoch // 10), seed=seed, device=setup.device, precision=setup.precision,
-                progress=setup.progress,
-                time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
-                report_to=setup.report_to, extension="layout",
-            )
-            directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if several else out
-            if resume and (directory / RESULT_FILE).is_file():
-                finished = read_json(directory / RESULT_FILE)
-                if setup.steps is None or finished["steps"] >= setup.steps:
-                    runs.append(finished)
-                    continue
-            trained = True
-            continuing = resume and has_checkpoint(directory)
-            trainer = Trainer(model, objective, config, directory, tokenizer=tokenizer, distributed=world)
-            metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing),
-                                    definition=definition)
-            last = {k: v for k, v in metrics.items() if k.startswith("val_")}
-            runs.append({"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
-                         task.selection: trainer.best})
-            if world.is_main:
-                write_json(directory / RESULT_FILE, runs[-1])
-    if resume and not trained and world.is_main:
-        reached = ", ".join(map(str, sorted({run["steps"] for run in runs})))
-        print(f"{out}: {'every run of the sweep' if several else 'the run'} was complete already, at step {reached}; "
-              "nothing trained (resume it with more steps to extend it)", file=sys.stderr)
-    best = max(runs, key=lambda run: run[task.selection])
-    if several and world.is_main:  # the others would copy over the same files at once
-        staging = staging_directory(out, f".{BEST_DIR}-")  # swapped in whole: a kill leaves the old best or the new
-        shutil.copytree(Path(best["directory"]) / BEST_DIR, staging, dirs_exist_ok=True)
-        swap_in(staging, out, BEST_DIR)
-        write_json(out / SUMMARY_FILE, {"selection": task.selection, "best": best, "runs": runs})
-    world.barrier()  # the best model is in place before any process reads it
-    return FinetuneResult(load_model(out), tokenizer, runs, best, world.is_main)
+    return Sweep(setup, out, world, backbone, elmo, tokenizer, task, (train, validation, labels)), tokenizer
+
+
+class Sweep:
+    """[`finetune`][plm.tasks.finetune.finetune]'s runs, one per (lr, restart), in one run directory.
+
+    Args:
+        setup: what to fine-tune on what.
+        out: the run directory; with several runs, each in a subdirectory of it.
+        world: the processes of the run.
+        backbone: the pretrained model (each run trains a copy).
+        elmo: a plm ELMo whose layers join the feature-based model's, or None.
+        tokenizer: what the models read with.
+        task: the task.
+        data: the training examples, the validation examples and the labels.
+    """
+
+    def __init__(self, setup: FinetuneSetup, out: Path, world: Distributed, backbone: Any, elmo: Any,
+                 tokenizer: Tokenizer, task: Task, data: tuple[list[Any], list[Any], tuple[str, ...]]) -> None:
+        self.setup, self.out, self.world, self.task = setup, out, world, task
+        self.backbone, self.elmo, self.tokenizer = backbone, elmo, tokenizer
+        self.train_examples, self.validation_examples, self.labels = data
+        recipe = GPT1_RECIPE if isinstance(backbone, CausalLM) else BERT_RECIPE
+        if setup.features is not None:
+            default_lr = FEATURE_TAGGER_LR
+        else:
+            default_lr = SYNTHETIC_LR if setup.model is None else recipe.lr
+        self.recipe = recipe
+        self.lrs = setup.lrs or (default_lr,)
+        self.warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
+        pooled = setup.task in POOLED_TASKS and setup.features is None
+        self.pooling = setup.pooling or (trained_pooling(setup.model) if pooled else None)
+        self.sift = SiFT() if setup.sift else None
+        self.several = len(self.lrs) * setup.restarts > 1
+        self.result: FinetuneResult | None = None  # set by train
+
+    def train(self, resume: bool = False, overwrite: bool = False,
+              definition: dict[str, Any] | None = None) -> dict[str, float]:
+        """Train every run (keeping, extending, continuing or starting each, see `finetune`); copy the best.
+
+        Args:
+            resume: continue the runs in the run directory.
+            overwrite: replace what the run directory holds.
+            definition: the command's definition: the sweep's (in the run directory) or the single run's (written
+                by its trainer).
+
+        Returns:
+            The best run's result: its lr, seed, directory, steps and last validation metrics.
+        """
+        out, world, setup = self.out, self.world, self.setup
+        if world.is_main:
+            remove_leftovers(out)
+            if overwrite:
+                remove_run(out)
+            if definition is not None and self.several:  # a single run's trainer writes it, in the same directory
+                write_definition(out, definition)
+        runs = []
+        trained = False  # on a resume: whether any run had steps left
+        for lr in self.lrs:
+            for restart in range(setup.restarts):
+                directory = out / SWEEP_DIR / f"lr{lr:g}-seed{setup.seed + restart}" if self.several else out
+                if resume and (directory / RESULT_FILE).is_file():
+                    finished = read_json(directory / RESULT_FILE)
+                    if setup.steps is None or finished["steps"] >= setup.steps:
+                        runs.append(finished)
+                        continue
+                trained = True
+                runs.append(self.train_one(lr, setup.seed + restart, directory, resume, overwrite,
+                                           None if self.several else definition))
+        if resume and not trained and world.is_main:
+            reached = ", ".join(map(str, sorted({run["steps"] for run in runs})))
+            print(f"{out}: {'every run of the sweep' if self.several else 'the run'} was complete already, at step "
+                  f"{reached}; nothing trained (resume it with more steps to extend it)", file=sys.stderr)
+        best = max(runs, key=lambda run: run[self.task.selection])
+        if self.several and world.is_main:  # the others would copy over the same files at once
+            staging = staging_directory(out, f".{BEST_DIR}-")  # swapped in whole: a kill leaves the old best or new
+            shutil.copytree(Path(best["directory"]) / BEST_DIR, staging, dirs_exist_ok=True)
+            swap_in(staging, out, BEST_DIR)
+            write_json(out / SUMMARY_FILE, {"selection": self.task.selection, "best": best, "runs": runs})
+        world.barrier()  # the best model is in place before any process reads it
+        self.result = FinetuneResult(load_model(out), self.tokenizer, runs, best, world.is_main)
+        return best
+
+    def train_one(self, lr: float, seed: int, directory: Path, resume: bool, overwrite: bool,
+                  definition: dict[str, Any] | None) -> dict[str, Any]:
+        """One run of the sweep, trained (or continued) in ``directory``.
+
+        Args:
+            lr: its peak learning rate.
+            seed: its seed: the head's initialisation and the order of the batches.
+            directory: its run directory.
+            resume: the sweep resumes: continue the run's checkpoint when it has one.
+            overwrite: replace what ``directory`` holds.
+            definition: the run's definition, for its ``run.json`` (a single run's), or None.
+
+        Returns:
+            Its result: lr, seed, directory, steps, last validation metrics and its best selection metric.
+        """
+        setup, world = self.setup, self.world
+        torch.manual_seed(seed)
+        with built_on_first_process(setup.parallelism, world):
+            model = run_model(setup, self.backbone, self.elmo, self.task, self.labels, self.pooling)
+        mix_penalty = model.penalty if isinstance(model, FeatureTagger) and setup.mix.l2 > 0 else None
+        # Under torchrun each process takes one batch a step (batch m * processes + rank of the
+        # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
+        objective = TaskObjective(
+            self.task, self.train_examples, self.validation_examples, setup.batch_size, seed,
+            lm_weight=setup.lm_weight, sift=self.sift, mix_penalty=mix_penalty, micro_batches_per_step=world.world_size,
+        )
+        per_epoch = steps_for_epochs(1, objective.batches_per_epoch, world.world_size)
+        # Steps given win over the epochs (so that a resume with more extends a finished run); the schedule's
+        # warmup and decay fit the steps that run.
+        if setup.steps is None:
+            steps = steps_for_epochs(setup.epochs, objective.batches_per_epoch, world.world_size)
+        else:
+            steps = setup.steps
+        config = TrainingConfig(
+            steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(self.warmup * steps), optimizer="adamw",
+            betas=self.recipe.betas, weight_decay=0.01, eval_every=per_epoch,
+            save_every=min(per_epoch, setup.save_every), log_every=max(1, per_epoch // 10), seed=seed,
+            device=setup.device, precision=setup.precision, progress=setup.progress,
+            time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
+            report_to=setup.report_to, extension="layout",
+        )
+        continuing = resume and has_checkpoint(directory)
+        trainer = Trainer(model, objective, config, directory, tokenizer=self.tokenizer, distributed=world)
+        metrics = trainer.train(resume=continuing, overwrite=overwrite or (resume and not continuing),
+                                definition=definition)
+        last = {k: v for k, v in metrics.items() if k.startswith("val_")}
+        result = {"lr": lr, "seed": seed, "directory": str(directory), "steps": trainer.step, **last,
+                  self.task.selection: trainer.best}
+        if world.is_main:
+            write_json(directory / RESULT_FILE, result)
+        return result
 
 
 def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
@@ -652,7 +703,7 @@ def task_name(head: Any) -> str:
 
     Args:
         head: the task model's head config, or a feature-based model's
-            [`TaggerConfig`][plm.tasks.feature_tagger.TaggerConfig].
+            [`TaggerConfig`][plm.tasks.feature_based.TaggerConfig].
 
     Returns:
         classify, regress, tag, qa or choice.

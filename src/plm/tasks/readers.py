@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from plm.data.corpus import json_object, read_text
+from plm.data.corpus import json_document, json_rows, read_text
 from plm.errors import PLMError
 
 Path = str | os.PathLike[str]
@@ -173,18 +172,13 @@ def read_jsonl(path: Path, regression: bool = False) -> list[TextExample]:
         The examples, with their lines.
 
     Raises:
-        PLMError: a line that is not a JSON object, a text or pair that is not a string or is empty, an empty
-            label, a label that is not a number (``regression``), no examples, or
-            a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
+        PLMError: a line [`json_rows`][plm.data.corpus.json_rows] refuses (not a JSON object, a text or pair that
+            is not a string), an empty text or pair, an empty label, a label that is not a number
+            (``regression``), or no examples.
     """
     examples = []
-    for number, line in enumerate(read_text(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        row = json_object(line, path, number)
-        text, pair, label = row.get("text"), row.get("text_pair"), row.get("label")
-        if not isinstance(text, str) or not (pair is None or isinstance(pair, str)):
-            raise PLMError(f'{path}:{number}: "text" (and "text_pair", if given) must be strings')
+    for number, row in json_rows(path, {"text": str}, {"text_pair": str | None}):
+        text, pair, label = row["text"], row.get("text_pair"), row.get("label")
         if not text.strip() or (pair is not None and not pair.strip()):
             raise PLMError(
                 f'{path}:{number}: an empty "text"' if not text.strip() else f'{path}:{number}: an empty "text_pair"'
@@ -355,10 +349,7 @@ def read_squad(path: Path, labelled: bool = True) -> list[QAExample]:
             or
             a file that cannot be read as text (see [`read_text`][plm.data.corpus.read_text]).
     """
-    try:
-        document = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise PLMError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    document = json_document(path)
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise PLMError(f'{path}: not SQuAD JSON (no "data" list at the top)')
     examples = []

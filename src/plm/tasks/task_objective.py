@@ -44,7 +44,7 @@ from plm.tasks.encoding import (
     width_of,
     word_predictions,
 )
-from plm.tasks.feature_tagger import FeatureTagger
+from plm.tasks.feature_based import FeatureTagger
 from plm.tasks.gpt_inputs import TaskInputs
 from plm.tasks.model import TaskModel
 from plm.tasks.qa import QAPrediction, best_threshold, encode_windows, predict_answer
@@ -66,7 +66,7 @@ class Task:
         labels: the class names (tags), in id order.
         causal: the backbone is a GPT: inputs take GPT-1's forms (see [`plm.tasks.gpt_inputs`][plm.tasks.gpt_inputs]).
         words: every feature marks its words' pieces, for a model over words (the feature-based model of
-            [`plm.tasks.feature_tagger`][plm.tasks.feature_tagger]; see
+            [`plm.tasks.feature_based`][plm.tasks.feature_based]; see
             [`plm.tasks.word_inputs`][plm.tasks.word_inputs]).
         characters: and carries those words' ELMo ``char_ids`` (implies ``words``).
 

@@ -1,6 +1,6 @@
 """What a model over words reads beside the token ids: where each word starts (and ends), and its characters.
 
-The feature-based model ([`plm.tasks.feature_tagger`][plm.tasks.feature_tagger]) reads one vector per word,
+The feature-based model ([`plm.tasks.feature_based`][plm.tasks.feature_based]) reads one vector per word,
 taken at the word's first sub-word; a word is what the tokenizer's pre-tokenizer splits
 (BERT's words and punctuation), numbered in ``word_ids`` as [`Encoding`][plm.tokenization.tokenizer.Encoding]
 numbers them. A frozen ELMo beside the encoder reads the same words' characters; their

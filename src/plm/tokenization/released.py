@@ -1,6 +1,6 @@
 """The tokenizers of released translation models: Marian's SentencePiece, and fairseq's Moses and BPE.
 
-Each class is one side (source or target) of a [`Seq2SeqTokenizers`][plm.data.parallel.Seq2SeqTokenizers], read
+Each class is one side (source or target) of a [`Seq2SeqTokenizers`][plm.data.sentence_pairs.Seq2SeqTokenizers], read
 from a Hugging Face model directory as ``transformers``' ``MarianTokenizer`` and ``FSMTTokenizer``
 read it, and giving the same ids (``tests/tokenization/test_released_tokenizers.py``):
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from plm.cpu.int8 import check_trainable
-from plm.data.parallel import Seq2SeqTokenizers
+from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models import PretrainedModel
 from plm.storage.atomic_files import make_directory, staging_directory

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from plm.errors import PLMError
 from plm.models import RECIPES, model_class
 from plm.models.recipe import PaperScale
-from plm.training.pretrain import check_model_name, model_config
+from plm.training.starting_model import check_model_name, model_config
 
 # The settings a paper's scale gives, by their names in PretrainSetup, TrainingConfig and the CLI.
 PAPER_SETTINGS = ("grad_accum", "block_size", "steps", "epochs", "short_block_size", "short_steps")

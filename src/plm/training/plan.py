@@ -96,6 +96,21 @@ class PlanSetup:
     optimizer: str | None = None  # None: the family recipe's
     device: str = "auto"  # where it trains: "cuda" or "cpu"; auto: CUDA when present, as training picks
 
+    def validate(self) -> None:
+        """Raise a PLMError naming the field of the first value that cannot be planned.
+
+        Raises:
+            PLMError: processes, batch or block below 1, an unknown strategy or optimizer, or offload without FSDP.
+        """
+        if self.processes < 1 or self.batch < 1 or (self.block is not None and self.block < 1):
+            raise PLMError("`processes`, `batch` and `block` must be at least 1")
+        if self.strategy not in STRATEGIES:
+            raise PLMError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZER_STATES:
+            raise PLMError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
+        if self.offload and self.strategy != "fsdp":
+            raise PLMError("`offload` moves FSDP's shards to CPU memory; it needs `strategy` fsdp")
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -331,25 +346,6 @@ def word_table_values(config: Any, shape: BlockConfig) -> int:
     return config.vocab_size * (getattr(config, "embedding_dim", None) or shape.dim)
 
 
-def check_setup(setup: PlanSetup) -> None:
-    """Raise a PLMError for a setup that cannot be planned.
-
-    Args:
-        setup: what to plan.
-
-    Raises:
-        PLMError: processes, batch or block below 1, an unknown strategy or optimizer, or offload without FSDP.
-    """
-    if setup.processes < 1 or setup.batch < 1 or (setup.block is not None and setup.block < 1):
-        raise PLMError("`processes`, `batch_size` and `block_size` must be at least 1")
-    if setup.strategy not in STRATEGIES:
-        raise PLMError(f"unknown strategy {setup.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if setup.optimizer is not None and setup.optimizer not in OPTIMIZER_STATES:
-        raise PLMError(f"unknown optimizer {setup.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
-    if setup.offload and setup.strategy != "fsdp":
-        raise PLMError("`offload` moves FSDP's shards to CPU memory; it needs `strategy` fsdp")
-
-
 def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
     """The bytes each process of ``setup`` holds, against ``memory`` (None: what this machine has free).
 
@@ -361,11 +357,11 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         The plan.
 
     Raises:
-        PLMError: a setup [`check_setup`][plm.training.plan.check_setup] refuses, an unknown preset or device, a model
+        PLMError: a setup [`PlanSetup.validate`][plm.training.plan.PlanSetup.validate] refuses, an unknown preset or device, a model
             that is not a stack of Transformer blocks, a block longer than the context, or no CUDA GPU to read free
             memory from.
     """
-    check_setup(setup)
+    setup.validate()
     config = preset_config(setup.model)
     missing = [name for name in BLOCK_FIELDS if not hasattr(config, name)]
     if missing:

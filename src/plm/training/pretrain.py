@@ -14,7 +14,6 @@ anything is written.
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,31 +23,26 @@ from typing import Any
 
 import torch
 
-from plm.config import config_from_dict
-from plm.cpu.int8 import check_trainable
 from plm.data.corpus import default_corpus
 from plm.data.prepare import PrepareOptions, cached_corpus, cached_documents, corpus_texts
 from plm.data.prepared import PreparedCorpus
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.models import FAMILIES, PRESETS, RECIPES, PretrainedModel, from_config, model_class, preset_config
-from plm.models.recipe import Hyperparameters, PretrainingRecipe
+from plm.models import PRESETS, RECIPES, PretrainedModel, model_class
+from plm.models.recipe import Hyperparameters, PretrainingRecipe, check_hyperparameter_set
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
 from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec, phased_objective
 from plm.objectives.masking import MASK_RATIOS, check_mask_ratios
-from plm.storage.atomic_files import read_json
-from plm.storage.checkpoint import CHECKPOINT_DIR, CONFIG_FILE, load_model, model_directory
+from plm.storage.checkpoint import CHECKPOINT_DIR, model_directory
 from plm.tokenization.tokenizer import TOKENIZER_TRAINERS, Tokenizer
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.dry_run import DryRun, Phase, dry_run
 from plm.training.parallel import built_on_first_process
 from plm.training.run_directory import check_run_directory
-from plm.training.trainer import Trainer, TrainingConfig, train_run
+from plm.training.starting_model import build_model, check_dropout, check_model_name, model_config
+from plm.training.trainer import Trainer, TrainingConfig, steps_for_epochs, train_run
 
-# `--model bert` and friends: a family name stands for its recipe's small CPU preset.
-FAMILY_PRESETS = {family: recipe.preset for family, recipe in RECIPES.items()}
 OBJECTIVES = ("auto", *OBJECTIVE_SPECS)  # auto: the recipe's
-HYPERPARAMETER_SETS = ("cpu", "paper")
 
 
 @dataclass(frozen=True)
@@ -82,53 +76,28 @@ class PretrainSetup:
     hyperparameters: str = "cpu"  # "cpu": the recipe's CPU-scale values; "paper": the paper's
     model_overrides: dict[str, Any] = field(default_factory=dict)  # preset config fields to change (ablations)
 
+    def validate(self) -> None:
+        """Raise a PLMError naming the field of the first value that cannot train.
 
-def check_model_name(name: str) -> str:
-    """The preset ``name`` stands for, or ``name`` itself when it is a model directory.
+        What depends on the model (the block size against its context) is checked by
+        [`checked_block_size`][plm.training.pretrain.checked_block_size].
 
-    Args:
-        name: a family name (its small CPU preset), a preset or a model directory.
-
-    Returns:
-        The preset's name, or ``name`` itself.
-
-    Raises:
-        PLMError: neither a family, a preset nor an existing path.
-    """
-    name = FAMILY_PRESETS.get(name, name)
-    if name not in PRESETS and not Path(name).exists():
-        families = ", ".join(FAMILY_PRESETS)
-        raise PLMError(
-            f"unknown preset {name!r} and no such model directory; the presets are: {families}, {', '.join(PRESETS)}"
-        )
-    return name
-
-
-def model_config(name: str, overrides: dict[str, Any] | None = None):
-    """The config of a preset (with ``overrides``), or of a saved plm model directory (read without its weights).
-
-    Args:
-        name: a preset or a plm model directory.
-        overrides: preset config fields to change.
-
-    Returns:
-        config (Any): the family's config.
-
-    Raises:
-        PLMError: ``overrides`` for a saved model, a directory that is not a plm model, or an invalid config.
-    """
-    if name in PRESETS:
-        return preset_config(name, **(overrides or {}))
-    if overrides:
-        raise PLMError(
-            f"{name}: model fields ({', '.join(overrides)}) can be changed only for a preset, not a saved model"
-        )
-    path = model_directory(name) / CONFIG_FILE
-    description = read_json(path)
-    family = description.get("family") if isinstance(description, dict) else None
-    if family not in FAMILIES:
-        raise PLMError(f"{name}: not a plm model directory (convert a Hugging Face one with plm convert first)")
-    return config_from_dict(FAMILIES[family].config_class, description.get("config", {}), str(path))
+        Raises:
+            PLMError: a dropout, hyperparameter set or size that cannot train, validation files without training
+                files, a prepared corpus with text files, or a short phase without its steps.
+        """
+        check_dropout(self.dropout)
+        check_hyperparameter_set(self.hyperparameters)
+        if self.validation_files and not self.train_files:
+            raise PLMError("`validation_files` need `train_files` as well")
+        if self.data is not None and self.train_files:
+            raise PLMError("`data` is a prepared corpus, `train_files` text files: give one of them")
+        for name in ("vocab_size", "batch_size", "validation_blocks", "validation_sample_tokens", "max_ngram"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise PLMError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.short_steps < 0 or (self.short_block_size is None) != (self.short_steps == 0):
+            raise PLMError("`short_block_size` N and `short_steps` S go together (S at least 1): the first S steps "
+                           "read sequences of N tokens")
 
 
 def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecipe) -> tuple[str, ObjectiveSpec]:
@@ -161,40 +130,23 @@ def choose_objective(setup: PretrainSetup, family: str, recipe: PretrainingRecip
     return name, spec
 
 
-def check_setup(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -> int:
-    """Check the data and batch shape; return the block size.
+def checked_block_size(setup: PretrainSetup, context: int, recipe: PretrainingRecipe) -> int:
+    """The block size a run of ``setup`` trains on: the one given, else the recipe's, at most ``context``.
 
     Args:
-        setup: the run's setup.
+        setup: the run's setup, valid (see [`PretrainSetup.validate`][plm.training.pretrain.PretrainSetup.validate]).
         context: the model's context length.
         recipe: the family's recipe.
 
     Returns:
-        The block size: the one given, else the recipe's, at most ``context``.
+        The block size.
 
     Raises:
-        PLMError: a dropout, hyperparameter set, size or block size that cannot train, or validation files
-            without training files.
+        PLMError: a block size (or the short phase's) longer than the context.
     """
-    if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
-        raise PLMError(f"`dropout` must be in [0, 1), got {setup.dropout}")
-    if setup.hyperparameters not in HYPERPARAMETER_SETS:
-        raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
-    if setup.validation_files and not setup.train_files:
-        raise PLMError("`validation_files` need `train_files` as well")
-    if setup.data is not None and setup.train_files:
-        raise PLMError("`data` is a prepared corpus, `train_files` text files: give one of them")
-    for name in ("vocab_size", "batch_size", "validation_blocks", "validation_sample_tokens"):
-        if getattr(setup, name) is not None and getattr(setup, name) < 1:
-            raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
-    if setup.max_ngram is not None and setup.max_ngram < 1:
-        raise PLMError(f"`max_ngram` must be at least 1, got {setup.max_ngram}")
     block_size = setup.block_size or min(recipe.block_size or context, context)
     if block_size > context:
         raise PLMError(f"`block_size` {block_size} exceeds the model's context of {context} tokens")
-    if setup.short_steps < 0 or (setup.short_block_size is None) != (setup.short_steps == 0):
-        raise PLMError("`short_block_size` N and `short_steps` S go together (S at least 1): the first S steps "
-                       "read sequences of N tokens")
     if setup.short_block_size is not None and not 1 <= setup.short_block_size <= block_size:
         raise PLMError(f"`short_block_size` {setup.short_block_size} must be between 1 and the block size, "
                        f"{block_size}")
@@ -269,7 +221,7 @@ def resolve_tokenizer(
 
     Args:
         setup: the run's setup.
-        model: the preset or model directory (see [`check_model_name`][plm.training.pretrain.check_model_name]).
+        model: the preset or model directory (see [`check_model_name`][plm.training.starting_model.check_model_name]).
         recipe: the family's recipe.
         out: the run directory.
         resume: the run continues the one in ``out``.
@@ -294,41 +246,6 @@ def resolve_tokenizer(
     return trained
 
 
-def build_model(setup: PretrainSetup, model: str, heads: tuple[str, ...], tokenizer: Tokenizer) -> PretrainedModel:
-    """A fresh preset sized to the tokenizer with the objective's heads, or a saved model to continue.
-
-    Args:
-        setup: the run's setup (its model overrides and dropout).
-        model: the preset or model directory (see [`check_model_name`][plm.training.pretrain.check_model_name]).
-        heads: the pretraining heads the objective needs.
-        tokenizer: the run's tokenizer.
-
-    Returns:
-        The model.
-
-    Raises:
-        PLMError: a saved model that cannot be loaded or trained, has fewer embeddings than the tokenizer has
-            tokens, or other pretraining heads.
-    """
-    if model in PRESETS:
-        config = preset_config(model, **setup.model_overrides, vocab_size=len(tokenizer))
-        if setup.dropout is not None:  # every dropout rate of the family: embeddings, attention, residuals, heads
-            rates = {f.name: setup.dropout for f in dataclasses.fields(config) if f.name.endswith("dropout")}
-            config = dataclasses.replace(config, **rates)
-        return from_config(model_class(config).config_with_heads(config, heads))
-    loaded = load_model(model)
-    check_trainable(loaded, model)
-    if loaded.config.vocab_size < len(tokenizer):
-        raise PLMError(
-            f"{model}: the model has {loaded.config.vocab_size} embeddings but the tokenizer {len(tokenizer)} tokens"
-        )
-    have = tuple(getattr(loaded.config, "pretraining_heads", ()))
-    if set(have) != set(heads):
-        raise PLMError(f"{model}: the model's pretraining heads are {'+'.join(have) or 'none'}; the objective needs "
-                       f"{'+'.join(heads) or 'none'}")
-    return loaded
-
-
 def block_size_of(setup: PretrainSetup) -> int:
     """The block size a run of ``setup`` trains on: the one given, else the recipe's, at most the context.
 
@@ -340,10 +257,12 @@ def block_size_of(setup: PretrainSetup) -> int:
 
     Raises:
         PLMError: an unknown model, or a setup that cannot train (see
-            [`check_setup`][plm.training.pretrain.check_setup]).
+            [`PretrainSetup.validate`][plm.training.pretrain.PretrainSetup.validate] and
+            [`checked_block_size`][plm.training.pretrain.checked_block_size]).
     """
+    setup.validate()
     config = model_config(check_model_name(setup.model), setup.model_overrides)
-    return check_setup(setup, config.context_length, RECIPES[model_class(config).family])
+    return checked_block_size(setup, config.context_length, RECIPES[model_class(config).family])
 
 
 def warn_if_too_little_data(objective: Objective, setup: PretrainSetup, block_size: int) -> None:
@@ -383,20 +302,6 @@ def with_recipe_values(training: TrainingConfig, defaults: Hyperparameters) -> t
     return training, note
 
 
-def steps_for_epochs(epochs: float, train_tokens: int, tokens_per_step: int) -> int:
-    """The optimizer steps that read ``epochs`` passes over a training text of ``train_tokens`` (at least one).
-
-    Args:
-        epochs: the passes over the training text.
-        train_tokens: its size, in tokens (words, for the biLM).
-        tokens_per_step: the tokens one optimizer step reads, over all processes and micro-batches.
-
-    Returns:
-        The steps.
-    """
-    return max(1, math.ceil(epochs * train_tokens / tokens_per_step))
-
-
 def prepare(
     setup: PretrainSetup,
     training: TrainingConfig,
@@ -406,7 +311,8 @@ def prepare(
 ) -> tuple[Trainer, Tokenizer]:
     """Build the trainer for ``setup`` (without training), so callers can evaluate first.
 
-    Every argument is checked before the first (slow) step; nothing is written here.
+    Every argument is checked before the first (slow) step; nothing is written here. The run directory is
+    [`train_run`][plm.training.trainer.train_run]'s to check and lock.
 
     Args:
         setup: what the run trains: the model, its data, objective and batch shape.
@@ -419,9 +325,10 @@ def prepare(
         The trainer and the run's tokenizer.
 
     Raises:
-        PLMError: an argument that cannot train, or a run directory that cannot take this run.
+        PLMError: an argument that cannot train.
     """
     out = Path(out)
+    setup.validate()
     model_name = check_model_name(setup.model)
     config = model_config(model_name, setup.model_overrides)
     family = model_class(config).family
@@ -431,17 +338,16 @@ def prepare(
         raise PLMError(
             f"`model` {setup.model} is an encoder-decoder: train it on sentence pairs with plm seq2seq train"
         )
-    block_size = check_setup(setup, config.context_length, recipe)
-    defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    block_size = checked_block_size(setup, config.context_length, recipe)
+    defaults = recipe.defaults(setup.hyperparameters)
     requested = training  # as given: a run in epochs is filled in again once its steps are known
     training, warmup_note = with_recipe_values(requested, defaults)  # every value checked before the slow work
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
-    if world.is_main:
-        check_run_directory(out, resume, overwrite)
     tokenizer = resolve_tokenizer(setup, model_name, recipe, out, resume, world)
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
-        model = build_model(setup, model_name, spec.heads, tokenizer)
+        model = build_model(model_name, {"vocab_size": len(tokenizer)}, setup.dropout, setup.model_overrides,
+                            spec.heads)
     data = ObjectiveData(
         prepared=prepared_corpus(setup, tokenizer, world, training.progress),
         tokenizer=tokenizer,
@@ -462,7 +368,7 @@ def prepare(
         warn_if_too_little_data(objective, setup, block_size)
     if requested.epochs is not None:  # their steps, now that the data's size is known
         tokens_per_step = setup.batch_size * block_size * requested.grad_accum * world.world_size
-        steps = steps_for_epochs(requested.epochs, objective.train_tokens, tokens_per_step)
+        steps = steps_for_epochs(requested.epochs, objective.train_tokens, tokens_per_step)  # in tokens
         training, warmup_note = with_recipe_values(dataclasses.replace(requested, steps=steps, epochs=None), defaults)
     trainer = Trainer(model, objective, training, out, tokenizer, world)
     if warmup_note and world.is_main and not resume:  # a resumed run keeps its own warmup
@@ -497,7 +403,9 @@ def pretrain(
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
-    return train_run(out, resume, overwrite, definition, partial(prepare, setup, training, out, resume, overwrite))
+    trainer, tokenizer, metrics = train_run(out, resume, overwrite, definition,
+                                            partial(prepare, setup, training, out, resume, overwrite))
+    return trainer.model, tokenizer, metrics
 
 
 def pretrain_dry_run(
@@ -532,4 +440,5 @@ def pretrain_dry_run(
         switch = min(setup.short_steps, steps)
         return [Phase(setup.short_block_size, 0, switch), Phase(block_size, switch, steps)]
 
+    check_run_directory(Path(out), resume, overwrite)
     return dry_run(lambda: prepare(setup, training, out, resume, overwrite)[0], phases)

@@ -120,7 +120,9 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
     """``out`` checked by ``check`` and locked for the ``with`` block (``enabled``: see `run_lock`).
 
     The check runs before the lock, so that a refused run creates nothing, and again once locked,
-    in case another process started a run there meanwhile.
+    in case another process started a run there meanwhile. Within a claim of the same directory (the
+    trainer that [`train_run`][plm.training.trainer.train_run] prepared, a fine-tuning run in its own
+    directory), the directory was checked already: the claim only nests the lock.
 
     Args:
         out: the run directory.
@@ -134,12 +136,25 @@ def claimed(out: str | Path, check: Callable[[], None], enabled: bool = True) ->
         PLMError: ``check`` refused the directory, or it could not be locked (see
             [`run_lock`][plm.training.run_directory.run_lock]).
     """
-    if enabled:
+    checks = enabled and not holds_lock(out)
+    if checks:
         check()
     with run_lock(out, enabled) as directory:
-        if enabled:
+        if checks:
             check()
         yield directory
+
+
+def holds_lock(directory: str | Path) -> bool:
+    """Whether this process holds ``directory``'s lock (see [`run_lock`][plm.training.run_directory.run_lock]).
+
+    Args:
+        directory: a run directory.
+
+    Returns:
+        True inside a ``run_lock`` of it.
+    """
+    return Path(directory).exists() and Path(directory).resolve() in _held
 
 
 def check_not_in_use(directory: str | Path) -> None:

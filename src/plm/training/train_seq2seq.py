@@ -19,21 +19,20 @@ from typing import Any
 
 import torch
 
-from plm.cpu.int8 import check_trainable
 from plm.data.dates import date_pairs
-from plm.data.sentence_pairs import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.data.prepared import PreparedPairs
+from plm.data.sentence_pairs import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, from_config, model_class, preset_config
-from plm.models.recipe import TRANSLATION, Hyperparameters
+from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, model_class
+from plm.models.recipe import TRANSLATION, check_hyperparameter_set
 from plm.objectives.teacher_forcing import Seq2SeqObjective
-from plm.storage.checkpoint import CHECKPOINT_DIR, load_model, model_directory
+from plm.storage.checkpoint import CHECKPOINT_DIR, model_directory
 from plm.training.distributed import setup_distributed
 from plm.training.dry_run import DryRun, Phase, dry_run
 from plm.training.parallel import built_on_first_process
-from plm.training.pretrain import HYPERPARAMETER_SETS, check_model_name, model_config
 from plm.training.run_directory import check_run_directory
+from plm.training.starting_model import build_model, check_dropout, check_model_name, model_config
 from plm.training.trainer import Trainer, TrainingConfig, train_run
 
 OBJECTIVE = "seq2seq"
@@ -101,6 +100,34 @@ class Seq2SeqSetup:
     beam: int = 1  # for the validation metrics
     reverse_source: bool = False
 
+    def validate(self) -> None:
+        """Raise a PLMError naming the field of the first value that cannot train.
+
+        Raises:
+            PLMError: a dropout or label smoothing outside [0, 1), an unknown hyperparameter set or metric,
+                ``max_tokens``, ``beam``, ``vocab_size`` below 1 or ``metric_examples`` below 0, or a prepared corpus
+                given with files of pairs.
+        """
+        files = (self.source, self.target, self.tsv, self.validation_source, self.validation_target,
+                 self.validation_tsv)
+        if self.data is not None and any(files):
+            raise PLMError("`data` is a prepared corpus of pairs, `source`/`target` and `tsv` files of them: give "
+                           "one of them")
+        check_dropout(self.dropout)
+        check_hyperparameter_set(self.hyperparameters)
+        if self.select_by is not None and self.select_by not in SELECTABLE:
+            raise PLMError(f"`select_by` takes {', '.join(SELECTABLE)}, got {self.select_by!r}")
+        if self.label_smoothing is not None and not (math.isfinite(self.label_smoothing)
+                                                      and 0 <= self.label_smoothing < 1):
+            raise PLMError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing}")
+        for name in ("max_tokens", "beam"):
+            if getattr(self, name) < 1:
+                raise PLMError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise PLMError(f"`vocab_size` must be at least 1, got {self.vocab_size}")
+        if self.metric_examples < 0:
+            raise PLMError(f"`metric_examples` must be >= 0, got {self.metric_examples}")
+
 
 def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePair]]:
     """Training and validation pairs, checked.
@@ -113,8 +140,8 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
 
     Raises:
         PLMError: files given in a combination that does not go together, a file
-            [`read_tsv`][plm.data.sentence_pairs.read_tsv] or [`read_parallel`][plm.data.sentence_pairs.read_parallel] refuses, or
-            too few pairs to hold out validation.
+            [`read_tsv`][plm.data.sentence_pairs.read_tsv] or
+            [`read_parallel`][plm.data.sentence_pairs.read_parallel] refuses, or too few pairs to hold out validation.
     """
     if setup.tsv and (setup.source or setup.target):
         raise PLMError("give either `tsv` or `source` and `target`, not both")
@@ -146,40 +173,6 @@ def read_pairs(setup: Seq2SeqSetup) -> tuple[list[SentencePair], list[SentencePa
                            "`validation_source`/`validation_target`")
         train, validation = train[:-count], train[-count:]
     return train, validation
-
-
-def check_setup(setup: Seq2SeqSetup) -> None:
-    """Raise a PLMError for the first value of ``setup`` that cannot train.
-
-    Args:
-        setup: the run's setup.
-
-    Raises:
-        PLMError: a dropout or label smoothing outside [0, 1), an unknown hyperparameter set or metric,
-            ``max_tokens``, ``beam``, ``vocab_size`` below 1 or ``metric_examples`` below 0, or a prepared corpus
-            given with files of pairs.
-    """
-    files = (setup.source, setup.target, setup.tsv, setup.validation_source, setup.validation_target,
-             setup.validation_tsv)
-    if setup.data is not None and any(files):
-        raise PLMError("`data` is a prepared corpus of pairs, `source`/`target` and `tsv` files of them: give one of "
-                       "them")
-    if setup.dropout is not None and not (math.isfinite(setup.dropout) and 0 <= setup.dropout < 1):
-        raise PLMError(f"`dropout` must be in [0, 1), got {setup.dropout}")
-    if setup.hyperparameters not in HYPERPARAMETER_SETS:
-        raise PLMError(f"unknown hyperparameters {setup.hyperparameters!r}; choose {' or '.join(HYPERPARAMETER_SETS)}")
-    if setup.select_by is not None and setup.select_by not in SELECTABLE:
-        raise PLMError(f"`select_by` takes {', '.join(SELECTABLE)}, got {setup.select_by!r}")
-    if setup.label_smoothing is not None and not (math.isfinite(setup.label_smoothing)
-                                                  and 0 <= setup.label_smoothing < 1):
-        raise PLMError(f"`label_smoothing` must be in [0, 1), got {setup.label_smoothing}")
-    for name in ("max_tokens", "beam"):
-        if getattr(setup, name) < 1:
-            raise PLMError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(setup, name)}")
-    if setup.vocab_size is not None and setup.vocab_size < 1:
-        raise PLMError(f"`vocab_size` must be at least 1, got {setup.vocab_size}")
-    if setup.metric_examples < 0:
-        raise PLMError(f"`metric_examples` must be >= 0, got {setup.metric_examples}")
 
 
 def resolve_tokenizers(setup: Seq2SeqSetup, model: str, train: list[SentencePair] | PreparedPairs, out: Path,
@@ -246,38 +239,6 @@ def encoded_pairs(setup: Seq2SeqSetup, model: str, out: Path,
     return corpus.train, corpus.validation, corpus.validation_text(), tokenizers
 
 
-def build_model(setup: Seq2SeqSetup, model: str, tokenizers: Seq2SeqTokenizers) -> PretrainedModel:
-    """A fresh preset sized to the tokenizers, or a saved model to continue.
-
-    Args:
-        setup: the run's setup (its ``dropout``, for a preset).
-        model: the preset or model directory.
-        tokenizers: the run's tokenizers.
-
-    Returns:
-        The model.
-
-    Raises:
-        PLMError: a saved model that cannot be loaded, an int8 one, or one with fewer target embeddings than
-            tokens.
-    """
-    if model not in PRESETS:
-        loaded = load_model(model)
-        check_trainable(loaded, model)
-        if loaded.config.vocab_size < len(tokenizers.target):
-            raise PLMError(f"{model}: {loaded.config.vocab_size} target embeddings but {len(tokenizers.target)} tokens")
-        return loaded
-    fields = {field.name for field in dataclasses.fields(PRESETS[model])}
-    # Every encoder-decoder config names the target (or joint) vocabulary vocab_size, a separate source one
-    # source_vocab_size (None: joint).
-    sizes = {"vocab_size": len(tokenizers.target),
-             "source_vocab_size": None if tokenizers.joint else len(tokenizers.source)}
-    config = preset_config(model, **sizes)
-    if setup.dropout is not None:
-        config = dataclasses.replace(config, **{f: setup.dropout for f in fields if f.endswith("dropout")})
-    return from_config(config)
-
-
 def prepare_seq2seq(
     setup: Seq2SeqSetup, training: TrainingConfig, out: str | Path, resume: bool = False, overwrite: bool = False
 ) -> tuple[Trainer, Seq2SeqTokenizers]:
@@ -298,7 +259,7 @@ def prepare_seq2seq(
             or a run directory that cannot take this run.
     """
     out = Path(out)
-    check_setup(setup)
+    setup.validate()
     model_name = check_model_name(setup.model)
     family = model_class(model_config(model_name)).family
     recipe = RECIPES[family]
@@ -306,16 +267,19 @@ def prepare_seq2seq(
         seq2seq = [name for name, r in RECIPES.items() if OBJECTIVE in r.objectives]
         raise PLMError(f"`model` {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
                        f"{', '.join(seq2seq)} models")
-    defaults: Hyperparameters = recipe.paper if setup.hyperparameters == "paper" else recipe.hyperparameters
+    defaults = recipe.defaults(setup.hyperparameters)
     warmup_note = training.warmup_note(defaults)  # said once everything is checked
     training = training.with_defaults(defaults)
     training.validate()
     world = setup_distributed(resolve_device(training.device), group_of_one=training.parallelism.sharded)
-    check_run_directory(out, resume, overwrite)
     train, validation, validation_text, tokenizers = encoded_pairs(setup, model_name, out, resume)
     torch.manual_seed(training.seed)
     with built_on_first_process(training.parallelism, world):
-        model = build_model(setup, model_name, tokenizers)
+        # Every encoder-decoder config names the target (or joint) vocabulary vocab_size, a separate source one
+        # source_vocab_size (None: joint).
+        vocabulary = {"vocab_size": len(tokenizers.target),
+                      "source_vocab_size": None if tokenizers.joint else len(tokenizers.source)}
+        model = build_model(model_name, vocabulary, setup.dropout)
     assert isinstance(model, Seq2SeqModel)  # check_model_name lets only an encoder-decoder through
     objective = Seq2SeqObjective(
         train, validation, tokenizers, validation_text, max_tokens=setup.max_tokens,
@@ -351,6 +315,7 @@ def seq2seq_dry_run(
     Raises:
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
     """
+    check_run_directory(Path(out), resume, overwrite)
     return dry_run(lambda: prepare_seq2seq(setup, training, out, resume, overwrite)[0],
                    lambda trainer: [Phase(None, 0, trainer.config.steps)])
 
@@ -382,5 +347,6 @@ def train_seq2seq(
         PLMError: an argument that cannot train, or a run directory that cannot take this run.
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
-    return train_run(out, resume, overwrite, definition,
-                     partial(prepare_seq2seq, setup, training, out, resume, overwrite))
+    trainer, tokenizers, metrics = train_run(out, resume, overwrite, definition,
+                                             partial(prepare_seq2seq, setup, training, out, resume, overwrite))
+    return trainer.model, tokenizers, metrics

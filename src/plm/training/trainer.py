@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -39,6 +39,7 @@ from plm.storage.atomic_files import make_directory, read_json, staging_director
 from plm.storage.checkpoint import (
     CHECKPOINT_DIR,
     TRAINING_CONFIG_FILE,
+    Saveable,
     drop_snapshots,
     load_checkpoint,
     rng_states,
@@ -125,7 +126,7 @@ class TrainingConfig:
         unset = {name: getattr(defaults, name) for name in HYPERPARAMETERS if getattr(self, name) is None}
         if self.warmup_note(defaults):
             unset["warmup"] = self.steps // 10
-        return dataclasses.replace(self, **unset)
+        return dataclasses.replace(self, **unset) if unset else self
 
     def warmup_note(self, defaults: Hyperparameters) -> str | None:
         """What `with_defaults` does to a default warmup that would fill the whole run; None if nothing.
@@ -153,9 +154,15 @@ class TrainingConfig:
     def validate(self) -> None:
         """Raise a PLMError naming the field of the first value that cannot train; see `with_defaults`.
 
+        A config is checked once: the entry that builds a run checks it before the slow work, and the
+        [`Trainer`][plm.training.trainer.Trainer] it builds does not check it again. A config changed after
+        (``dataclasses.replace``) is another config, checked again.
+
         Raises:
             PLMError: the first value that cannot train, by its field.
         """
+        if self.__dict__.get("_valid"):
+            return
         if self.steps < 1 or self.grad_accum < 1:
             raise PLMError("`steps` and `grad_accum` must be at least 1")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -189,6 +196,7 @@ class TrainingConfig:
             raise PLMError(f"`eps` must be a finite number above 0, got {h.eps}")
         device = resolve_device(self.device)
         self.parallelism.validate(device, resolve_precision(self.precision, device))
+        object.__setattr__(self, "_valid", True)  # frozen: a mark of this instance, not a field (asdict skips it)
 
 
 class Trainer:
@@ -212,7 +220,7 @@ class Trainer:
         objective: Objective,
         config: TrainingConfig,
         out: str | Path,
-        tokenizer: Any = None,
+        tokenizer: Saveable | None = None,
         distributed: Distributed | None = None,
     ) -> None:
         config = config.with_defaults(Hyperparameters())
@@ -261,8 +269,7 @@ class Trainer:
         per_epoch = getattr(self.objective, "batches_per_epoch", None)
         if per_epoch is None:
             raise PLMError("`epochs` needs a task with a fixed training set; give `steps` instead")
-        per_step = self.config.grad_accum * self.distributed.world_size
-        return max(1, math.ceil(epochs * per_epoch / per_step))
+        return steps_for_epochs(epochs, per_epoch, self.config.grad_accum * self.distributed.world_size)
 
     def train(self, resume: bool = False, overwrite: bool = False,
               definition: dict[str, Any] | None = None) -> dict[str, float]:
@@ -739,6 +746,24 @@ def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> 
                            "resumed run keeps what defines it (start a new run to change it)")
 
 
+def steps_for_epochs(epochs: float, per_epoch: int, per_step: int) -> int:
+    """The optimizer steps that read ``epochs`` passes over the training data (at least one): the one rule.
+
+    An epoch and a step are counted in the same unit: micro-batches (a task's, a sentence-pair corpus') or
+    tokens (a pre-training corpus'). An epoch need not end on a step: the objectives number their batches on
+    across epochs, so 2 processes read 9 batches an epoch in 4.5 steps, and 3 epochs in 14.
+
+    Args:
+        epochs: the passes over the training data.
+        per_epoch: one pass's size.
+        per_step: what one optimizer step reads, over all processes and micro-batches, in the same unit.
+
+    Returns:
+        The steps.
+    """
+    return max(1, math.ceil(epochs * per_epoch / per_step))
+
+
 def named_losses(terms: list[str], means: list[float], weights: dict[str, float]) -> dict[str, float]:
     """``loss`` is the weighted sum of the terms; each term is logged too (unweighted).
 
@@ -771,18 +796,32 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
 
 
+class Run(Protocol):
+    """What [`train_run`][plm.training.trainer.train_run] trains: a [`Trainer`][plm.training.trainer.Trainer], or the
+    trainers of a fine-tuning sweep in one run directory."""
+
+    def train(self, resume: bool = False, overwrite: bool = False,
+              definition: dict[str, Any] | None = None) -> dict[str, float]:
+        """Train, as [`Trainer.train`][plm.training.trainer.Trainer.train] does; return the last metrics."""
+        ...
+
+
+Trained = TypeVar("Trained", bound=Run)
 Prepared = TypeVar("Prepared")
 
 
 def train_run(
     out: str | Path, resume: bool, overwrite: bool, definition: dict[str, Any] | None,
-    prepare: Callable[[], tuple[Trainer, Prepared]],
-    after: Callable[[Trainer, Prepared, dict[str, float]], None] | None = None,
-) -> tuple[PretrainedModel, Prepared, dict[str, float]]:
+    prepare: Callable[[], tuple[Trained, Prepared]],
+    after: Callable[[Trained, Prepared, dict[str, float]], None] | None = None,
+    check: Callable[[Path, bool, bool], None] = check_run_directory,
+) -> tuple[Trained, Prepared, dict[str, float]]:
     """Lock the run directory ``out``, ``prepare`` its trainer, train, and leave the process group.
 
-    The one way every trainer runs: the lock is taken before ``prepare`` does any work, so that a second
-    process is refused at once, and the process group is left however the run ends.
+    The one way every trainer runs (pre-training, sequence to sequence, fine-tuning, each run of a comparison):
+    ``out`` is checked and locked before ``prepare`` does any work, so that a second process or a wrong
+    ``out`` is refused at once and nothing is half-written; what ``prepare`` builds does not check it again
+    (see [`claimed`][plm.training.run_directory.claimed]); and the process group is left however the run ends.
 
     Args:
         out: the run directory.
@@ -792,20 +831,22 @@ def train_run(
         prepare: builds the trainer, with what comes with its model (the tokenizer or tokenizers).
         after: what to do with the trained model while the processes are still together (an FSDP model is
             gathered by all of them), the run directory still locked: report, draw.
+        check: refuses an ``out`` that cannot take the run, before anything is written (default:
+            [`check_run_directory`][plm.training.run_directory.check_run_directory]).
 
     Returns:
-        The trained model, what ``prepare`` gave with the trainer, and the last metrics.
+        The trainer, what ``prepare`` gave with it, and the last metrics.
 
     Raises:
         PLMError: a run directory that cannot take this run.
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
     try:
-        with claimed(out, partial(check_run_directory, Path(out), resume, overwrite), enabled=is_first_process()):
+        with claimed(out, partial(check, Path(out), resume, overwrite), enabled=is_first_process()):
             trainer, prepared = prepare()
             metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
             if after is not None:
                 after(trainer, prepared, metrics)
     finally:
         teardown_distributed()
-    return trainer.model, prepared, metrics
+    return trainer, prepared, metrics

@@ -19,11 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
 from plm.apps.zeroshot.scoring import score_continuations
+from plm.data.corpus import json_rows
 from plm.errors import PLMError
-from plm.models import CausalLM
-from plm.tokenization.tokenizer import Tokenizer
 
 SCORINGS = ("full", "partial")
 
@@ -45,7 +44,7 @@ class ClozeItem:
 
 
 @dataclass(frozen=True)
-class ClozeResult:
+class ClozeResult(ZeroShotResult):
     """The accuracy of a cloze evaluation, and each item's choice and scores.
 
     Attributes:
@@ -63,13 +62,7 @@ class ClozeResult:
     choices: list[int]  # the option each item chose
     scores: list[list[float]]  # log p of each option's scored part, in nats
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        """The summary numbers as JSON values (without the per-item choices and scores).
-
-        Returns:
-            ``accuracy``, ``items``, ``correct`` and ``scoring``.
-        """
-        return {"accuracy": self.accuracy, "items": self.items, "correct": self.correct, "scoring": self.scoring}
+    per_item = ("choices", "scores")
 
 
 def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
@@ -83,12 +76,12 @@ def read_cloze(path: str | Path, blank: str = "XXXXX") -> list[ClozeItem]:
         The items, in file order.
 
     Raises:
-        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, fewer than two options or an empty
+        PLMError: a file [`json_rows`][plm.data.corpus.json_rows] refuses, fewer than two options or an empty
             one, an answer that is not an option, or a query without exactly one blank.
     """
     items = []
-    schema: dict[str, type | tuple[type, ...]] = {"query": str, "options": list, "answer": (str, int)}
-    for number, row in read_jsonl(path, schema, optional={"context": str}):
+    schema = {"query": str, "options": list, "answer": str | int}
+    for number, row in json_rows(path, schema, optional={"context": str}):
         where = f"{path}:{number}"
         options = row["options"]
         if len(options) < 2 or not all(isinstance(option, str) and option.strip() for option in options):
@@ -132,24 +125,15 @@ def candidate_pair(item: ClozeItem, option: str, scoring: str) -> tuple[str, str
 
 
 def evaluate_cloze(
-    model: CausalLM,
-    tokenizer: Tokenizer,
-    path: str | Path,
-    scoring: str = "full",
-    blank: str = "XXXXX",
-    batch_size: int = 16,
-    progress: bool = False,
+    options: ZeroShotOptions, path: str | Path, scoring: str = "full", blank: str = "XXXXX"
 ) -> ClozeResult:
     """Accuracy of choosing, for each item, the option with the highest log-probability.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; a batch is the continuations scored per forward pass.
         path: the cloze JSONL file.
         scoring: "full" or "partial" (see the module docstring).
         blank: the marker of the blank in the query.
-        batch_size: the continuations scored per forward pass.
-        progress: show a progress bar.
 
     Returns:
         The result.
@@ -160,14 +144,15 @@ def evaluate_cloze(
     """
     if scoring not in SCORINGS:
         raise PLMError(f"unknown scoring {scoring!r}; use {' or '.join(SCORINGS)}")
-    items = read_cloze(path, blank)
+    items = read_cloze(path, blank)[: options.limit]
     pairs = []
     for number, item in enumerate(items, start=1):
         try:
             pairs += [candidate_pair(item, option, scoring) for option in item.options]
         except PLMError as error:
             raise PLMError(f"{path}: item {number}: {error}") from None
-    scored = iter(score_continuations(model, tokenizer, pairs, batch_size, progress=progress, desc="cloze"))
+    scored = iter(score_continuations(options.model, options.tokenizer, pairs, options.batch_size,
+                                      progress=options.progress, desc="cloze"))
     scores = [[next(scored).logprob for _ in item.options] for item in items]
     choices = [max(range(len(row)), key=row.__getitem__) for row in scores]
     correct = sum(choice == item.answer for choice, item in zip(choices, items))

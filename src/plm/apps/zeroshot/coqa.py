@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from plm.apps.zeroshot.jsonl import check_fields, read_json
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
 from plm.apps.zeroshot.prompting import Prompt, greedy_answers, qa_query, qa_turns
+from plm.data.corpus import check_fields, json_document
 from plm.errors import PLMError
-from plm.models import CausalLM
 from plm.tasks.metrics import exact_match, token_f1
-from plm.tokenization.tokenizer import Tokenizer
 
 TURN = {"input_text": str, "turn_id": int}
 
@@ -57,7 +56,7 @@ class CoQAStory:
 
 
 @dataclass(frozen=True)
-class CoQAResult:
+class CoQAResult(ZeroShotResult):
     """CoQA's F1 and exact match, and the answers.
 
     Attributes:
@@ -74,14 +73,7 @@ class CoQAResult:
     prompts_cut: int
     predictions: list[dict[str, Any]]
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The scores as JSON values (without the predictions).
-
-        Returns:
-            ``f1``, ``exact_match``, ``questions`` and ``prompts_cut``.
-        """
-        return {"f1": self.f1, "exact_match": self.exact_match, "questions": self.questions,
-                "prompts_cut": self.prompts_cut}
+    per_item = ("predictions",)
 
 
 def read_coqa(path: str | Path) -> list[CoQAStory]:
@@ -97,7 +89,7 @@ def read_coqa(path: str | Path) -> list[CoQAStory]:
         PLMError: a file that is not JSON, not CoQA's layout, a missing or ill-typed field, a list of answers
             not as long as the questions, an answer whose ``turn_id`` is not its question's, or no questions.
     """
-    document = read_json(path)
+    document = json_document(path)
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise PLMError(f'{path}: not CoQA JSON (no "data" list at the top)')
     stories = []
@@ -169,25 +161,13 @@ def turn_score(prediction: str, references: Sequence[str]) -> tuple[float, float
     return exact / len(groups), f1 / len(groups)
 
 
-def evaluate_coqa(
-    model: CausalLM,
-    tokenizer: Tokenizer,
-    path: str | Path,
-    limit: int | None = None,
-    max_new_tokens: int = 32,
-    batch_size: int = 8,
-    progress: bool = False,
-) -> CoQAResult:
+def evaluate_coqa(options: ZeroShotOptions, path: str | Path, max_new_tokens: int = 32) -> CoQAResult:
     """CoQA's F1 and exact match of the model's greedy answers.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; the limit counts the questions of the file.
         path: the CoQA JSON file.
-        limit: answer only the first ``limit`` questions of the file (None: all).
         max_new_tokens: the most tokens of an answer.
-        batch_size: the prompts decoded together.
-        progress: show a progress bar.
 
     Returns:
         The result.
@@ -199,8 +179,9 @@ def evaluate_coqa(
     stories = read_coqa(path)
     turns = [(story, turn_id, answers) for story in stories for turn_id, answers in zip(story.turn_ids, story.answers)]
     prompts = [prompt for story in stories for prompt in coqa_prompts(story, str(path))]
-    turns, prompts = turns[:limit], prompts[:limit]
-    answers = greedy_answers(model, tokenizer, prompts, max_new_tokens, batch_size, progress, desc="coqa")
+    turns, prompts = turns[: options.limit], prompts[: options.limit]
+    answers = greedy_answers(options.model, options.tokenizer, prompts, max_new_tokens, options.batch_size,
+                             options.progress, desc="coqa")
     scores = [turn_score(answer.text, references) for answer, (_, _, references) in zip(answers, turns)]
     return CoQAResult(
         f1=sum(f1 for _, f1 in scores) / len(scores),

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
 from plm.apps.zeroshot.scoring import score_continuations
+from plm.data.corpus import json_rows
 from plm.errors import PLMError
-from plm.models import CausalLM
 from plm.tokenization.tokenizer import Tokenizer
 
 # NLTK's English stop words, the list the public GPT-2 LAMBADA replications filtered with.
@@ -41,7 +41,7 @@ _LAST_WORD = re.compile(r"(?s)^(.*\S)(\s+)(\S+)\s*$")
 
 
 @dataclass(frozen=True)
-class LambadaResult:
+class LambadaResult(ZeroShotResult):
     """LAMBADA's accuracy and last-word perplexity.
 
     Attributes:
@@ -58,14 +58,6 @@ class LambadaResult:
     correct: int
     target_tokens: int  # sub-word tokens of all targets
     stop_word_filter: bool
-
-    def as_dict(self) -> dict[str, float | int | bool]:
-        """The result as JSON values.
-
-        Returns:
-            Its fields by name.
-        """
-        return asdict(self)
 
 
 def split_last_word(text: str) -> tuple[str, str]:
@@ -96,10 +88,10 @@ def read_lambada(path: str | Path) -> list[tuple[str, str]]:
         The pairs, in file order.
 
     Raises:
-        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, or a passage of one word.
+        PLMError: a file [`json_rows`][plm.data.corpus.json_rows] refuses, or a passage of one word.
     """
     pairs = []
-    for number, row in read_jsonl(path, {"text": str}):
+    for number, row in json_rows(path, {"text": str}):
         try:
             pairs.append(split_last_word(row["text"]))
         except ValueError as error:
@@ -120,23 +112,13 @@ def stop_word_tokens(tokenizer: Tokenizer) -> torch.Tensor:
     return torch.tensor([word.strip().lower() in STOP_WORDS for word in words])
 
 
-def evaluate_lambada(
-    model: CausalLM,
-    tokenizer: Tokenizer,
-    path: str | Path,
-    stop_words: bool = False,
-    batch_size: int = 16,
-    progress: bool = False,
-) -> LambadaResult:
-    """Accuracy and last-word perplexity of ``model`` on a LAMBADA JSONL file.
+def evaluate_lambada(options: ZeroShotOptions, path: str | Path, stop_words: bool = False) -> LambadaResult:
+    """Accuracy and last-word perplexity of the model on a LAMBADA JSONL file.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; a batch is the passages scored per forward pass.
         path: the JSONL file.
         stop_words: apply the stop-word filter to the target's first token in the greedy check.
-        batch_size: the passages scored per forward pass.
-        progress: show a progress bar.
 
     Returns:
         The result.
@@ -145,9 +127,10 @@ def evaluate_lambada(
         PLMError: a file [`read_lambada`][plm.apps.zeroshot.lambada.read_lambada] refuses, or a passage that cannot be
             scored.
     """
-    pairs = read_lambada(path)
-    banned = stop_word_tokens(tokenizer) if stop_words else None
-    scored = score_continuations(model, tokenizer, pairs, batch_size, banned, progress, desc="lambada")
+    pairs = read_lambada(path)[: options.limit]
+    banned = stop_word_tokens(options.tokenizer) if stop_words else None
+    scored = score_continuations(options.model, options.tokenizer, pairs, options.batch_size, banned,
+                                 options.progress, desc="lambada")
     correct = sum(item.greedy for item in scored)
     nll = -sum(item.logprob for item in scored)
     return LambadaResult(

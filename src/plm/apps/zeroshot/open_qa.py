@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
 from plm.apps.zeroshot.prompting import Prompt, greedy_answers, qa_query, qa_turns, split_examples
+from plm.data.corpus import json_rows
 from plm.errors import PLMError
-from plm.models import CausalLM
 from plm.tasks.metrics import exact_match
-from plm.tokenization.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class OpenQuestion:
 
 
 @dataclass(frozen=True)
-class OpenQAResult:
+class OpenQAResult(ZeroShotResult):
     """Exact match on all questions and on those the model is most confident of, and the answers.
 
     Attributes:
@@ -75,13 +74,7 @@ class OpenQAResult:
     prompts_cut: int
     predictions: list[dict[str, Any]]
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The numbers as JSON values (without the predictions).
-
-        Returns:
-            Every field but ``predictions``.
-        """
-        return {name: value for name, value in vars(self).items() if name != "predictions"}
+    per_item = ("predictions",)
 
 
 def read_questions(path: str | Path) -> list[OpenQuestion]:
@@ -94,11 +87,11 @@ def read_questions(path: str | Path) -> list[OpenQuestion]:
         The questions, in file order.
 
     Raises:
-        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, an empty question, an answer
+        PLMError: a file [`json_rows`][plm.data.corpus.json_rows] refuses, an empty question, an answer
             list that is empty or holds something else than strings, or no questions.
     """
     questions = []
-    for number, row in read_jsonl(path, {"question": str, "answer": list}):
+    for number, row in json_rows(path, {"question": str, "answer": list}):
         answers = row["answer"]
         if not row["question"].strip():
             raise PLMError(f"{path}:{number}: empty question")
@@ -175,30 +168,22 @@ def qa_prompts(examples: Sequence[OpenQuestion], questions: Sequence[OpenQuestio
 
 
 def evaluate_open_qa(
-    model: CausalLM,
-    tokenizer: Tokenizer,
+    options: ZeroShotOptions,
     path: str | Path,
     shots: int = 5,
     examples: str | Path | None = None,
-    limit: int | None = None,
     fraction: float = 0.01,
     max_new_tokens: int = 32,
-    batch_size: int = 8,
-    progress: bool = False,
 ) -> OpenQAResult:
     """Exact match of the model's greedy answers, on all questions and on the most confident ``fraction``.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; the limit counts the questions after the examples.
         path: the NQ-open JSONL file.
         shots: the example pairs in each prompt.
         examples: a JSONL file of the same format to take them from (None: the first questions of ``path``).
-        limit: answer only the first ``limit`` questions after the examples (None: all).
         fraction: the share of the most confident answers scored apart.
         max_new_tokens: the most tokens of an answer.
-        batch_size: the prompts decoded together.
-        progress: show a progress bar.
 
     Returns:
         The result.
@@ -210,9 +195,9 @@ def evaluate_open_qa(
     check_fraction(fraction)  # before the model runs
     given = read_questions(examples) if examples is not None else None
     chosen, questions = split_examples(read_questions(path), shots, given, str(examples or path))
-    questions = questions[:limit]
-    answers = greedy_answers(model, tokenizer, qa_prompts(chosen, questions, str(path)), max_new_tokens,
-                             batch_size, progress, desc="qa")
+    questions = questions[: options.limit]
+    answers = greedy_answers(options.model, options.tokenizer, qa_prompts(chosen, questions, str(path)),
+                             max_new_tokens, options.batch_size, options.progress, desc="qa")
     right = [is_correct(answer.text, item.answers) for answer, item in zip(answers, questions)]
     confident = most_confident([answer.logprob for answer in answers], fraction)
     confident_correct = sum(right[index] for index in confident)

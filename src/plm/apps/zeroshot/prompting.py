@@ -46,8 +46,10 @@ class Prompt:
 
 
 @dataclass(frozen=True)
-class Answer:
-    """What greedy decoding wrote after a prompt.
+class GreedyAnswer:
+    """The model's answer to a prompt: what greedy decoding wrote, and how sure it was.
+
+    A dataset's gold answers, by contrast, are [`Answer`][plm.tasks.readers.Answer]s.
 
     Attributes:
         text: the continuation up to the first new line, without the whitespace around it.
@@ -163,7 +165,7 @@ def greedy_answers(
     batch_size: int = 8,
     progress: bool = False,
     desc: str = "answering",
-) -> list[Answer]:
+) -> list[GreedyAnswer]:
     """Continue each prompt greedily until a new line, end of text or ``max_new_tokens``.
 
     Each prompt is cut ([`encode_prompt`][plm.apps.zeroshot.prompting.encode_prompt]) to leave ``max_new_tokens`` of the
@@ -212,7 +214,7 @@ def greedy_answers(
                     finished[row] = done
         texts = tokenizer.decode_batch(tokens, skip_special_tokens=True)
         answers += [
-            Answer(stop.cut(text).strip(), row_logprobs, cut)
+            GreedyAnswer(stop.cut(text).strip(), row_logprobs, cut)
             for text, row_logprobs, (_, cut) in zip(texts, logprobs, chunk)
         ]
     return answers

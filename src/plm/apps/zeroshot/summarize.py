@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plm.apps.text_pipelines import generate_text
-from plm.apps.zeroshot.jsonl import read_jsonl
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
+from plm.data.corpus import json_rows
 from plm.errors import PLMError
-from plm.models import CausalLM
 from plm.progress import progress_bar
-from plm.tokenization.tokenizer import Tokenizer
 
 PROMPT = "\nTL;DR:"
 ROUGE = ("rouge1", "rouge2", "rougeL")
@@ -42,7 +41,7 @@ def first_sentences(text: str, count: int = 3) -> str:
 
 
 @dataclass(frozen=True)
-class SummaryResult:
+class SummaryResult(ZeroShotResult):
     """ROUGE F1 of the summaries, and the summaries.
 
     Attributes:
@@ -58,13 +57,7 @@ class SummaryResult:
     articles: int
     summaries: list[str]
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The scores as JSON values (without the summaries).
-
-        Returns:
-            ``rouge1``, ``rouge2``, ``rougeL`` and ``articles``.
-        """
-        return {"rouge1": self.rouge1, "rouge2": self.rouge2, "rougeL": self.rougeL, "articles": self.articles}
+    per_item = ("summaries",)
 
 
 def read_articles(path: str | Path) -> list[tuple[str, str]]:
@@ -77,10 +70,10 @@ def read_articles(path: str | Path) -> list[tuple[str, str]]:
         The pairs, in file order.
 
     Raises:
-        PLMError: a file [`read_jsonl`][plm.apps.zeroshot.jsonl.read_jsonl] refuses, or an empty article or summary.
+        PLMError: a file [`json_rows`][plm.data.corpus.json_rows] refuses, or an empty article or summary.
     """
     rows = []
-    for number, row in read_jsonl(path, {"article": str, "summary": str}):
+    for number, row in json_rows(path, {"article": str, "summary": str}):
         if not row["article"].strip() or not row["summary"].strip():
             raise PLMError(f"{path}:{number}: 'article' and 'summary' should not be empty")
         rows.append((row["article"], row["summary"]))
@@ -88,28 +81,22 @@ def read_articles(path: str | Path) -> list[tuple[str, str]]:
 
 
 def evaluate_summaries(
-    model: CausalLM,
-    tokenizer: Tokenizer,
+    options: ZeroShotOptions,
     path: str | Path,
     max_new_tokens: int = 100,
     top_k: int = 2,
     sentences: int = 3,
     seed: int | None = 0,
-    batch_size: int = 8,
-    progress: bool = False,
 ) -> SummaryResult:
     """ROUGE F1 of the model's TL;DR summaries against the references.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; a batch is the articles summarised together.
         path: the JSONL file.
         max_new_tokens: the tokens sampled after each prompt.
         top_k: sample from the k likeliest tokens.
         sentences: the sentences of the output kept as the summary.
         seed: the seed of the sampling (each batch its own, from it); None: unseeded.
-        batch_size: the articles per batch.
-        progress: show a progress bar.
 
     Returns:
         The result.
@@ -118,17 +105,19 @@ def evaluate_summaries(
         PLMError: a file [`read_articles`][plm.apps.zeroshot.summarize.read_articles] refuses, or ``max_new_tokens``
             that leave no room for the article.
     """
-    rows = read_articles(path)
+    rows = read_articles(path)[: options.limit]
+    model, batch_size = options.model, options.batch_size
     room = model.context_length() - max_new_tokens
     if room < 1:
         raise PLMError(
             f"{max_new_tokens} new tokens leave no room for the article in a context of {model.context_length()}"
         )
     summaries = []
-    for start in progress_bar(range(0, len(rows), batch_size), disable=not progress, desc="summarize"):
+    for start in progress_bar(range(0, len(rows), batch_size), disable=not options.progress, desc="summarize"):
         prompts = [article.rstrip() + PROMPT for article, _ in rows[start : start + batch_size]]
         seed_here = None if seed is None else seed + start
-        texts = generate_text(model, tokenizer, prompts, max_new_tokens, top_k=top_k, seed=seed_here, keep_last=room)
+        texts = generate_text(model, options.tokenizer, prompts, max_new_tokens, top_k=top_k, seed=seed_here,
+                              keep_last=room)
         summaries += [first_sentences(text, sentences) for text in texts]
     from rouge_score import rouge_scorer  # imported here: with nltk and scipy it takes 1.6 s, which every command paid
 

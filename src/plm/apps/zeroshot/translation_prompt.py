@@ -21,19 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from plm.apps.zeroshot.evaluation import ZeroShotOptions, ZeroShotResult
 from plm.apps.zeroshot.prompting import Prompt, greedy_answers, split_examples
 from plm.apps.zeroshot.summarize import first_sentences
-from plm.data.parallel import SentencePair, read_parallel
+from plm.data.sentence_pairs import SentencePair, read_parallel
 from plm.errors import PLMError
-from plm.models import CausalLM
 from plm.objectives.translation import score_translations
-from plm.tokenization.tokenizer import Tokenizer
 
 SEPARATOR = " = "
 
 
 @dataclass(frozen=True)
-class TranslationPromptResult:
+class TranslationPromptResult(ZeroShotResult):
     """The BLEU of the model's translations, and the translations.
 
     Attributes:
@@ -54,13 +53,7 @@ class TranslationPromptResult:
     prompts_cut: int
     translations: list[str]
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The numbers as JSON values (without the translations).
-
-        Returns:
-            Every field but ``translations``.
-        """
-        return {name: value for name, value in vars(self).items() if name != "translations"}
+    per_item = ("translations",)
 
 
 def translation_prompts(
@@ -83,39 +76,32 @@ def translation_prompts(
 
 
 def evaluate_translation_prompt(
-    model: CausalLM,
-    tokenizer: Tokenizer,
+    options: ZeroShotOptions,
     src: str | Path,
     ref: str | Path,
     shots: int = 5,
     examples_src: str | Path | None = None,
     examples_ref: str | Path | None = None,
-    limit: int | None = None,
     max_new_tokens: int = 64,
-    batch_size: int = 8,
-    progress: bool = False,
 ) -> TranslationPromptResult:
     """Corpus BLEU of the model's greedy translations of ``src`` against ``ref``.
 
     Args:
-        model: the causal LM.
-        tokenizer: its tokenizer.
+        options: the model, its tokenizer and how to run them; the limit counts the sentences after the examples.
         src: the sentences to translate, one a line.
         ref: their references, line for line.
         shots: the example pairs in each prompt.
         examples_src: a file of example sentences (None: the first lines of ``src``, then not scored).
         examples_ref: their translations, line for line; given together with ``examples_src``.
-        limit: translate only the first ``limit`` sentences after the examples (None: all).
         max_new_tokens: the most tokens of a translation.
-        batch_size: the prompts decoded together.
-        progress: show a progress bar.
 
     Returns:
         The result.
 
     Raises:
-        PLMError: only one of the example files, files [`read_parallel`][plm.data.parallel.read_parallel] refuses, too
-            few examples or sentences, or a sentence that does not fit the model.
+        PLMError: only one of the example files, files
+            [`read_parallel`][plm.data.sentence_pairs.read_parallel] refuses, too few examples or sentences, or a
+            sentence that does not fit the model.
     """
     if (examples_src is None) != (examples_ref is None):
         raise PLMError("give both example files (the sentences and their translations), or neither")
@@ -123,10 +109,11 @@ def evaluate_translation_prompt(
     if examples_src is not None and examples_ref is not None:
         given = read_parallel(examples_src, examples_ref)
     examples, pairs = split_examples(read_parallel(src, ref), shots, given, str(examples_src or src))
-    pairs = pairs[:limit]
+    pairs = pairs[: options.limit]
     first_line = 1 + (shots if given is None else 0)
     prompts = translation_prompts(examples, [pair.source for pair in pairs], str(src), first_line)
-    answers = greedy_answers(model, tokenizer, prompts, max_new_tokens, batch_size, progress, desc="translate")
+    answers = greedy_answers(options.model, options.tokenizer, prompts, max_new_tokens, options.batch_size,
+                             options.progress, desc="translate")
     translations = [first_sentences(answer.text, 1) for answer in answers]
     scores = score_translations(translations, [[pair.target for pair in pairs]])
     return TranslationPromptResult(
