@@ -1,5 +1,7 @@
 """The documentation cannot rot: the site builds in strict mode, every example a page (or the README) marks runnable
-runs, and every ``plm ...`` line of the site and the README parses with plm's own parser, defaults included.
+runs, and every ``plm ...`` line of the site and the README parses with plm's own parser, defaults included. The API
+reference shows each package's public API (its ``__all__``) apart from its internals, and every name an example takes
+from plm is in a public API.
 
 A page marks a fenced block with an HTML comment on the line before it, which neither MkDocs nor GitHub shows:
 
@@ -15,7 +17,10 @@ Nothing is substituted: a runnable example is written small enough (micro preset
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import importlib
+import importlib.util
 import io
 import math
 import os
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+import plm
 from plm.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +160,10 @@ def documented_plm_commands(path: Path) -> list[tuple[int, str, PlmCommand]]:
 # The site --------------------------------------------------------------------------------------------------------
 
 
-def test_the_site_builds_in_strict_mode_with_its_api_reference(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once with --strict for the tests of this module that read it."""
+    site = tmp_path_factory.mktemp("site")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
          "--site-dir", str(site)],
@@ -163,6 +171,10 @@ def test_the_site_builds_in_strict_mode_with_its_api_reference(tmp_path: Path) -
     )
     problems = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert result.returncode == 0, "\n".join(problems) or result.stderr[-3000:]
+    return site
+
+
+def test_the_site_builds_in_strict_mode_with_its_api_reference(site: Path) -> None:
     reference = (site / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="plm.from_preset"' in reference and 'id="plm.pretrain"' in reference  # ::: plm was rendered
     literal = [f"{page.relative_to(site)}: {role}" for page in sorted((site / "api").rglob("*.html"))
@@ -174,6 +186,124 @@ def test_the_site_builds_in_strict_mode_with_its_api_reference(tmp_path: Path) -
 
 
 REST_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`[^`]*`")
+
+
+# The API reference: each page starts with its packages' public API (their ``__all__``), then their internals ------
+
+
+SOURCE = ROOT / "src"
+# Every package but the command line's, whose interface is the command (docs/cli.md).
+PACKAGES = sorted(".".join(init.parent.relative_to(SOURCE).parts) for init in (SOURCE / "plm").rglob("__init__.py")
+                  if init.parent.name != "cli")
+MODULES = sorted(".".join(path.relative_to(SOURCE).with_suffix("").parts).removesuffix(".__init__")
+                 for path in (SOURCE / "plm").rglob("*.py") if "cli" not in path.relative_to(SOURCE).parts)
+HEADING_ID = re.compile(r'<h\d id="(plm[\w.]*)"')
+
+
+def exports(package: str) -> list[str]:
+    return importlib.import_module(package).__all__
+
+
+def canonical_path(value: object) -> str | None:
+    """Where a function or class is defined (``plm.training.trainer.Trainer``); None for a constant."""
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_name_a_package_exports_imports_and_is_no_module_s_name(package: str) -> None:
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]  # hasattr imports a lazy name
+    assert not missing, f"{package}.__all__ names what it does not have: {missing}"
+    # `import plm.training.pretrain` makes the module plm.training's attribute `pretrain`, over an exported function
+    shadowed = [name for name in module.__all__ if importlib.util.find_spec(f"{package}.{name}") is not None]
+    assert not shadowed, f"{package}.__all__ names its own modules: {shadowed}"
+
+
+def test_each_of_plm_s_names_is_exported_by_its_package_too() -> None:
+    """So that the package's page shows it in its public API; a name that is also its module's cannot be."""
+    missing = []
+    for name in plm.__all__:
+        home = ".".join(plm._EXPORTS[name].split(".")[:2])  # the table of where plm's lazy names live
+        if home in PACKAGES and importlib.util.find_spec(f"{home}.{name}") is None:
+            value = getattr(plm, name)
+            if not any(getattr(importlib.import_module(home), other) is value for other in exports(home)):
+                missing.append(f"plm.{name} (from {home})")
+    assert not missing, missing
+
+
+def imported_from_plm(text: str) -> list[tuple[str, object]]:
+    """What a Python example takes from plm: ``from plm.x import y``, and ``plm.x.y`` after ``import plm``."""
+    taken = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "plm":
+            module = importlib.import_module(node.module)
+            taken += [(f"{node.module}.{alias.name}", getattr(module, alias.name)) for alias in node.names]
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain, inner = [inner.attr, *chain], inner.value
+            if isinstance(inner, ast.Name) and inner.id == "plm":
+                value: object = plm
+                for part in chain:
+                    value = getattr(value, part)
+                    if not isinstance(value, type(plm)):
+                        taken.append(("plm." + ".".join(chain[: chain.index(part) + 1]), value))
+                        break
+    return taken
+
+
+def test_every_name_the_pages_python_examples_take_from_plm_is_exported() -> None:
+    exported = [getattr(importlib.import_module(package), name) for package in PACKAGES for name in exports(package)]
+    taken = [(f"{page_id(path)}:{block.line}: {name}", value) for path in DOCUMENTS for block in blocks(path)
+             if block.language == "python" for name, value in imported_from_plm(block.text)]
+    assert len(taken) > 20
+    private = [where for where, value in taken if not any(value is public for public in exported)]
+    assert not private, f"examples that use what no package's __all__ exports: {private}"
+
+
+def api_sections(site: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """Each API page's heading ids: those of its public API, and those of its internals."""
+    sections = {}
+    for page in sorted((DOCS / "api").glob("*.md")):
+        html = (site / "api" / ("" if page.stem == "index" else page.stem) / "index.html").read_text(encoding="utf-8")
+        public, internals = html.find('id="public-api"'), html.find('id="internals"')
+        assert 0 < public < internals, f"docs/api/{page.name}: no 'Public API' heading, then an 'Internals' one"
+        sections[page.stem] = HEADING_ID.findall(html[public:internals]), HEADING_ID.findall(html[internals:])
+    return sections
+
+
+def test_each_api_page_shows_exactly_its_packages_public_api(site: Path) -> None:
+    shown: dict[str, str] = {}
+    for page, (public, _) in api_sections(site).items():
+        packages = [heading for heading in public if heading in PACKAGES]
+        assert packages, f"docs/api/{page}.md: its public API shows no package"
+        for package in packages:
+            assert package not in shown, f"{package}: the public API of docs/api/{shown[package]}.md and {page}.md"
+            shown[package] = page
+            rendered = {heading for heading in public if heading.startswith(f"{package}.")
+                        and "." not in heading[len(package) + 1:] and heading not in PACKAGES}
+            expected = {f"{package}.{name}" for name in exports(package)}
+            assert not rendered - expected, f"docs/api/{page}.md: internals in {package}'s public API: " \
+                                            f"{sorted(rendered - expected)}"
+            assert not expected - rendered, f"docs/api/{page}.md: {package}'s public API lacks " \
+                                            f"{sorted(expected - rendered)}"
+    assert sorted(shown) == PACKAGES, f"packages without a public API on any page: {set(PACKAGES) - set(shown)}"
+
+
+def test_every_module_is_documented_and_a_public_name_only_in_its_public_api(site: Path) -> None:
+    sections = api_sections(site)
+    every = {heading for public, internals in sections.values() for heading in (*public, *internals)}
+    missing = [module for module in MODULES if module not in every]
+    assert not missing, f"modules on no page of docs/api: {missing}"
+    # plm's own names are shown on the index and again in their packages' public APIs, not in their modules
+    public = {(package, name) for package in PACKAGES if package != "plm" for name in exports(package)}
+    twice = [f"{package}.{name} at {path}" for package, name in sorted(public)
+             if (path := canonical_path(getattr(importlib.import_module(package), name)))
+             and any(path in internals for _, internals in sections.values())]
+    twice += [f"plm.{name} at {path}" for name in plm.__all__
+              if (path := canonical_path(getattr(plm, name))) and path in sections["index"][1]]
+    assert not twice, f"public names documented again in their modules: {twice}"
 
 
 def test_docstrings_link_with_mkdocstrings_cross_references_not_rest_roles() -> None:

@@ -57,10 +57,13 @@ def test_the_wheel_carries_the_version_from_pyproject(installed: Path, tmp_path:
     assert "site-packages" in where and str(ROOT) not in where and where.split()[1] == version[1]
 
 
-def test_the_installed_command_helps_trains_and_serves_its_page(installed: Path, tmp_path: Path) -> None:
+def test_the_installed_command_helps_trains_and_serves_its_page(installed: Path, text_file: Path,
+                                                                tmp_path: Path) -> None:
     assert "pretrain" in run([str(installed / "plm"), "--help"], cwd=tmp_path)
+    # A small text, not the embedded corpus: that is built from the standard library, not from the wheel.
     run([str(installed / "plm"), "pretrain", "--model", "gpt2-micro", "--vocab-size", "300", "--steps", "5",
-         "--block-size", "32", "--batch-size", "4", "--no-progress", "--device", "cpu", "--out", "run"], cwd=tmp_path)
+         "--block-size", "32", "--batch-size", "4", "--train", str(text_file), "--no-progress", "--device", "cpu",
+         "--out", "run"], cwd=tmp_path)
     with subprocess.Popen([str(installed / "plm"), "serve", "--model", "run", "--port", "0", "--device", "cpu"],
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as server:
         try:

@@ -75,7 +75,7 @@ class FinetuneRow:
     validation: str
     steps: int  # optimizer steps at scale 1: one epoch over steps * batch size training sentences
     evaluations: int = 5  # validation points after step 0
-    options: tuple[tuple[str, Any], ...] = ()  # FinetuneSetup fields the row sets beside its data and budget
+    options: tuple[tuple[str, Any], ...] = ()  # FinetuneHead fields the row sets beside its data and budget
 
     def slice_training_set(self, settings: Settings, sentences: int, directory: Path) -> Path:
         """The first ``sentences`` training sentences, written where ``finetune`` reads its --train file."""
@@ -279,13 +279,15 @@ def labelled(features: list[dict]) -> list[dict]:
 
 
 def run_row(row: FinetuneRow, settings: Settings, directory: Path) -> Row:
-    batch_size = plm_finetune.FinetuneSetup(task=row.task).batch_size
+    batch_size = plm_finetune.FinetuneOptimization().batch_size
     steps = settings.steps(row.steps)
     model = minilm_directory()
     train = row.slice_training_set(settings, steps * batch_size, directory)
     setup = plm_finetune.FinetuneSetup(
-        task=row.task, model=str(model), train=str(train), validation=str(settings.data / row.validation),
-        epochs=1.0, seed=settings.seed, progress=False, **dict(row.options),
+        task=row.task, model=str(model), progress=False,
+        data=plm_finetune.FinetuneData(train=str(train), validation=str(settings.data / row.validation)),
+        head=plm_finetune.FinetuneHead(**dict(row.options)),
+        optimization=plm_finetune.FinetuneOptimization(epochs=1.0, seed=settings.seed),
     )
     trainers: list[PairedTrainer] = []
 

@@ -26,6 +26,27 @@ C = TypeVar("C", bound="DataclassInstance")  # a config class: a dataclass
 POSITIVE_FIELDS = ("vocab_size", "context_length", "dim", "layers", "heads", "ffn_dim", "norm_eps")
 
 
+HELP = "help"  # a knob's metadata key: what the field means, in its unit
+
+
+def knob(default: Any = dataclasses.MISSING, help: str = "", *,
+         default_factory: Any = dataclasses.MISSING) -> Any:
+    """A config field declared with what it means, once: the command line builds its flag from it.
+
+    The help names other fields in backquotes (`` `steps` ``), as the library's messages do, so that each
+    interface says them its own way (``--steps`` on the command line).
+
+    Args:
+        default: the field's default.
+        help: what it means, in its unit.
+        default_factory: a factory of the default, instead of ``default``.
+
+    Returns:
+        The dataclass field.
+    """
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={HELP: help})
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """The fields of a config as a dict (nested configs become dicts too), as JSON saves them.
 

@@ -12,7 +12,9 @@ import pytest
 
 from plm.cli.main import main
 from plm.errors import PLMError
-from plm.tasks.finetune import load_task_model, read_examples, task_labels
+from plm.tasks.fine_tuned import load_task_model
+from plm.tasks.finetune import task_labels
+from plm.tasks.readers import read_examples
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.task_objective import Classification
 from plm.tokenization.tokenizer import Tokenizer

@@ -5,6 +5,7 @@ reads a model or trains takes the flags a user reaches for. A mistyped flag gets
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,12 +19,26 @@ from plm.apps.elmo_probes import fit
 from plm.cli import demo
 from plm.cli import finetune as finetune_cli
 from plm.cli import seq2seq as seq2seq_cli
-from plm.cli.flags import FLAGS, OWN_NAMES, Flag, Formerly, in_flags, learning_rate, positive_float, positive_int
+from plm.cli.common import training_config
+from plm.cli.flags import (
+    FLAGS,
+    OWN_NAMES,
+    Flag,
+    Formerly,
+    config_from_args,
+    in_flags,
+    learning_rate,
+    positive_float,
+    positive_int,
+)
 from plm.cli.main import build_parser, main
 from plm.cli.run_definition import renamed
+from plm.config import HELP
 from plm.errors import FIELD
 from plm.tasks import task_objective
 from plm.tasks.synthetic import synthetic_task
+from plm.training.pretrain import PretrainSetup
+from plm.training.trainer import TrainingConfig
 from tests.conftest import synthetic_text
 from tests.test_layout import texts_outside_docstrings
 
@@ -460,3 +475,35 @@ def test_every_field_the_library_names_is_a_flag_of_some_command() -> None:
         flags |= set(parser.flag_of())
     unflagged = {field: where for field, where in library_fields().items() if field not in flags | NO_FLAG}
     assert not unflagged, unflagged
+
+
+def knobs(config: type) -> list[str]:
+    """The fields of ``config`` declared with their meaning (`plm.config.knob`): each one a flag."""
+    return [field.name for field in dataclasses.fields(config) if HELP in field.metadata]
+
+
+def test_a_knob_is_declared_once_in_its_config_and_the_command_line_is_built_from_it() -> None:
+    """Each knob of PretrainSetup and TrainingConfig is a flag of plm pretrain with the field's help and default, and
+    the flags given come back as the config's fields without a line per field: a knob added to the dataclass, or its
+    flag forgotten, fails here."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    pretrain = commands.choices["pretrain"]
+    actions = {action.dest: action for action in pretrain._actions}
+    for config in (PretrainSetup, TrainingConfig):
+        for name in knobs(config):
+            field = next(f for f in dataclasses.fields(config) if f.name == name)
+            assert name in actions, f"{config.__name__}.{name} has no flag in plm pretrain"
+            help = FIELD.sub(lambda named: "--" + named.group(1).replace("_", "-"), field.metadata[HELP])
+            assert actions[name].help.startswith(help), name
+    given = ["pretrain", "--whole-word", "--max-ngram", "3", "--mask-ratios", "70,20,10", "--short-block-size", "8",
+             "--short-steps", "2", "--objective", "mlm", "--grad-accum", "2", "--clip", "0.5", "--warmup", "7",
+             "--betas", "0.8", "0.9", "--keep-last", "3", "--seed", "5", "--compile", "--train", "a.txt"]
+    args = parser.parse_args(given)
+    setup = config_from_args(PretrainSetup, args, train_files=tuple(args.train))
+    training = training_config(args)
+    assert setup == PretrainSetup(whole_word=True, max_ngram=3, mask_ratios=(0.7, 0.2, 0.1), short_block_size=8,
+                                  short_steps=2, objective="mlm", train_files=("a.txt",))
+    assert (training.grad_accum, training.clip, training.warmup, training.betas, training.keep_last, training.seed,
+            training.compile) == (2, 0.5, 7, (0.8, 0.9), 3, 5, True)
+    assert TrainingConfig().steps == 1000 and pretrain.get_default("steps") == 1000  # each command's own default

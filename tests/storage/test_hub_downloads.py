@@ -159,7 +159,7 @@ def test_a_repository_with_only_a_pytorch_bin_is_read_weights_only_and_said_so(h
 def test_a_task_model_on_the_hub_opens_with_its_head_and_label_names(hub, tmp_path, tokenizers) -> None:
     folder, reference = bert_folder(tmp_path / "published", tokenizers["wordpiece"])
     hub.publish(BERT_SST, folder)
-    model, task = plm.tasks.finetune.load_task_model(BERT_SST)
+    model, task = plm.tasks.fine_tuned.load_task_model(BERT_SST)
     assert model.config.head.label_names == ("negative", "positive")
     ids = torch.tensor([[2, 9, 14, 7, 3]])
     with torch.no_grad():

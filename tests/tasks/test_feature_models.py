@@ -17,7 +17,7 @@ from plm.models import from_preset
 from plm.storage.checkpoint import load_model, save_model
 from plm.tasks.encoding import collate
 from plm.tasks.feature_based import NO_BOUNDARY, feature_tagger
-from plm.tasks.finetune import load_task_model
+from plm.tasks.fine_tuned import load_task_model
 from plm.tasks.readers import Answer, QAExample, TaggedSentence, TextExample
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.task_objective import build_task, encode_all, forward, model_inputs

@@ -169,6 +169,6 @@ def test_qa_windows_default_to_berts_384_tokens_128_apart(tokenizer):
     encoder = from_preset("bert-micro", vocab_size=len(tokenizer))
     assert build_task("qa", tokenizer, encoder).max_length == 64  # its context
     setup = FinetuneSetup(task="qa")
-    assert (setup.max_length, setup.stride) == (None, 128)  # None: the task's own length
+    assert (setup.data.max_length, setup.data.stride) == (None, 128)  # None: the task's own length
     windows = qa.encode(long_example())  # 300 words: one window of 384 tokens (128-token windows would take 3)
     assert len(windows) == 1 and 300 < len(windows[0]["input_ids"]) <= 384

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from plm.tasks.finetune import FinetuneSetup, finetune
+from plm.tasks.finetune import FinetuneData, FinetuneSetup, finetune
 
 # task -> (the dev metric, chance level, the bar a correct implementation clears, extra settings).
 # The bars are well under what a run reaches (see docs/finetuning.md, the built-in toy tasks) and far above chance.
@@ -19,7 +19,7 @@ TOY_TASKS = {
     "regress": ("val_pearson", 0.0, 0.7, {}),
     "tag": ("val_f1", 0.0, 0.85, {}),
     # windows of 5 context tokens, 3 apart: most answers lie in a later window, some in two
-    "qa": ("val_exact_match", 0.25, 0.7, {"max_length": 14, "stride": 3}),
+    "qa": ("val_exact_match", 0.25, 0.7, {"max_length": 14, "stride": 3}),  # FinetuneData fields
     "choice": ("val_accuracy", 0.25, 0.6, {}),
 }
 
@@ -28,8 +28,7 @@ TOY_TASKS = {
 def test_each_head_learns_its_toy_task(task, tmp_path, one_thread):
     metric, chance, bar, settings = TOY_TASKS[task]
     # the bars were set from fp32 runs on the CPU; on a GPU, bf16 autocast lands elsewhere
-    setup = FinetuneSetup(task=task, model=None, train=None, validation=None, progress=False, device="cpu",
-                          **settings)
+    setup = FinetuneSetup(task=task, model=None, progress=False, device="cpu", data=FinetuneData(**settings))
 
     result = finetune(setup, tmp_path / "run")
 

@@ -10,6 +10,7 @@ device and receives its shards (and buffers) of the first one's weights.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -24,13 +25,15 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 import plm
+from plm.cli.main import main
 from plm.errors import PLMError
 from plm.hf import save_hf
+from plm.models import PRESETS
 from plm.models.recipe import Hyperparameters
 from plm.objectives.clm import CausalLMObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, STATE_FILE, load_checkpoint, load_model, recover_checkpoint
 from plm.storage.sharded_checkpoint import MODEL_SHARDS
-from plm.tasks.finetune import FinetuneSetup, finetune
+from plm.tasks.finetune import FinetuneData, FinetuneOptimization, FinetuneSetup, finetune
 from plm.training.parallel import Parallelism
 from plm.training.plan import Memory, PlanSetup, plan
 from plm.training.trainer import Trainer, TrainingConfig
@@ -39,16 +42,6 @@ from tests.training.test_resume import PLM, TORCHRUN, finish, kill, logged_losse
 RUN = ["--vocab-size", "400", "--block-size", "32", "--batch-size", "4", "--warmup", "2", "--no-progress",
        "--device", "cpu", "--steps", "6", "--save-every", "3", "--eval-every", "3", "--log-every", "1"]
 FSDP = ["--strategy", "fsdp"]
-
-
-def plm_command(args: list[str], launcher: list[str] = PLM) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*launcher, *args], capture_output=True, text=True, env=env, timeout=300)
-
-
-def succeeds(args: list[str], launcher: list[str] = PLM) -> None:
-    result = plm_command(args, launcher)
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def assert_close_losses(actual: list[dict], expected: list[dict], tolerance: float = 1e-5) -> None:
@@ -120,25 +113,25 @@ def assert_built_on_the_first_process_only(out: Path) -> None:
             torch.testing.assert_close(shard, whole[name].chunk(2)[rank], rtol=0, atol=0, msg=f"{name} of {rank}")
 
 
-def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one(text_file: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one(text_file: Path, tmp_path: Path,
+                                                                                 group_of_one) -> None:
     """Two processes with FSDP against the oracle of one process taking both micro-batches of each step:
     the same losses and, consolidated, the same weights. Killed after a checkpoint, the run resumes bit for
     bit on 2 processes, and (a copy of it) on 1 with the same global batch (so the same losses, to rounding).
     The second process never builds the whole model: its shards come from the first."""
-    args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0"]
+    assert main(["tokenizer", "train", str(text_file), "--vocab-size", "400", "--out", str(tmp_path / "tok")]) == 0
+    args = ["pretrain", *RUN, "--steps", "12", "--model", "gpt2-micro", "--train", str(text_file), "--dropout", "0",
+            "--tokenizer", str(tmp_path / "tok")]
     straight = start(probed_torchrun(tmp_path), [*args, *FSDP], tmp_path / "straight")
-    tokenizer = wait_for(tmp_path / "straight" / "tokenizer" / "tokenizer_config.json", straight, tmp_path / "straight")
-    args = [*args, "--tokenizer", str(tokenizer.parent)]
-    runs = {"plain": start(PLM, [*args, "--grad-accum", "2"], tmp_path / "plain")}
     interrupted = start(TORCHRUN, [*args, *FSDP], tmp_path / "on-two")
     wait_for(tmp_path / "on-two" / CHECKPOINT_DIR / STATE_FILE, interrupted, tmp_path / "on-two")
     kill(interrupted)
     recover_checkpoint(tmp_path / "on-two")
     assert json.loads((tmp_path / "on-two" / CHECKPOINT_DIR / STATE_FILE).read_text())["step"] < 12
     shutil.copytree(tmp_path / "on-two", tmp_path / "on-one")
-    runs["on-two"] = start(TORCHRUN, [*args, *FSDP, "--resume"], tmp_path / "on-two")
-    runs["on-one"] = start(PLM, [*args, *FSDP, "--resume"], tmp_path / "on-one")
+    runs = {"on-two": start(TORCHRUN, [*args, *FSDP, "--resume"], tmp_path / "on-two"),
+            "on-one": start(PLM, [*args, *FSDP, "--resume"], tmp_path / "on-one")}
+    assert main([*args, "--grad-accum", "2", "--out", str(tmp_path / "plain")]) == 0  # the oracle, here meanwhile
     for name, process in [("straight", straight), *runs.items()]:
         finish(process, tmp_path / name)
 
@@ -150,41 +143,47 @@ def test_an_fsdp_run_trains_like_one_process_and_resumes_on_two_processes_or_one
     assert_close_losses(logged_losses(tmp_path / "plain"), expected)
     assert (tmp_path / "straight" / CHECKPOINT_DIR / MODEL_SHARDS).is_dir()
     assert not (tmp_path / "straight" / CHECKPOINT_DIR / "model.safetensors").exists(), "no process wrote it whole"
-    succeeds(["convert", "--model", str(tmp_path / "straight"), "--out", str(tmp_path / "whole")])
+    assert main(["convert", "--model", str(tmp_path / "straight"), "--out", str(tmp_path / "whole")]) == 0
     assert_same_weights(load_model(tmp_path / "whole"), load_model(tmp_path / "plain"), tolerance=1e-5)
 
 
-# plm pretrain once for each of ALBERT's kinds of sharing, into OUT-all, OUT-attention and OUT-ffn, the later runs
-# with the first one's tokenizer.
-SHARINGS = """
-import functools, sys
-import plm.cli.pretrain as cli
+SHARING = ("all", "attention", "ffn")  # ALBERT's kinds of cross-layer sharing
+# plm pretrain of albert-micro once for each kind of sharing, into OUT-all, OUT-attention and OUT-ffn.
+SHARINGS = f"""
+import dataclasses, sys
 import plm.training.trainer as trainer
 from plm.cli.main import main
+from plm.models import PRESETS
 
 trainer.teardown_distributed = lambda: None  # one process group for the three runs
-setup, argv = cli.PretrainSetup, sys.argv[1:]
+argv = sys.argv[1:]
 out = argv.index("--out")
 argv, base = argv[:out] + argv[out + 2:], argv[out + 1]
-for sharing in ("all", "attention", "ffn"):
-    cli.PretrainSetup = functools.partial(setup, model_overrides={"sharing": sharing})
-    if main([*argv, "--out", f"{base}-{sharing}"]):
+albert = PRESETS["albert-micro"]
+for sharing in {SHARING!r}:
+    PRESETS["albert-micro"] = dataclasses.replace(albert, sharing=sharing)
+    if main([*argv, "--out", f"{{base}}-{{sharing}}"]):
         sys.exit(2)
-    if "--tokenizer" not in argv:
-        argv += ["--tokenizer", f"{base}-{sharing}/tokenizer"]
 """
 
 
-def test_fsdp_shards_albert_whose_blocks_share_all_or_one_sublayer(text_file: Path, tmp_path: Path) -> None:
+def test_fsdp_shards_albert_whose_blocks_share_all_or_one_sublayer(text_file: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """One block run at every layer is gathered and resharded at each; a sub-layer that distinct blocks hold
     (FSDP2 takes each parameter into one unit only) is a unit of its own. LAMB steps on the shards."""
+    assert main(["tokenizer", "train", str(text_file), "--kind", "unigram", "--vocab-size", "400",
+                 "--out", str(tmp_path / "tok")]) == 0
     worker = tmp_path / "sharings.py"
     worker.write_text(SHARINGS, encoding="utf-8")
-    args = ["pretrain", *RUN, "--model", "albert-micro", "--train", str(text_file), "--dropout", "0"]
-    succeeds([*args, "--grad-accum", "2", "--out", str(tmp_path / "one")], [sys.executable, str(worker)])
-    succeeds([*args, "--tokenizer", str(tmp_path / "one-all" / "tokenizer"), *FSDP, "--out", str(tmp_path / "fsdp")],
-             [*TORCHRUN[:-2], str(worker)])
-    for sharing in ("all", "attention", "ffn"):
+    args = ["pretrain", *RUN, "--steps", "3", "--save-every", "3", "--eval-every", "3", "--model", "albert-micro",
+            "--train", str(text_file), "--tokenizer", str(tmp_path / "tok"), "--dropout", "0"]
+    sharded = start([*TORCHRUN[:-2], str(worker)], [*args, *FSDP], tmp_path / "fsdp")
+    albert = PRESETS["albert-micro"]
+    for sharing in SHARING:  # the oracle, here meanwhile: one process taking both micro-batches of each step
+        monkeypatch.setitem(PRESETS, "albert-micro", dataclasses.replace(albert, sharing=sharing))
+        assert main([*args, "--grad-accum", "2", "--out", str(tmp_path / f"one-{sharing}")]) == 0
+    finish(sharded, tmp_path / "fsdp")
+    for sharing in SHARING:
         assert_close_losses(logged_losses(tmp_path / f"fsdp-{sharing}"), logged_losses(tmp_path / f"one-{sharing}"))
 
 
@@ -324,15 +323,15 @@ def test_a_one_process_fsdp_run_trains_as_a_plain_one(tmp_path: Path, group_of_o
                         load_model(tmp_path / "ddp" / "checkpoints" / "step-000004"), tolerance=0)
 
 
-def test_a_sharded_seq2seq_run_decodes_its_held_out_pairs_like_a_plain_one(date_pair_files: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_sharded_seq2seq_run_decodes_its_held_out_pairs_like_a_plain_one(date_pair_files: Path, tmp_path: Path,
+                                                                          group_of_one) -> None:
     # The held-out BLEU decodes with the whole model: gathered from the shards for it.
     files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
     args = ["seq2seq", "train", "--model", "transformer-micro", *files, "--vocab-size", "300", "--max-tokens", "256",
             "--steps", "4", "--eval-every", "4", "--log-every", "1", "--metric-examples", "4", "--no-progress",
             "--device", "cpu", "--dropout", "0"]
-    succeeds([*args, "--out", str(tmp_path / "plain")])
-    succeeds([*args, *FSDP, "--out", str(tmp_path / "fsdp")])
+    assert main([*args, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*args, *FSDP, "--out", str(tmp_path / "fsdp")]) == 0
     plain, sharded = logged_losses(tmp_path / "plain"), logged_losses(tmp_path / "fsdp")
     assert "val_bleu" in sharded[-1]
     assert sharded == plain
@@ -364,11 +363,13 @@ def test_a_setting_the_device_cannot_train_with_is_refused(parallelism: Parallel
         ).validate()
 
 
-def test_a_wrong_setting_is_one_line_before_anything_is_written(tmp_path: Path) -> None:
-    result = plm_command(["pretrain", "--model", "gpt2-micro", "--strategy", "fsdp", "--offload", "--steps", "1",
-                          "--device", "cpu", "--out", str(tmp_path / "run")])
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "on the CPU they are there already" in result.stderr, result.stderr
+def test_a_wrong_setting_is_one_line_before_anything_is_written(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    code = main(["pretrain", "--model", "gpt2-micro", "--strategy", "fsdp", "--offload", "--steps", "1",
+                 "--device", "cpu", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "on the CPU they are there already" in err, err
     assert not (tmp_path / "run").exists()
 
 
@@ -387,7 +388,8 @@ def test_a_damaged_shard_is_named(damage: str, tmp_path: Path, group_of_one) -> 
 def test_a_sharded_fine_tuning_run_keeps_the_best_model_of_a_plain_one(tmp_path: Path, group_of_one) -> None:
     # The best model is saved whole from the shards whenever the validation metric improves.
     def best(strategy: str) -> torch.nn.Module:
-        setup = FinetuneSetup(task="classify", synthetic_size=64, batch_size=8, epochs=2, device="cpu", progress=False,
+        setup = FinetuneSetup(task="classify", data=FinetuneData(synthetic_size=64),
+                              optimization=FinetuneOptimization(batch_size=8, epochs=2), device="cpu", progress=False,
                               parallelism=Parallelism(strategy))
         return finetune(setup, tmp_path / strategy).model
 

@@ -16,8 +16,7 @@ from plm.models import RECIPES
 from plm.models.recipe import PaperScale, TranslationScale
 from plm.training.paper_scale import accumulation, paper_run, translation_run
 from plm.training.pretrain import PretrainSetup, block_size_of, prepare
-from plm.training.trainer import steps_for_epochs
-from plm.training.trainer import TrainingConfig
+from plm.training.trainer import TrainingConfig, steps_for_epochs
 
 QUICK = ["--vocab-size", "300", "--no-progress", "--device", "cpu", "--precision", "fp32"]
 

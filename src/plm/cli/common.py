@@ -271,14 +271,8 @@ def add_training_precision(parser: argparse._ActionsContainer) -> None:
 def training_config(args: argparse.Namespace) -> TrainingConfig:
     """The `TrainingConfig` of the flags `add_schedule`, `add_parallelism`, ``--seed``,
     ``--device`` and ``--no-progress`` declare."""
-    return TrainingConfig(
-        steps=args.steps, time_limit=time_limit(args), optimizer=args.optimizer, lr=args.lr, min_lr=args.min_lr,
-        warmup=args.warmup, schedule=args.schedule, betas=tuple(args.betas) if args.betas else None, eps=args.eps,
-        weight_decay=args.weight_decay, grad_accum=args.grad_accum, clip=args.clip, eval_every=args.eval_every,
-        save_every=args.save_every, keep_last=args.keep_last, log_every=args.log_every, seed=args.seed,
-        device=args.device, precision=args.precision, progress=not args.no_progress, compile=args.compile,
-        parallelism=parallelism(args), report_to=args.report_to,
-    )
+    return flags.config_from_args(TrainingConfig, args, time_limit=time_limit(args), progress=not args.no_progress,
+                                  parallelism=parallelism(args))
 
 
 def add_parallelism(parser: argparse.ArgumentParser, note: str = "") -> None:

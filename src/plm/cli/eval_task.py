@@ -16,8 +16,9 @@ from plm.cli.common import (
 )
 from plm.cli.eval_common import add_json, check_outputs, report
 from plm.errors import PLMError
-from plm.tasks.finetune import load_task_model, read_examples
+from plm.tasks.fine_tuned import load_task_model
 from plm.tasks.metrics import confusion_matrix, entity_scores
+from plm.tasks.readers import read_examples
 from plm.tasks.task_objective import Classification, run
 
 EXAMPLES = """examples:

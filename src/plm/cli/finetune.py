@@ -16,9 +16,10 @@ from plm.cli.common import (
     parallelism,
     positive_int,
 )
+from plm.cli.flags import Flag, config_from_args
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.tasks.bilstm import COMBINATIONS, MixOptions
-from plm.tasks.finetune import FinetuneSetup, finetune
+from plm.tasks.finetune import FinetuneData, FinetuneHead, FinetuneOptimization, FinetuneSetup, finetune
 from plm.tasks.heads import POOLINGS
 from plm.tasks.task_objective import TASKS
 
@@ -101,18 +102,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="pretrained model directory or Hugging Face Hub id (owner/name) (default: a "
                         "fresh bert-micro, built-in task only)")
     add_revision(parser)
-    parser.add_argument("--train", help="training file")
-    parser.add_argument("--validation", help="dev file: picks the best model, the learning rate and tau")
-    parser.add_argument("--labels", type=class_names, metavar="NAME,NAME,...",
-                        help="classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2: "
-                        "negative,positive), kept in the model, so that plm predict and plm serve say the names; "
-                        "a file labelled 0, 1, ... still trains and scores it")
+    # The knobs of the data, the head and the optimisation, declared with their meaning in their configs.
+    Flag.of(FinetuneData, "train").add(parser)
+    Flag.of(FinetuneData, "validation").add(parser)
+    Flag.of(FinetuneData, "labels", type=class_names, metavar="NAME,NAME,...").add(parser)
     rates = parser.add_mutually_exclusive_group()
     flags.LR.add(rates, note="here 5e-5; GPT 6.25e-5; built-in task 3e-3; --features 1e-3 (that BiLSTM learns from "
                  "scratch)")
     rates.add_argument("--lr-grid", type=learning_rate_grid, metavar="LR,LR,...",
                        help="learning rates, comma-separated: one run each, the best kept")
-    parser.add_argument("--restarts", type=positive_int, default=1, help="seeds per learning rate; the best is kept")
+    Flag.of(FinetuneOptimization, "restarts", type=positive_int).add(parser)
     flags.EPOCHS.add(parser, default=3.0)
     flags.STEPS.add(parser, default=None, note="of each run, instead of --epochs (a --steps given wins, so that "
                     "--resume --steps extends a finished run); the schedule is laid out over the N steps "
@@ -121,31 +120,17 @@ def register(commands: argparse._SubParsersAction) -> None:
                       "schedule is still laid out over the epochs (or --steps), as plm pretrain does: its decay is cut "
                       "where the time runs out; for a full decay within the budget give --steps about the steps that "
                       "fit")
-    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
-    parser.add_argument("--warmup-fraction", type=float, metavar="F",
-                        help="linear warmup over this fraction of the steps (default 0.1; GPT 0.002)")
+    Flag.of(FinetuneOptimization, "batch_size", type=positive_int).add(parser)
+    Flag.of(FinetuneOptimization, "warmup_fraction", metavar="F").add(parser)
     add_task_input(parser)
-    parser.add_argument("--lm-weight", type=float, default=0.5, help="GPT: lambda of the auxiliary LM loss; 0 = off")
-    parser.add_argument("--symmetric", action="store_true",
-                        help="pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read both "
-                        "orders and add the two final states (GPT-1's similarity form)")
-    parser.add_argument("--pooling", choices=POOLINGS,
-                        help="classify, pair, regress, choice: the vector the head reads: [CLS] (through the "
-                        "model's pooler), the last token or the mean of the tokens (default: the model's own: "
-                        "[CLS] for an encoder, the last token for a GPT, the mean for a sentence-transformers "
-                        "model such as all-MiniLM-L6-v2, whose [CLS] pooler was never trained)")
-    parser.add_argument("--sift", action="store_true", help="encoders: DeBERTa's SiFT adversarial term")
-    parser.add_argument("--features", type=layer_indices,
-                        help="tag, classify, pair, regress, qa: keep the model frozen and train a 2-layer BiLSTM over "
-                        "these of its layers of each word, comma-separated (0 = the token embeddings, -1 = the last "
-                        "layer; BERT's -4,-3,-2,-1); a class is read from its states max- and mean-pooled")
-    parser.add_argument("--combine", choices=COMBINATIONS, default="concat",
-                        help="--features: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
-    parser.add_argument("--elmo", metavar="DIR",
-                        help="--features: a plm ELMo (model or run) whose scalar-mixed layers join the features")
-    parser.add_argument("--elmo-output", action="store_true",
-                        help="--elmo: ELMo at the BiLSTM's output too, [h_k; ELMo_k] through a second scalar mix "
-                        "(ELMo 3.3, its SNLI and SQuAD models)")
+    Flag.of(FinetuneOptimization, "lm_weight").add(parser)
+    Flag.of(FinetuneHead, "symmetric").add(parser)
+    Flag.of(FinetuneHead, "pooling", choices=POOLINGS).add(parser)
+    Flag.of(FinetuneOptimization, "sift").add(parser)
+    Flag.of(FinetuneHead, "features", type=layer_indices).add(parser)
+    Flag.of(FinetuneHead, "combine", choices=COMBINATIONS).add(parser)
+    Flag.of(FinetuneHead, "elmo", metavar="DIR").add(parser)
+    Flag.of(FinetuneHead, "elmo_output").add(parser)
     parser.add_argument("--mix-layer-norm", action="store_true",
                         help="--combine mix, --elmo: normalise each layer before the scalar mix (ELMo 3.2)")
     parser.add_argument("--mix-dropout", type=float, default=0.0, metavar="P",
@@ -153,8 +138,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--mix-l2", type=float, default=0.0, metavar="LAMBDA",
                         help="--combine mix, --elmo: add LAMBDA * ||s||^2 of the mix weights to the loss, logged as "
                         "loss_mix_l2 (ELMo: 0.001 lets the weights vary, 1 keeps them near the average)")
-    parser.add_argument("--synthetic-size", type=positive_int, default=1024,
-                        help="built-in task: training examples (a quarter as many for validation)")
+    Flag.of(FinetuneData, "synthetic_size", type=positive_int).add(parser)
     add_run_directory(parser, "runs/finetune", resume_help=": the finished runs of an --lr sweep or --restarts "
                       "are kept (or extended to more --steps, the linear decay laid out over them), the interrupted "
                       "one resumes from its checkpoint")
@@ -168,17 +152,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_finetune(args: argparse.Namespace) -> None:
     definition = run_definition(args, RUN)
     setup = FinetuneSetup(
-        task=args.task, model=args.model, revision=args.revision, train=args.train, validation=args.validation,
-        lrs=args.lr_grid or (None if args.lr is None else (args.lr,)), restarts=args.restarts, epochs=args.epochs,
-        batch_size=args.batch_size, warmup_fraction=args.warmup_fraction,
-        max_length=args.max_length, lm_weight=args.lm_weight, sift=args.sift, stride=args.stride,
-        tag_column=args.tag_column, labels=None if args.labels is None else tuple(args.labels), seed=args.seed,
-        device=args.device, precision=args.precision, synthetic_size=args.synthetic_size, features=args.features,
-        combine=args.combine,
-        elmo=args.elmo, elmo_output=args.elmo_output, symmetric=args.symmetric, progress=not args.no_progress,
-        minutes=args.minutes, steps=args.steps, pooling=args.pooling,
-        mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2),
-        parallelism=parallelism(args), save_every=args.save_every, report_to=args.report_to,
+        task=args.task, model=args.model, revision=args.revision, device=args.device, precision=args.precision,
+        progress=not args.no_progress, parallelism=parallelism(args), report_to=args.report_to,
+        data=config_from_args(FinetuneData, args),
+        head=config_from_args(FinetuneHead, args, mix=MixOptions(args.mix_layer_norm, args.mix_dropout, args.mix_l2)),
+        optimization=config_from_args(FinetuneOptimization, args,
+                                      lrs=args.lr_grid or (None if args.lr is None else (args.lr,))),
     )
     result = finetune(setup, args.out, overwrite=args.overwrite, resume=args.resume, definition=definition)
     if not result.main_process:

@@ -15,18 +15,23 @@ docs/cli.md lists the vocabulary.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from plm.config import HELP
 from plm.cpu.int8 import QUANTIZATIONS
 from plm.device import DEVICES, PRECISIONS
 from plm.errors import FIELD
 from plm.models.recipe import HYPERPARAMETER_SETS, OPTIMIZERS, SCHEDULES
 from plm.training.parallel import STRATEGIES
 from plm.training.tensorboard import REPORTERS
+from plm.training.trainer import TrainingConfig
 
 DECLARED: Any = object()  # Flag.add's default: the declared one
 
@@ -103,6 +108,35 @@ class Flag:
         if self.switch:
             object.__setattr__(self, "default", False)  # a switch is off until given
 
+    @classmethod
+    def of(cls, config: Any, field: str, name: str | None = None, **declared: Any) -> Flag:
+        """The flag of a config field declared with [`knob`][plm.config.knob]: its help, type and default are the
+        field's, declared once, in the library.
+
+        Args:
+            config: the config dataclass.
+            field: the field.
+            name: the option string, where it is not the field's name with dashes (``--beam`` for ``num_beams``).
+            **declared: what the command line adds: a parser of its own (``type=positive_int``), ``choices``,
+                ``metavar``, ``nargs``, ``per_command_default``, the default as it writes it (``"80,10,10"``).
+
+        Returns:
+            The flag.
+        """
+        spec = next(f for f in dataclasses.fields(config) if f.name == field)
+        annotation = typing.get_type_hints(config)[field]
+        options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        value_type = options[0] if typing.get_origin(annotation) in (types.UnionType, typing.Union) else annotation
+        name = name or "--" + field.replace("_", "-")
+        parse = declared.pop("type", value_type if value_type in (int, float) else None)
+        if spec.default is dataclasses.MISSING or declared.get("per_command_default"):
+            declared["default"] = None
+        declared.setdefault("default", spec.default)  # or the field's default as the command line writes it
+        # The fields the help names are flags of the same names (`save_every`: --save-every).
+        help = FIELD.sub(lambda named: "--" + named.group(1).replace("_", "-"), spec.metadata[HELP])
+        return cls(name, help, type=parse, switch=value_type is bool,
+                   field=None if name == "--" + field.replace("_", "-") else field, **declared)
+
     def add(self, parser: argparse._ActionsContainer, *, default: Any = DECLARED, note: str = "",
             required: bool = False, formerly: tuple[str, ...] = ()) -> argparse.Action:
         """Add the flag to ``parser`` (a parser or one of its groups).
@@ -150,6 +184,34 @@ class Formerly(argparse.Action):
         setattr(namespace, RENAMED_GIVEN, [*renamed, (option_string, self.renamed_to)])
 
 
+Config = typing.TypeVar("Config")
+
+
+def config_from_args(config: type[Config], args: argparse.Namespace, **values: Any) -> Config:
+    """``config`` with each field that a flag of the command set: the flags are built from the fields, and back.
+
+    A field takes the flag of its name (``whole_word`` from ``--whole-word``), or the flag of the vocabulary that
+    declares it sets the field (``num_beams`` from ``--beam``); a list becomes a tuple. Fields that no flag sets
+    keep their defaults.
+
+    Args:
+        config: the config dataclass.
+        args: the parsed flags.
+        **values: the fields the command computes from its flags (``progress`` from ``--no-progress``).
+
+    Returns:
+        The config.
+    """
+    given = vars(args)
+    dest_of = {flag.field: flag.name.removeprefix("--").replace("-", "_") for flag in FLAGS.values() if flag.field}
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]  # a dataclass, as its callers pass
+        dest = field.name if field.name in given else dest_of.get(field.name)
+        if field.name not in values and dest in given:
+            value = given[dest]
+            values[field.name] = tuple(value) if isinstance(value, list) else value
+    return config(**values)
+
+
 def vocabulary_flags() -> dict[str, str]:
     """The flag of each field that a flag of the vocabulary sets: how a command names a flag of another command.
 
@@ -174,7 +236,7 @@ OWN_NAMES = (
 # Where to run, and how to hold the weights --------------------------------------------------------------------------
 
 DEVICE = Flag("--device", "where to run: auto picks CUDA when present", default="auto", choices=DEVICES)
-SEED = Flag("--seed", "random seed, for runs you can repeat", type=int, default=0)
+SEED = Flag.of(TrainingConfig, "seed")
 PRECISION = Flag(
     "--precision",
     "the floating-point format of the arithmetic: fp32, bf16 or fp16; auto is bf16 where the hardware multiplies it "
@@ -188,8 +250,7 @@ QUANTIZE = Flag(
     choices=QUANTIZATIONS, per_command_default=True,
     field="quantization",
 )
-COMPILE = Flag("--compile", "run the model through torch.compile: a slow first step (compiling; on the CPU with a C++ "
-               "compiler), then faster ones", switch=True)
+COMPILE = Flag.of(TrainingConfig, "compile")
 NO_PROGRESS = Flag("--no-progress", "no progress bar (logs and results are unchanged)", switch=True)
 REVISION = Flag("--revision", "when --model is a Hub id: the branch, tag or commit to fetch (default: the "
                 "repository's main branch)")
@@ -199,36 +260,30 @@ PREDICTIONS = Flag("--predictions", "also write the model's output for each exam
 
 # How long and how a training run optimizes ---------------------------------------------------------------------------
 
-STEPS = Flag("--steps", "optimizer steps", type=positive_int, metavar="N", per_command_default=True)
-EPOCHS = Flag("--epochs", "passes over the training data", type=positive_float, per_command_default=True)
+STEPS = Flag.of(TrainingConfig, "steps", type=positive_int, metavar="N", per_command_default=True)
+EPOCHS = Flag.of(TrainingConfig, "epochs", type=positive_float, per_command_default=True)
 MINUTES = Flag(
     "--minutes", "stop after M minutes of training (evaluations and saves included), at the first step past them",
     type=positive_float, metavar="M",
 )
-LR = Flag("--lr", "peak learning rate, one number (default: the recipe's)", type=learning_rate)
-MIN_LR = Flag("--min-lr", "learning rate at the end of a cosine or linear decay", type=float)
-WARMUP = Flag("--warmup", "steps of linear warmup from 0 to --lr (at most --steps)", type=int)
-SCHEDULE = Flag("--schedule", "the decay after warmup; inverse-sqrt is the Transformer's", choices=SCHEDULES)
-OPTIMIZER = Flag("--optimizer", "AdamW, LAMB (ALBERT's) or Adagrad (ELMo's) (default: the recipe's)",
-                 choices=OPTIMIZERS)
-BETAS = Flag("--betas", "Adam/LAMB moment decay rates", type=float, nargs=2, metavar=("BETA1", "BETA2"))
-EPS = Flag("--eps", "Adam/LAMB epsilon", type=float)
-WEIGHT_DECAY = Flag("--weight-decay", "decoupled decay of weight matrices (not biases, norms, embeddings)", type=float)
-CLIP = Flag("--clip", "gradient-norm clipping (0: off)", type=float, default=1.0)
-GRAD_ACCUM = Flag("--grad-accum", "micro-batches per optimizer step", type=positive_int, default=1)
+LR = Flag.of(TrainingConfig, "lr", type=learning_rate)
+MIN_LR = Flag.of(TrainingConfig, "min_lr")
+WARMUP = Flag.of(TrainingConfig, "warmup")
+SCHEDULE = Flag.of(TrainingConfig, "schedule", choices=SCHEDULES)
+OPTIMIZER = Flag.of(TrainingConfig, "optimizer", choices=OPTIMIZERS)
+BETAS = Flag.of(TrainingConfig, "betas", type=float, nargs=2, metavar=("BETA1", "BETA2"))
+EPS = Flag.of(TrainingConfig, "eps")
+WEIGHT_DECAY = Flag.of(TrainingConfig, "weight_decay")
+CLIP = Flag.of(TrainingConfig, "clip")
+GRAD_ACCUM = Flag.of(TrainingConfig, "grad_accum", type=positive_int)
 HYPERPARAMETERS = Flag("--hyperparameters", "the recipe's values to start from: plm's CPU-scale ones or the paper's",
                        default="cpu", choices=HYPERPARAMETER_SETS)
 DROPOUT = Flag("--dropout", "one dropout rate in [0, 1) for the whole model: embeddings, attention, residuals and "
                "heads (default: the preset's)", type=float)
-EVAL_EVERY = Flag("--eval-every", "steps between validation runs", type=positive_int, default=200)
-SAVE_EVERY = Flag("--save-every", "steps between checkpoints", type=positive_int, default=500)
-LOG_EVERY = Flag("--log-every", "steps between lines in metrics.jsonl", type=positive_int, default=10)
-KEEP_LAST = Flag(
-    "--keep-last",
-    "besides OUT/checkpoint, keep the models of the last N saves (each --save-every and the last step) in "
-    "OUT/checkpoints/step-NNNNNN/, to average them with plm seq2seq average (0: none)",
-    type=int, default=0, metavar="N",
-)
+EVAL_EVERY = Flag.of(TrainingConfig, "eval_every", type=positive_int)
+SAVE_EVERY = Flag.of(TrainingConfig, "save_every", type=positive_int)
+LOG_EVERY = Flag.of(TrainingConfig, "log_every", type=positive_int)
+KEEP_LAST = Flag.of(TrainingConfig, "keep_last", metavar="N")
 REPORT_TO = Flag(
     "--report-to",
     "tensorboard: also write the logged metrics, the learning rate and the throughput to OUT/tensorboard/ "

@@ -20,7 +20,8 @@ from plm.cli.common import (
     with_weights,
 )
 from plm.storage.atomic_files import atomic_open
-from plm.tasks.finetune import load_task_model, read_examples
+from plm.tasks.fine_tuned import load_task_model
+from plm.tasks.readers import read_examples
 from plm.tasks.task_objective import encode_all, model_outputs
 
 EXAMPLES = """examples:

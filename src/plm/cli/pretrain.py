@@ -17,7 +17,7 @@ from plm.cli.common import (
     positive_int,
     training_config,
 )
-from plm.cli.flags import in_flags
+from plm.cli.flags import Flag, config_from_args, in_flags
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.models import PRESETS, RECIPES
 from plm.storage.hub import LEGACY_IDS
@@ -79,17 +79,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"a family ({', '.join(RECIPES)}: its small preset), a preset ({', '.join(PRESETS)}) "
         "or a plm model directory to continue",
     )
-    parser.add_argument("--objective", default="auto", choices=OBJECTIVES,
-                        help="auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm, elmo bilm)")
-    parser.add_argument(
-        "--whole-word", action="store_true", help="mask whole words, not sub-word tokens (masked-LM objectives)"
-    )
-    parser.add_argument(
-        "--max-ngram", type=positive_int, help="mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)"
-    )
-    parser.add_argument("--mask-ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME",
-                        help="percentages of the selected tokens that become [MASK], a random token, or stay (BERT's "
-                        "80,10,10; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
+    # The objective's knobs, declared with their meaning in PretrainSetup.
+    Flag.of(PretrainSetup, "objective", choices=OBJECTIVES).add(parser)
+    Flag.of(PretrainSetup, "whole_word").add(parser)
+    Flag.of(PretrainSetup, "max_ngram", type=positive_int).add(parser)
+    Flag.of(PretrainSetup, "mask_ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME").add(parser)
     flags.DATA.add(parser)
     parser.name_fields(train_files="--train", validation_files="--validation")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
@@ -108,10 +102,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_run_directory(parser, "runs/pretrain")
     parser.add_argument("--batch-size", type=positive_int, default=16, help="sequences per micro-batch per process")
     flags.BLOCK_SIZE.add(parser, default=None, note="default: the context for GPT, 128 for encoders")
-    parser.add_argument("--short-block-size", type=positive_int, metavar="N",
-                        help="with --short-steps S: the first S steps read sequences of N tokens, the rest "
-                        "--block-size (BERT's 90%% of the steps at 128 tokens, then 512)")
-    parser.add_argument("--short-steps", type=int, default=0, metavar="S", help="the steps at --short-block-size")
+    Flag.of(PretrainSetup, "short_block_size", type=positive_int, metavar="N").add(parser)
+    Flag.of(PretrainSetup, "short_steps", metavar="S").add(parser)
     flags.EPOCHS.add(parser, default=None, note="instead of --steps (a --steps given wins, so that --resume --steps "
                      "extends such a run)")
     flags.DRY_RUN.add(parser)
@@ -140,26 +132,8 @@ def run(args: argparse.Namespace) -> None:
         print(f"--model {args.model}: plm's preset of that name, a new untrained model; the released weights are "
               f"the Hugging Face Hub's {LEGACY_IDS[args.model]}, which plm finetune, generate and the other "
               "commands that load a model take", file=sys.stderr)
-    setup = PretrainSetup(
-        model=args.model,
-        data=args.data,
-        train_files=tuple(args.train),
-        validation_files=tuple(args.validation),
-        tokenizer=args.tokenizer,
-        tokenizer_sample=args.tokenizer_sample,
-        text_field=args.text_field,
-        vocab_size=args.vocab_size,
-        objective=args.objective,
-        whole_word=args.whole_word,
-        max_ngram=args.max_ngram,
-        mask_ratios=args.mask_ratios,
-        block_size=args.block_size,
-        short_block_size=args.short_block_size,
-        short_steps=args.short_steps,
-        batch_size=args.batch_size,
-        dropout=args.dropout,
-        hyperparameters=args.hyperparameters,
-    )
+    setup = config_from_args(PretrainSetup, args, train_files=tuple(args.train),
+                             validation_files=tuple(args.validation))
     epochs = None if "steps" in args.given_flags else args.epochs
     training = dataclasses.replace(training_config(args), epochs=epochs)
     if dry:

@@ -34,7 +34,7 @@ from plm.objectives.translation import recipe_decoding, translate_ids
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import RequestError
 from plm.tasks.feature_based import FeatureTagger
-from plm.tasks.finetune import model_task
+from plm.tasks.fine_tuned import model_task
 from plm.tasks.model import TaskModel
 from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.task_objective import QuestionAnswering, Task, encode_all, model_outputs

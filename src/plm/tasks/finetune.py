@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
+from plm.config import knob
 from plm.cpu.int8 import check_trainable
-from plm.data.corpus import read_text
 from plm.device import resolve_device
-from plm.errors import PLMError, with_article
+from plm.errors import PLMError
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.storage.atomic_files import read_json, staging_directory, write_json
@@ -47,6 +47,7 @@ from plm.tasks.feature_based import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
 from plm.tasks.model import TaskModel, require_task_backbone, task_model
+from plm.tasks.readers import read_examples
 from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.task_objective import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
@@ -76,140 +77,145 @@ FEATURE_TASKS = ("classify", "pair", "regress", "tag", "qa")  # a BiLSTM over on
 
 
 @dataclass(frozen=True)
-class FinetuneSetup:
-    """What to fine-tune on what; None fields take the paper's recipe (BERT's, or GPT-1's for a GPT).
+class FinetuneData:
+    """What a fine-tuning reads: its files, and how its examples become sequences.
 
     Attributes:
-        task: the task, one of `TASKS`.
-        model: a plm or Hugging Face directory (or training run), or a Hugging Face Hub id; None: a fresh model on
-            the built-in task.
-        revision: for a Hub id, the branch, tag or commit to fetch.
         train: the training file; None (with ``validation`` None): the built-in synthetic task.
         validation: the dev file, which picks the best model.
-        lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based model's own).
-        restarts: the seeds tried per learning rate (``seed``, ``seed + 1`` ...).
-        epochs: passes over the training set.
-        batch_size: examples per batch (each process's, under torchrun).
-        warmup_fraction: the share of the steps that warms the learning rate up; None: the recipe's.
-        max_length: tokens per sequence; None: 128, or QA's 384-token windows (BERT's SQuAD).
-        lm_weight: GPT-1's lambda; 0 turns the auxiliary LM loss off.
-        sift: add DeBERTa's SiFT term.
-        stride: QA: tokens between the starts of a long context's windows.
         tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
         labels: classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2's: negative,
             positive), the model's classes in their place, so that it predicts the names (see
             [`named_classes`][plm.tasks.finetune.named_classes]); None: the data's labels are the classes.
-        seed: the first run's seed.
-        device: "auto", "cpu", "cuda" or "cuda:N".
-        precision: autocast precision of training ([`resolve_precision`][plm.device.resolve_precision]): "auto", "fp32",
-            "bf16" or "fp16".
-        progress: show progress bars.
         synthetic_size: the built-in task's training examples (a quarter as many for validation).
+        max_length: tokens per sequence; None: 128, or QA's 384-token windows (BERT's SQuAD).
+        stride: QA: tokens between the starts of a long context's windows.
+    """
+
+    train: str | None = knob(None, "training file")
+    validation: str | None = knob(None, "dev file: picks the best model, the learning rate and tau")
+    tag_column: int | None = None
+    labels: tuple[str, ...] | None = knob(
+        None, "classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2: negative,positive), "
+        "kept in the model, so that plm predict and plm serve say the names; a file labelled 0, 1, ... still trains "
+        "and scores it")
+    synthetic_size: int = knob(1024, "built-in task: training examples (a quarter as many for validation)")
+    max_length: int | None = None
+    stride: int = 128
+
+    def validate(self) -> None:
+        """Raise a PLMError naming the field of the first value out of its range.
+
+        Raises:
+            PLMError: ``train`` without ``validation`` or the reverse, a class named twice, or a number below its
+                least (``stride``, ``max_length``, ``synthetic_size``).
+        """
+        if (self.train is None) != (self.validation is None):
+            raise PLMError("give both `train` and `validation`, or neither (the built-in synthetic task)")
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            raise PLMError(f"`labels` {','.join(self.labels)}: a name given twice; give each class its own")
+        check_least(self, {"stride": 1, "max_length": 8, "synthetic_size": 4})
+
+
+@dataclass(frozen=True)
+class FinetuneHead:
+    """What is trained on the model: a task head, or (``features``) the feature-based model over its frozen layers.
+
+    Attributes:
         features: the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3), for every task of
             `FEATURE_TASKS`; None: fine-tune the model.
         combine: how those layers combine: concat, sum or mix.
         elmo: a plm ELMo run whose scalar-mixed layers join the features.
         elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix ([h_k; ELMo_k]).
+        mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
         symmetric: GPT pairs without an order, read in both (GPT-1's similarity form).
         pooling: classify, pair, regress, choice: cls, last or mean; None: see
             [`trained_pooling`][plm.tasks.finetune.trained_pooling].
-        minutes: each run stops at the first step past this many minutes of training.
-        steps: each run's optimizer steps, instead of ``epochs``' (the schedule is laid out over them); on a resume,
-            more steps than a finished run took extend it.
-        save_every: steps between checkpoints within an epoch (and at its end), so that a stop loses little.
-        mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
-        parallelism: DDP or FSDP, activation checkpointing.
-        report_to: "tensorboard" writes each run's logged metrics to its ``tensorboard/`` too; "none" does not.
     """
 
-    task: str
-    model: str | None = None  # a plm or Hugging Face directory, or a Hub id; None: a fresh model on the built-in task
-    revision: str | None = None
-    train: str | None = None
-    validation: str | None = None
-    lrs: tuple[float, ...] | None = None
-    restarts: int = 1
-    epochs: float = 3.0
-    batch_size: int = 32
-    warmup_fraction: float | None = None
-    max_length: int | None = None  # tokens per sequence; None: 128, or QA's 384-token windows (BERT's SQuAD)
-    lm_weight: float = 0.5  # GPT-1's lambda; 0 turns the auxiliary LM loss off
-    sift: bool = False
-    stride: int = 128  # QA: tokens between the starts of a long context's windows
-    tag_column: int | None = None  # tag: the CoNLL column of the tags (1: the word); None: the layout's last
-    labels: tuple[str, ...] | None = None  # classify, pair: names for the classes the data writes as 0, 1, ...
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
-    progress: bool = True
-    synthetic_size: int = 1024  # the built-in task's training examples (a quarter as many for validation)
-    features: tuple[int, ...] | None = None  # the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3)
-    combine: str = "concat"  # how those layers combine: concat, sum or mix
-    elmo: str | None = None  # a plm ELMo run whose scalar-mixed layers join the features
-    elmo_output: bool = False  # ELMo at the BiLSTM's output too: [h_k; ELMo_k], a second scalar mix
-    symmetric: bool = False  # GPT pairs without an order, read in both (GPT-1's similarity form)
-    pooling: str | None = None  # classify, pair, regress, choice: cls, last or mean; None: see trained_pooling
-    minutes: float | None = None  # each run stops at the first step past this many minutes of training
-    steps: int | None = None  # each run's optimizer steps, instead of the epochs'; more extend a finished run
-    save_every: int = 500  # steps between checkpoints within an epoch (and at its end), so that a stop loses little
-    mix: MixOptions = MixOptions()  # --features: the scalar mixes' options (ELMo's layer norm, dropout, L2 on s)
-    parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
-    report_to: str = "none"  # "tensorboard": each run's logged metrics in its tensorboard/ too
+    features: tuple[int, ...] | None = knob(
+        None, "tag, classify, pair, regress, qa: keep the model frozen and train a 2-layer BiLSTM over these of its "
+        "layers of each word, comma-separated (0 = the token embeddings, -1 = the last layer; BERT's -4,-3,-2,-1); a "
+        "class is read from its states max- and mean-pooled")
+    combine: str = knob("concat", "`features`: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
+    elmo: str | None = knob(None, "`features`: a plm ELMo (model or run) whose scalar-mixed layers join the features")
+    elmo_output: bool = knob(False, "`elmo`: ELMo at the BiLSTM's output too, [h_k; ELMo_k] through a second scalar "
+                             "mix (ELMo 3.3, its SNLI and SQuAD models)")
+    mix: MixOptions = MixOptions()
+    symmetric: bool = knob(False, "pair, regress on a GPT: the two sentences have no order (QQP, MRPC, STS-B); read "
+                           "both orders and add the two final states (GPT-1's similarity form)")
+    pooling: str | None = knob(
+        None, "classify, pair, regress, choice: the vector the head reads: [CLS] (through the model's pooler), the "
+        "last token or the mean of the tokens (default: the model's own: [CLS] for an encoder, the last token for a "
+        "GPT, the mean for a sentence-transformers model such as all-MiniLM-L6-v2, whose [CLS] pooler was never "
+        "trained)")
 
     def validate(self) -> None:
-        """Check the setup before anything is read or written.
+        """Raise a PLMError naming the field of the first value that cannot train (see `FinetuneSetup.validate` for
+        the values that depend on the task).
 
         Raises:
-            PLMError: an unknown task; options that do not go together (``features`` for choice, ``elmo``
-                without ``features``, ``elmo_output`` without ``elmo``, ``features`` with FSDP, ``sift`` or
-                ``pooling``, ``symmetric`` for a task other than pair or regress, ``pooling`` for a task that does
-                not pool, ``train`` without ``validation`` or the reverse, ``mix`` options without a scalar mix);
-                an unknown ``combine`` or ``pooling``; or a number
-                out of its range (learning rates, ``restarts``, ``batch_size``, ``stride``, ``max_length``,
-                ``synthetic_size``, ``save_every``, ``epochs``, ``lm_weight``, ``warmup_fraction``, ``minutes``,
-                ``steps``).
+            PLMError: ``elmo`` without ``features``, ``elmo_output`` without ``elmo``, ``pooling`` with ``features``,
+                an unknown ``combine`` or ``pooling``, or ``mix`` options without a scalar mix.
         """
-        if self.task not in TASKS:
-            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.features is not None and self.task not in FEATURE_TASKS:
-            raise PLMError(f"`features` is for `task` {', '.join(FEATURE_TASKS)}: the feature-based model reads one "
-                           f"sequence per example, and {self.task} scores several; fine-tune the model instead")
         if self.elmo is not None and self.features is None:
             raise PLMError("`elmo` joins the features of the feature-based model: give `features` too (e.g. 0)")
         if self.elmo_output and self.elmo is None:
             raise PLMError("`elmo_output` adds ELMo at the BiLSTM's output too: give `elmo`")
-        if self.features is not None and self.parallelism.sharded:
-            # Each process runs the frozen models only for its sentences not yet in the feature cache, so one
-            # process would gather their shards while the other waits in another collective: a hang.
-            raise PLMError("`features` with `strategy` fsdp is not supported: each process runs the frozen model "
-                           "only for its sentences not yet cached, and FSDP needs every process in each of its "
-                           "gathers; use `strategy` ddp")
-        if self.features is not None and self.sift:
-            raise PLMError("`sift` perturbs a model being fine-tuned; the feature-based model keeps it frozen")
         if self.features is not None and self.pooling is not None:
             raise PLMError("`pooling` picks the fine-tuned model's vector; the feature-based model max- and "
                            "mean-pools its BiLSTM's states")
-        if self.labels is not None and self.task not in ("classify", "pair"):
-            raise PLMError(f"`labels` names a classifier's classes: it is for `task` classify or pair, not {self.task}")
-        if self.labels is not None and len(set(self.labels)) != len(self.labels):
-            raise PLMError(f"`labels` {','.join(self.labels)}: a name given twice; give each class its own")
-        if self.symmetric and self.task not in ("pair", "regress"):
-            raise PLMError(f"`symmetric` reads sentence pairs: it is for `task` pair or regress, not {self.task}")
         if self.combine not in COMBINATIONS:
             raise PLMError(f"`combine` must be one of {', '.join(COMBINATIONS)}, got {self.combine!r}")
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise PLMError(f"`pooling` must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-        if self.pooling is not None and self.task not in POOLED_TASKS:
-            raise PLMError(f"`pooling` is for `task` {', '.join(POOLED_TASKS)}: a {self.task} head reads every token")
-        if (self.train is None) != (self.validation is None):
-            raise PLMError("give both `train` and `validation`, or neither (the built-in synthetic task)")
+        if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
+            raise PLMError("`mix` sets the feature-based model's scalar mixes: give `features` with `combine` mix or "
+                           "`elmo`")
+
+
+@dataclass(frozen=True)
+class FinetuneOptimization:
+    """How each run trains, and how many runs the sweep trains; None fields take the paper's recipe.
+
+    Attributes:
+        lrs: the learning rates to try; None: the recipe's (a fresh model's or the feature-based model's own).
+        restarts: the seeds tried per learning rate (``seed``, ``seed + 1`` ...).
+        seed: the first run's seed.
+        epochs: passes over the training set.
+        steps: each run's optimizer steps, instead of ``epochs``' (the schedule is laid out over them); on a resume,
+            more steps than a finished run took extend it.
+        minutes: each run stops at the first step past this many minutes of training.
+        batch_size: examples per batch (each process's, under torchrun).
+        warmup_fraction: the share of the steps that warms the learning rate up; None: the recipe's.
+        lm_weight: GPT-1's lambda; 0 turns the auxiliary LM loss off.
+        sift: add DeBERTa's SiFT term.
+        save_every: steps between checkpoints within an epoch (and at its end), so that a stop loses little.
+    """
+
+    lrs: tuple[float, ...] | None = None
+    restarts: int = knob(1, "seeds per learning rate; the best is kept")
+    seed: int = 0
+    epochs: float = 3.0
+    steps: int | None = None
+    minutes: float | None = None
+    batch_size: int = knob(32, "examples per step")
+    warmup_fraction: float | None = knob(None, "linear warmup over this fraction of the steps (default 0.1; GPT "
+                                         "0.002)")
+    lm_weight: float = knob(0.5, "GPT: lambda of the auxiliary LM loss; 0 = off")
+    sift: bool = knob(False, "encoders: DeBERTa's SiFT adversarial term")
+    save_every: int = 500
+
+    def validate(self) -> None:
+        """Raise a PLMError naming the field of the first value out of its range.
+
+        Raises:
+            PLMError: a learning rate, ``restarts``, ``batch_size``, ``save_every``, ``epochs``, ``lm_weight``,
+                ``warmup_fraction``, ``minutes`` or ``steps`` out of its range.
+        """
         if self.lrs is not None and not all(math.isfinite(lr) and lr > 0 for lr in self.lrs):
             raise PLMError(f"`lrs` must be above 0, got {','.join(map(str, self.lrs))}")
-        least = {"restarts": 1, "batch_size": 1, "stride": 1, "max_length": 8, "synthetic_size": 4, "save_every": 1}
-        for name, lowest in least.items():
-            value = getattr(self, name)
-            if value is not None and value < lowest:
-                raise PLMError(f"`{name}` must be at least {lowest}, got {value}")
+        check_least(self, {"restarts": 1, "batch_size": 1, "save_every": 1, "steps": 1})
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise PLMError(f"`epochs` must be above 0, got {self.epochs}")
         if not (math.isfinite(self.lm_weight) and self.lm_weight >= 0):
@@ -218,11 +224,91 @@ class FinetuneSetup:
             raise PLMError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}")
         if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
             raise PLMError(f"`minutes` must be a number above 0, got {self.minutes}")
-        if self.steps is not None and self.steps < 1:
-            raise PLMError(f"steps must be at least 1, got {self.steps}")
-        if self.mix != MixOptions() and not (self.features is not None and (self.combine == "mix" or self.elmo)):
-            raise PLMError("`mix` sets the feature-based model's scalar mixes: give `features` with `combine` mix or "
-                           "`elmo`")
+
+
+def check_least(config: Any, least: dict[str, int]) -> None:
+    """Refuse a field of ``config`` below its least value (a None field: unset, not checked).
+
+    Args:
+        config: a config.
+        least: each field's least value.
+
+    Raises:
+        PLMError: the first field below its least.
+    """
+    for name, lowest in least.items():
+        value = getattr(config, name)
+        if value is not None and value < lowest:
+            raise PLMError(f"`{name}` must be at least {lowest}, got {value}")
+
+
+@dataclass(frozen=True)
+class FinetuneSetup:
+    """What to fine-tune on what: the task and model, then its data, head and optimisation, each a config of its own.
+
+    Attributes:
+        task: the task, one of `TASKS`.
+        model: a plm or Hugging Face directory (or training run), or a Hugging Face Hub id; None: a fresh model on
+            the built-in task.
+        revision: for a Hub id, the branch, tag or commit to fetch.
+        data: what it reads ([`FinetuneData`][plm.tasks.finetune.FinetuneData]).
+        head: what is trained on the model ([`FinetuneHead`][plm.tasks.finetune.FinetuneHead]).
+        optimization: how each run trains ([`FinetuneOptimization`][plm.tasks.finetune.FinetuneOptimization]).
+        device: "auto", "cpu", "cuda" or "cuda:N".
+        precision: autocast precision of training ([`resolve_precision`][plm.device.resolve_precision]): "auto", "fp32",
+            "bf16" or "fp16".
+        progress: show progress bars.
+        parallelism: DDP or FSDP, activation checkpointing.
+        report_to: "tensorboard" writes each run's logged metrics to its ``tensorboard/`` too; "none" does not.
+    """
+
+    task: str
+    model: str | None = None  # a plm or Hugging Face directory, or a Hub id; None: a fresh model on the built-in task
+    revision: str | None = None
+    data: FinetuneData = FinetuneData()
+    head: FinetuneHead = FinetuneHead()
+    optimization: FinetuneOptimization = FinetuneOptimization()
+    device: str = "auto"
+    precision: str = "auto"
+    progress: bool = True
+    parallelism: Parallelism = Parallelism()  # DDP or FSDP, activation checkpointing
+    report_to: str = "none"  # "tensorboard": each run's logged metrics in its tensorboard/ too
+
+    def validate(self) -> None:
+        """Check the setup before anything is read or written: each part, then what depends on the task.
+
+        Raises:
+            PLMError: an unknown task; a value its part refuses (see
+                [`FinetuneData.validate`][plm.tasks.finetune.FinetuneData.validate],
+                [`FinetuneHead.validate`][plm.tasks.finetune.FinetuneHead.validate],
+                [`FinetuneOptimization.validate`][plm.tasks.finetune.FinetuneOptimization.validate]); or options
+                that do not go together with the task or each other (``features`` for choice, with FSDP or
+                ``sift``; ``symmetric`` for a task other than pair or regress; ``pooling`` for a task that does not
+                pool; ``labels`` for a task without classes).
+        """
+        if self.task not in TASKS:
+            raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        self.data.validate()
+        self.head.validate()
+        self.optimization.validate()
+        head, task = self.head, self.task
+        if head.features is not None and task not in FEATURE_TASKS:
+            raise PLMError(f"`features` is for `task` {', '.join(FEATURE_TASKS)}: the feature-based model reads one "
+                           f"sequence per example, and {task} scores several; fine-tune the model instead")
+        if head.features is not None and self.parallelism.sharded:
+            # Each process runs the frozen models only for its sentences not yet in the feature cache, so one
+            # process would gather their shards while the other waits in another collective: a hang.
+            raise PLMError("`features` with `strategy` fsdp is not supported: each process runs the frozen model "
+                           "only for its sentences not yet cached, and FSDP needs every process in each of its "
+                           "gathers; use `strategy` ddp")
+        if head.features is not None and self.optimization.sift:
+            raise PLMError("`sift` perturbs a model being fine-tuned; the feature-based model keeps it frozen")
+        if self.data.labels is not None and task not in ("classify", "pair"):
+            raise PLMError(f"`labels` names a classifier's classes: it is for `task` classify or pair, not {task}")
+        if head.symmetric and task not in ("pair", "regress"):
+            raise PLMError(f"`symmetric` reads sentence pairs: it is for `task` pair or regress, not {task}")
+        if head.pooling is not None and task not in POOLED_TASKS:
+            raise PLMError(f"`pooling` is for `task` {', '.join(POOLED_TASKS)}: a {task} head reads every token")
 
 
 POOLED_TASKS = ("classify", "pair", "regress", "choice")  # one vector per sequence
@@ -256,43 +342,6 @@ def trained_pooling(model: str | Path | None) -> str | None:
             chosen = [pooling for key, pooling in SENTENCE_TRANSFORMERS_POOLING.items() if modes.get(key)]
             return chosen[0] if len(chosen) == 1 else None
     return None
-
-
-def read_examples(task: str, path: str | Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
-    """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
-
-    Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
-    ([`read_lines`][plm.tasks.readers.read_lines]).
-
-    CoNLL: the tags of ``tag_column`` (see [`read_conll_layout`][plm.tasks.readers.read_conll_layout]), and a note on
-    stderr says which column that was.
-
-    Args:
-        task: the task (see `TASKS`): tag reads CoNLL, qa SQuAD JSON, choice
-            SWAG CSV, the others GLUE TSV or JSONL.
-        path: the file.
-        tag_column: tag: the (1-based) column of the tags; None: the layout's last.
-        labelled: False: examples to predict, not to train on (qa: questions without answers; plain text).
-
-    Returns:
-        The examples ([`plm.tasks.readers`][plm.tasks.readers]' classes).
-
-    Raises:
-        PLMError: a file that cannot be read as the task's format, naming the file and the line.
-    """
-    if not labelled and (str(path) == "-" or Path(path).suffix == ".txt"):
-        text = sys.stdin.read() if str(path) == "-" else read_text(path)
-        return readers.read_lines(task, text, "stdin" if str(path) == "-" else str(path))
-    if task == "tag":
-        sentences, column, columns = readers.read_conll_layout(Path(path), tag_column)
-        print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
-        return sentences
-    if task == "qa":
-        return readers.read_squad(Path(path), labelled)
-    if task == "choice":
-        return readers.read_swag(path)
-    read = readers.read_glue if str(path).endswith(".tsv") else readers.read_jsonl
-    return read(path, regression=task == "regress")
 
 
 def task_labels(task: str, train: Sequence[Any], validation: Sequence[Any] = (),
@@ -388,8 +437,9 @@ def finetune(setup: FinetuneSetup, out: str | Path, overwrite: bool = False, res
              definition: dict[str, Any] | None = None) -> FinetuneResult:
     """Fine-tune ``setup.model`` on ``setup.task`` for every lr and restart; keep the best on the dev set.
 
-    Each run writes ``result.json`` when it has finished. ``resume`` keeps those (or, when ``setup.steps`` is
-    more than one of them took, extends it from its checkpoint, its schedule laid out over the new steps),
+    Each run writes ``result.json`` when it has finished. ``resume`` keeps those (or, when
+    ``setup.optimization.steps`` is more than one of them took, extends it from its checkpoint, its schedule laid
+    out over the new steps),
     continues the run that was interrupted from its checkpoint (bit for bit, as
     [`Trainer.train`][plm.training.trainer.Trainer.train] does) and starts the rest; when there was nothing to train,
     one line on stderr says the fine-tuning was complete. The sweep runs as every trainer does
@@ -456,31 +506,31 @@ def prepare_sweep(setup: FinetuneSetup, out: Path) -> tuple[Sweep, Tokenizer]:
         PLMError: data files that cannot be read or whose validation labels no training example holds, or a model
             that cannot be loaded or fine-tuned as ``setup`` asks.
     """
-    if setup.train is not None and setup.validation is not None:  # both or neither: see validate
+    if setup.data.train is not None and setup.data.validation is not None:  # both or neither: see validate
         train, validation = (
-            read_examples(setup.task, path, setup.tag_column) for path in (setup.train, setup.validation)
+            read_examples(setup.task, path, setup.data.tag_column) for path in (setup.data.train, setup.data.validation)
         )
     else:
-        sizes = (setup.synthetic_size, setup.synthetic_size // 4)
-        train, validation = (synthetic_task(setup.task, n, setup.seed + k) for k, n in enumerate(sizes))
-    labels = task_labels(setup.task, train, validation, setup.validation)
-    if setup.labels is not None:
-        labels = named_classes(labels, setup.labels, setup.train or "the built-in task")
+        sizes = (setup.data.synthetic_size, setup.data.synthetic_size // 4)
+        train, validation = (synthetic_task(setup.task, n, setup.optimization.seed + k) for k, n in enumerate(sizes))
+    labels = task_labels(setup.task, train, validation, setup.data.validation)
+    if setup.data.labels is not None:
+        labels = named_classes(labels, setup.data.labels, setup.data.train or "the built-in task")
     world = setup_distributed(resolve_device(setup.device), group_of_one=setup.parallelism.sharded)
     with built_on_first_process(setup.parallelism, world):
         backbone, tokenizer = load_backbone(setup, train)
-        elmo = load_model(setup.elmo) if setup.elmo is not None else None  # a plm ELMo's directory or run
+        elmo = load_model(setup.head.elmo) if setup.head.elmo is not None else None  # a plm ELMo's directory or run
     causal = isinstance(backbone, CausalLM)
     if causal and setup.task in GPT_TASKS:
-        torch.manual_seed(setup.seed)  # the task tokens' new rows are drawn: the same run, the same rows
+        torch.manual_seed(setup.optimization.seed)  # the task tokens' new rows are drawn: the same run, the same rows
         add_task_tokens(backbone, tokenizer)
-    options: dict[str, Any] = {"stride": setup.stride} if setup.task == "qa" else {}
-    if setup.features is not None:
+    options: dict[str, Any] = {"stride": setup.data.stride} if setup.task == "qa" else {}
+    if setup.head.features is not None:
         options |= {"words": True, "characters": elmo is not None}
-    if setup.symmetric:
+    if setup.head.symmetric:
         options["symmetric"] = True
-    task = build_task(setup.task, tokenizer, backbone, labels, setup.max_length, **options)
-    if setup.sift:
+    task = build_task(setup.task, tokenizer, backbone, labels, setup.data.max_length, **options)
+    if setup.optimization.sift:
         normalised_embeddings(backbone)  # an encoder has them; anything else fails here, before a run is written
     return Sweep(setup, out, world, backbone, elmo, tokenizer, task, (train, validation, labels)), tokenizer
 
@@ -505,17 +555,18 @@ class Sweep:
         self.backbone, self.elmo, self.tokenizer = backbone, elmo, tokenizer
         self.train_examples, self.validation_examples, self.labels = data
         recipe = GPT1_RECIPE if isinstance(backbone, CausalLM) else BERT_RECIPE
-        if setup.features is not None:
+        if setup.head.features is not None:
             default_lr = FEATURE_TAGGER_LR
         else:
             default_lr = SYNTHETIC_LR if setup.model is None else recipe.lr
         self.recipe = recipe
-        self.lrs = setup.lrs or (default_lr,)
-        self.warmup = recipe.warmup_fraction if setup.warmup_fraction is None else setup.warmup_fraction
-        pooled = setup.task in POOLED_TASKS and setup.features is None
-        self.pooling = setup.pooling or (trained_pooling(setup.model) if pooled else None)
-        self.sift = SiFT() if setup.sift else None
-        self.several = len(self.lrs) * setup.restarts > 1
+        self.lrs = setup.optimization.lrs or (default_lr,)
+        warmup = setup.optimization.warmup_fraction
+        self.warmup = recipe.warmup_fraction if warmup is None else warmup
+        pooled = setup.task in POOLED_TASKS and setup.head.features is None
+        self.pooling = setup.head.pooling or (trained_pooling(setup.model) if pooled else None)
+        self.sift = SiFT() if setup.optimization.sift else None
+        self.several = len(self.lrs) * setup.optimization.restarts > 1
         self.result: FinetuneResult | None = None  # set by train
 
     def train(self, resume: bool = False, overwrite: bool = False,
@@ -541,15 +592,16 @@ class Sweep:
         runs = []
         trained = False  # on a resume: whether any run had steps left
         for lr in self.lrs:
-            for restart in range(setup.restarts):
-                directory = out / SWEEP_DIR / f"lr{lr:g}-seed{setup.seed + restart}" if self.several else out
+            for restart in range(setup.optimization.restarts):
+                seed = setup.optimization.seed + restart
+                directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if self.several else out
                 if resume and (directory / RESULT_FILE).is_file():
                     finished = read_json(directory / RESULT_FILE)
-                    if setup.steps is None or finished["steps"] >= setup.steps:
+                    if setup.optimization.steps is None or finished["steps"] >= setup.optimization.steps:
                         runs.append(finished)
                         continue
                 trained = True
-                runs.append(self.train_one(lr, setup.seed + restart, directory, resume, overwrite,
+                runs.append(self.train_one(lr, setup.optimization.seed + restart, directory, resume, overwrite,
                                            None if self.several else definition))
         if resume and not trained and world.is_main:
             reached = ", ".join(map(str, sorted({run["steps"] for run in runs})))
@@ -583,27 +635,29 @@ class Sweep:
         setup, world = self.setup, self.world
         torch.manual_seed(seed)
         with built_on_first_process(setup.parallelism, world):
-            model = run_model(setup, self.backbone, self.elmo, self.task, self.labels, self.pooling)
-        mix_penalty = model.penalty if isinstance(model, FeatureTagger) and setup.mix.l2 > 0 else None
+            model = run_model(setup.head, self.backbone, self.elmo, self.task, self.labels, self.pooling)
+        mix_penalty = model.penalty if isinstance(model, FeatureTagger) and setup.head.mix.l2 > 0 else None
         # Under torchrun each process takes one batch a step (batch m * processes + rank of the
         # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
         objective = TaskObjective(
-            self.task, self.train_examples, self.validation_examples, setup.batch_size, seed,
-            lm_weight=setup.lm_weight, sift=self.sift, mix_penalty=mix_penalty, micro_batches_per_step=world.world_size,
+            self.task, self.train_examples, self.validation_examples, setup.optimization.batch_size, seed,
+            lm_weight=setup.optimization.lm_weight, sift=self.sift, mix_penalty=mix_penalty,
+            micro_batches_per_step=world.world_size,
         )
         per_epoch = steps_for_epochs(1, objective.batches_per_epoch, world.world_size)
         # Steps given win over the epochs (so that a resume with more extends a finished run); the schedule's
         # warmup and decay fit the steps that run.
-        if setup.steps is None:
-            steps = steps_for_epochs(setup.epochs, objective.batches_per_epoch, world.world_size)
+        if setup.optimization.steps is None:
+            steps = steps_for_epochs(setup.optimization.epochs, objective.batches_per_epoch, world.world_size)
         else:
-            steps = setup.steps
+            steps = setup.optimization.steps
+        minutes = setup.optimization.minutes
         config = TrainingConfig(
             steps=steps, lr=lr, min_lr=0.0, schedule="linear", warmup=round(self.warmup * steps), optimizer="adamw",
             betas=self.recipe.betas, weight_decay=0.01, eval_every=per_epoch,
-            save_every=min(per_epoch, setup.save_every), log_every=max(1, per_epoch // 10), seed=seed,
+            save_every=min(per_epoch, setup.optimization.save_every), log_every=max(1, per_epoch // 10), seed=seed,
             device=setup.device, precision=setup.precision, progress=setup.progress,
-            time_limit=None if setup.minutes is None else setup.minutes * 60, parallelism=setup.parallelism,
+            time_limit=None if minutes is None else minutes * 60, parallelism=setup.parallelism,
             report_to=setup.report_to, extension="layout",
         )
         continuing = resume and has_checkpoint(directory)
@@ -618,12 +672,12 @@ class Sweep:
         return result
 
 
-def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
+def run_model(head: FinetuneHead, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],
               pooling: str | None) -> TaskModel | FeatureTagger:
     """A run's fresh model on copies of ``backbone`` (and ``elmo``): a task head, or the feature-based model.
 
     Args:
-        setup: the fine-tuning's setup (``features`` chooses the feature-based model).
+        head: what to train on the model (``features`` chooses the feature-based model).
         backbone: the pretrained model.
         elmo: a plm ELMo whose layers join the BiLSTM's features, or None.
         task: the task, for the head and its outputs.
@@ -634,13 +688,13 @@ def run_model(setup: FinetuneSetup, backbone: Any, elmo: Any, task: Task, labels
         The model to train.
     """
     names = labels if task.head != "span" else ()
-    if setup.features is not None:
-        model = feature_tagger(backbone, setup.features, task.outputs, names, setup.combine, elmo, task=task.head,
-                               elmo_output=setup.elmo_output, mix_layer_norm=setup.mix.layer_norm,
-                               mix_dropout=setup.mix.dropout, mix_l2=setup.mix.l2)
+    if head.features is not None:
+        model = feature_tagger(backbone, head.features, task.outputs, names, head.combine, elmo, task=task.head,
+                               elmo_output=head.elmo_output, mix_layer_norm=head.mix.layer_norm,
+                               mix_dropout=head.mix.dropout, mix_l2=head.mix.l2)
         model.cache_features()  # frozen features: each sentence's computed once, not every epoch
         return model
-    return task_model(backbone, task.head, task.outputs, label_names=names, symmetric=setup.symmetric, pooling=pooling)
+    return task_model(backbone, task.head, task.outputs, label_names=names, symmetric=head.symmetric, pooling=pooling)
 
 
 def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenizer]:
@@ -664,11 +718,11 @@ def load_backbone(setup: FinetuneSetup, train: list[Any]) -> tuple[Any, Tokenize
         require_task_backbone(model, setup.model)
         return model, tokenizer
     tokenizer = Tokenizer.train_wordpiece(synthetic_texts(train), vocab_size=200, min_frequency=1)
-    torch.manual_seed(setup.seed)
+    torch.manual_seed(setup.optimization.seed)
     model = from_preset(
         SYNTHETIC_PRESET,
         vocab_size=len(tokenizer),
-        context_length=max(128, setup.max_length or 0),
+        context_length=max(128, setup.data.max_length or 0),
         **SYNTHETIC_OVERRIDES,
     )
     model.init_weights(std=model.config.dim ** -0.5)
@@ -696,80 +750,3 @@ def synthetic_texts(examples: list[Any]) -> list[str]:
         else:
             texts += [e.text, e.text_pair or ""]
     return texts
-
-
-def task_name(head: Any) -> str:
-    """The task a fine-tuned model's head was trained for (a one-output classifier without names regresses).
-
-    Args:
-        head: the task model's head config, or a feature-based model's
-            [`TaggerConfig`][plm.tasks.feature_based.TaggerConfig].
-
-    Returns:
-        classify, regress, tag, qa or choice.
-    """
-    if head.task == "classify":
-        return "regress" if head.labels == 1 and not head.label_names else "classify"
-    return {"tag": "tag", "span": "qa", "choice": "choice"}[head.task]
-
-
-def load_task_model(
-    path: str | Path, device: str = "cpu", max_length: int | None = None, revision: str | None = None,
-    **options: Any
-) -> tuple[Any, Task]:
-    """A fine-tuned model in eval mode and the task that reads its data.
-
-    The model is ``plm finetune``'s run or model directory, or a Hugging Face task model
-    (``XForSequenceClassification``, ``XForTokenClassification``, ``XForQuestionAnswering``, ...) by directory or
-    Hub id, with its label names.
-
-    Args:
-        path: the model's directory or run, or a Hub id.
-        device: where the weights go ("auto" picks one).
-        max_length: tokens per sequence; None: the task's default (see
-            [`build_task`][plm.tasks.task_objective.build_task]).
-        revision: for a Hub id, the branch, tag or commit to fetch.
-        **options: further options of the task (see [`model_task`][plm.tasks.finetune.model_task]).
-
-    Returns:
-        The model and its task.
-
-    Raises:
-        PLMError: a model that cannot be loaded, or one without a task head.
-    """
-    model, tokenizer = load_pretrained(path, resolve_device(device), revision)
-    if not isinstance(model, (TaskModel, FeatureTagger)):
-        raise PLMError(
-            f"{path}: {with_article(model.family)} model has no task head; fine-tune it first (plm finetune)"
-        )
-    return model, model_task(model, tokenizer, max_length, **options)
-
-
-def model_task(model: TaskModel | FeatureTagger, tokenizer: Tokenizer, max_length: int | None = None,
-               **options: Any) -> Task:
-    """The task a fine-tuned model was trained for, reading with ``tokenizer`` (see `load_task_model`).
-
-    A QA model answers with the no-answer threshold its dev set chose; a symmetric pair head reads pairs in both
-    orders; a feature-based model reads words (and their characters, with an ELMo).
-
-    Args:
-        model: the fine-tuned model.
-        tokenizer: its tokenizer.
-        max_length: tokens per sequence; None: the task's default.
-        **options: further options of a QA task (its ``threshold`` and ``fit_threshold`` are the model's); other
-            tasks take none.
-
-    Returns:
-        The task.
-    """
-    if isinstance(model, FeatureTagger):
-        head, reading = model.config.tagger, {"words": True, "characters": model.elmo is not None}
-    else:
-        head, reading = model.config.head, {"symmetric": True} if model.config.head.symmetric else {}
-    name = task_name(head)
-    # A fine-tuned QA model answers with the tau its dev set chose, never one fitted to the file it is scored on.
-    positions = model.config.context_length
-    if max_length is not None and max_length > positions:  # never cut silently to the positions it has
-        raise PLMError(f"max_length {max_length} exceeds the model's {positions} positions")
-    qa = options | {"threshold": head.null_threshold, "fit_threshold": False} if name == "qa" else {}
-    return build_task(name, tokenizer, model, head.label_names, max_length, **qa, **reading)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import os
+import pathlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -446,3 +448,40 @@ def _nonempty(examples: list, path: Path | str) -> list:
     if not examples:
         raise PLMError(f"{path}: no examples in the file")
     return examples
+
+
+def read_examples(task: str, path: Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
+    """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
+
+    Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
+    ([`read_lines`][plm.tasks.read_lines]).
+
+    CoNLL: the tags of ``tag_column`` (see [`read_conll_layout`][plm.tasks.read_conll_layout]), and a note on
+    stderr says which column that was.
+
+    Args:
+        task: the task (see `TASKS`): tag reads CoNLL, qa SQuAD JSON, choice
+            SWAG CSV, the others GLUE TSV or JSONL.
+        path: the file.
+        tag_column: tag: the (1-based) column of the tags; None: the layout's last.
+        labelled: False: examples to predict, not to train on (qa: questions without answers; plain text).
+
+    Returns:
+        The examples (this module's classes).
+
+    Raises:
+        PLMError: a file that cannot be read as the task's format, naming the file and the line.
+    """
+    if not labelled and (str(path) == "-" or pathlib.Path(path).suffix == ".txt"):
+        text = sys.stdin.read() if str(path) == "-" else read_text(path)
+        return read_lines(task, text, "stdin" if str(path) == "-" else str(path))
+    if task == "tag":
+        sentences, column, columns = read_conll_layout(pathlib.Path(path), tag_column)
+        print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
+        return sentences
+    if task == "qa":
+        return read_squad(pathlib.Path(path), labelled)
+    if task == "choice":
+        return read_swag(pathlib.Path(path))
+    read = read_glue if str(path).endswith(".tsv") else read_jsonl
+    return read(path, regression=task == "regress")

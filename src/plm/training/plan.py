@@ -357,9 +357,9 @@ def plan(setup: PlanSetup, memory: Memory | None = None) -> Plan:
         The plan.
 
     Raises:
-        PLMError: a setup [`PlanSetup.validate`][plm.training.plan.PlanSetup.validate] refuses, an unknown preset or device, a model
-            that is not a stack of Transformer blocks, a block longer than the context, or no CUDA GPU to read free
-            memory from.
+        PLMError: a setup [`PlanSetup.validate`][plm.training.plan.PlanSetup.validate] refuses, an unknown preset or
+            device, a model that is not a stack of Transformer blocks, a block longer than the context, or no CUDA GPU
+            to read free memory from.
     """
     setup.validate()
     config = preset_config(setup.model)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from plm.config import knob
 from plm.data.corpus import default_corpus
 from plm.data.prepare import PrepareOptions, cached_corpus, cached_documents, corpus_texts
 from plm.data.prepared import PreparedCorpus
@@ -60,13 +61,18 @@ class PretrainSetup:
     vocab_size: int = 8192
     tokenizer_sample: int | None = None  # characters a new tokenizer learns from (None: all the training text)
     text_field: str = "text"  # the field (JSONL) or column (Parquet, datasets) of the training files' text
-    objective: str = "auto"
-    whole_word: bool = False
-    max_ngram: int | None = None  # None: the recipe's (3 for ALBERT, else 1)
-    mask_ratios: tuple[float, float, float] = MASK_RATIOS  # [MASK], random, unchanged (BERT's Appendix C.2)
+    objective: str = knob("auto", "auto: the family's own (gpt clm, bert mlm+nsp, albert mlm+sop, deberta mlm, "
+                          "elmo bilm)")
+    whole_word: bool = knob(False, "mask whole words, not sub-word tokens (masked-LM objectives)")
+    max_ngram: int | None = knob(None, "mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)")
+    mask_ratios: tuple[float, float, float] = knob(
+        MASK_RATIOS, "percentages of the selected tokens that become [MASK], a random token, or stay (BERT's 80,10,10; "
+        "its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
     block_size: int | None = None  # None: the recipe's (128 for encoders), at most the context
-    short_block_size: int | None = None  # a short first phase (BERT's 90% of the steps at 128): its tokens ...
-    short_steps: int = 0  # ... for this many steps, then block_size (see plm.objectives.phased)
+    # A short first phase (BERT's 90% of the steps at 128 tokens), then block_size (see plm.objectives.phased).
+    short_block_size: int | None = knob(None, "with `short_steps` S: the first S steps read sequences of N tokens, "
+                                        "the rest `block_size` (BERT's 90%% of the steps at 128 tokens, then 512)")
+    short_steps: int = knob(0, "the steps at `short_block_size`")
     batch_size: int = 16
     validation_blocks: int = 64  # the validation examples (masked LM) or blocks (biLM) an evaluation reads
     # A causal LM scores every token of its validation text; the evaluations before the run's last, only about the

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar, cast
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from plm.config import knob
 from plm.cpu.int8 import check_trainable
 from plm.device import autocast, resolve_device, resolve_precision
 from plm.errors import PLMError, RunStopped
@@ -84,28 +85,31 @@ class TrainingConfig:
     from the family's recipe, a bare [`Trainer`][plm.training.trainer.Trainer] from ``Hyperparameters()``.
     """
 
-    steps: int = 1000
-    epochs: float | None = None  # when set, steps = this many passes over the objective's training data
+    steps: int = knob(1000, "optimizer steps")
+    epochs: float | None = knob(None, "passes over the training data")  # when set, steps = this many passes
     time_limit: float | None = None  # seconds of training (resumed runs included) after which the run stops
-    optimizer: str | None = None
-    lr: float | None = None
-    min_lr: float | None = None
-    warmup: int | None = None
-    schedule: str | None = None
-    betas: tuple[float, float] | None = None
-    eps: float | None = None
-    weight_decay: float | None = None
-    grad_accum: int = 1
-    clip: float = 1.0
-    eval_every: int = 200
-    save_every: int = 500
-    keep_last: int = 0  # besides checkpoint/, keep the models of the last this many saves in checkpoints/step-N/
-    log_every: int = 10
-    seed: int = 0
+    optimizer: str | None = knob(None, "AdamW, LAMB (ALBERT's) or Adagrad (ELMo's) (default: the recipe's)")
+    lr: float | None = knob(None, "peak learning rate, one number (default: the recipe's)")
+    min_lr: float | None = knob(None, "learning rate at the end of a cosine or linear decay")
+    warmup: int | None = knob(None, "steps of linear warmup from 0 to `lr` (at most `steps`)")
+    schedule: str | None = knob(None, "the decay after warmup; inverse-sqrt is the Transformer's")
+    betas: tuple[float, float] | None = knob(None, "Adam/LAMB moment decay rates")
+    eps: float | None = knob(None, "Adam/LAMB epsilon")
+    weight_decay: float | None = knob(None, "decoupled decay of weight matrices (not biases, norms, embeddings)")
+    grad_accum: int = knob(1, "micro-batches per optimizer step")
+    clip: float = knob(1.0, "gradient-norm clipping (0: off)")
+    eval_every: int = knob(200, "steps between validation runs")
+    save_every: int = knob(500, "steps between checkpoints")
+    keep_last: int = knob(0, "besides the run's checkpoint/, keep the models of the last N saves (each `save_every` "
+                          "and the last step) in checkpoints/step-NNNNNN/, to average them with plm seq2seq average "
+                          "(0: none)")
+    log_every: int = knob(10, "steps between lines in metrics.jsonl")
+    seed: int = knob(0, "random seed, for runs you can repeat")
     device: str = "auto"
     precision: str = "auto"
     progress: bool = True
-    compile: bool = False  # torch.compile the training forward and backward
+    compile: bool = knob(False, "run the model through torch.compile: a slow first step (compiling; on the CPU with "
+                         "a C++ compiler), then faster ones")
     parallelism: Parallelism = Parallelism()  # DDP or FSDP over torchrun's processes, activation checkpointing
     report_to: str = "none"  # "tensorboard": the logged metrics in RUN/tensorboard/ too (plm.training.tensorboard)
     extension: str = "continue"  # how more steps on a resume extend the schedule: one of EXTENSIONS
