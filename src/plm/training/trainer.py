@@ -818,7 +818,7 @@ def train_run(
     out: str | Path, resume: bool, overwrite: bool, definition: dict[str, Any] | None,
     prepare: Callable[[], tuple[Trained, Prepared]],
     after: Callable[[Trained, Prepared, dict[str, float]], None] | None = None,
-    check: Callable[[Path, bool, bool], None] = check_run_directory,
+    check: Callable[[Path, bool, bool], None] | None = None,
 ) -> tuple[Trained, Prepared, dict[str, float]]:
     """Lock the run directory ``out``, ``prepare`` its trainer, train, and leave the process group.
 
@@ -835,7 +835,7 @@ def train_run(
         prepare: builds the trainer, with what comes with its model (the tokenizer or tokenizers).
         after: what to do with the trained model while the processes are still together (an FSDP model is
             gathered by all of them), the run directory still locked: report, draw.
-        check: refuses an ``out`` that cannot take the run, before anything is written (default:
+        check: refuses an ``out`` that cannot take the run, before anything is written (None:
             [`check_run_directory`][plm.training.run_directory.check_run_directory]).
 
     Returns:
@@ -846,7 +846,8 @@ def train_run(
         RunStopped: SIGTERM or SIGINT stopped the run after saving its checkpoint.
     """
     try:
-        with claimed(out, partial(check, Path(out), resume, overwrite), enabled=is_first_process()):
+        refuse = partial(check or check_run_directory, Path(out), resume, overwrite)
+        with claimed(out, refuse, enabled=is_first_process()):
             trainer, prepared = prepare()
             metrics = trainer.train(resume=resume, overwrite=overwrite, definition=definition)
             if after is not None:
