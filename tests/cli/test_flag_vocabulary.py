@@ -36,8 +36,10 @@ from plm.cli.run_definition import renamed
 from plm.config import HELP
 from plm.errors import FIELD
 from plm.tasks import task_objective
+from plm.tasks.finetune import FinetuneData, FinetuneHead, FinetuneOptimization
 from plm.tasks.synthetic import synthetic_task
 from plm.training.pretrain import PretrainSetup
+from plm.training.train_seq2seq import Seq2SeqSetup
 from plm.training.trainer import TrainingConfig
 from tests.conftest import synthetic_text
 from tests.test_layout import texts_outside_docstrings
@@ -482,25 +484,35 @@ def knobs(config: type) -> list[str]:
     return [field.name for field in dataclasses.fields(config) if HELP in field.metadata]
 
 
+KNOBS = {  # each command, and the configs whose knobs are its flags
+    ("pretrain",): (PretrainSetup, TrainingConfig),
+    ("seq2seq", "train"): (Seq2SeqSetup, TrainingConfig),
+    ("finetune",): (FinetuneData, FinetuneHead, FinetuneOptimization),
+}
+
+
 def test_a_knob_is_declared_once_in_its_config_and_the_command_line_is_built_from_it() -> None:
-    """Each knob of PretrainSetup and TrainingConfig is a flag of plm pretrain with the field's help and default, and
-    the flags given come back as the config's fields without a line per field: a knob added to the dataclass, or its
-    flag forgotten, fails here."""
+    """Each knob of a training command's configs is a flag of the command with the field's help and default, and the
+    flags given come back as the config's fields without a line per field: a knob added to a dataclass, or its flag
+    forgotten, fails here."""
     parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    pretrain = commands.choices["pretrain"]
-    actions = {action.dest: action for action in pretrain._actions}
-    for config in (PretrainSetup, TrainingConfig):
-        for name in knobs(config):
-            field = next(f for f in dataclasses.fields(config) if f.name == name)
-            assert name in actions, f"{config.__name__}.{name} has no flag in plm pretrain"
-            help = FIELD.sub(lambda named: "--" + named.group(1).replace("_", "-"), field.metadata[HELP])
-            assert actions[name].help.startswith(help), name
+    for path, configs in KNOBS.items():
+        command = parser
+        for name in path:
+            command = next(a for a in command._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+        actions = {action.dest: action for action in command._actions}
+        for config in configs:
+            for name in knobs(config):
+                field = next(f for f in dataclasses.fields(config) if f.name == name)
+                assert name in actions, f"{config.__name__}.{name} has no flag in plm {' '.join(path)}"
+                help = FIELD.sub(lambda named: "--" + named.group(1).replace("_", "-"), field.metadata[HELP])
+                assert actions[name].help.startswith(help), name
     given = ["pretrain", "--whole-word", "--max-ngram", "3", "--mask-ratios", "70,20,10", "--short-block-size", "8",
              "--short-steps", "2", "--objective", "mlm", "--grad-accum", "2", "--clip", "0.5", "--warmup", "7",
              "--betas", "0.8", "0.9", "--keep-last", "3", "--seed", "5", "--compile", "--train", "a.txt"]
     args = parser.parse_args(given)
     setup = config_from_args(PretrainSetup, args, train_files=tuple(args.train))
+    pretrain = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["pretrain"]
     training = training_config(args)
     assert setup == PretrainSetup(whole_word=True, max_ngram=3, mask_ratios=(0.7, 0.2, 0.1), short_block_size=8,
                                   short_steps=2, objective="mlm", train_files=("a.txt",))

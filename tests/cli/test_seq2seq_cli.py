@@ -370,3 +370,18 @@ def test_training_goes_through_the_one_entry_that_reports_before_leaving_the_pro
                  "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu"]) == 0
     assert calls == ["report", "teardown"]
     assert (tmp_path / "run" / "attention.png").is_file()
+
+
+def test_epochs_set_the_steps_unless_steps_are_given(date_pair_files: Path, tmp_path: Path) -> None:
+    """--epochs reaches the trainer (a knob of TrainingConfig, so seq2seq train takes it as pretrain does): two
+    epochs of 23 pairs take twice the steps of one; a --steps given wins."""
+    def steps(name: str, *flags: str) -> int:
+        assert main(["seq2seq", "train", "--model", "rnn", "--src", str(date_pair_files / "src.txt"),
+                     "--tgt", str(date_pair_files / "tgt.txt"), "--vocab-size", "300", "--max-tokens", "64",
+                     "--metric-examples", "0", "--eval-every", "1000", "--out", str(tmp_path / name),
+                     "--no-progress", "--device", "cpu", *flags]) == 0
+        return json.loads((tmp_path / name / "training_config.json").read_text())["steps"]
+
+    one = steps("one", "--epochs", "1")
+    assert one > 1 and steps("two", "--epochs", "2") == 2 * one
+    assert steps("given", "--epochs", "2", "--steps", "3") == 3

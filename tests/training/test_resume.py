@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import plm
+from plm.cli.main import main
 from plm.errors import PLMError
 from plm.storage.atomic_files import staging_directory
 from plm.storage.checkpoint import (
@@ -119,6 +120,16 @@ def leave_an_interrupted_save(out: Path) -> list[Path]:
     return litter
 
 
+def trained_here(args: list[str]) -> None:
+    """``plm ARGS`` in this process, on one thread as the processes :func:`start` starts."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
 def stopped_and_resumed_like_straight(
     launcher: list[str], command: list[str], args: list[str], tmp_path: Path, stop: signal.Signals,
     shared_tokenizer: bool = True, steps: int = STEPS, resume: list[str] = ("--resume",),
@@ -128,14 +139,10 @@ def stopped_and_resumed_like_straight(
 
     SIGKILL lands some time after a checkpoint, and the run goes on from there; SIGTERM saves the step
     the run has reached, whatever --save-every says. Leftovers of saves killed halfway are gone once
-    the resumed run has finished, and it never read them.
+    the resumed run has finished, and it never read them. The run left alone trains while the stopped one
+    resumes: in this process (a process start less), or under torchrun when the others do.
     """
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    uninterrupted = start(launcher, [*command, *args], straight)
-    if shared_tokenizer:
-        # The other run goes alongside, with this run's tokenizer: Unigram training differs between processes.
-        tokenizer = wait_for(straight / "tokenizer" / "tokenizer_config.json", uninterrupted, straight).parent
-        args = [*args, "--tokenizer", str(tokenizer)]
     interrupted = start(launcher, [*command, *args], stopped)
     if stop == signal.SIGKILL:
         wait_for(stopped / CHECKPOINT_DIR / STATE_FILE, interrupted, stopped)
@@ -147,8 +154,14 @@ def stopped_and_resumed_like_straight(
         saved = terminate_at_a_random_step(interrupted, stopped, steps)
     assert saved < steps, "the run finished before it could be stopped"
     litter = leave_an_interrupted_save(stopped)
-    finish(start(launcher, [*command, *resume], stopped), stopped)
-    finish(uninterrupted, straight)
+    resumed = start(launcher, [*command, *resume], stopped)
+    if shared_tokenizer:  # the stopped run's: Unigram training differs between processes
+        args = [*args, "--tokenizer", str(stopped / "tokenizer")]
+    if launcher == PLM:
+        trained_here([*command, *args, "--out", str(straight)])
+    else:
+        finish(start(launcher, [*command, *args], straight), straight)
+    finish(resumed, stopped)
 
     expected = logged_losses(straight)
     assert [line["step"] for line in expected] == list(range(1, steps + 1))

@@ -270,9 +270,11 @@ def add_training_precision(parser: argparse._ActionsContainer) -> None:
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:
     """The `TrainingConfig` of the flags `add_schedule`, `add_parallelism`, ``--seed``,
-    ``--device`` and ``--no-progress`` declare."""
-    return flags.config_from_args(TrainingConfig, args, time_limit=time_limit(args), progress=not args.no_progress,
-                                  parallelism=parallelism(args))
+    ``--device`` and ``--no-progress`` declare, and ``--epochs`` unless ``--steps`` is given (so that ``--resume
+    --steps`` extends a run in epochs)."""
+    epochs = None if "steps" in args.given_flags else getattr(args, "epochs", None)
+    return flags.config_from_args(TrainingConfig, args, epochs=epochs, time_limit=time_limit(args),
+                                  progress=not args.no_progress, parallelism=parallelism(args))
 
 
 def add_parallelism(parser: argparse.ArgumentParser, note: str = "") -> None:

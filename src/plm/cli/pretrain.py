@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -134,8 +133,7 @@ def run(args: argparse.Namespace) -> None:
               "commands that load a model take", file=sys.stderr)
     setup = config_from_args(PretrainSetup, args, train_files=tuple(args.train),
                              validation_files=tuple(args.validation))
-    epochs = None if "steps" in args.given_flags else args.epochs
-    training = dataclasses.replace(training_config(args), epochs=epochs)
+    training = training_config(args)
     if dry:
         measured = pretrain_dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
         if first_process:

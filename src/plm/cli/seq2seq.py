@@ -24,7 +24,7 @@ from plm.cli.common import (
     positive_int,
     training_config,
 )
-from plm.cli.flags import in_flags
+from plm.cli.flags import Flag, config_from_args, in_flags
 from plm.cli.run_definition import RunFlags, run_definition
 from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.loading import is_plm_directory
@@ -102,20 +102,15 @@ def register_train(actions: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--separate-vocabularies", action="store_true", help="one tokenizer per side instead of a joint one"
     )
-    parser.add_argument("--reverse-source", action="store_true",
-                        help="read each source sentence backwards, as Sutskever et al. (2014) do for the RNN without "
-                        "attention; kept with the model, so that translate and eval bleu reverse too")
+    # The knobs of the run, declared with their meaning in Seq2SeqSetup.
+    Flag.of(Seq2SeqSetup, "reverse_source").add(parser)
     flags.MAX_TOKENS.add(parser, default=2048, note="source + target, padding included")
-    parser.add_argument("--label-smoothing", type=float,
-                        help="epsilon of label-smoothed cross entropy (default: the family's recipe: 0.1 for the "
-                        "Transformer, as its paper; 0 for the RNNs, whose papers do not smooth)")
-    parser.add_argument(
-        "--metric-examples", type=int, default=200, help="held-out pairs translated at each evaluation (0: none)"
-    )
-    parser.add_argument(
-        "--select-by", choices=SELECTABLE, help="keep the model with the best such validation score in OUT/best"
-    )
+    Flag.of(Seq2SeqSetup, "label_smoothing").add(parser)
+    Flag.of(Seq2SeqSetup, "metric_examples").add(parser)
+    Flag.of(Seq2SeqSetup, "select_by", choices=SELECTABLE).add(parser)
     flags.DROPOUT.add(parser)
+    flags.EPOCHS.add(parser, default=None, note="instead of --steps (a --steps given wins, so that --resume --steps "
+                     "extends such a run)")
     flags.DRY_RUN.add(parser)
     add_run_directory(parser, "runs/seq2seq")
     add_schedule(parser)
@@ -179,15 +174,7 @@ def run_train(args: argparse.Namespace) -> None:
             set_translation_scale(args, model)
             definition = run_definition(args, RUN)
         training = training_config(args)
-        setup = Seq2SeqSetup(
-            model=model, data=args.data, source=args.src, target=args.tgt, tsv=args.tsv,
-            validation_source=args.validation_src, validation_target=args.validation_tgt,
-            validation_tsv=args.validation_tsv,
-            tokenizer=args.tokenizer, vocab_size=args.vocab_size, joint_vocabulary=not args.separate_vocabularies,
-            max_tokens=args.max_tokens,
-            label_smoothing=args.label_smoothing, metric_examples=args.metric_examples, select_by=args.select_by,
-            dropout=args.dropout, hyperparameters=args.hyperparameters, reverse_source=args.reverse_source,
-        )
+        setup = config_from_args(Seq2SeqSetup, args, model=model, joint_vocabulary=not args.separate_vocabularies)
         if dry:
             measured = seq2seq_dry_run(setup, training, args.out, resume=args.resume, overwrite=args.overwrite)
             if is_first_process():

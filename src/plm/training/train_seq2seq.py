@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from plm.config import knob
 from plm.data.dates import date_pairs
 from plm.data.prepared import PreparedPairs
 from plm.data.sentence_pairs import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
@@ -92,13 +93,17 @@ class Seq2SeqSetup:
     vocab_size: int | None = None  # None: 8000 for the user's text, 400 for the dates task
     joint_vocabulary: bool = True
     max_tokens: int = 2048
-    label_smoothing: float | None = None  # None: the family's recipe (the Transformer's 0.1, the RNNs' 0)
-    metric_examples: int = 200
-    select_by: str | None = None
+    label_smoothing: float | None = knob(
+        None, "epsilon of label-smoothed cross entropy (default: the family's recipe: 0.1 for the Transformer, as its "
+        "paper; 0 for the RNNs, whose papers do not smooth)")
+    metric_examples: int = knob(200, "held-out pairs translated at each evaluation (0: none)")
+    select_by: str | None = knob(None, "keep the model with the best such validation score in the run's best/")
     dropout: float | None = None
     hyperparameters: str = "cpu"
     beam: int = 1  # for the validation metrics
-    reverse_source: bool = False
+    reverse_source: bool = knob(False, "read each source sentence backwards, as Sutskever et al. (2014) do for the "
+                                "RNN without attention; kept with the model, so that translate and eval bleu "
+                                "reverse too")
 
     def validate(self) -> None:
         """Raise a PLMError naming the field of the first value that cannot train.
