@@ -138,7 +138,8 @@ def test_the_top_level_holds_few_modules_and_no_name_is_used_twice() -> None:
         assert not inner & top_names, f"plm.{package.name} reuses top-level names {inner & top_names}"
 
 
-FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")  # --steps; not a range (1--2) or an em dash
+# --steps, or the "--" of f"--{name}" (a flag built from a field's name); not a range (1--2) or an em dash
+FLAG = re.compile(r"(?<![\w-])--(?:[a-z][a-z0-9-]*|$)")
 
 
 def texts_outside_docstrings(path: Path) -> list[ast.Constant]:

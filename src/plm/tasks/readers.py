@@ -454,9 +454,9 @@ def read_examples(task: str, path: Path, tag_column: int | None = None, labelled
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
     Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
-    ([`read_lines`][plm.tasks.read_lines]).
+    ([`read_lines`][plm.tasks.readers.read_lines]).
 
-    CoNLL: the tags of ``tag_column`` (see [`read_conll_layout`][plm.tasks.read_conll_layout]), and a note on
+    CoNLL: the tags of ``tag_column`` (see [`read_conll_layout`][plm.tasks.readers.read_conll_layout]), and a note on
     stderr says which column that was.
 
     Args:
