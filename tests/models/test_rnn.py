@@ -176,6 +176,11 @@ def test_presets_are_the_three_forms() -> None:
     forms = [(PRESETS[name].attention, PRESETS[name].input_feeding) for name in ("rnn", "rnn-bahdanau", "rnn-luong")]
     assert forms == [("none", False), ("bahdanau", False), ("general", True)]
     assert [PRESETS[f"rnn-luong-local-{kind}"].alignment for kind in "mp"] == ["local-m", "local-p"]
+    with torch.device("meta"):  # Luong's dot score learns nothing: its model is general's less the score's W_a
+        dot, general = (from_preset(f"rnn-luong{form}", vocab_size=90) for form in ("-dot", ""))
+    hidden = PRESETS["rnn-luong"].hidden_dim
+    assert PRESETS["rnn-luong-dot"].attention == "dot"
+    assert general.num_parameters() - dot.num_parameters() == hidden * hidden
     with torch.device("meta"):
         model = from_preset("rnn-luong", vocab_size=90, source_vocab_size=100)
         assert (model.source_embedding.num_embeddings, model.output.out_features) == (100, 90)

@@ -13,8 +13,10 @@ What the paper changes, and all this module holds:
 - the SOP head instead of NSP (an objective choice: ``pretraining_heads=("mlm", "sop")``);
 - no dropout and the tanh approximation of GELU, as the released models.
 
-Sizes (E=128, vocabulary 30,000): base L=12 H=768 (12M), large L=24 H=1024 (18M),
-xlarge L=24 H=2048 (60M), xxlarge L=12 H=4096 (235M, counted with its heads).
+Sizes (E=128, vocabulary 30,000), as the presets count them without pre-training heads, with the paper's
+Table 1 in brackets: base L=12 H=768 11.7M (12M), large L=24 H=1024 17.7M (18M), xlarge L=24 H=2048 58.7M
+(60M), xxlarge L=12 H=4096 222.6M (235M). The released checkpoints have exactly the presets' counts; the
+paper's xxlarge figure is 5.6% above them (``tests/models/test_encoders.py`` holds both).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class AlbertConfig(EncoderConfig):
 PRESETS = {
     "albert-base": AlbertConfig(),
     "albert-large": AlbertConfig(dim=1024, layers=24, heads=16, ffn_dim=4096),
+    # The paper's A = H / 64 would give xlarge 32 heads; the released albert-xlarge-v1/v2 have 16, and so has plm,
+    # so that their weights load as they were trained.
     "albert-xlarge": AlbertConfig(dim=2048, layers=24, heads=16, ffn_dim=8192),
     "albert-xxlarge": AlbertConfig(dim=4096, layers=12, heads=64, ffn_dim=16384),
     # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.

@@ -119,6 +119,8 @@ FORMS: dict[str, dict[str, Any]] = {
     "rnn": dict(attention="none", input_feeding=False),
     "rnn-bahdanau": dict(attention="bahdanau", input_feeding=False),
     "rnn-luong": dict(attention="general", input_feeding=True),
+    # Luong et al.'s dot score, s_t . h_s: nothing learned in the score (their best global model scored "general").
+    "rnn-luong-dot": dict(attention="dot", input_feeding=True),
     "rnn-luong-local-m": dict(attention="general", alignment="local-m", input_feeding=True),
     "rnn-luong-local-p": dict(attention="general", alignment="local-p", input_feeding=True),
 }
