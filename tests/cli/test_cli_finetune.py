@@ -322,22 +322,32 @@ def test_a_gpt_with_task_tokens_fine_tunes_the_same_twice_with_one_seed(tmp_path
 
 
 @pytest.mark.parametrize(
-    ("preset", "lr", "warmup"),
-    [("gpt2-micro", 6.25e-5, 0.002), ("bert-micro", 5e-5, 0.1)],  # GPT-1 4.1; BERT A.3 (its largest lr)
+    ("preset", "task", "lr", "warmup", "batch_size"),
+    [
+        ("gpt2-micro", "classify", 6.25e-5, 0.002, 32),  # GPT-1 4.1
+        ("bert-micro", "classify", 5e-5, 0.1, 32),  # BERT A.3 (its largest lr)
+        ("bert-micro", "choice", 2e-5, 0.1, 16),  # BERT 4.4, SWAG
+        ("gpt2-micro", "choice", 6.25e-5, 0.002, 32),  # GPT-1 4.1 fine-tunes its multiple choice (RACE) alike
+    ],
 )
-def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, lr, warmup):
-    """Batch 32, 3 epochs, Adam (0.9, 0.999), linear warmup then decay to 0; the paper's lr and warmup."""
-
+def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, task, lr, warmup, batch_size):
+    """3 epochs, Adam (0.9, 0.999), linear warmup then decay to 0; the paper's lr, warmup and batch size."""
     texts = [f"a {w} cat" for w in ("good", "bad", "fine", "poor")] * 100
     tokenizer = (Tokenizer.train_bpe if preset.startswith("gpt") else Tokenizer.train_wordpiece)(texts, vocab_size=300)
     save_model(from_preset(preset, vocab_size=len(tokenizer)), tmp_path / "model", tokenizer)
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "label": t.split()[1]}) + "\n" for t in texts))
-    code, _, _ = run_main(capsys, "finetune", "--task", "classify", "--model", tmp_path / "model", "--train", data,
+    if task == "classify":  # 400 examples
+        data = tmp_path / "d.jsonl"
+        data.write_text("".join(json.dumps({"text": t, "label": t.split()[1]}) + "\n" for t in texts))
+    else:  # 48 SWAG rows
+        data = tmp_path / "d.csv"
+        data.write_text("sent1,sent2,ending0,ending1,ending2,ending3,label\n" + "".join(
+            f"{t},a,good,bad,fine,poor,{i % 4}\n" for i, t in enumerate(texts[:48])))
+    code, _, _ = run_main(capsys, "finetune", "--task", task, "--model", tmp_path / "model", "--train", data,
                           "--validation", data, "--no-progress", "--out", tmp_path / "out")
     assert code == 0
     config = json.loads((tmp_path / "out" / "training_config.json").read_text())
-    steps = 3 * 13  # 400 examples in batches of 32: 13 a epoch
+    examples = 400 if task == "classify" else 48
+    steps = 3 * -(-examples // batch_size)  # 3 epochs of batch_size examples a step, the last batch short
     assert (config["steps"], config["lr"], config["warmup"]) == (steps, lr, round(warmup * steps))
     assert (config["optimizer"], config["betas"], config["schedule"], config["min_lr"]) == ("adamw", [0.9, 0.999],
                                                                                           "linear", 0.0)

@@ -322,7 +322,7 @@ def test_plm_convert_then_elmo_embed_and_finetune_elmo_use_the_converted_model(
 
     run = tmp_path / "tagger"
     assert main(["finetune", "--task", "tag", "--features", "0", "--elmo", str(out), "--synthetic-size", "16",
-                 "--batch-size", "16", "--epochs", "1", "--no-progress", "--out", str(run)]) == 0
+                 "--batch-size", "16", "--epochs", "1", "--lstm-dim", "16", "--no-progress", "--out", str(run)]) == 0
     tagger = plm.load(run)
     assert tagger.elmo.config == plm.load(out).config
     torch.testing.assert_close(tagger.elmo.state_dict(), plm.load(out).state_dict())

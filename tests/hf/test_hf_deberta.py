@@ -229,3 +229,100 @@ def test_untied_decoder_is_refused_unless_it_equals_the_embedding(tmp_path):
     reference.save_pretrained(tmp_path / "untied")
     with pytest.raises(PLMError, match="cls.predictions.decoder.weight differs"):
         plm.hf.load_hf(tmp_path / "untied")
+
+
+# --- deberta-v2: the layout of the 1.5B model -------------------------------------------------------
+
+# The 1.5B model's layout features at a tiny size: shared position projections, buckets (b = 4: distances
+# beyond 2 of the 7 tokens are bucketed, up to k = 8), a LayerNorm on P and nGiE's convolution of width 3.
+V2 = dict(TINY, pos_att_type="p2c|c2p", max_relative_positions=8, share_att_key=True, position_buckets=4,
+          norm_rel_ebd="layer_norm", conv_kernel_size=3, conv_act="gelu")
+V2_VARIANTS = {
+    "1.5b-layout": dict(),
+    "own-projections": dict(share_att_key=False),  # pos_key_proj and pos_query_proj, both with a bias
+    "no-buckets": dict(position_buckets=-1),
+    "buckets-not-reached": dict(position_buckets=12),  # the 7 tokens are 6 apart at most: b/2
+    "c2p": dict(pos_att_type=["c2p"]),
+    "p2c-own-projection": dict(pos_att_type=["p2c"], share_att_key=False),
+    "no-norm-no-conv": dict(norm_rel_ebd="none", conv_kernel_size=0),
+}
+
+
+def hf_v2_model(variant: str = "1.5b-layout", mlm: bool = True, legacy: bool = True):
+    config = transformers.DebertaV2Config(**{**V2, **V2_VARIANTS[variant]}, legacy=legacy)
+    return randomized((transformers.DebertaV2ForMaskedLM if mlm else transformers.DebertaV2Model)(config))
+
+
+@pytest.mark.parametrize("variant", V2_VARIANTS)
+def test_loaded_v2_masked_lm_gives_the_outputs_of_transformers(variant, tmp_path):
+    reference = hf_v2_model(variant)
+    reference.save_pretrained(tmp_path)
+    model = plm.hf.load_hf(tmp_path).eval()
+    config = model.config
+    assert config.key_bias and config.share_position_projections == V2_VARIANTS[variant].get("share_att_key", True)
+    assert_same_outputs(model, reference)
+
+
+@pytest.mark.parametrize("legacy, mlm", [(False, True), (True, False)], ids=["lm-predictions-head", "bare"])
+def test_other_v2_layouts_load(legacy, mlm, tmp_path):
+    reference = hf_v2_model(mlm=mlm, legacy=legacy)
+    reference.save_pretrained(tmp_path)
+    model = plm.hf.load_hf(tmp_path).eval()
+    assert (model.mlm_head is not None) == mlm
+    assert_same_outputs(model, reference)
+
+
+@pytest.mark.parametrize("variant", ["1.5b-layout", "own-projections", "no-norm-no-conv"])
+def test_saved_v2_model_loads_in_transformers_with_the_same_outputs(variant, tmp_path):
+    hf_v2_model(variant).save_pretrained(tmp_path / "hf")
+    model = plm.hf.load_hf(tmp_path / "hf").eval()
+    plm.hf.save_hf(model, tmp_path / "out")
+    reference, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert type(reference).__name__ == "DebertaV2ForMaskedLM" and not any(info.values()), info
+    assert_same_outputs(model, reference.eval())
+    again = plm.hf.load_hf(tmp_path / "out")
+    assert again.config == model.config
+    assert all(torch.equal(again.state_dict()[key], value) for key, value in model.state_dict().items())
+
+
+XXLARGE = dict(  # microsoft/deberta-v2-xxlarge's config.json
+    vocab_size=128100, hidden_size=1536, num_hidden_layers=48, num_attention_heads=24, intermediate_size=6144,
+    max_position_embeddings=512, type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
+    position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type="p2c|c2p",
+    conv_kernel_size=3, conv_act="gelu", layer_norm_eps=1e-7, position_biased_input=False,
+)
+
+
+def test_the_1_5b_preset_is_the_released_config_and_size():
+    hf_config = transformers.DebertaV2Config(**XXLARGE)
+    converter = plm.hf.BY_MODEL_TYPE["deberta-v2"]
+    config = converter.config_from_hf({**hf_config.to_dict(), "architectures": ["DebertaV2Model"]}, "config.json")
+    assert config == dataclasses.replace(PRESETS["deberta-1.5b"], enhanced_mask_decoder=False)
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in transformers.DebertaV2Model(hf_config).parameters())
+        assert from_preset("deberta-1.5b").num_parameters() == expected == 1_564_549_632
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(conv_groups=2), "conv_groups 2 is not supported"),
+        (dict(conv_act="tanh"), "conv_act 'tanh' is not supported"),
+        (dict(attention_head_size=4), "attention_head_size 4"),
+        (dict(architectures=["DebertaV2ForSequenceClassification"]), "DebertaV2ForSequenceClassification is not"),
+    ],
+)
+def test_v2_variants_plm_cannot_reproduce_are_refused(changes, message, tmp_path):
+    hf_v2_model().save_pretrained(tmp_path)
+    edit_config(tmp_path, **changes)
+    with pytest.raises(PLMError, match=f"config.json: {message}"):
+        plm.hf.load_hf(tmp_path)
+
+
+@pytest.mark.parametrize("field, value", [("share_position_projections", True), ("position_buckets", 4),
+                                          ("relative_embedding_norm", True), ("ngram_kernel", 3)])
+def test_1_5b_features_without_key_bias_are_refused(field, value, tmp_path):
+    """transformers has them only in deberta-v2, whose keys have a bias: a model without one is not that."""
+    with pytest.raises(PLMError, match=f"{field} but no key_bias"):
+        plm.hf.save_hf(plm_model(**{field: value}), tmp_path)
+    assert not (tmp_path / "config.json").exists()

@@ -69,6 +69,60 @@ def test_loaded_model_gives_the_logits_of_transformers(variant, tmp_path):
     torch.testing.assert_close(logits, expected, atol=5e-5, rtol=1e-5)  # fairseq's order of operations differs
 
 
+# Sizes off the powers of two (issue 50): a vocabulary of 131, d_model 40, 48 or 64, a feed-forward layer of 72 or 80.
+ODD_SIZES = {"d40": (40, 72), "d48": (48, 80), "d64": (64, 80)}
+
+
+def random_ids(rows: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """Ids drawn from the whole vocabulary: the padding index (1) among them, as a token."""
+    ids = torch.randint(0, vocab, (rows, length), generator=generator)
+    ids[:, length // 3] = 1
+    return ids
+
+
+def odd_pair(d_model: int, ffn_dim: int, direction: str, directory):
+    """A plm model and transformers' at an odd size: random weights of transformers loaded into plm ("loaded"), or
+    plm's own initialisation saved for transformers ("saved": logits of about 0.5, as in the issue)."""
+    if direction == "saved":
+        config = TransformerConfig(
+            vocab_size=131, source_vocab_size=131, context_length=64, dim=d_model, encoder_layers=2, decoder_layers=2,
+            heads=4, ffn_dim=ffn_dim, sinusoids="tensor2tensor", first_position=2, tied_output=False,
+            decoder_start_id=2)
+        torch.manual_seed(0)
+        model = from_config(config).eval()
+        plm.hf.save_hf(model, directory)
+        return model, transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
+    config = transformers.FSMTConfig(
+        src_vocab_size=131, tgt_vocab_size=131, d_model=d_model, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=ffn_dim, decoder_ffn_dim=ffn_dim,
+        max_position_embeddings=64, langs=["de", "en"])
+    reference = randomized(transformers.FSMTForConditionalGeneration(config), keep=("embed_positions",))
+    reference.save_pretrained(directory)
+    return plm.hf.load_hf(directory).eval(), reference
+
+
+@pytest.mark.parametrize("padding", ["right and left", "none"])
+@pytest.mark.parametrize("direction", ["loaded", "saved"])
+@pytest.mark.parametrize("d_model, ffn_dim", ODD_SIZES.values(), ids=ODD_SIZES)
+def test_random_ids_give_the_logits_of_transformers_at_odd_sizes(d_model, ffn_dim, direction, padding, tmp_path):
+    """fairseq numbers positions from the ids (a padding index takes the zero row and is not counted) and hides the
+    padding index from the decoder's self-attention: ids drawn at random, padding index included, tell that apart
+    from numbering by place. A left-padded source (fairseq pads sources on the left) is numbered from its first
+    token."""
+    model, reference = odd_pair(d_model, ffn_dim, direction, tmp_path)
+    generator = torch.Generator().manual_seed(0)
+    sources, targets = random_ids(3, 40, 131, generator), random_ids(3, 30, 131, generator)
+    targets[:, 0] = 2  # </s>, where fairseq's decoder starts
+    mask = torch.ones_like(sources)
+    if padding != "none":
+        mask[1, -6:] = mask[2, :4] = 0
+        sources[mask == 0] = 1
+    with torch.no_grad():
+        expected = reference(input_ids=sources, attention_mask=mask, decoder_input_ids=targets, use_cache=False).logits
+        logits = model(sources, targets, mask).logits
+    torch.testing.assert_close(logits, expected, atol=5e-5, rtol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def fsmt_directory(tmp_path_factory: pytest.TempPathFactory):
     """A random FSMT model saved with a small fairseq tokenizer beside it: a model directory as on the Hub."""

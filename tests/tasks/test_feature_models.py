@@ -270,8 +270,8 @@ def test_finetune_features_and_elmo_learn_the_built_in_classification_task(tmp_p
     save_model(from_preset("elmo-micro"), tmp_path / "elmo")
     out = tmp_path / "run"
     args = ["finetune", "--task", "classify", "--features", "0", "--elmo", str(tmp_path / "elmo"), "--elmo-output",
-            "--synthetic-size", "64", "--batch-size", "16", "--epochs", "6", "--lr", "3e-3", "--no-progress",
-            "--out", str(out)]
+            "--synthetic-size", "64", "--batch-size", "16", "--epochs", "6", "--lr", "3e-3", "--lstm-dim", "256",
+            "--no-progress", "--out", str(out)]
     assert main(args) == 0
     capsys.readouterr()
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]  # one a step

@@ -9,12 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.cli.main import main
+from plm.cli.flags import config_from_args
+from plm.cli.main import build_parser, main
 from plm.models import from_preset
 from plm.storage.checkpoint import load_model, save_model
-from plm.tasks.encoding import collate, first_pieces
+from plm.tasks.encoding import IGNORE, collate, first_pieces
 from plm.tasks.feature_based import feature_tagger
-from plm.tasks.readers import TaggedSentence
+from plm.tasks.finetune import FinetuneData, FinetuneHead, FinetuneSetup, prepare_sweep
+from plm.tasks.readers import TaggedSentence, read_conll
 from plm.tasks.synthetic import synthetic_task
 from plm.tasks.task_objective import TaskObjective, build_task, encode_all, model_inputs
 from plm.tokenization.tokenizer import Tokenizer
@@ -167,11 +169,85 @@ def test_save_and_load_give_the_same_logits(tokenizer, tmp_path):
     torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits)  # float noise only
 
 
+def test_the_bilstm_is_berts_768_per_direction_unless_asked_and_a_saved_model_keeps_its_size(tokenizer, tmp_path):
+    """BERT 5.3's "768-dimensional" two-layer BiLSTM, 768 units each way, is the recipe's; `lstm_dim` sizes it."""
+    encoder = encoder_for(tokenizer)
+    assert FinetuneHead().lstm_dim == 768
+    lstm = feature_tagger(encoder, (0,), len(LABELS), LABELS).tagger.lstm
+    assert (lstm.hidden_size, lstm.num_layers, lstm.bidirectional) == (768, 2, True)
+    save_model(feature_tagger(encoder, (0,), len(LABELS), LABELS, hidden=24), tmp_path / "tagger", tokenizer)
+    assert load_model(tmp_path / "tagger").tagger.lstm.hidden_size == 24
+
+
+def test_a_config_without_the_bilstm_size_loads_as_the_256_of_before(tokenizer, tmp_path):
+    model = feature_tagger(encoder_for(tokenizer), (0,), len(LABELS), LABELS, hidden=256)
+    save_model(model, tmp_path / "tagger", tokenizer)
+    path = tmp_path / "tagger" / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["config"]["tagger"]["hidden"]
+    path.write_text(json.dumps(saved))
+    loaded = load_model(tmp_path / "tagger")
+    assert loaded.config.tagger.hidden == 256
+    torch.testing.assert_close(loaded.state_dict(), model.state_dict())
+
+
+DOCUMENTS = ("-DOCSTART- -X- -X- O\n\nthe O\nrunner B-PER\n\na O\ncat B-PER\nruns O\n\n"
+             "-DOCSTART- -X- -X- O\n\nthe O\ndog B-PER\n")  # two documents: two sentences, then one
+
+
+def test_a_sentence_read_in_its_document_sees_its_neighbours_and_tags_only_its_own_words(tokenizer, tmp_path):
+    """BERT 5.3's document context: the encoder reads the words around a sentence; the BiLSTM, the labels and the
+    loss see the sentence's words alone, and -DOCSTART- ends what a sentence can see."""
+    (tmp_path / "docs.conll").write_text(DOCUMENTS)
+    alone, in_documents = (read_conll(tmp_path / "docs.conll", document_context=c) for c in (False, True))
+    encoder = encoder_for(tokenizer).eval()
+    model = feature_tagger(encoder, (-1,), len(LABELS), LABELS, hidden=8, dropout=0.0).eval()
+    task = build_task("tag", tokenizer, encoder, LABELS)
+    (features, batch), (features_alone, batch_alone) = batch_of(task, in_documents), batch_of(task, alone)
+
+    tokens = [[tokenizer.backend.id_to_token(i) for i in f["input_ids"]] for f in features]
+    assert tokens[:2] == [["[CLS]", "the", "run", "##ner", "a", "cat", "run", "##s", "[SEP]"]] * 2
+    assert features[2]["input_ids"] == features_alone[2]["input_ids"]  # the next document is not its context
+    for feature, own in zip(features, features_alone):  # the same labels, on the same words' first pieces
+        assert [label for label in feature["labels"] if label != IGNORE] == [
+            label for label in own["labels"] if label != IGNORE]
+        assert sum(feature["word_starts"]) == sum(own["word_starts"])
+    assert task.count(batch) == task.count(batch_alone) == 7
+
+    def states(batch):
+        return model.features(batch["input_ids"], batch["attention_mask"], batch["word_starts"])[0][0]
+
+    read_in_documents, read_alone = states(batch), states(batch_alone)  # (3 sentences, 1 layer, 3 words, dim)
+    assert read_in_documents.shape == read_alone.shape
+    for sentence in (0, 1):
+        assert (read_in_documents[sentence] - read_alone[sentence]).abs().max() > 1e-3
+    torch.testing.assert_close(read_in_documents[2], read_alone[2])
+    logits = model(batch["input_ids"], batch["attention_mask"], batch["word_starts"]).logits  # (3, time, tags)
+    scored = logits.abs().sum(-1) > 0
+    assert scored.tolist() == (batch["labels"] != IGNORE).tolist()  # the sentence's first pieces, nothing else
+
+
+def test_document_context_and_lstm_dim_reach_the_fine_tuning_from_their_flags(tokenizer, tmp_path):
+    (tmp_path / "docs.conll").write_text(DOCUMENTS)
+    save_model(encoder_for(tokenizer), tmp_path / "bert", tokenizer)
+    conll = str(tmp_path / "docs.conll")
+    args = build_parser().parse_args(["finetune", "--task", "tag", "--model", str(tmp_path / "bert"), "--train",
+                                      conll, "--validation", conll, "--document-context", "--features", "-1",
+                                      "--lstm-dim", "24"])
+    data, head = config_from_args(FinetuneData, args), config_from_args(FinetuneHead, args)
+    assert (data.document_context, head.lstm_dim) == (True, 24)
+    setup = FinetuneSetup("tag", str(tmp_path / "bert"), data=data, head=head, device="cpu", progress=False)
+    setup.validate()
+    sweep, _ = prepare_sweep(setup, tmp_path / "run")
+    assert [s.context for s in sweep.train_examples] == [
+        ((), ("a", "cat", "runs")), (("the", "runner"), ()), ((), ())]
+
+
 def test_finetune_features_learns_the_built_in_tagging_task(tmp_path, capsys, one_thread):
     """A fresh bert-micro's token embeddings alone: people and places are told apart by the words themselves."""
     out = tmp_path / "run"
     args = ["finetune", "--task", "tag", "--features", "0", "--synthetic-size", "256", "--batch-size", "16",
-            "--epochs", "3", "--lr", "1e-2", "--out", str(out)]
+            "--epochs", "3", "--lr", "1e-2", "--lstm-dim", "256", "--out", str(out)]  # BERT's 768 takes 15x as long
     assert main(args) == 0
     capsys.readouterr()
     scores = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -214,11 +290,12 @@ def test_the_mix_options_reach_every_scalar_mix(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["finetune", "--task", "tag", "--features", "-2,-1", "--combine", "mix", "--mix-layer-norm",
             "--mix-dropout", "0.3", "--mix-l2", "0.01", "--synthetic-size", "32", "--batch-size", "16",
-            "--epochs", "1", "--no-progress", "--out", str(out)]
+            "--epochs", "1", "--lstm-dim", "16", "--no-progress", "--out", str(out)]
     assert main(args) == 0
     capsys.readouterr()
-    mix = load_model(out).tagger.combinations[0].mix
-    assert (mix.layer_norm, mix.dropout.p, mix.l2) == (True, 0.3, 0.01)
+    tagger = load_model(out).tagger
+    mix = tagger.combinations[0].mix
+    assert (mix.layer_norm, mix.dropout.p, mix.l2, tagger.lstm.hidden_size) == (True, 0.3, 0.01, 16)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("loss_mix_l2" in line for line in lines)
 
@@ -239,6 +316,10 @@ def test_the_mix_options_reach_every_scalar_mix(tmp_path, capsys):
         (["--task", "tag", "--features", "0", "--sift"], "the feature-based model keeps it frozen"),
         (["--task", "tag", "--features", "0", "--strategy", "fsdp"],
          "--features with --strategy fsdp is not supported"),
+        (["--task", "tag", "--lstm-dim", "64"], "--lstm-dim sizes the feature-based model's BiLSTM: give --features"),
+        (["--task", "tag", "--document-context"], "--document-context reads the documents of CoNLL files"),
+        (["--task", "classify", "--train", "a.jsonl", "--validation", "a.jsonl", "--document-context"],
+         "--document-context reads CoNLL documents: it is for --task tag, not classify"),
     ],
 )
 def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):

@@ -55,6 +55,28 @@ def test_word_predictions_read_the_first_piece_and_fill_words_cut_off(tokenizer)
     assert len(short["input_ids"]) == 6 and predictions == [0] * kept + [-1] * (len(WORDS) - kept)
 
 
+def test_a_sentence_in_its_document_reads_the_words_around_it_centred_and_untagged(tokenizer):
+    """BERT 5.3's document context: what fits of the document around the sentence, half on each side where both
+    have it; the context's pieces carry no label and no word."""
+    document = ("a", "he", "was", "over", "the", "runner", "near", "a", "hurdle", "and", "he", "was")
+    sentence = TaggedSentence(("the", "runner"), ("O", "B-PER"), document=document, offset=4)  # 4 pieces before, 6 after
+
+    def read(max_length):
+        feature = encode_tagged(tokenizer, sentence, {"O": 0, "B-PER": 1}, max_length)
+        return tokenizer.backend.decode(feature["input_ids"], skip_special_tokens=False), feature
+
+    whole, feature = read(64)
+    assert whole == "[CLS] a he was over the runner near a hurdle and he was [SEP]"
+    assert feature["labels"] == [IGNORE] * 5 + [0, 1, IGNORE] + [IGNORE] * 7
+    assert feature["word_ids"] == [None] * 5 + [0, 1, 1] + [None] * 7
+    assert word_predictions(feature["labels"], feature["word_ids"], 2, default=-1) == [0, 1]
+    assert read(2 + 3 + 4)[0] == "[CLS] was over the runner near a [SEP]"  # 2 and 2 around its 3 pieces
+    assert read(2 + 3 + 9)[0] == "[CLS] a he was over the runner near a hurdle and he [SEP]"  # all 4 before, 5 after
+    assert read(2 + 3)[0] == "[CLS] the runner [SEP]"
+    alone = encode_tagged(tokenizer, TaggedSentence(("the", "runner"), ("O", "B-PER")), {"O": 0, "B-PER": 1}, 64)
+    assert alone == encode_tagged(tokenizer, sentence, {"O": 0, "B-PER": 1}, 2 + 3)
+
+
 def test_pairs_get_segment_ids_and_batches_pad_on_the_right(tokenizer):
     a = encode_text(tokenizer, TextExample("the runner", "jumps"), 32) | {"labels": 1}
     b = encode_text(tokenizer, TextExample("a hurdle"), 32) | {"labels": 0}

@@ -82,6 +82,21 @@ def test_conll_iob1_comes_back_as_bio(tmp_path):
     assert [s.line for s in sentences] == [3, 7]  # the first word's line; word i is on the line i after it
 
 
+def test_conll_sentences_read_in_their_documents_hold_the_words_around_them(tmp_path):
+    """BERT 5.3's document context: a -DOCSTART- line ends a document, and a file without one is one document."""
+    text = ("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\nsmiles VBZ B-VP O\n"
+            "\n-DOCSTART- -X- -X- O\n\nMary NNP B-NP B-PER\n")
+    path = write(tmp_path, "x.conll", text)
+    alone, in_documents = read_conll(path), read_conll(path, document_context=True)
+    assert [(s.words, s.tags, s.line) for s in in_documents] == [(s.words, s.tags, s.line) for s in alone]
+    assert [s.context for s in in_documents] == [((), ("Peter", "smiles")), (("EU", "rejects"), ()), ((), ())]
+    assert [s.context for s in alone] == [((), ())] * 3
+    one_document = read_conll(write(tmp_path, "y.conll", "EU B-ORG\n\nPeter B-PER\n\nMary B-PER\n"), None, True)
+    assert one_document[1].context == (("EU",), ("Mary",))
+    with pytest.raises(PLMError, match="the document's words at offset 1 are not the sentence's"):
+        TaggedSentence(("EU",), ("B-ORG",), document=("EU", "rejects"), offset=1)
+
+
 def test_a_conll_layout_without_its_tags_last_asks_for_the_tag_column(tmp_path):
     """CoNLL-2000's 3 columns end with the chunk tag, not an entity tag: which column to read must be said."""
     path = write(tmp_path, "x.conll", "EU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n")
@@ -160,6 +175,9 @@ def test_real_conll2003_dev():
     sentences = read_conll(DATA / "conll2003" / "eng.testa")
     assert len(sentences) == 3250  # CoNLL-2003 English dev, as published
     assert sentences[1] == TaggedSentence(("LONDON", "1996-08-30"), ("B-LOC", "O"))
+    in_documents = read_conll(DATA / "conll2003" / "eng.testa", document_context=True)
+    assert sum(s.offset == 0 for s in in_documents) == 216  # its -DOCSTART- lines
+    assert in_documents[1].context[0] == in_documents[0].words and len(in_documents[1].document) == 440
 
 
 @pytest.mark.skipif(not (DATA / "sst-2").is_dir(), reason="../shared/data/sst-2 is absent")

@@ -1,7 +1,8 @@
 """Reproducible runs: the same text and seed give the same tokenizer and the same losses in every process.
 
 Each run is a process of its own, because what differs between runs of the
-``tokenizers`` trainers (the seeds of Rust's hash maps) is drawn once per process.
+``tokenizers`` trainers (the seeds of Rust's hash maps) is drawn once per process. Two processes do the same
+work side by side: train every kind of tokenizer, then pre-train ALBERT, which trains its own Unigram tokenizer.
 """
 
 from __future__ import annotations
@@ -26,13 +27,20 @@ VOCAB_SIZE = 500
 
 pytestmark = pytest.mark.skipif(not WIKITEXT.is_file(), reason=f"{WIKITEXT} is not here")
 
-TRAIN_EVERY_KIND = f"""
+# Every kind of tokenizer trained on argv[1] into OUT/KIND, then 3 steps of ALBERT (MLM+SOP) on argv[2] into
+# OUT/albert, OUT being argv[3].
+TRAIN_EVERY_KIND_AND_ALBERT = f"""
 import sys
 from pathlib import Path
+from plm.cli.main import main
 from plm.tokenization.tokenizer import Tokenizer
-lines = [line for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines() if line.strip()]
+text, pretraining_text, out = sys.argv[1:]
+lines = [line for line in Path(text).read_text(encoding="utf-8").splitlines() if line.strip()]
 for kind in {KINDS!r}:
-    getattr(Tokenizer, "train_" + kind)(lines, vocab_size={VOCAB_SIZE}).save(Path(sys.argv[2], kind))
+    getattr(Tokenizer, "train_" + kind)(lines, vocab_size={VOCAB_SIZE}).save(Path(out, kind))
+sys.exit(main(["pretrain", "--model", "albert-micro", "--seed", "1", "--steps", "3", "--vocab-size", "300",
+               "--block-size", "32", "--batch-size", "4", "--log-every", "1", "--no-progress", "--device", "cpu",
+               "--train", pretraining_text, "--out", str(Path(out, "albert"))]))
 """
 
 
@@ -56,13 +64,15 @@ def run_side_by_side(*commands: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def trained_twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two processes, each training every kind of tokenizer on the same 100 kB of WikiText."""
+    """Two processes, each training every kind of tokenizer on the same 100 kB of WikiText, then ALBERT on 30 kB."""
     folder = tmp_path_factory.mktemp("reproducible")
     # Enough for every way the trainers differ: Unigram's output has characters that EM
     # dropped and characters of equal score, both in hash order.
     text = wikitext(folder / "wikitext.txt", 100_000)
+    pretraining_text = wikitext(folder / "train.txt", 30_000)
     first, second = folder / "first", folder / "second"
-    run_side_by_side(*([sys.executable, "-c", TRAIN_EVERY_KIND, str(text), str(out)] for out in (first, second)))
+    run_side_by_side(*([sys.executable, "-c", TRAIN_EVERY_KIND_AND_ALBERT, str(text), str(pretraining_text), str(out)]
+                       for out in (first, second)))
     return first, second
 
 
@@ -98,16 +108,9 @@ def test_a_unigram_is_what_its_trainer_learned_in_a_canonical_form():
     assert log_likelihood[0] == pytest.approx(log_likelihood[1], rel=1e-9)
 
 
-def test_two_pretraining_runs_with_one_seed_log_the_same_losses(tmp_path):
+def test_two_pretraining_runs_with_one_seed_log_the_same_losses(trained_twice):
     """ALBERT trains its own Unigram tokenizer, then 3 steps of MLM+SOP: twice, in two processes."""
-    text = wikitext(tmp_path / "train.txt", 30_000)
-    runs = [tmp_path / "first", tmp_path / "second"]
-    run_side_by_side(*(
-        [sys.executable, "-m", "plm.cli.main", "pretrain", "--model", "albert-micro", "--seed", "1",
-         "--steps", "3", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4", "--log-every", "1",
-         "--no-progress", "--device", "cpu", "--train", str(text), "--out", str(run)]
-        for run in runs
-    ))
+    runs = [Path(out, "albert") for out in trained_twice]
     losses = []
     for run in runs:
         lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

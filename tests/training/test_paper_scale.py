@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 import plm.cli.pretrain
 from plm.cli.main import main
+from plm.cli.pretrain import recipe_table
 from plm.errors import PLMError
-from plm.models import RECIPES
+from plm.models import PRESETS, RECIPES, recipe_of
 from plm.models.recipe import PaperScale, TranslationScale
+from plm.training.optim import learning_rate
 from plm.training.paper_scale import accumulation, paper_run, translation_run
 from plm.training.pretrain import PretrainSetup, block_size_of, prepare
 from plm.training.trainer import TrainingConfig, steps_for_epochs
@@ -41,6 +44,47 @@ def test_each_family_s_paper_scale_is_the_seeds() -> None:
     assert RECIPES["rnn"].translation_scale is None  # the seed gives no run size of the RNN papers
     with pytest.raises(ValueError, match="steps or in epochs"):
         PaperScale(batch_size=1, block_size=1, source="neither")
+
+
+# Each preset's paper run: (sequences per batch, or the Transformer's tokens; tokens per sequence; its length; peak lr).
+# Seed 000, GPT-1's section 4.1 table: "Batch size 64 random sample x 512 token/sample", "Schedule 100 epochs", the
+# learning rate raised over steps 0-2000 to 2.5e-4. GPT-2's section 2.3: the context grew from 512 to 1024 tokens and
+# the batch to 512 (seed 003 says the same); its section 3: each size's learning rate was tuned on held-out WebText and
+# is not given, nor is the run's length, so plm takes GPT-1's 2.5e-4 and 100 epochs. The Transformer's section 5
+# table: "Batch size 25000" (25,000 source and 25,000 target tokens, the paper's section 5.1), base 100,000 steps and
+# big 300,000, lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5) with warmup_steps 4000; base's d_model is 512
+# (its section 3.1), big's 1024 (the paper's Table 3).
+SEEDS = {
+    "gpt1": (64, 512, {"epochs": 100}, 2.5e-4),
+    **{gpt2: (512, 1024, {"epochs": 100}, 2.5e-4) for gpt2 in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    "transformer-base": (25_000 + 25_000, None, {"steps": 100_000}, 512**-0.5 * 4000**-0.5),
+    "transformer-big": (25_000 + 25_000, None, {"steps": 300_000}, 1024**-0.5 * 4000**-0.5),
+}
+
+
+@pytest.mark.parametrize("preset", SEEDS)
+def test_each_preset_s_paper_run_is_its_seeds(preset: str) -> None:
+    batch, context, length, peak = SEEDS[preset]
+    paper = recipe_of(PRESETS[preset]).paper
+    if context is None:  # an encoder-decoder's batch in tokens
+        settings, _ = translation_run(preset, max_tokens=batch)
+        assert settings == {"grad_accum": 1, **length}
+        d_model = PRESETS[preset].dim
+        for step_num in (1, 2000, 4000, 4001, 300_000):  # step_num counts from 1, plm's steps from 0
+            lrate = d_model**-0.5 * min(step_num**-0.5, step_num * 4000**-1.5)
+            assert learning_rate(paper.schedule, step_num - 1, paper.lr, paper.warmup, 300_000, 0.0) == pytest.approx(
+                lrate)
+    else:
+        run = paper_run(preset, batch_size=batch)
+        assert (run.global_batch, run.settings["block_size"]) == (batch, context)
+        assert {name: run.settings[name] for name in length} == length
+    assert paper.lr == pytest.approx(peak)
+    assert learning_rate(paper.schedule, paper.warmup - 1, paper.lr, paper.warmup, 300_000, 0.0) == pytest.approx(peak)
+    # plm pretrain --help prints them, on the paper line of the preset's group.
+    (line,) = [line for line in recipe_table().splitlines() if re.match(rf"    paper of (.+, )?{preset}[,:]", line)]
+    size = f"batches of {batch:,} tokens" if context is None else f"batch {batch:,} x {context:,}"
+    how_long = f"{length['steps']:,} steps" if "steps" in length else f"{length['epochs']} epochs"
+    assert f"lr {peak:.3g}," in line and size in line and how_long in line
 
 
 @pytest.mark.parametrize(("batch", "micro_batch", "processes", "expected"), [
@@ -73,9 +117,9 @@ def test_the_paper_s_run_at_the_model_s_size() -> None:
     assert bert.settings == {"batch_size": 32, "grad_accum": 4, "block_size": 512, "steps": 1_000_000,
                              "short_block_size": 128, "short_steps": 900_000}
     assert "128 tokens per sequence for the first 900,000 steps, then 512" in bert.describe()
-    gpt = paper_run("gpt2-micro", batch_size=16)  # a context of 64: the sequences are cut, and it says so
-    assert gpt.settings == {"batch_size": 16, "grad_accum": 4, "block_size": 64, "epochs": 100}
-    assert gpt.describe().splitlines()[1].endswith("512 tokens per sequence are cut to the model's context of 64")
+    gpt = paper_run("gpt2-micro", batch_size=16)  # GPT-2's run on a context of 64: the sequences are cut, as it says
+    assert gpt.settings == {"batch_size": 16, "grad_accum": 32, "block_size": 64, "epochs": 100}
+    assert gpt.describe().splitlines()[1].endswith("1024 tokens per sequence are cut to the model's context of 64")
     assert paper_run("elmo-micro", batch_size=16).settings == {"batch_size": 16, "grad_accum": 24, "block_size": 20,
                                                                "epochs": 10}
     deberta = paper_run("deberta-micro", batch_size=16)
@@ -110,9 +154,9 @@ def test_a_run_in_epochs_reads_the_text_that_many_times_and_a_short_phase_comes_
 
 @pytest.fixture
 def small_gpt_paper(monkeypatch: pytest.MonkeyPatch) -> PaperScale:
-    """GPT's recipe with a paper run the size of a test: the paper's arithmetic on a micro preset."""
+    """GPT's recipe with a paper run the size of a test, for every size: the paper's arithmetic on a micro preset."""
     scale = PaperScale(batch_size=6, block_size=512, steps=2, short_block_size=16, short_fraction=0.5, source="test")
-    monkeypatch.setitem(RECIPES, "gpt", dataclasses.replace(RECIPES["gpt"], paper_scale=scale))
+    monkeypatch.setitem(RECIPES, "gpt", dataclasses.replace(RECIPES["gpt"], paper_scale=scale, paper_by_size=None))
     return scale
 
 
@@ -223,7 +267,8 @@ def test_the_transformer_accumulates_micro_batches_up_to_its_paper_s_tokens(
 def test_seq2seq_train_takes_the_paper_s_token_batches_and_a_resume_keeps_them(
         date_pair_files: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(RECIPES, "transformer", dataclasses.replace(
-        RECIPES["transformer"], translation_scale=TranslationScale(batch_tokens=600, steps=2, source="test")))
+        RECIPES["transformer"], translation_scale=TranslationScale(batch_tokens=600, steps=2, source="test"),
+        paper_by_size=None))  # for every size
     out = tmp_path / "run"
     files = ["--src", str(date_pair_files / "src.txt"), "--tgt", str(date_pair_files / "tgt.txt")]
     assert main(["seq2seq", "train", "--model", "transformer-micro", "--hyperparameters", "paper", *files,

@@ -26,7 +26,7 @@ fields of the model's preset (``norm_first``, ``sharing``, ``position_terms`` ..
 The runs go one after another, each in its own run directory under the output
 directory; a finished run is kept, an interrupted one resumes from its checkpoint, but
 only while everything that defines it is unchanged ([`run_definition`][plm.apps.compare.run_definition]: its options,
-its family's recipe, the budget and the data files' contents); otherwise it trains again.
+its model's recipe, the budget and the data files' contents); otherwise it trains again.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 from plm.config import checked_value
 from plm.errors import PLMError
-from plm.models import PRESETS, RECIPES, model_class
+from plm.models import PRESETS, recipe_of
 from plm.storage.atomic_files import atomic_open, make_directory, read_json, write_json
 from plm.storage.checkpoint import has_checkpoint
 from plm.tokenization.tokenizer import Tokenizer
@@ -310,8 +310,8 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
 def run_definition(run: RunSpec) -> dict[str, Any]:
     """Everything that defines a run's result.
 
-    Its setup and training options (the budget's steps and time limit among them), its family's recipe as plm
-    has it now, and a SHA-256 of each data file.
+    Its setup and training options (the budget's steps and time limit among them), its model's recipe as plm
+    has it now (the family's, with the paper settings of the model's size), and a SHA-256 of each data file.
 
     Args:
         run: the run.
@@ -319,14 +319,14 @@ def run_definition(run: RunSpec) -> dict[str, Any]:
     Returns:
         The definition, as JSON values.
     """
-    family = model_class(model_config(check_model_name(run.setup.model), run.setup.model_overrides)).family
+    recipe = recipe_of(model_config(check_model_name(run.setup.model), run.setup.model_overrides))
     files = [*run.setup.train_files, *run.setup.validation_files]
     # Progress bars, the device flag (auto finds the same device again) and how the processes share the work
     # (DDP or FSDP, activation checkpointing: the same numbers) change how a run is shown or started.
     training = {k: v for k, v in dataclasses.asdict(run.training).items()
                 if k not in ("progress", "device", "parallelism")}
     return json.loads(json.dumps({
-        "setup": dataclasses.asdict(run.setup), "training": training, "recipe": dataclasses.asdict(RECIPES[family]),
+        "setup": dataclasses.asdict(run.setup), "training": training, "recipe": dataclasses.asdict(recipe),
         "data": {path: file_digest(path) for path in files},
     }))
 

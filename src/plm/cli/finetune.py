@@ -46,6 +46,9 @@ EXAMPLES = """examples:
   # the feature-based tagger (BERT 5.3): a BiLSTM over the frozen model's last four layers, concatenated
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa \
 --features -4,-3,-2,-1 --combine concat
+  # ... with each sentence read in its document, as BERT's NER (the words around it fill 512 tokens)
+  plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa \
+--features -4,-3,-2,-1 --document-context --max-length 512
   # the same tagger over the static (context-free) token embeddings alone: "no ELMo"
   plm finetune --task tag --model $MINILM --train eng.train --validation eng.testa --features 0
   # [x_k; ELMo_k]: the static embeddings and a frozen plm ELMo's scalar mix of its layers
@@ -89,7 +92,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "finetune",
         help="fine-tune a pretrained model on a task",
         description="Fine-tune a pretrained model (plm or Hugging Face directory) on a task with the paper's "
-        "recipe: batch 32, 3 epochs, linear warmup (10% of training; GPT-1: 0.2%) then linear decay, the best "
+        "recipe: batch 32 (choice on an encoder: 16 at lr 2e-5, BERT's SWAG), 3 epochs, linear warmup (10% of "
+        "training; GPT-1: 0.2%) then linear decay, the best "
         "model on the dev set kept in OUT/best. An --lr-grid or --restarts train one run each under "
         "OUT/runs/ and keep the best (OUT/summary.json lists them). Without --train and --validation: a built-in "
         "synthetic task on a fresh tiny BERT.",
@@ -107,8 +111,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     Flag.of(FinetuneData, "validation").add(parser)
     Flag.of(FinetuneData, "labels", type=class_names, metavar="NAME,NAME,...").add(parser)
     rates = parser.add_mutually_exclusive_group()
-    flags.LR.add(rates, note="here 5e-5; GPT 6.25e-5; built-in task 3e-3; --features 1e-3 (that BiLSTM learns from "
-                 "scratch)")
+    flags.LR.add(rates, note="here 5e-5; choice 2e-5 (BERT's SWAG); GPT 6.25e-5; built-in task 3e-3; --features 1e-3 "
+                 "(that BiLSTM learns from scratch)")
     rates.add_argument("--lr-grid", type=learning_rate_grid, metavar="LR,LR,...",
                        help="learning rates, comma-separated: one run each, the best kept")
     Flag.of(FinetuneOptimization, "restarts", type=positive_int).add(parser)
@@ -129,6 +133,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     Flag.of(FinetuneOptimization, "sift").add(parser)
     Flag.of(FinetuneHead, "features", type=layer_indices).add(parser)
     Flag.of(FinetuneHead, "combine", choices=COMBINATIONS).add(parser)
+    Flag.of(FinetuneHead, "lstm_dim", type=positive_int, metavar="N").add(parser)
+    Flag.of(FinetuneData, "document_context").add(parser)
     Flag.of(FinetuneHead, "elmo", metavar="DIR").add(parser)
     Flag.of(FinetuneHead, "elmo_output").add(parser)
     parser.add_argument("--mix-layer-norm", action="store_true",

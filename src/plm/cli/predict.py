@@ -77,7 +77,9 @@ def run_predict(args: argparse.Namespace) -> None:
 
 
 def example_fields(example: Any) -> dict[str, Any]:
-    """An example's fields as the predictions show them: not the line it was read from (that is for messages)."""
+    """An example's fields as the predictions show them: not the line it was read from (that is for messages), nor a
+    tagged sentence's document (the context it was read in)."""
     fields = dataclasses.asdict(example)
-    fields.pop("line", None)
+    for name in ("line", "document", "offset"):
+        fields.pop(name, None)
     return fields

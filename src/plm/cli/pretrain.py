@@ -18,7 +18,8 @@ from plm.cli.common import (
 )
 from plm.cli.flags import Flag, config_from_args, in_flags
 from plm.cli.run_definition import RunFlags, run_definition
-from plm.models import PRESETS, RECIPES
+from plm.models import PRESETS, RECIPES, model_class
+from plm.models.recipe import PretrainingRecipe
 from plm.storage.hub import LEGACY_IDS
 from plm.training.paper_scale import PAPER_SETTINGS, paper_run
 from plm.training.pretrain import OBJECTIVES, PretrainSetup, pretrain, pretrain_dry_run
@@ -42,18 +43,35 @@ EXAMPLES = """examples:
 
 
 def recipe_table() -> str:
-    """One line per family: what `--model FAMILY` trains, and the paper's hyperparameters beside plm's."""
-    lines = ["recipes (--model FAMILY; optimizer flags left out take these CPU-scale values):"]
+    """One line per family: what `--model FAMILY` trains, with plm's CPU-scale values; below it the paper's values
+    and run (--hyperparameters paper), once for the family or once per group of its presets that share them."""
+    lines = ["recipes (--model FAMILY; optimizer flags left out take these CPU-scale values, and with "
+             "--hyperparameters paper the paper's, of the preset's size):"]
     for family, recipe in RECIPES.items():
-        cpu, paper, scale = recipe.hyperparameters, recipe.paper, recipe.paper_scale
-        size = "" if scale is None else (f", batch {scale.batch_size:,} x {scale.block_size}, "
-                                         + (f"{scale.steps:,} steps" if scale.steps else f"{scale.epochs:g} epochs"))
+        cpu = recipe.hyperparameters
         lines.append(
             f"  {family:8} {recipe.preset}, {recipe.tokenizer}, {recipe.objective}: {cpu.optimizer} lr {cpu.lr:g}, "
             f"{cpu.schedule}, warmup {cpu.warmup}, betas {cpu.betas[0]:g} {cpu.betas[1]:g}, eps {cpu.eps:g}"
-            f"  (paper: {paper.optimizer} lr {paper.lr:g}, {paper.schedule}, warmup {paper.warmup:,}{size})"
         )
+        presets: dict[str, list[str]] = {}  # the paper's values -> the family's presets that take them
+        for name, config in PRESETS.items():
+            if model_class(config).family == family:
+                presets.setdefault(paper_values(recipe.for_model(config)), []).append(name)
+        for values, names in presets.items():
+            lines.append(f"    paper{'' if len(presets) == 1 else ' of ' + ', '.join(names)}: {values}")
     return "\n".join(lines) + "\n\n"
+
+
+def paper_values(recipe: PretrainingRecipe) -> str:
+    """A recipe's paper optimizer, peak learning rate, schedule and run, in one line of the recipe table."""
+    paper, scale, tokens = recipe.paper, recipe.paper_scale, recipe.translation_scale
+    text = f"{paper.optimizer} lr {paper.lr:.3g}, {paper.schedule}, warmup {paper.warmup:,}"
+    if scale is not None:
+        length = f"{scale.steps:,} steps" if scale.steps else f"{scale.epochs:g} epochs"
+        text += f", batch {scale.batch_size:,} x {scale.block_size:,}, {length}"  # sequences x their length
+    if tokens is not None:
+        text += f", batches of {tokens.batch_tokens:,} tokens, {tokens.steps:,} steps"
+    return text
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -2,7 +2,10 @@
 
 The blocks and shared fields are mapped as Marian's ([`plm.hf.marian`][plm.hf.marian]). What fairseq does its own
 way: positions are numbered from the padding index + 1 (``first_position``) in tensor2tensor's table
-of sine and cosine halves, which transformers saves (with the padding index's row zero); the source
+of sine and cosine halves, which transformers saves (with the padding index's row zero), and counted over
+the ids that are not the padding index, wherever it stands (a left-padded source starts at the first
+position too; the decoder's self-attention hides the padding index; see
+[`Transformer.real_tokens`][plm.models.transformer.Transformer.real_tokens]); the source
 and the target have a vocabulary each (``src_vocab_size``, ``tgt_vocab_size``), and the decoder an
 ``output_projection`` of its own; ``tie_word_embeddings`` ties all three matrices into one (a joint
 vocabulary). Decoding starts from ``</s>`` (``decoder_start_token_id``); there is no logits bias.

@@ -30,6 +30,21 @@ PRESETS: dict[str, Any] = {name: config for _, module in _FAMILIES for name, con
 RECIPES: dict[str, PretrainingRecipe] = {model.family: module.RECIPE for model, module in _FAMILIES}
 
 
+def recipe_of(config: Any) -> PretrainingRecipe:
+    """The pre-training recipe of a model: its family's, with the paper settings of the model's size.
+
+    Args:
+        config: a family's config.
+
+    Returns:
+        The recipe (see [`PretrainingRecipe.for_model`][plm.models.recipe.PretrainingRecipe.for_model]).
+
+    Raises:
+        PLMError: a config no family takes.
+    """
+    return RECIPES[model_class(config).family].for_model(config)
+
+
 def preset_config(name: str, **overrides: Any) -> Any:
     """The config of preset ``name``, with fields replaced by ``overrides``.
 
@@ -128,6 +143,7 @@ __all__ = [
     "from_preset",
     "model_class",
     "preset_config",
+    "recipe_of",
     "sentence_embeddings",
     "with_heads",
 ]

@@ -30,7 +30,7 @@ from plm.core.embeddings import check_context
 from plm.cpu.cross_entropy import linear_cross_entropy
 from plm.cpu.linear import linear
 from plm.models.base import CausalLM
-from plm.models.recipe import Hyperparameters, PaperScale, PretrainingRecipe
+from plm.models.recipe import Hyperparameters, PaperScale, PaperSettings, PretrainingRecipe
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,36 @@ PRESETS = {
     "gpt2-micro": GPTConfig(vocab_size=512, context_length=64, dim=32, layers=2, heads=2, ffn_dim=128),
 }
 
+# GPT-1 (seed 000, GPT-1's section 4.1 table): Adam, lr raised linearly over the first 2000 updates to 2.5e-4, then
+# annealed to 0 on a cosine; weight decay w = 0.01 on all non-bias, non-gain weights. (The table's "warmup_steps 4000"
+# line contradicts its own "0~2000 step" and GPT-1's paper, which says 2000.)
+GPT1_OPTIMIZER = Hyperparameters(lr=2.5e-4, min_lr=0.0, warmup=2000, schedule="cosine", betas=(0.9, 0.999),
+                                 weight_decay=0.01)
+
+# GPT-2 (seed 000, GPT-2's section 2.3): the context grew from 512 to 1024 tokens and the batch to 512 (seed 003 says
+# the same). Its section 3: each size's learning rate was tuned by hand on 5% of WebText held out, and is not given;
+# nor is the length of the run. Where it gives none plm takes GPT-1's (GPT-2 mostly follows GPT-1, section 2.3):
+# Adam 2.5e-4, 2000 warmup steps, cosine to 0, and 100 epochs.
+GPT2_PAPER = PaperSettings(
+    paper=GPT1_OPTIMIZER,
+    source="GPT-1 section 4.1, as GPT-2 (section 3) tuned each size's learning rate and gives none",
+    paper_scale=PaperScale(batch_size=512, block_size=1024, epochs=100,
+                           source="GPT-2 section 2.3; the 100 epochs GPT-1's, as GPT-2 gives no length"),
+)
+
+
+def paper_by_size(config: GPTConfig) -> PaperSettings | None:
+    """The paper settings of a model: GPT-2's for a pre-LN one, GPT-1's (the recipe's own) for a post-LN one.
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        `GPT2_PAPER` for GPT-2's sizes and the small pre-LN presets plm trains; None for GPT-1.
+    """
+    return GPT2_PAPER if config.norm_first else None
+
+
 RECIPE = PretrainingRecipe(
     preset="gpt2-mini",
     tokenizer="bpe",
@@ -101,13 +131,11 @@ RECIPE = PretrainingRecipe(
     objectives=("clm",),
     # CPU scale: a few hundred steps of a small model want a higher peak, a short warmup and a floor.
     hyperparameters=Hyperparameters(lr=6e-4, min_lr=6e-5, warmup=100, schedule="cosine", betas=(0.9, 0.95)),
-    # GPT-1: Adam, lr raised linearly over the first 2000 updates to 2.5e-4, then annealed to 0 on a cosine;
-    # weight decay w = 0.01 on all non-bias, non-gain weights. GPT-2 publishes no optimizer values of its own
-    # (its learning rates were tuned per model on held-out WebText).
-    paper=Hyperparameters(lr=2.5e-4, min_lr=0.0, warmup=2000, schedule="cosine", betas=(0.9, 0.999), weight_decay=0.01),
+    paper=GPT1_OPTIMIZER,
     source="GPT-1 (Radford et al., 2018) section 4.1",
-    # Seed 000, GPT-1's table (lines 719-720): "Batch size 64 random sample x 512 token/sample", "100 epochs".
+    # Seed 000, GPT-1's section 4.1 table: "Batch size 64 random sample x 512 token/sample", "Schedule 100 epochs".
     paper_scale=PaperScale(batch_size=64, block_size=512, epochs=100, source="GPT-1 section 4.1"),
+    paper_by_size=paper_by_size,  # GPT-2's batch and context for its pre-LN models
 )
 
 

@@ -6,14 +6,20 @@ tokenizer its paper used, its objective and masking, and two sets of
 [`Hyperparameters`][plm.models.recipe.Hyperparameters]: the CPU-scale defaults plm trains with, and the paper's own
 values, kept beside them as data so that a test can hold them to the paper and ``--hyperparameters paper`` can use them,
 with the size of the paper's run ([`PaperScale`][plm.models.recipe.PaperScale]); an encoder-decoder family adds how it
-decodes (a [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]). The pre-training entry point
-(``plm.training.pretrain``), ``plm translate`` and ``plm eval bleu`` read the recipe and have no per-family code, so a
-new family adds a recipe and nothing else.
+decodes (a [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]). Where a family's papers trained its
+sizes differently (GPT-1 and GPT-2; the Transformer's base and big models), the recipe's ``paper_by_size`` gives the
+[`PaperSettings`][plm.models.recipe.PaperSettings] of a model's size, and
+[`PretrainingRecipe.for_model`][plm.models.recipe.PretrainingRecipe.for_model] is the recipe of that model. The
+pre-training entry point (``plm.training.pretrain``), ``plm translate`` and ``plm eval bleu`` read the recipe and have
+no per-family code, so a new family adds a recipe and nothing else.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from plm.decoding.generation_config import GenerationConfig
 from plm.errors import PLMError
@@ -107,6 +113,23 @@ class TranslationScale:
     source: str
 
 
+@dataclass(frozen=True)
+class PaperSettings:
+    """What a paper trained one size of its models with: the optimizer, its schedule and the size of the run.
+
+    Attributes:
+        paper: the published hyperparameters (the peak learning rate of this size).
+        source: where ``paper`` comes from.
+        paper_scale: the size of the pre-training run; None where the paper gives none that plm can train.
+        translation_scale: an encoder-decoder paper's run; None where it gives none.
+    """
+
+    paper: Hyperparameters
+    source: str
+    paper_scale: PaperScale | None = None
+    translation_scale: TranslationScale | None = None
+
+
 TRANSLATION = GenerationConfig(max_len_a=1.5, max_new_tokens=10)
 """How an encoder-decoder family translates unless its recipe says otherwise: greedy, at most 1.5 target tokens
 per source token and 10 more."""
@@ -122,12 +145,14 @@ class PretrainingRecipe:
         objective: the objective a plain ``--model FAMILY`` run uses.
         objectives: those its models accept.
         hyperparameters: the CPU-scale defaults plm trains with.
-        paper: the published hyperparameters.
+        paper: the published hyperparameters, of the sizes ``paper_by_size`` gives none for.
         source: where ``paper`` comes from.
         paper_scale: the size of the paper's pre-training run (batch, sequence length, steps or epochs); None
             where the papers give none that plm can train (DeBERTa) or the family does not pre-train.
         translation_scale: an encoder-decoder paper's run (tokens per batch, steps); None where the seeds give
             none (the RNNs).
+        paper_by_size: the paper settings of a model, from its config, where the family's papers trained its sizes
+            differently; it returns None for a model that takes the four fields above. None: every size takes them.
         max_ngram: the longest masked span, in words.
         block_size: the training sequences' tokens; None means the model's context.
         decoding: how an encoder-decoder family translates by default.
@@ -148,9 +173,32 @@ class PretrainingRecipe:
     block_size: int | None = None
     decoding: GenerationConfig = TRANSLATION
     label_smoothing: float = 0.0
+    paper_by_size: Callable[[Any], PaperSettings | None] | None = None
+
+    def for_model(self, config: Any) -> PretrainingRecipe:
+        """The recipe of a model of ``config``: the family's, with the paper settings of the model's size.
+
+        Args:
+            config: the model's config (a preset's, or one read from a model directory).
+
+        Returns:
+            This recipe, its ``paper``, ``source``, ``paper_scale`` and ``translation_scale`` replaced by those
+            ``paper_by_size`` gives for ``config``, where it gives any, and ``paper_by_size`` None: the recipe is
+            the one size's, plain data (``dataclasses.asdict`` of it is JSON).
+        """
+        if self.paper_by_size is None:
+            return self
+        settings = self.paper_by_size(config)
+        if settings is None:
+            return dataclasses.replace(self, paper_by_size=None)
+        return dataclasses.replace(self, paper=settings.paper, source=settings.source, paper_scale=settings.paper_scale,
+                                   translation_scale=settings.translation_scale, paper_by_size=None)
 
     def defaults(self, hyperparameters: str) -> Hyperparameters:
         """The optimizer values a run takes where it gives none: the CPU-scale ones, or the paper's.
+
+        The paper's are those of this recipe; [`for_model`][plm.models.recipe.PretrainingRecipe.for_model]'s recipe
+        holds a model size's own.
 
         Args:
             hyperparameters: one of `HYPERPARAMETER_SETS`: "cpu" or "paper".

@@ -59,7 +59,7 @@ from plm.cpu.linear import Linear, linear
 from plm.decoding.generation_config import GenerationConfig
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
-from plm.models.recipe import Hyperparameters, PretrainingRecipe, TranslationScale
+from plm.models.recipe import Hyperparameters, PaperSettings, PretrainingRecipe, TranslationScale
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ class TransformerConfig:
         sinusoids: the position table's layout (`SINUSOID_LAYOUTS`): the paper's
             "interleaved" sines and cosines, Marian's "concatenated" halves, or fairseq's "tensor2tensor" halves.
         first_position: the position of a sentence's first token (fairseq: its padding index + 1; the table
-            holds ``context_length + first_position`` rows).
+            holds ``context_length + first_position`` rows). Above 0, the id ``first_position - 1`` is padding
+            wherever it stands, as in fairseq: positions count the other tokens only, and the decoder does not
+            attend to it.
         scale_embeddings: multiply the token embeddings by sqrt(d_model) before adding the positions.
         tied_output: the pre-softmax projection is the target embedding; False: a matrix of its own (fairseq's
             ``output_projection``).
@@ -150,9 +152,11 @@ class TransformerConfig:
         return dataclasses.replace(BlockConfig.of(self), cross_attention=True)
 
 
+BIG = TransformerConfig(dim=1024, ffn_dim=4096, heads=16, dropout=0.3)
+
 PRESETS = {
     "transformer-base": TransformerConfig(),
-    "transformer-big": TransformerConfig(dim=1024, ffn_dim=4096, heads=16, dropout=0.3),
+    "transformer-big": BIG,
     # Small ones for CPU work; the vocabulary follows the tokenizer they are trained with.
     "transformer-small": TransformerConfig(
         vocab_size=8000, context_length=256, dim=256, encoder_layers=3, decoder_layers=3, heads=4, ffn_dim=1024
@@ -161,6 +165,36 @@ PRESETS = {
         vocab_size=512, context_length=64, dim=32, encoder_layers=2, decoder_layers=2, heads=2, ffn_dim=128
     ),
 }
+
+WARMUP = 4000  # the paper's warmup_steps (section 5.3; seed 000, the Transformer's section 5 table)
+
+
+def paper_by_size(config: TransformerConfig) -> PaperSettings:
+    """The paper's training of a model: its learning rate from the model's own d_model, and base's or big's steps.
+
+    Adam, beta1 0.9, beta2 0.98, eps 1e-9; lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5) with warmup 4000
+    (section 5.3), which peaks at d_model^-0.5 4000^-0.5 at step 4000: 6.99e-4 for base's d_model of 512, 4.94e-4
+    for big's 1024 (Table 3). No weight decay is mentioned. Batches of about 25,000 source and 25,000 target tokens
+    (section 5.1; the seed's "Batch size 25000"); base trained for 100,000 steps and big for 300,000 (section 5.2;
+    seed 000's table in the Transformer's section 5 says the same). A model as wide as big takes big's steps, any
+    other base's.
+
+    Args:
+        config: the model's config.
+
+    Returns:
+        The optimizer, its schedule and the run of a model of ``config``.
+    """
+    return PaperSettings(
+        paper=Hyperparameters(lr=config.dim**-0.5 * WARMUP**-0.5, min_lr=0.0, warmup=WARMUP, schedule="inverse-sqrt",
+                              betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0),
+        source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
+        translation_scale=TranslationScale(batch_tokens=2 * 25_000, steps=300_000 if config.dim >= BIG.dim else 100_000,
+                                           source="Attention Is All You Need sections 5.1-5.2"),
+    )
+
+
+_BASE = paper_by_size(PRESETS["transformer-base"])
 
 RECIPE = PretrainingRecipe(
     preset="transformer-small",
@@ -171,22 +205,10 @@ RECIPE = PretrainingRecipe(
     hyperparameters=Hyperparameters(
         lr=1e-3, min_lr=0.0, warmup=200, schedule="inverse-sqrt", betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
     ),
-    # Adam, beta1 0.9, beta2 0.98, eps 1e-9; lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5), warmup
-    # 4000: a peak of 512^-0.5 4000^-0.5 at step 4000. No weight decay is mentioned.
-    paper=Hyperparameters(
-        lr=512**-0.5 * 4000**-0.5,
-        min_lr=0.0,
-        warmup=4000,
-        schedule="inverse-sqrt",
-        betas=(0.9, 0.98),
-        eps=1e-9,
-        weight_decay=0.0,
-    ),
-    source="Attention Is All You Need (Vaswani et al., 2017) section 5.3",
-    # Section 5.1: batches of about 25,000 source and 25,000 target tokens (the seed: "Batch size 25000");
-    # 5.2: the base model for 100,000 steps (the big one for 300,000: --steps 300000).
-    translation_scale=TranslationScale(batch_tokens=2 * 25_000, steps=100_000,
-                                       source="Attention Is All You Need sections 5.1-5.2"),
+    paper=_BASE.paper,  # base's; every model takes those of its own d_model and size (paper_by_size)
+    source=_BASE.source,
+    translation_scale=_BASE.translation_scale,
+    paper_by_size=paper_by_size,
     # Section 6.1: beam search with a beam of 4 and length penalty alpha 0.6, at most input length + 50 tokens.
     decoding=GenerationConfig(num_beams=4, length_penalty=0.6, max_len_a=1.0, max_new_tokens=50),
     label_smoothing=0.1,  # section 5.4: epsilon_ls = 0.1
@@ -295,7 +317,12 @@ class Transformer(Seq2SeqModel):
     def embed(self, ids: torch.Tensor, embedding: nn.Embedding, start: int) -> torch.Tensor:
         """Dropout(sqrt(d) E[ids] + PE[first + start .. first + start + T - 1]): (B, T) -> (B, T, dim).
 
-        Without ``scale_embeddings`` the factor is 1; ``first`` is ``config.first_position``.
+        Without ``scale_embeddings`` the factor is 1; ``first`` is ``config.first_position``. A pass over whole
+        sentences (``start`` 0) of a model with a padding index numbers them as fairseq does instead (see
+        [`real_tokens`][plm.models.transformer.Transformer.real_tokens]): the n-th token that is not the padding
+        index takes PE[first + n - 1], and the padding index a zero vector, wherever it stands, so that a
+        left-padded sentence starts at ``first`` too. Decoding steps after the first are numbered by place, as
+        fairseq's incremental decoding numbers them.
 
         Args:
             ids: (B, T) token ids.
@@ -311,9 +338,29 @@ class Transformer(Seq2SeqModel):
         config = self.config
         check_context(start + ids.shape[1], config.context_length)
         first = config.first_position + start
-        positions = self.positions.table[first : first + ids.shape[1]]  # (T, dim), the same for every row
+        real = self.real_tokens(ids) if not start else None
+        if real is None:
+            positions = self.positions.table[first : first + ids.shape[1]]  # (T, dim), the same for every row
+        else:
+            counted = (real.cumsum(dim=1) - 1).clamp(min=0)  # (B, T): how many real tokens precede each one
+            positions = self.positions.table[first + counted] * real[..., None]  # (B, T, dim)
         scale = config.dim**0.5 if config.scale_embeddings else 1.0
         return self.embedding_dropout(embedding(ids) * scale + positions)
+
+    def real_tokens(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """(B, T) True where ``ids`` holds no padding index; None for a model without one.
+
+        fairseq numbers positions from its padding index + 1 (``first_position`` above 0) and takes that index
+        for padding wherever it stands in a sentence: it is not counted as a position, and the decoder's
+        self-attention hides it.
+
+        Args:
+            ids: (B, T) token ids.
+
+        Returns:
+            The mask, or None when ``first_position`` is 0.
+        """
+        return ids != self.config.first_position - 1 if self.config.first_position else None
 
     def encode(
         self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None
@@ -346,7 +393,9 @@ class Transformer(Seq2SeqModel):
     ) -> torch.Tensor:
         """The decoder's output (B, T, dim) for ``target_ids`` (B, T), each position seeing only earlier ones.
 
-        With ``caches`` the ids are the newest tokens after those already cached.
+        With ``caches`` the ids are the newest tokens after those already cached. A pass over whole sentences of
+        a model with a padding index hides that index from the self-attention, as fairseq does
+        ([`real_tokens`][plm.models.transformer.Transformer.real_tokens]).
 
         Args:
             target_ids: (B, T) target ids.
@@ -362,7 +411,8 @@ class Transformer(Seq2SeqModel):
         """
         past = caches[0].length if caches else 0
         time = target_ids.shape[1]
-        mask, is_causal = build_attention_mask(None, time, past + time, causal=True)
+        padding = self.real_tokens(target_ids) if not past else None
+        mask, is_causal = build_attention_mask(padding, time, past + time, causal=True)
         hidden = run_blocks(
             self.decoder_blocks,
             self.embed(target_ids, self.target_embedding, past),

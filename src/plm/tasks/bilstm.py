@@ -28,6 +28,11 @@ from plm.models.scalar_mix import ScalarMix
 from plm.tasks.encoding import first_pieces
 
 COMBINATIONS = ("concat", "sum", "mix")
+# BERT section 5.3's BiLSTM: "randomly initialised, 768-dimensional, 2 layers". The paper does not say per direction
+# or both; read here as each direction's hidden size (nn.LSTM's hidden_size; the states are 2 x 768 wide), the way
+# the seed sizes ELMo's biLSTM (4096 units, a 512-dimensional projection), whose sizes are each direction's (plm's
+# ElmoConfig: its layers' outputs are 2 x projection_dim wide).
+BERT_LSTM_DIM = 768
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ class BiLSTMTagger(nn.Module):
         labels: the scores per word (per sequence with ``pool``): the tags, the classes, 1 value, or start and end.
         combine: how every source's layers are combined, or one way per source (ELMo's own scalar mix beside
             a BERT's concatenated layers).
-        hidden: the LSTM's units per direction.
+        hidden: the LSTM's units per direction (BERT's 768, `BERT_LSTM_DIM`).
         lstm_layers: the LSTM's layers.
         dropout: the dropout on the LSTM's input and output (and between its layers).
         mix: the options of every scalar mix.
@@ -118,7 +123,7 @@ class BiLSTMTagger(nn.Module):
 
     def __init__(
         self, sources: Sequence[tuple[int, int]], labels: int, combine: str | Sequence[str] = "concat",
-        hidden: int = 256, lstm_layers: int = 2, dropout: float = 0.1, mix: MixOptions = MixOptions(),
+        hidden: int = BERT_LSTM_DIM, lstm_layers: int = 2, dropout: float = 0.1, mix: MixOptions = MixOptions(),
         pool: bool = False, output_source: int | None = None,
     ) -> None:
         super().__init__()

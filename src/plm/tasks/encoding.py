@@ -3,7 +3,8 @@
 - sentences and pairs: ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for A, 1 for B;
 - tagging: each word's label on its first sub-word, every other piece (and every
   special token) labelled ``IGNORE`` so the loss skips it; a prediction per word is
-  read back from that first piece;
+  read back from that first piece; a sentence read in its document has the document's
+  pieces around it, as many as fit, read as context and labelled ``IGNORE``;
 - multiple choice: one ``[CLS] context [SEP] prefix ending [SEP]`` per choice.
 
 Features are plain dicts of int lists; [`collate`][plm.tasks.encoding.collate] pads a list of them into a batch.
@@ -11,6 +12,7 @@ Features are plain dicts of int lists; [`collate`][plm.tasks.encoding.collate] p
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,30 +43,50 @@ def encode_text(tokenizer: Tokenizer, example: TextExample, max_length: int) -> 
     return {"input_ids": list(encoding.ids), "token_type_ids": list(encoding.type_ids)}
 
 
-def encode_words(tokenizer: Tokenizer, words: Sequence[str], max_length: int) -> tuple[list[int], list[int | None]]:
+def encode_words(
+    tokenizer: Tokenizer,
+    words: Sequence[str],
+    max_length: int,
+    context: tuple[Sequence[str], Sequence[str]] = ((), ()),
+) -> tuple[list[int], list[int | None]]:
     """Ids of pre-split ``words`` with the special tokens, and each token's word index (None for specials).
 
     A sentence too long for ``max_length`` loses its last pieces; its last words then
     have no token ([`word_predictions`][plm.tasks.encoding.word_predictions] fills them in).
+    The ``context`` words before and after the sentence (its document's) fill the room the sentence leaves,
+    centred on it: half before and half after, or more on one side where the other runs out. The context is
+    cut by pieces, not words, and its tokens have no word index, as special tokens have none: nothing is
+    read from them but what the encoder makes of them.
 
     Args:
         tokenizer: the model's tokenizer.
         words: the sentence's words.
         max_length: the most tokens, special ones included.
+        context: the words before the sentence and after it.
 
     Returns:
-        The token ids and, per token, the index of its word in ``words`` (None for a special token).
+        The token ids and, per token, the index of its word in ``words`` (None for a special or context token).
 
     Raises:
         PLMError: a ``max_length`` that leaves no room beside the special tokens.
     """
-    pieces = tokenizer.backend.encode(list(words), is_pretokenized=True, add_special_tokens=False)
     budget = max_length - tokenizer.backend.num_special_tokens_to_add(is_pair=False)
     if budget < 1:
         raise PLMError(f"max_length {max_length} leaves no room for the words beside the special tokens")
-    pieces.truncate(budget)
+    before, after = list(context[0][-budget:]), list(context[1][:budget])  # a word has a piece at least
+    pieces = tokenizer.backend.encode([*before, *words, *after], is_pretokenized=True, add_special_tokens=False)
+    first, last = len(before), len(before) + len(words)  # the sentence's words among them
+    piece_words = [word for word in pieces.word_ids if word is not None]  # every piece has a word: no specials yet
+    start, stop = (bisect.bisect_left(piece_words, word) for word in (first, last))  # its pieces: [start, stop)
+    kept = min(stop - start, budget)
+    room = budget - kept
+    left = min(start, max(room // 2, room - (len(pieces) - stop)))  # the pieces of context before it
+    end = start + kept + min(len(pieces) - stop, room - left)
+    pieces.truncate(end)
+    pieces.truncate(end - start + left, direction="left")
     joined = tokenizer.backend.post_process(pieces, None, add_special_tokens=True)
-    word_ids = [None if special else word for word, special in zip(joined.word_ids, joined.special_tokens_mask)]
+    word_ids = [None if special or word is None or not first <= word < last else word - first
+                for word, special in zip(joined.word_ids, joined.special_tokens_mask)]
     return list(joined.ids), word_ids
 
 
@@ -84,6 +106,9 @@ def first_pieces(word_ids: Sequence[int | None]) -> list[bool]:
 def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[str, int], max_length: int) -> Feature:
     """A tagged sentence as token ids, each word's tag id on its first piece and ``IGNORE`` everywhere else.
 
+    A sentence with a document is read within it: the document's words around it fill the rest of ``max_length``
+    (see [`encode_words`][plm.tasks.encoding.encode_words]), labelled ``IGNORE``.
+
     Args:
         tokenizer: the model's tokenizer.
         sentence: the words and their tags (no tags: every label is ``IGNORE``).
@@ -97,7 +122,7 @@ def encode_tagged(tokenizer: Tokenizer, sentence: TaggedSentence, tag_ids: dict[
     Raises:
         PLMError: as [`encode_words`][plm.tasks.encoding.encode_words].
     """
-    ids, word_ids = encode_words(tokenizer, sentence.words, max_length)
+    ids, word_ids = encode_words(tokenizer, sentence.words, max_length, sentence.context)
     labels = [
         tag_ids[sentence.tags[word]] if first and word is not None and sentence.tags else IGNORE
         for word, first in zip(word_ids, first_pieces(word_ids))

@@ -45,6 +45,7 @@ from plm.config import config_from_dict
 from plm.errors import PLMError, with_article
 from plm.models import FAMILIES, CausalLM, PretrainedModel
 from plm.tasks.bilstm import (
+    BERT_LSTM_DIM,
     COMBINATIONS,
     BiLSTMTagger,
     MixOptions,
@@ -70,12 +71,13 @@ class TaggerConfig:
     names that are not one per label, a span model without two outputs, or mix options out of range a PLMError.
 
     Attributes:
-        ADDED_FIELDS: fields added since models were first saved, with the value a model saved before them had.
+        ADDED_FIELDS: what a config without a field means: the fields added since models were first saved, with the
+            value a model saved before them had, and ``hidden``, whose default changed.
         features: the layers read, indices into the embedding output followed by every block's (-1 the last).
         labels: the end's outputs: the tags or classes, 1 for a regression, 2 (start and end) for a span.
         label_names: the tags' (classes') names, one per label (or none).
         combine: how the layers combine: concat, sum or mix.
-        hidden: the BiLSTM's units per direction.
+        hidden: the BiLSTM's units per direction; BERT's 768 (`BERT_LSTM_DIM`) by default.
         lstm_layers: the BiLSTM's layers.
         dropout: the BiLSTM model's dropout (on its input and its states).
         mix_layer_norm: the scalar mixes (``combine`` mix and ELMo's) normalise each layer first.
@@ -87,17 +89,19 @@ class TaggerConfig:
             [`HeadConfig`][plm.tasks.heads.HeadConfig]); None: always a span.
     """
 
-    # Models saved before these fields had plain mixes, tagged, and read ELMo at the input alone.
+    # Models saved before these fields had plain mixes, tagged, and read ELMo at the input alone. Every model plm
+    # saved holds its ``hidden``; a config without it (one written by hand) means the 256 that was the default
+    # before BERT's 768, not the default of today.
     ADDED_FIELDS: ClassVar[dict[str, object]] = {
         "mix_layer_norm": False, "mix_dropout": 0.0, "mix_l2": 0.0, "task": TAG, "elmo_output": False,
-        "null_threshold": None,
+        "null_threshold": None, "hidden": 256,
     }
 
     features: tuple[int, ...]
     labels: int
     label_names: tuple[str, ...] = ()
     combine: str = "concat"
-    hidden: int = 256  # per direction; BERT's feature-based NER used 768
+    hidden: int = BERT_LSTM_DIM  # per direction
     lstm_layers: int = 2
     dropout: float = 0.1
     mix_layer_norm: bool = False

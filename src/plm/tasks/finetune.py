@@ -3,8 +3,10 @@
 BERT's recipe (section 4 and A.3): batch 32, 3 epochs, Adam with a linear warmup
 over the first 10% of the steps and linear decay, the learning rate chosen on the
 dev set among a few (``lrs``), and on small sets the best of several restarts
-(``restarts`` seeds). GPT-1's (section 4.1): lr 6.25e-5, batch 32, 3 epochs, warmup
-over 0.2% of training, and the auxiliary LM loss with lambda 0.5. Each run keeps its
+(``restarts`` seeds); for SWAG (choice, section 4.4) batch 16 and lr 2e-5. GPT-1's
+(section 4.1): lr 6.25e-5, batch 32, 3 epochs, warmup over 0.2% of training, and the
+auxiliary LM loss with lambda 0.5 (see
+[`finetuning_recipe`][plm.tasks.task_objective.finetuning_recipe]). Each run keeps its
 best model by the task's dev metric; with several runs, the best of them is copied
 to ``OUT/best`` and ``OUT/summary.json`` lists them all.
 
@@ -14,9 +16,11 @@ it). A sentence-transformers checkpoint is read through the pooling it was train
 ([`trained_pooling`][plm.tasks.finetune.trained_pooling]).
 
 ``features`` turns to the feature-based approach (BERT section 5.3, ELMo section 3.3) for
-every task but choice: the model stays frozen and a BiLSTM learns over the chosen layers
-of each word (and, with ``elmo``, over a frozen ELMo's scalar mix as well, and with
-``elmo_output`` at the BiLSTM's output too); see [`plm.tasks.feature_based`][plm.tasks.feature_based].
+every task but choice: the model stays frozen and a BiLSTM (BERT's: 2 layers of 768 units
+per direction, ``lstm_dim``) learns over the chosen layers of each word (and, with ``elmo``,
+over a frozen ELMo's scalar mix as well, and with ``elmo_output`` at the BiLSTM's output too);
+see [`plm.tasks.feature_based`][plm.tasks.feature_based]. BERT's NER reads each sentence in
+its document (``document_context``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from plm.models import CausalLM, from_preset
 from plm.storage.atomic_files import read_json, staging_directory, write_json
 from plm.storage.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
 from plm.tasks import readers
-from plm.tasks.bilstm import COMBINATIONS, MixOptions
+from plm.tasks.bilstm import BERT_LSTM_DIM, COMBINATIONS, MixOptions
 from plm.tasks.feature_based import FeatureTagger, feature_tagger
 from plm.tasks.gpt_inputs import add_task_tokens
 from plm.tasks.heads import POOLINGS
@@ -50,7 +54,7 @@ from plm.tasks.model import TaskModel, require_task_backbone, task_model
 from plm.tasks.readers import read_examples
 from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings
 from plm.tasks.synthetic import synthetic_task
-from plm.tasks.task_objective import BERT_RECIPE, GPT1_RECIPE, GPT_TASKS, TASKS, Task, TaskObjective, build_task
+from plm.tasks.task_objective import GPT_TASKS, TASKS, Task, TaskObjective, build_task, finetuning_recipe
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.distributed import Distributed, setup_distributed
 from plm.training.parallel import Parallelism, built_on_first_process
@@ -84,6 +88,9 @@ class FinetuneData:
         train: the training file; None (with ``validation`` None): the built-in synthetic task.
         validation: the dev file, which picks the best model.
         tag_column: tag: the CoNLL column of the tags (1: the word); None: the layout's last.
+        document_context: tag: read each sentence within its CoNLL document (BERT 5.3), whose words around it fill
+            the rest of ``max_length`` as context that is read, not tagged (see
+            [`read_conll_layout`][plm.tasks.readers.read_conll_layout]).
         labels: classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2's: negative,
             positive), the model's classes in their place, so that it predicts the names (see
             [`named_classes`][plm.tasks.finetune.named_classes]); None: the data's labels are the classes.
@@ -95,6 +102,10 @@ class FinetuneData:
     train: str | None = knob(None, "training file")
     validation: str | None = knob(None, "dev file: picks the best model, the learning rate and tau")
     tag_column: int | None = None
+    document_context: bool = knob(
+        False, "tag: read each sentence within its document (CoNLL's -DOCSTART- lines separate them), as BERT's NER "
+        "did: the words around it, as many as `max_length` leaves room for (centred on it), are context the model "
+        "reads but does not tag or score")
     labels: tuple[str, ...] | None = knob(
         None, "classify, pair: names for the classes that the data writes as 0, 1, ... (SST-2: negative,positive), "
         "kept in the model, so that plm predict and plm serve say the names; a file labelled 0, 1, ... still trains "
@@ -107,11 +118,14 @@ class FinetuneData:
         """Raise a PLMError naming the field of the first value out of its range.
 
         Raises:
-            PLMError: ``train`` without ``validation`` or the reverse, a class named twice, or a number below its
-                least (``stride``, ``max_length``, ``synthetic_size``).
+            PLMError: ``train`` without ``validation`` or the reverse, ``document_context`` without them, a class
+                named twice, or a number below its least (``stride``, ``max_length``, ``synthetic_size``).
         """
         if (self.train is None) != (self.validation is None):
             raise PLMError("give both `train` and `validation`, or neither (the built-in synthetic task)")
+        if self.document_context and self.train is None:
+            raise PLMError("`document_context` reads the documents of CoNLL files; the built-in task has none: give "
+                           "`train` and `validation`")
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise PLMError(f"`labels` {','.join(self.labels)}: a name given twice; give each class its own")
         check_least(self, {"stride": 1, "max_length": 8, "synthetic_size": 4})
@@ -125,6 +139,7 @@ class FinetuneHead:
         features: the frozen encoder's layers a BiLSTM reads (BERT 5.3, ELMo 3.3), for every task of
             `FEATURE_TASKS`; None: fine-tune the model.
         combine: how those layers combine: concat, sum or mix.
+        lstm_dim: with ``features``, the BiLSTM's units per direction (BERT 5.3's 768, `BERT_LSTM_DIM`).
         elmo: a plm ELMo run whose scalar-mixed layers join the features.
         elmo_output: ELMo at the BiLSTM's output too, through a second scalar mix ([h_k; ELMo_k]).
         mix: with ``features``, the scalar mixes' options (ELMo's layer norm, dropout, L2 on s).
@@ -138,6 +153,8 @@ class FinetuneHead:
         "layers of each word, comma-separated (0 = the token embeddings, -1 = the last layer; BERT's -4,-3,-2,-1); a "
         "class is read from its states max- and mean-pooled")
     combine: str = knob("concat", "`features`: concatenate, sum or scalar-mix (ELMo's) the layers of each word")
+    lstm_dim: int = knob(BERT_LSTM_DIM, "`features`: the BiLSTM's units per direction (BERT 5.3: a 768-dimensional "
+                         "BiLSTM)")
     elmo: str | None = knob(None, "`features`: a plm ELMo (model or run) whose scalar-mixed layers join the features")
     elmo_output: bool = knob(False, "`elmo`: ELMo at the BiLSTM's output too, [h_k; ELMo_k] through a second scalar "
                              "mix (ELMo 3.3, its SNLI and SQuAD models)")
@@ -156,8 +173,12 @@ class FinetuneHead:
 
         Raises:
             PLMError: ``elmo`` without ``features``, ``elmo_output`` without ``elmo``, ``pooling`` with ``features``,
-                an unknown ``combine`` or ``pooling``, or ``mix`` options without a scalar mix.
+                an unknown ``combine`` or ``pooling``, ``mix`` options without a scalar mix, or an ``lstm_dim`` below 1
+                or without ``features``.
         """
+        check_least(self, {"lstm_dim": 1})
+        if self.lstm_dim != BERT_LSTM_DIM and self.features is None:
+            raise PLMError("`lstm_dim` sizes the feature-based model's BiLSTM: give `features` too")
         if self.elmo is not None and self.features is None:
             raise PLMError("`elmo` joins the features of the feature-based model: give `features` too (e.g. 0)")
         if self.elmo_output and self.elmo is None:
@@ -186,7 +207,8 @@ class FinetuneOptimization:
         steps: each run's optimizer steps, instead of ``epochs``' (the schedule is laid out over them); on a resume,
             more steps than a finished run took extend it.
         minutes: each run stops at the first step past this many minutes of training.
-        batch_size: examples per batch (each process's, under torchrun).
+        batch_size: examples per batch (each process's, under torchrun); None: the recipe's, 32 (BERT's classification
+            and GPT-1's) or for choice on an encoder 16 (BERT's SWAG).
         warmup_fraction: the share of the steps that warms the learning rate up; None: the recipe's.
         lm_weight: GPT-1's lambda; 0 turns the auxiliary LM loss off.
         sift: add DeBERTa's SiFT term.
@@ -199,7 +221,8 @@ class FinetuneOptimization:
     epochs: float = 3.0
     steps: int | None = None
     minutes: float | None = None
-    batch_size: int = knob(32, "examples per step")
+    batch_size: int | None = knob(None, "examples per step (default: the recipe's, 32; choice on an encoder 16, as "
+                                 "BERT's SWAG)")
     warmup_fraction: float | None = knob(None, "linear warmup over this fraction of the steps (default 0.1; GPT "
                                          "0.002)")
     lm_weight: float = knob(0.5, "GPT: lambda of the auxiliary LM loss; 0 = off")
@@ -284,7 +307,7 @@ class FinetuneSetup:
                 [`FinetuneOptimization.validate`][plm.tasks.finetune.FinetuneOptimization.validate]); or options
                 that do not go together with the task or each other (``features`` for choice, with FSDP or
                 ``sift``; ``symmetric`` for a task other than pair or regress; ``pooling`` for a task that does not
-                pool; ``labels`` for a task without classes).
+                pool; ``labels`` for a task without classes; ``document_context`` for a task other than tag).
         """
         if self.task not in TASKS:
             raise PLMError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
@@ -303,6 +326,8 @@ class FinetuneSetup:
                            "gathers; use `strategy` ddp")
         if head.features is not None and self.optimization.sift:
             raise PLMError("`sift` perturbs a model being fine-tuned; the feature-based model keeps it frozen")
+        if self.data.document_context and task != "tag":
+            raise PLMError(f"`document_context` reads CoNLL documents: it is for `task` tag, not {task}")
         if self.data.labels is not None and task not in ("classify", "pair"):
             raise PLMError(f"`labels` names a classifier's classes: it is for `task` classify or pair, not {task}")
         if head.symmetric and task not in ("pair", "regress"):
@@ -508,7 +533,8 @@ def prepare_sweep(setup: FinetuneSetup, out: Path) -> tuple[Sweep, Tokenizer]:
     """
     if setup.data.train is not None and setup.data.validation is not None:  # both or neither: see validate
         train, validation = (
-            read_examples(setup.task, path, setup.data.tag_column) for path in (setup.data.train, setup.data.validation)
+            read_examples(setup.task, path, setup.data.tag_column, document_context=setup.data.document_context)
+            for path in (setup.data.train, setup.data.validation)
         )
     else:
         sizes = (setup.data.synthetic_size, setup.data.synthetic_size // 4)
@@ -547,6 +573,13 @@ class Sweep:
         tokenizer: what the models read with.
         task: the task.
         data: the training examples, the validation examples and the labels.
+
+    Attributes:
+        recipe: the paper's recipe for the task and backbone (see
+            [`finetuning_recipe`][plm.tasks.task_objective.finetuning_recipe]).
+        lrs: the learning rates tried: ``lrs``, or the recipe's (a fresh model's or the feature-based model's own).
+        batch_size: each run's batch size: ``batch_size``, or the recipe's.
+        warmup: the warmup fraction: ``warmup_fraction``, or the recipe's.
     """
 
     def __init__(self, setup: FinetuneSetup, out: Path, world: Distributed, backbone: Any, elmo: Any,
@@ -554,13 +587,14 @@ class Sweep:
         self.setup, self.out, self.world, self.task = setup, out, world, task
         self.backbone, self.elmo, self.tokenizer = backbone, elmo, tokenizer
         self.train_examples, self.validation_examples, self.labels = data
-        recipe = GPT1_RECIPE if isinstance(backbone, CausalLM) else BERT_RECIPE
+        recipe = finetuning_recipe(setup.task, isinstance(backbone, CausalLM))
         if setup.head.features is not None:
             default_lr = FEATURE_TAGGER_LR
         else:
             default_lr = SYNTHETIC_LR if setup.model is None else recipe.lr
         self.recipe = recipe
         self.lrs = setup.optimization.lrs or (default_lr,)
+        self.batch_size = setup.optimization.batch_size or recipe.batch_size
         warmup = setup.optimization.warmup_fraction
         self.warmup = recipe.warmup_fraction if warmup is None else warmup
         pooled = setup.task in POOLED_TASKS and setup.head.features is None
@@ -640,7 +674,7 @@ class Sweep:
         # Under torchrun each process takes one batch a step (batch m * processes + rank of the
         # epoch's order), so an epoch is a processes-th of the batches in optimizer steps.
         objective = TaskObjective(
-            self.task, self.train_examples, self.validation_examples, setup.optimization.batch_size, seed,
+            self.task, self.train_examples, self.validation_examples, self.batch_size, seed,
             lm_weight=setup.optimization.lm_weight, sift=self.sift, mix_penalty=mix_penalty,
             micro_batches_per_step=world.world_size,
         )
@@ -690,7 +724,7 @@ def run_model(head: FinetuneHead, backbone: Any, elmo: Any, task: Task, labels: 
     names = labels if task.head != "span" else ()
     if head.features is not None:
         model = feature_tagger(backbone, head.features, task.outputs, names, head.combine, elmo, task=task.head,
-                               elmo_output=head.elmo_output, mix_layer_norm=head.mix.layer_norm,
+                               hidden=head.lstm_dim, elmo_output=head.elmo_output, mix_layer_norm=head.mix.layer_norm,
                                mix_dropout=head.mix.dropout, mix_l2=head.mix.l2)
         model.cache_features()  # frozen features: each sentence's computed once, not every epoch
         return model

@@ -10,7 +10,9 @@ that no training example holds) can name it too.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import itertools
 import os
 import pathlib
 import sys
@@ -44,18 +46,39 @@ class TextExample:
 
 @dataclass(frozen=True)
 class TaggedSentence:
-    """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word.
+    """Words and their BIO tags (``B-PER``, ``I-PER``, ``O``), one per word, and the document around them, if read.
+
+    The document's words around the sentence are context: a model reads them, and tags and scores the sentence's
+    words alone (BERT section 5.3's NER, "maximal document context").
 
     Attributes:
         words: the words.
         tags: their tags.
         line: the first word's line in the CoNLL file it was read from (word ``i`` is on line ``line + i``), None
             when it was not read from one; it takes no part in comparing sentences.
+        document: the words of the sentence's document, its own included (one tuple shared by the document's
+            sentences); empty: the sentence is read alone.
+        offset: where the sentence's words start in ``document``.
+
+    Raises:
+        PLMError: a ``document`` whose words at ``offset`` are not the sentence's.
     """
 
     words: tuple[str, ...]
     tags: tuple[str, ...]
     line: int | None = field(default=None, compare=False)
+    document: tuple[str, ...] = field(default=(), repr=False)
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.document and self.document[self.offset : self.offset + len(self.words)] != self.words:
+            raise PLMError(f"the document's words at offset {self.offset} are not the sentence's")
+
+    @property
+    def context(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The document's words before the sentence and after it (both empty without a document)."""
+        end = self.offset + len(self.words)
+        return self.document[: self.offset], self.document[end:]
 
 
 @dataclass(frozen=True)
@@ -220,7 +243,7 @@ def read_lines(task: str, text: str, source: str) -> list[TextExample] | list[Ta
 TAG_LAST_LAYOUTS = (2, 4)
 
 
-def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence]:
+def read_conll(path: Path, tag_column: int | None = None, document_context: bool = False) -> list[TaggedSentence]:
     """CoNLL columns: a word first and its tag in ``tag_column``, sentences between blank lines.
 
     See [`read_conll_layout`][plm.tasks.readers.read_conll_layout], which also says which column the tags came from.
@@ -228,6 +251,7 @@ def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence
     Args:
         path: the file.
         tag_column: the (1-based) column of the tags; None: the last, in the layouts that put it there.
+        document_context: give each sentence its document.
 
     Returns:
         The sentences.
@@ -235,22 +259,30 @@ def read_conll(path: Path, tag_column: int | None = None) -> list[TaggedSentence
     Raises:
         PLMError: as [`read_conll_layout`][plm.tasks.readers.read_conll_layout].
     """
-    return read_conll_layout(path, tag_column)[0]
+    return read_conll_layout(path, tag_column, document_context)[0]
 
 
-def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[TaggedSentence], int, int]:
+def read_conll_layout(
+    path: Path, tag_column: int | None = None, document_context: bool = False
+) -> tuple[list[TaggedSentence], int, int]:
     """The sentences, the (1-based) column their tags came from and the file's number of columns.
 
     The tag column is ``tag_column``, or the last in the layouts that put it there
     (`TAG_LAST_LAYOUTS`); any other number of columns asks for it. Every line has
-    the same number of columns. ``-DOCSTART-`` lines are skipped. Tags may be BIO or IOB1
+    the same number of columns. ``-DOCSTART-`` lines end a document and are not words. Tags may be BIO or IOB1
     (CoNLL-2003's, where B- only separates two touching entities of one type); both come
     back as BIO: an I-X that does not continue an X entity starts one. For valid BIO
     that changes nothing, so the scheme need not be given.
 
+    With ``document_context`` each sentence holds its document's words (see
+    [`TaggedSentence`][plm.tasks.readers.TaggedSentence]): those of the sentences between the ``-DOCSTART-`` lines
+    before and after it (a file without them is one document), so that an encoder reads the words around it as
+    context, as BERT's NER did (section 5.3).
+
     Args:
         path: the file.
         tag_column: the (1-based) column of the tags, or None.
+        document_context: give each sentence its document.
 
     Returns:
         The sentences (tags as BIO), the tag column and the number of columns.
@@ -265,12 +297,16 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
     words: list[str] = []
     tags: list[str] = []
     columns = column = first = 0  # first: the line of the sentence's first word
+    document = 0  # where the current document's sentences start in sentences
     for number, line in enumerate(read_text(path).split("\n"), start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             if words:
                 sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags)), first))
                 words, tags = [], []
+            if fields and document_context:  # a -DOCSTART- line: the document before it ends
+                sentences[document:] = in_document(sentences[document:])
+                document = len(sentences)
             continue
         if len(fields) < 2:
             raise PLMError(f"{path}:{number}: a word without a tag ({line.strip()!r}); expected 'word ... tag'")
@@ -287,7 +323,24 @@ def read_conll_layout(path: Path, tag_column: int | None = None) -> tuple[list[T
         tags.append(tag)
     if words:
         sentences.append(TaggedSentence(tuple(words), tuple(to_bio(tags)), first))
+    if document_context:
+        sentences[document:] = in_document(sentences[document:])
     return _nonempty(sentences, path), column, columns
+
+
+def in_document(sentences: Sequence[TaggedSentence]) -> list[TaggedSentence]:
+    """The sentences of one document, each holding the document's words and where its own start.
+
+    Args:
+        sentences: the document's sentences, in order.
+
+    Returns:
+        The same sentences, each with the one shared ``document`` tuple and its ``offset`` in it.
+    """
+    document = tuple(word for sentence in sentences for word in sentence.words)
+    offsets = itertools.accumulate((len(sentence.words) for sentence in sentences), initial=0)
+    return [dataclasses.replace(sentence, document=document, offset=offset)
+            for sentence, offset in zip(sentences, offsets)]
 
 
 def tag_column_of(path: Path, number: int, columns: int, tag_column: int | None) -> int:
@@ -450,7 +503,9 @@ def _nonempty(examples: list, path: Path | str) -> list:
     return examples
 
 
-def read_examples(task: str, path: Path, tag_column: int | None = None, labelled: bool = True) -> list[Any]:
+def read_examples(
+    task: str, path: Path, tag_column: int | None = None, labelled: bool = True, document_context: bool = False
+) -> list[Any]:
     """The examples of ``path`` for ``task``: CoNLL, SQuAD JSON, SWAG CSV; GLUE TSV (.tsv) or JSONL otherwise.
 
     Unlabelled (``labelled`` False), a ``.txt`` file or ``-`` (stdin) is plain text, one input a line
@@ -465,6 +520,8 @@ def read_examples(task: str, path: Path, tag_column: int | None = None, labelled
         path: the file.
         tag_column: tag: the (1-based) column of the tags; None: the layout's last.
         labelled: False: examples to predict, not to train on (qa: questions without answers; plain text).
+        document_context: tag: each sentence with its CoNLL document (see
+            [`read_conll_layout`][plm.tasks.readers.read_conll_layout]).
 
     Returns:
         The examples (this module's classes).
@@ -476,7 +533,7 @@ def read_examples(task: str, path: Path, tag_column: int | None = None, labelled
         text = sys.stdin.read() if str(path) == "-" else read_text(path)
         return read_lines(task, text, "stdin" if str(path) == "-" else str(path))
     if task == "tag":
-        sentences, column, columns = read_conll_layout(pathlib.Path(path), tag_column)
+        sentences, column, columns = read_conll_layout(pathlib.Path(path), tag_column, document_context)
         print(f"{path}: tags from column {column} of {columns}", file=sys.stderr)
         return sentences
     if task == "qa":

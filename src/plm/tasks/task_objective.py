@@ -1211,20 +1211,44 @@ def build_task(
 
 @dataclass(frozen=True)
 class FinetuningRecipe:
-    """The papers' fine-tuning learning rate and warmup (a fraction of training).
+    """The papers' fine-tuning learning rate, warmup (a fraction of training) and batch size.
 
-    Both papers use batch 32, 3 epochs and Adam's betas (0.9, 0.999), as in pre-training.
+    Every recipe trains 3 epochs (the default of
+    [`FinetuneOptimization.epochs`][plm.tasks.finetune.FinetuneOptimization]) with Adam's betas (0.9, 0.999), as in
+    pre-training.
 
     Attributes:
         lr: the learning rate.
         warmup_fraction: the fraction of the steps over which the learning rate warms up.
+        batch_size: examples per batch.
         betas: Adam's betas.
     """
 
     lr: float
     warmup_fraction: float
+    batch_size: int = 32
     betas: tuple[float, float] = (0.9, 0.999)
 
 
 BERT_RECIPE = FinetuningRecipe(lr=5e-5, warmup_fraction=0.1)  # BERT A.3: lr among 5e-5, 3e-5, 2e-5; warmup 10%
+BERT_SWAG_RECIPE = FinetuningRecipe(lr=2e-5, warmup_fraction=0.1, batch_size=16)  # BERT 4.4: SWAG's, 3 epochs
 GPT1_RECIPE = FinetuningRecipe(lr=6.25e-5, warmup_fraction=0.002)  # GPT-1 4.1: warmup over 0.2% of training
+
+
+def finetuning_recipe(task: str, causal: bool) -> FinetuningRecipe:
+    """The paper's recipe for ``task`` on a GPT (``causal``) or an encoder.
+
+    A GPT takes GPT-1's for every task (its section 4.1 fine-tunes every task, multiple choice included, alike); an
+    encoder takes BERT's, SWAG's own (section 4.4: batch 16, lr 2e-5) for choice and the classification recipe
+    (appendix A.3) for the rest.
+
+    Args:
+        task: the task, one of `TASKS`.
+        causal: the backbone is a GPT.
+
+    Returns:
+        The recipe.
+    """
+    if causal:
+        return GPT1_RECIPE
+    return BERT_SWAG_RECIPE if task == "choice" else BERT_RECIPE

@@ -1,6 +1,8 @@
 """``--hyperparameters paper`` at the paper's scale: its batch, sequence length and steps (or epochs).
 
-A family's recipe carries the size of its paper's run ([`PaperScale`][plm.models.recipe.PaperScale]);
+A model's recipe carries the size of its paper's run ([`PaperScale`][plm.models.recipe.PaperScale]), the one of the
+model's size where the family's papers trained sizes differently (GPT-1's and GPT-2's, the Transformer's base and big:
+[`recipe_of`][plm.models.recipe_of]);
 [`paper_run`][plm.training.paper_scale.paper_run] turns it into the settings of one run of plm: the batch through
 gradient accumulation, so that a micro-batch still fits (micro-batch x accumulation x
 processes = the paper's batch), the sequence length at most the model's context, the
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from plm.errors import PLMError
-from plm.models import RECIPES, model_class
+from plm.models import model_class, recipe_of
 from plm.models.recipe import PaperScale
 from plm.training.starting_model import check_model_name, model_config
 
@@ -121,7 +123,7 @@ def paper_run(model: str, batch_size: int, processes: int = 1,
     given = dict(given or {})
     config = model_config(check_model_name(model))
     family = model_class(config).family
-    scale = RECIPES[family].paper_scale
+    scale = recipe_of(config).paper_scale  # the run of the model's size
     if scale is None:
         return PaperRun(family, None)
     if "grad_accum" in given:  # the user's accumulation makes the batch: the micro-batch stays as asked
@@ -188,8 +190,9 @@ def translation_run(model: str, max_tokens: int, processes: int = 1,
         PLMError: an unknown model.
     """
     given = dict(given or {})
-    family = model_class(model_config(check_model_name(model))).family
-    scale = RECIPES[family].translation_scale
+    config = model_config(check_model_name(model))
+    family = model_class(config).family
+    scale = recipe_of(config).translation_scale  # the run of the model's size
     if scale is None:
         return {}, (f"`hyperparameters` paper: the {family} recipe holds no batch or steps of its paper, so only the "
                     "optimizer and its schedule come from the paper")

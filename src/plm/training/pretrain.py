@@ -29,7 +29,7 @@ from plm.data.prepare import PrepareOptions, cached_corpus, cached_documents, co
 from plm.data.prepared import PreparedCorpus
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.models import PRESETS, RECIPES, PretrainedModel, model_class
+from plm.models import PRESETS, RECIPES, PretrainedModel, model_class, recipe_of
 from plm.models.recipe import Hyperparameters, PretrainingRecipe, check_hyperparameter_set
 from plm.objectives import OBJECTIVES as OBJECTIVE_SPECS
 from plm.objectives import Objective, ObjectiveData, ObjectiveSpec, objective_spec, phased_objective
@@ -338,7 +338,7 @@ def prepare(
     model_name = check_model_name(setup.model)
     config = model_config(model_name, setup.model_overrides)
     family = model_class(config).family
-    recipe = RECIPES[family]
+    recipe = recipe_of(config)  # with the paper settings of the model's size
     objective_name, spec = choose_objective(setup, family, recipe)
     if spec.parallel_text:
         raise PLMError(

@@ -25,7 +25,7 @@ from plm.data.prepared import PreparedPairs
 from plm.data.sentence_pairs import EncodedPairs, PairRows, SentencePair, Seq2SeqTokenizers, read_parallel, read_tsv
 from plm.device import resolve_device
 from plm.errors import PLMError, PLMWarning, with_article
-from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, model_class
+from plm.models import PRESETS, RECIPES, PretrainedModel, Seq2SeqModel, model_class, recipe_of
 from plm.models.recipe import TRANSLATION, check_hyperparameter_set
 from plm.objectives.teacher_forcing import Seq2SeqObjective
 from plm.storage.checkpoint import CHECKPOINT_DIR, model_directory
@@ -266,8 +266,9 @@ def prepare_seq2seq(
     out = Path(out)
     setup.validate()
     model_name = check_model_name(setup.model)
-    family = model_class(model_config(model_name)).family
-    recipe = RECIPES[family]
+    config = model_config(model_name)
+    family = model_class(config).family
+    recipe = recipe_of(config)  # with the paper settings of the model's size
     if OBJECTIVE not in recipe.objectives:
         seq2seq = [name for name, r in RECIPES.items() if OBJECTIVE in r.objectives]
         raise PLMError(f"`model` {setup.model}: {with_article(family)} model is not an encoder-decoder; seq2seq trains "
