@@ -1,15 +1,24 @@
-"""ELMo's probes: a linear classifier per layer for part of speech, nearest neighbours per layer for word sense."""
+"""ELMo's probes: a linear classifier per layer for part of speech, the nearest sense mean per layer for word sense."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import plm
 from plm.apps import elmo_probes
-from plm.apps.elmo_probes import LabelledSentence, probe_pos, probe_wsd, read_conll_column, read_sense_tagged
+from plm.apps.elmo_probes import (
+    LabelledSentence,
+    probe_pos,
+    probe_wsd,
+    read_conll_column,
+    read_first_senses,
+    read_sense_tagged,
+    sense_lemma,
+)
 from tests.conftest import SHARED_DATA
 
 CONLL = SHARED_DATA / "conll2003" / "eng.train"
@@ -54,33 +63,157 @@ def test_a_linear_probe_finds_the_layer_that_holds_the_tags(monkeypatch: pytest.
     assert accuracy["token"] < 0.5 and accuracy["lstm 2"] < 0.5  # chance is about 1/4
 
 
-def test_word_sense_takes_the_nearest_training_occurrence_at_each_layer(tmp_path: Path) -> None:
+# A hand-made sense-tagged corpus: two lemmas of two and three senses, words whose context decides the sense, and two
+# lemmas unseen in training. Each tagged word has made-up vectors at the token layer and the LSTM layer, so that the
+# sense means and the nearest senses can be worked out here with numpy, apart from the library.
+TRAIN = [  # (line, lemma, (token layer, LSTM layer))
+    ("he fished from the bank|bank%1:17:01:: at dawn", "bank", ([1.0, 0.1], [1.0, 0.0])),
+    ("the boat drifted to the banks|bank%1:17:01::", "bank", ([0.9, 0.3], [1.0, 0.2])),
+    ("she paid the bank|bank%1:14:00:: back", "bank", ([1.0, 0.1], [0.0, 1.0])),
+    ("the bank|bank%1:14:00:: by the river lent him a boat", "bank", ([1.0, 0.1], [0.9, 0.5])),  # a money sense near
+    ("they saw a play|drama on Broadway", "play", ([0.1, 1.0], [1.0, 1.0])),
+    ("the children play|game outside", "play", ([0.0, 1.0], [1.0, -1.0])),
+    ("she will Play|music the piano", "play", ([-0.1, 1.0], [-1.0, 0.0])),
+]
+TEST = [
+    ("we walked along the bank|bank%1:17:01:: of the stream", "bank", ([1.0, 0.1], [0.9, 0.45])),
+    ("the bank|bank%1:14:00:: approved the loan", "bank", ([1.0, 0.1], [0.1, 1.0])),
+    ("the actors rehearse the play|drama", "play", ([0.1, 1.0], [0.8, 1.0])),
+    ("the band will play|music tonight", "play", ([0.0, 1.0], [0.3, -1.0])),
+    ("a plant|plant%1:03:00:: grows by the window", "plant", ([0.5, 0.5], [0.2, 0.7])),  # unseen: its first sense
+    ("the power plant|plant%1:06:01:: closed", "plant", ([0.5, 0.5], [0.6, 0.1])),  # the first sense, which is wrong
+    ("he tuned the bass|bass%1:06:02:: guitar", "bass", ([0.3, 0.3], [0.4, 0.4])),  # unseen, no first sense
+]
+FIRST_SENSES = "plant plant%1:03:00::\nBank bank%1:14:00::\n"  # bank is seen in training: its first sense is unused
+
+
+def words_of(line: str) -> tuple[str, ...]:
+    return tuple(token.split("|")[0] for token in line.split())
+
+
+def sense_of(line: str) -> str:
+    return next(token.split("|")[1] for token in line.split() if "|" in token)
+
+
+@pytest.fixture
+def hand_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """The corpus's files, and the biLM's features stubbed with its vectors (untagged words zero)."""
+    vectors = {words_of(line): torch.tensor(layers) for line, _, layers in TRAIN + TEST}
+
+    def features(model, sentences):
+        return torch.stack([vectors[s.words] if label else torch.zeros(2, 2) for s in sentences for label in s.labels])
+
+    monkeypatch.setattr(elmo_probes, "token_features", features)
+    train, test, first = tmp_path / "train.txt", tmp_path / "test.txt", tmp_path / "first.txt"
+    train.write_text("".join(line + "\n" for line, _, _ in TRAIN))
+    test.write_text("".join(line + "\n" for line, _, _ in TEST))
+    first.write_text(FIRST_SENSES)
+    return train, test, first
+
+
+def oracle(train: list[tuple[str, str, np.ndarray]], test: list[tuple[str, str, np.ndarray]],
+           first_senses: dict[str, str]) -> list[str | None]:
+    """The paper's 1-NN with numpy: (lemma, sense, vector) of each training and test word; a sense's mean is the
+    average of its training vectors, the nearest by cosine among the lemma's wins; unseen lemmas back off."""
+    means: dict[tuple[str, str], np.ndarray] = {}
+    for lemma, sense in dict.fromkeys((lemma, sense) for lemma, sense, _ in train):
+        means[lemma, sense] = np.mean([v for le, s, v in train if (le, s) == (lemma, sense)], axis=0)
+    predicted = []
+    for lemma, _, vector in test:
+        candidates = [(sense, mean) for (le, sense), mean in means.items() if le == lemma]
+        if not candidates:
+            predicted.append(first_senses.get(lemma))
+            continue
+        cosines = [mean @ vector / (np.linalg.norm(mean) * np.linalg.norm(vector)) for _, mean in candidates]
+        predicted.append(candidates[int(np.argmax(cosines))][0])
+    return predicted
+
+
+def scores(predicted: list[str | None], gold: list[str]) -> tuple[float, float, float]:
+    """Precision over the answered, recall over all, F1 (Raganato et al.'s scorer)."""
+    correct = sum(p == g for p, g in zip(predicted, gold))
+    precision, recall = correct / sum(p is not None for p in predicted), correct / len(gold)
+    return precision, recall, 2 * precision * recall / (precision + recall)
+
+
+def test_word_sense_is_the_nearest_sense_mean_with_the_first_sense_for_unseen_lemmas(hand_made) -> None:
+    train, test, first = hand_made
+    first_senses = {"plant": "plant%1:03:00::", "bank": "bank%1:14:00::"}
+    gold = [sense_of(line) for line, _, _ in TEST]
+    result = probe_wsd(None, read_sense_tagged(train), read_sense_tagged(test),  # type: ignore[arg-type]
+                       read_first_senses(first))
+    for layer, name in enumerate(["token", "lstm 1"]):
+        predicted = oracle([(lemma, sense_of(line), np.array(v[layer])) for line, lemma, v in TRAIN],
+                           [(lemma, sense_of(line), np.array(v[layer])) for line, lemma, v in TEST], first_senses)
+        if name == "lstm 1":  # worked out by hand: four right, two wrong, one unanswered
+            assert predicted == ["bank%1:17:01::", "bank%1:14:00::", "drama", "game", "plant%1:03:00::",
+                                 "plant%1:03:00::", None]
+        precision, recall, f1 = scores(predicted, gold)
+        got = result[name]
+        assert (got.instances, got.answered, got.first_sense) == (7, 6, 2)
+        assert (got.precision, got.recall, got.f1) == pytest.approx((precision, recall, f1))
+    assert (result["lstm 1"].precision, result["lstm 1"].recall) == pytest.approx((4 / 6, 4 / 7))
+    assert result["lstm 1"].f1 == pytest.approx(8 / 13)  # 2 (4/6)(4/7) / (4/6 + 4/7), below the accuracy of answers
+
+
+def test_a_sense_mean_is_not_the_nearest_occurrence(hand_made) -> None:
+    """The first test word's single nearest training word is a money 'bank', its nearest sense mean the river's."""
+    train, test, _ = hand_made
+    query = np.array(TEST[0][2][1])
+    occurrences = [(sense_of(line), np.array(v[1])) for line, lemma, v in TRAIN if lemma == "bank"]
+    nearest = max(occurrences, key=lambda o: o[1] @ query / np.linalg.norm(o[1]) / np.linalg.norm(query))
+    assert nearest[0] == "bank%1:14:00::" != sense_of(TEST[0][0])
+    one = read_sense_tagged(test)[:1]
+    assert probe_wsd(None, read_sense_tagged(train), one)["lstm 1"].correct == 1  # type: ignore[arg-type]
+
+
+def test_with_every_instance_answered_precision_recall_and_f1_are_one_number(hand_made) -> None:
+    train, test, _ = hand_made
+    first_senses = {"plant": "plant%1:03:00::", "bass": "bass%1:06:02::"}
+    result = probe_wsd(None, read_sense_tagged(train), read_sense_tagged(test), first_senses)  # type: ignore[arg-type]
+    got = result["lstm 1"]
+    assert got.answered == got.instances == 7
+    assert got.precision == got.recall == got.f1 == pytest.approx(5 / 7)
+    nothing = probe_wsd(None, read_sense_tagged(train), read_sense_tagged(test))["lstm 1"]  # type: ignore[arg-type]
+    assert (nothing.answered, nothing.first_sense, nothing.correct) == (4, 0, 3)  # unseen lemmas: unanswered
+
+
+def test_the_lemma_is_the_sense_key_s_or_the_word_and_first_senses_read_by_lemma(tmp_path: Path) -> None:
+    assert sense_lemma("banks", "bank%1:17:01::") == "bank" and sense_lemma("Play", "music") == "play"
+    path = tmp_path / "first.txt"
+    path.write_text(FIRST_SENSES + "\n")
+    assert read_first_senses(path) == {"plant": "plant%1:03:00::", "bank": "bank%1:14:00::"}
+    path.write_text("plant\n")
+    with pytest.raises(plm.PLMError, match=r"first.txt:1: write a lemma and its first sense"):
+        read_first_senses(path)
+    path.write_text("plant a\nPlant b\n")
+    with pytest.raises(plm.PLMError, match=r"first.txt:2: the lemma 'plant' is given twice"):
+        read_first_senses(path)
+
+
+def test_word_sense_on_a_real_bilm_is_the_numpy_oracle_over_its_vectors() -> None:
     torch.manual_seed(0)
     model = plm.from_preset("elmo-micro").eval()
     train = [LabelledSentence(("the", "bank", "of", "the", "river"), (None, "shore", None, None, None)),
-             LabelledSentence(("a", "bank", "loan", "paid"), (None, "money", None, None)),
+             LabelledSentence(("a", "Bank", "loan", "paid"), (None, "money", None, None)),
              LabelledSentence(("they", "row", "to", "the", "bank"), (None, None, None, None, "shore"))]
     test = [LabelledSentence(("my", "bank", "account"), (None, "money", None)),
             LabelledSentence(("on", "the", "bank", "fishing"), (None, None, "shore", None)),
-            LabelledSentence(("a", "plant", "grows"), (None, "flora", None))]  # never seen: always wrong
-    accuracy = probe_wsd(model, train, test)
-    expected = {}
-    for layer, name in enumerate(["token", "lstm 1", "lstm 2"]):  # cosine similarity, one occurrence at a time
-        right = 0
-        for sentence in test:
-            vectors = model.embed([list(sentence.words)])[0, layer]
-            for position, sense in enumerate(sentence.labels):
-                candidates = [(torch.cosine_similarity(vectors[position], model.embed([list(t.words)])[0, layer, i],
-                                                       dim=0).item(), t.labels[i])
-                              for t in train for i, word in enumerate(t.words)
-                              if word == sentence.words[position] and t.labels[i]]
-                right += bool(sense and candidates and max(candidates)[1] == sense)
-        expected[name] = right / 3
-    assert accuracy == pytest.approx(expected)
+            LabelledSentence(("a", "plant", "grows"), (None, "flora", None))]  # unseen, no first sense: unanswered
+    result = probe_wsd(model, train, test)
+
+    def tagged(sentences, layer):
+        return [(s.words[i].lower(), label, model.embed([list(s.words)])[0, layer, i].numpy())
+                for s in sentences for i, label in enumerate(s.labels) if label]
+
+    for layer, name in enumerate(["token", "lstm 1", "lstm 2"]):
+        predicted = oracle(tagged(train, layer), tagged(test, layer), {})
+        assert predicted[2] is None
+        correct = sum(p == g for p, g in zip(predicted, ["money", "shore", "flora"]))
+        assert (result[name].correct, result[name].answered, result[name].instances) == (correct, 2, 3)
 
 
-
-def test_word_sense_neighbours_are_nearest_by_cosine_not_by_dot_product(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_word_sense_means_are_nearest_by_cosine_not_by_dot_product(monkeypatch: pytest.MonkeyPatch) -> None:
     """Vectors made so that a long training vector has the larger dot product with the test word at both layers,
     but the larger cosine only at the token layer; the oracle ranks by cosine, computed here by hand."""
     far = LabelledSentence(("bank",), ("river",))
@@ -105,4 +238,4 @@ def test_word_sense_neighbours_are_nearest_by_cosine_not_by_dot_product(monkeypa
         dot = max((far, near), key=lambda s: float(vectors[id(s)][0, layer] @ query))
         assert dot is far  # a dot product would take the long vector's sense at both layers
     assert expected == {"token": 0.0, "lstm 1": 1.0}
-    assert probe_wsd(None, [far, near], [test]) == expected  # type: ignore[arg-type]
+    assert {name: s.f1 for name, s in probe_wsd(None, [far, near], [test]).items()} == expected  # type: ignore[arg-type]

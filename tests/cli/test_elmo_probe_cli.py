@@ -34,12 +34,21 @@ def test_the_pos_probe_reports_every_layer_and_the_mix(bilm: Path, tmp_path: Pat
     assert "part-of-speech accuracy" in capsys.readouterr().out
 
 
-def test_the_wsd_probe_prints_what_the_library_computes(bilm: Path, tmp_path: Path) -> None:
-    train, test = tmp_path / "train.txt", tmp_path / "test.txt"
+def test_the_wsd_probe_prints_what_the_library_computes(bilm: Path, tmp_path: Path, capsys) -> None:
+    train, test, first = tmp_path / "train.txt", tmp_path / "test.txt", tmp_path / "first.txt"
     train.write_text("the bank|shore of the river\na bank|money loan\n")
-    test.write_text("my bank|money account\non the river bank|shore\n")
+    test.write_text("my bank|money account\non the river bank|shore\na plant|flora grows\nthe bass|fish swims\n")
+    first.write_text("plant flora\n")
     out = tmp_path / "wsd.json"
     assert main(["elmo", "probe", "wsd", "--model", str(bilm), "--train", str(train), "--test", str(test),
-                 "--json", str(out), "--device", "cpu"]) == 0
-    expected = probe_wsd(plm.load(bilm), read_sense_tagged(train), read_sense_tagged(test))
-    assert json.loads(out.read_text()) == pytest.approx(expected)
+                 "--first-senses", str(first), "--json", str(out), "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    expected = probe_wsd(plm.load(bilm), read_sense_tagged(train), read_sense_tagged(test), {"plant": "flora"})
+    written = json.loads(out.read_text())
+    assert set(written) == {"token", "lstm 1", "lstm 2"}
+    for name, score in expected.items():  # the bass is unanswered, the plant takes its first sense
+        assert written[name] == pytest.approx({"precision": score.precision, "recall": score.recall, "f1": score.f1,
+                                               "correct": score.correct, "answered": 3, "instances": 4,
+                                               "first_sense": 1})
+        assert f"  {name:<8}  {score.precision:>9.4f}  {score.recall:>7.4f}  {score.f1:>7.4f}  3 of 4\n" in printed
+    assert "4 tagged words, 1 of them (lemmas unseen in training) answered by their first sense" in printed

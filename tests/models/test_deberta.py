@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from plm.core import build_attention_mask
 from plm.errors import PLMError
 from plm.models import DebertaConfig, from_config, from_preset, preset_config, with_heads
-from plm.models.deberta import DisentangledAttention
+from plm.models.deberta import DisentangledAttention, log_buckets
 from plm.storage.checkpoint import load_model, save_model
 
 TINY = DebertaConfig(
@@ -241,3 +242,98 @@ def test_invalid_configs_are_refused(changes, message):
 
 def test_position_terms_are_kept_in_one_order():
     assert dataclasses.replace(TINY, position_terms=["p2c", "c2p"]) == TINY
+
+
+# --- the 1.5B model (paper section 5.3, released as microsoft/deberta-v2-xxlarge) ---------------------------
+
+# Its layout features at a tiny size: b = 4 buckets the distances beyond 2 of 9 tokens, up to k = 8.
+TINY_1_5B = dataclasses.replace(
+    TINY, max_relative_positions=8, key_bias=True, share_position_projections=True, position_buckets=4,
+    relative_embedding_norm=True, ngram_kernel=3,
+)
+
+
+def test_deberta_1_5b_has_the_papers_shape_and_the_released_size():
+    """48 layers of 1536 and 24 heads. Its 1,564,549,632 parameters are exactly transformers' DebertaV2Model of the
+    released config (tests/hf/test_hf_deberta.py); the paper's "1.5B" is that count cut after one decimal, 4.1%
+    below it (rounded, it would be 1.6B)."""
+    config = preset_config("deberta-1.5b")
+    assert (config.layers, config.dim, config.heads, config.ffn_dim, config.vocab_size) == (48, 1536, 24, 6144, 128100)
+    with torch.device("meta"):
+        count = from_preset("deberta-1.5b").num_parameters()
+    assert count == 1_564_549_632
+    assert int(count / 1e8) / 10 == 1.5 and abs(1.5e9 - count) / count == pytest.approx(0.0413, abs=5e-4)
+
+
+def test_log_buckets_keep_near_distances_and_share_far_ones():
+    distance = torch.arange(-40, 41)
+    bucket = log_buckets(distance, buckets=8, max_distance=32)  # m = 4
+    near = distance.abs() <= 4
+    assert torch.equal(bucket[near], distance[near])
+    assert torch.equal(bucket, -bucket.flip(0))  # bucket(-d) = -bucket(d)
+    assert bool((bucket.diff() >= 0).all()) and bucket.unique().numel() < distance.numel()
+    assert bucket[distance == 31].item() == 7  # k - 1 lands in the last bucket, 2m - 1
+
+
+def test_shared_projections_are_the_content_projections():
+    """W_k,r = W_k,c and W_q,r = W_q,c, biases included: the same as own projections that copy them."""
+    shared = randomized(DisentangledAttention(16, 2, 8, key_bias=True, share_projections=True, position_buckets=4))
+    own = DisentangledAttention(16, 2, 8, key_bias=True, position_buckets=4).eval()
+    assert not any(name.startswith("position_") for name, _ in shared.named_parameters())
+    own.load_state_dict(shared.state_dict(), strict=False)
+    w_q, w_k, _ = shared.in_proj.weight.split(16)
+    with torch.no_grad():
+        own.position_key_proj.weight.copy_(w_k)
+        own.position_key_proj.bias.copy_(shared.key_bias)
+        own.position_query_proj.weight.copy_(w_q)
+        own.position_query_proj.bias.copy_(shared.query_bias)
+        x, P = torch.randn(2, 9, 16), torch.randn(8, 16)
+        torch.testing.assert_close(shared(x, relative_embeddings=P), own(x, relative_embeddings=P))
+
+
+def test_padding_changes_no_real_token_of_the_1_5b_layout():
+    """nGiE's convolution sees each token's neighbours, never a padding position's or another sequence's."""
+    model = randomized(from_config(with_heads(TINY_1_5B, "mlm")))
+    input_ids = torch.randint(0, 101, (2, 9), generator=torch.Generator().manual_seed(0))
+    padding = torch.tensor([[1] * 9, [1] * 6 + [0] * 3])
+    with torch.no_grad():
+        batch = model(input_ids, padding)
+        alone = model(input_ids[1:, :6])
+    torch.testing.assert_close(batch.last_hidden_state[1, :6], alone.last_hidden_state[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(batch.logits[1, :6], alone.logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_every_1_5b_feature_changes_the_outputs():
+    model = randomized(from_config(TINY_1_5B))
+    input_ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(input_ids).last_hidden_state
+        for field in ("key_bias", "relative_embedding_norm", "ngram_kernel"):
+            without = from_config(dataclasses.replace(TINY_1_5B, **{field: type(getattr(TINY_1_5B, field))()}))
+            without.load_state_dict(model.state_dict(), strict=False)
+            assert not torch.allclose(without.eval()(input_ids).last_hidden_state, full, atol=1e-3), field
+
+
+def test_a_model_saved_before_the_1_5b_fields_still_loads(tmp_path):
+    model = randomized(from_config(TINY))
+    save_model(model, tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    for field in DebertaConfig.ADDED_FIELDS:
+        del saved["config"][field]
+    path.write_text(json.dumps(saved))
+    assert load_model(tmp_path).config == model.config
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(position_buckets=1), "position_buckets must be 0 or from 2 to 2 \\* max_relative_positions - 3 = 29"),
+        (dict(position_buckets=30), "position_buckets must be 0 or from 2"),
+        (dict(ngram_kernel=2), "ngram_kernel must be 0 or odd"),
+        (dict(ngram_activation="tanh"), "unknown ngram_activation 'tanh'"),
+    ],
+)
+def test_invalid_1_5b_options_are_refused(changes, message):
+    with pytest.raises(PLMError, match=message):
+        dataclasses.replace(TINY, **changes)

@@ -59,7 +59,7 @@ def test_a_sentence_in_its_document_reads_the_words_around_it_centred_and_untagg
     """BERT 5.3's document context: what fits of the document around the sentence, half on each side where both
     have it; the context's pieces carry no label and no word."""
     document = ("a", "he", "was", "over", "the", "runner", "near", "a", "hurdle", "and", "he", "was")
-    sentence = TaggedSentence(("the", "runner"), ("O", "B-PER"), document=document, offset=4)  # 4 pieces before, 6 after
+    sentence = TaggedSentence(("the", "runner"), ("O", "B-PER"), document=document, offset=4)  # 4 pieces, 3, then 6
 
     def read(max_length):
         feature = encode_tagged(tokenizer, sentence, {"O": 0, "B-PER": 1}, max_length)

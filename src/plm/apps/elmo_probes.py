@@ -3,22 +3,28 @@
 - **Part of speech** (the paper's Table 6): a linear classifier trained on one layer's vectors alone, for each
   layer, and on a learned scalar mix of them. The paper finds the first LSTM layer better than the second
   (97.3% against 96.8% on the PTB): syntax sits low in the stack.
-- **Word sense** (Table 5): a test word takes the sense of its nearest training occurrence of the same word
-  (cosine similarity of the layer's vectors), for each layer; a word never seen with a sense takes none and counts
-  as wrong. The paper finds the second layer better (69.0 F1 against 67.4 on SemCor/Senseval): semantics sits
-  high.
+- **Word sense** (Table 5), the paper's method: each sense of the training set is the average of the layer's
+  vectors of its words; a test word takes the sense of its lemma whose average is nearest (1-nearest-neighbour,
+  by cosine), for each layer; a lemma with no training word takes its first sense, which the paper reads from
+  WordNet and plm from a file of first senses
+  ([`read_first_senses`][plm.apps.elmo_probes.read_first_senses]), and stays unanswered without one. Scored as
+  the all-words WSD evaluation scores: precision, recall and F1
+  ([`SenseScores`][plm.apps.elmo_probes.SenseScores]). The paper finds the second layer better (69.0 F1
+  against 67.4, trained on SemCor, scored on the Senseval/SemEval sets): semantics sits high.
 
 The sense-tagged format is one sentence a line, words separated by spaces, a tagged word written ``word|sense``
-(``bank|bank%1:14:00`` say; the sense is any string without spaces or ``|``). SemCor and the Senseval/SemEval
-test sets, in the unified format of Raganato et al. (2017, "Word Sense Disambiguation: A Unified Evaluation
-Framework and Empirical Comparison"), convert to it line by line.
+(``bank|bank%1:14:00::`` say; the sense is any string without spaces or ``|``). A word's lemma picks its candidate
+senses: the part of a WordNet sense key before ``%``, else the word, in lower case
+([`sense_lemma`][plm.apps.elmo_probes.sense_lemma]). SemCor and the Senseval/SemEval test sets, in the unified
+format of Raganato et al. (2017, "Word Sense Disambiguation: A Unified Evaluation Framework and Empirical
+Comparison"), convert to it line by line (an instance with several gold keys keeps one).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -225,38 +231,180 @@ def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs:
             optimizer.step()
 
 
-def probe_wsd(model: Elmo, train: Sequence[LabelledSentence], test: Sequence[LabelledSentence]) -> dict[str, float]:
-    """Nearest-neighbour sense accuracy of each layer over the test's tagged words.
+@dataclass(frozen=True)
+class SenseScores:
+    """A word-sense probe's counts and scores, as the all-words WSD evaluation scores a system (Raganato et al.,
+    2017): precision over the instances answered, recall over all of them, F1 their harmonic mean. When every
+    instance is answered the three are equal (and equal to accuracy).
+
+    Attributes:
+        correct: the instances given their gold sense.
+        answered: the instances given a sense at all.
+        instances: the sense-tagged test words.
+        first_sense: the instances whose lemma no training word has, answered with the lemma's first sense.
+    """
+
+    correct: int
+    answered: int
+    instances: int
+    first_sense: int = 0
+
+    @property
+    def precision(self) -> float:
+        """correct / answered (0 when nothing is answered)."""
+        return self.correct / self.answered if self.answered else 0.0
+
+    @property
+    def recall(self) -> float:
+        """correct / instances."""
+        return self.correct / self.instances if self.instances else 0.0
+
+    @property
+    def f1(self) -> float:
+        """2 P R / (P + R) (0 when nothing is right)."""
+        total = self.precision + self.recall
+        return 2 * self.precision * self.recall / total if total else 0.0
+
+
+def sense_lemma(word: str, sense: str) -> str:
+    """The lemma a tagged word's candidate senses are looked up by, in lower case: a WordNet sense key's part before
+    ``%`` (``banks|bank%1:17:01::`` is ``bank``), else the word itself (``Bank|shore`` is ``bank``).
+
+    Args:
+        word: the word as written.
+        sense: its sense.
+
+    Returns:
+        The lemma.
+    """
+    return (sense.partition("%")[0] if "%" in sense else word).lower()
+
+
+def read_first_senses(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Each lemma's first sense, the answer for a test word whose lemma no training word has: a line ``lemma sense``.
+
+    WordNet's first sense of a lemma (its most frequent in SemCor) is what the paper backs off to; this file stands
+    in for WordNet, so it can hold exactly that (``wn.synsets(lemma)[0]``'s sense key for the lemma, with NLTK).
+
+    Args:
+        path: the file.
+
+    Returns:
+        The first sense of each lemma, by the lemma in lower case.
+
+    Raises:
+        PLMError: a line that is not two fields, a lemma given twice, or a file that cannot be read.
+    """
+    first: dict[str, str] = {}
+    for number, line in enumerate(read_text(path).split("\n"), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2:
+            raise PLMError(f"{path}:{number}: write a lemma and its first sense, got {len(fields)} field(s)")
+        lemma = fields[0].lower()
+        if lemma in first:
+            raise PLMError(f"{path}:{number}: the lemma {lemma!r} is given twice")
+        first[lemma] = fields[1]
+    return first
+
+
+def tagged_words(model: Elmo, sentences: Sequence[LabelledSentence]) -> tuple[list[str], list[str], torch.Tensor]:
+    """The sense-tagged words of ``sentences``: their lemmas (see [`sense_lemma`][plm.apps.elmo_probes.sense_lemma]),
+    their senses, and their vectors at every layer of the frozen biLM.
+
+    Args:
+        model: the biLM.
+        sentences: sense-tagged sentences.
+
+    Returns:
+        The lemmas, the senses and the vectors (tagged words, L + 1, D), in the order of the words.
+    """
+    words = [word for sentence in sentences for word in sentence.words]
+    labels = [label for sentence in sentences for label in sentence.labels]
+    positions = [i for i, label in enumerate(labels) if label]
+    senses = [str(labels[i]) for i in positions]
+    lemmas = [sense_lemma(words[i], sense) for i, sense in zip(positions, senses)]
+    return lemmas, senses, token_features(model, sentences)[positions]
+
+
+def sense_means(lemmas: Sequence[str], senses: Sequence[str],
+                vectors: torch.Tensor) -> dict[str, tuple[list[str], torch.Tensor]]:
+    """Each sense's mean vector over its training words, at every layer, grouped by lemma.
+
+    Args:
+        lemmas: each training word's lemma.
+        senses: each one's sense.
+        vectors: (words, L + 1, D).
+
+    Returns:
+        For each lemma, its senses in the order first seen and their means (senses, L + 1, D).
+    """
+    rows: dict[str, dict[str, list[int]]] = {}
+    for row, (lemma, sense) in enumerate(zip(lemmas, senses)):
+        rows.setdefault(lemma, {}).setdefault(sense, []).append(row)
+    return {lemma: (list(by_sense), torch.stack([vectors[taken].mean(0) for taken in by_sense.values()]))
+            for lemma, by_sense in rows.items()}
+
+
+def nearest_senses(means: dict[str, tuple[list[str], torch.Tensor]], lemmas: Sequence[str], vectors: torch.Tensor,
+                   layer: int, first_senses: Mapping[str, str]) -> list[str | None]:
+    """Each test word's sense: the nearest mean, by cosine, of its lemma's training senses at ``layer``; for a lemma
+    without training words its first sense, or None (unanswered) where ``first_senses`` has none.
+
+    Args:
+        means: [`sense_means`][plm.apps.elmo_probes.sense_means] of the training words.
+        lemmas: each test word's lemma.
+        vectors: (words, L + 1, D), the test words'.
+        layer: the layer compared.
+        first_senses: the first sense of each lemma.
+
+    Returns:
+        A sense, or None, per test word.
+    """
+    predicted: list[str | None] = []
+    for lemma, vector in zip(lemmas, vectors[:, layer]):
+        if lemma in means:
+            senses, centres = means[lemma]
+            similarity = F.normalize(centres[:, layer], dim=-1) @ F.normalize(vector, dim=0)  # (senses,) cosines
+            predicted.append(senses[int(similarity.argmax())])  # a tie: the sense seen first
+        else:
+            predicted.append(first_senses.get(lemma))
+    return predicted
+
+
+def probe_wsd(model: Elmo, train: Sequence[LabelledSentence], test: Sequence[LabelledSentence],
+              first_senses: Mapping[str, str] | None = None) -> dict[str, SenseScores]:
+    """ELMo's word-sense probe (section 5.3, Table 5): 1-nearest-neighbour to the sense means, at each layer.
+
+    Each sense seen in ``train`` is the mean of its words' vectors; a test word takes the sense of its lemma whose
+    mean is nearest by cosine; a lemma no training word has takes its first sense from ``first_senses`` (WordNet's
+    first sense in the paper), and is left unanswered without one.
 
     Args:
         model: the frozen biLM.
-        train: sense-tagged sentences (the neighbours).
+        train: sense-tagged sentences whose senses are averaged.
         test: sense-tagged sentences to score.
+        first_senses: the first sense of each lemma (see
+            [`read_first_senses`][plm.apps.elmo_probes.read_first_senses]); None: no backoff.
 
     Returns:
-        Accuracy by layer: ``token``, ``lstm 1`` .. ``lstm L``.
+        Precision, recall and F1 by layer: ``token``, ``lstm 1`` .. ``lstm L``.
 
     Raises:
-        PLMError: a test file without tagged words.
+        PLMError: training or test sentences without a tagged word.
     """
-    def tagged(sentences: Sequence[LabelledSentence]) -> tuple[list[str], list[str], torch.Tensor]:
-        positions = [i for i, label in enumerate(label for s in sentences for label in s.labels) if label]
-        words = [word for s in sentences for word in s.words]
-        labels = [label for s in sentences for label in s.labels]
-        return ([words[i] for i in positions], [str(labels[i]) for i in positions],
-                F.normalize(token_features(model, sentences)[positions], dim=-1))  # unit vectors: dot = cosine
-
-    train_words, train_senses, train_vectors = tagged(train)
-    test_words, test_senses, test_vectors = tagged(test)
-    if not test_words:
+    first_senses = first_senses or {}
+    if not any(label for sentence in train for label in sentence.labels):
+        raise PLMError("the training sentences have no sense-tagged word")
+    if not any(label for sentence in test for label in sentence.labels):
         raise PLMError("the test sentences have no sense-tagged word")
-    accuracies = {}
-    for layer, name in enumerate(layer_names(train_vectors.shape[1])):
-        right = 0
-        for word, sense, vector in zip(test_words, test_senses, test_vectors[:, layer]):
-            same = [i for i, other in enumerate(train_words) if other == word]
-            if same:
-                nearest = same[int((train_vectors[same, layer] @ vector).argmax())]
-                right += train_senses[nearest] == sense
-        accuracies[name] = right / len(test_words)
-    return accuracies
+    means = sense_means(*tagged_words(model, train))
+    lemmas, gold, vectors = tagged_words(model, test)
+    backed_off = sum(lemma not in means and lemma in first_senses for lemma in lemmas)
+    scores = {}
+    for layer, name in enumerate(layer_names(vectors.shape[1])):
+        predicted = nearest_senses(means, lemmas, vectors, layer, first_senses)
+        scores[name] = SenseScores(sum(p == g for p, g in zip(predicted, gold)),
+                                   sum(p is not None for p in predicted), len(gold), backed_off)
+    return scores

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
-from plm.apps.elmo_probes import probe_pos, probe_wsd, read_conll_column, read_sense_tagged
+from plm.apps.elmo_probes import (
+    SenseScores,
+    probe_pos,
+    probe_wsd,
+    read_conll_column,
+    read_first_senses,
+    read_sense_tagged,
+)
+from plm.apps.elmo_weights import elmo_mix_weights, plot_mix_weights
 from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
@@ -23,7 +32,7 @@ from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.loading import find_tokenizer, opened
 from plm.models.elmo import MIXES, Elmo, contextual_neighbors, embed_sentences, static_neighbors
-from plm.storage.atomic_files import atomic_open
+from plm.storage.atomic_files import atomic_open, write_json
 from plm.tokenization.characters import WORD_ROLES, split_words
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -95,10 +104,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="what each biLM layer knows: part of speech, word sense (ELMo 5.3)",
         description="ELMo's probes of a frozen biLM. pos: a linear classifier trained on each layer alone, and on a "
         "learned scalar mix, over a CoNLL file's POS column (the paper's Table 6 finds the first LSTM layer "
-        "better than the second). wsd: each tagged test word takes the sense of its nearest tagged training "
-        "occurrence of the same word, by cosine of each layer's vectors (Table 5: the second layer is better). "
-        "The sense-tagged format is a sentence a line, a tagged word written word|sense; SemCor and the "
-        "Senseval/SemEval sets of Raganato et al.'s unified WSD framework convert to it.",
+        "better than the second). wsd: the paper's 1-nearest-neighbour: each sense's vectors averaged over the "
+        "training words, each tagged test word given its lemma's sense whose mean is nearest by cosine of each "
+        "layer's vectors, a lemma unseen in training its first sense (--first-senses), scored by precision, recall "
+        "and F1 (Table 5: the second layer is better). The sense-tagged format is a sentence a line, a tagged word "
+        "written word|sense; SemCor and the Senseval/SemEval sets of Raganato et al.'s unified WSD framework convert "
+        "to it.",
         epilog=PROBE_EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -115,19 +126,42 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_json(pos)
     add_device(pos)
     pos.set_defaults(run=run_probe_pos)
-    wsd = probes.add_parser("wsd", help="nearest-neighbour word sense per layer", epilog=PROBE_EXAMPLES,
+    wsd = probes.add_parser("wsd", help="word sense by the nearest sense mean, per layer", epilog=PROBE_EXAMPLES,
                             formatter_class=HelpFormatter)
     add_model(wsd, "a biLM directory or training run")
-    wsd.add_argument("--train", required=True, help="sense-tagged sentences: the neighbours")
+    wsd.add_argument("--train", required=True, help="sense-tagged sentences whose senses are averaged")
     wsd.add_argument("--test", required=True, help="sense-tagged sentences to score")
+    wsd.add_argument("--first-senses", metavar="FILE",
+                     help="a lemma and its first sense a line (WordNet's first sense, in the paper): the answer for a "
+                     "lemma unseen in training (default: none, such a word is left unanswered)")
     add_json(wsd)
     add_device(wsd)
     wsd.set_defaults(run=run_probe_wsd)
 
+    weights = actions.add_parser(
+        "weights",
+        help="the layer weights a fine-tuned task learned for ELMo (ELMo 5.5)",
+        description="Print the softmax-normalised layer weights s_j and the scale gamma of each of ELMo's scalar "
+        "mixes in a model fine-tuned with plm finetune --elmo: the mix at the BiLSTM's input, and with "
+        "--elmo-output the one at its output (the paper's Figure 2); with --out, draw them as a bar plot.",
+        epilog=WEIGHTS_EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
+    add_model(weights, "a model or run fine-tuned with plm finetune --elmo")
+    weights.add_argument("--out", help="also draw the weights to this PNG file")
+    add_json(weights)
+    weights.set_defaults(run=run_weights)
+
 
 PROBE_EXAMPLES = """examples:
   plm elmo probe pos --model runs/elmo --train conll2003/eng.train --test conll2003/eng.testa
-  plm elmo probe wsd --model runs/elmo --train semcor.txt --test senseval2.txt --json wsd.json
+  plm elmo probe wsd --model runs/elmo --train semcor.txt --test senseval2.txt --first-senses first.txt --json wsd.json
+"""
+
+
+WEIGHTS_EXAMPLES = """examples:
+  plm finetune --task pair --model $MINILM --train snli.jsonl --features 0 --elmo runs/elmo --elmo-output --out snli
+  plm elmo weights --model snli --out snli-weights.png --json snli-weights.json
 """
 
 
@@ -143,9 +177,46 @@ def run_probe_pos(args: argparse.Namespace) -> None:
 
 def run_probe_wsd(args: argparse.Namespace) -> None:
     check_outputs(args.json)
+    train, test = read_sense_tagged(args.train), read_sense_tagged(args.test)
+    first_senses = read_first_senses(args.first_senses) if args.first_senses else None
     model, _ = load_elmo(args.model, args.device, args.revision)
-    accuracy = probe_wsd(model, read_sense_tagged(args.train), read_sense_tagged(args.test))
-    report(f"word-sense accuracy on {args.test} (nearest training occurrence)", accuracy, args.json)
+    scores = probe_wsd(model, train, test, first_senses)
+    some = next(iter(scores.values()))
+    print(f"word sense on {args.test}: the nearest sense mean of {args.train} (1-NN, cosine); {some.instances:,} "
+          f"tagged words, {some.first_sense:,} of them (lemmas unseen in training) answered by their first sense")
+    print(f"  {'layer':<8}  {'precision':>9}  {'recall':>7}  {'F1':>7}  answered")
+    for name, score in scores.items():
+        print(f"  {name:<8}  {score.precision:>9.4f}  {score.recall:>7.4f}  {score.f1:>7.4f}  "
+              f"{score.answered:,} of {score.instances:,}")
+    if args.json:
+        write_json(args.json, {name: wsd_numbers(score) for name, score in scores.items()})
+
+
+def wsd_numbers(score: SenseScores) -> dict[str, float | int]:
+    """A layer's scores and counts, as --json writes them."""
+    return {"precision": score.precision, "recall": score.recall, "f1": score.f1, "correct": score.correct,
+            "answered": score.answered, "instances": score.instances, "first_sense": score.first_sense}
+
+
+def run_weights(args: argparse.Namespace) -> None:
+    if args.out is not None:
+        if Path(args.out).suffix.lower() != ".png":
+            raise PLMError(f"--out {args.out}: the plot is a PNG image; give a file name ending in .png")
+        check_output_file(args.out)
+    check_outputs(args.json)
+    _, model = opened(args.model, "cpu", args.revision)
+    mixes = elmo_mix_weights(model)
+    layers = mixes[0].layers
+    print(f"ELMo's layer weights in {args.model}: softmax-normalised s_j of each scalar mix, and its gamma")
+    print(f"  {'mix':<6}" + "".join(f"  {name:>7}" for name in layers) + f"  {'gamma':>7}")
+    for mix in mixes:
+        print(f"  {mix.place:<6}" + "".join(f"  {w:>7.4f}" for w in mix.weights) + f"  {mix.gamma:>7.4f}")
+    if args.json:
+        write_json(args.json, {mix.place: {"weights": dict(zip(mix.layers, mix.weights)), "gamma": mix.gamma}
+                               for mix in mixes})
+    if args.out is not None:
+        plot_mix_weights(mixes, args.out, f"ELMo's layer weights in {Path(args.model).name}")
+        print(f"wrote {args.out}")
 
 
 def load_elmo(path: str, device: str, revision: str | None = None) -> tuple[Elmo, Tokenizer | None]:
