@@ -233,9 +233,11 @@ def fit(probe: nn.Module, features: torch.Tensor, targets: torch.Tensor, epochs:
 
 @dataclass(frozen=True)
 class SenseScores:
-    """A word-sense probe's counts and scores, as the all-words WSD evaluation scores a system (Raganato et al.,
-    2017): precision over the instances answered, recall over all of them, F1 their harmonic mean. When every
-    instance is answered the three are equal (and equal to accuracy).
+    """A word-sense probe's counts, and its precision, recall and F1.
+
+    As the all-words WSD evaluation scores a system (Raganato et al., 2017): precision over the instances answered,
+    recall over all of them, F1 their harmonic mean. When every instance is answered the three are equal (and equal
+    to accuracy).
 
     Attributes:
         correct: the instances given their gold sense.
@@ -251,24 +253,26 @@ class SenseScores:
 
     @property
     def precision(self) -> float:
-        """correct / answered (0 when nothing is answered)."""
+        """The share right among the instances answered (0 when none is)."""
         return self.correct / self.answered if self.answered else 0.0
 
     @property
     def recall(self) -> float:
-        """correct / instances."""
+        """The share right among all the instances."""
         return self.correct / self.instances if self.instances else 0.0
 
     @property
     def f1(self) -> float:
-        """2 P R / (P + R) (0 when nothing is right)."""
+        """The harmonic mean 2 P R / (P + R) (0 when nothing is right)."""
         total = self.precision + self.recall
         return 2 * self.precision * self.recall / total if total else 0.0
 
 
 def sense_lemma(word: str, sense: str) -> str:
-    """The lemma a tagged word's candidate senses are looked up by, in lower case: a WordNet sense key's part before
-    ``%`` (``banks|bank%1:17:01::`` is ``bank``), else the word itself (``Bank|shore`` is ``bank``).
+    """The lemma that a tagged word's candidate senses are looked up by, in lower case.
+
+    A WordNet sense key's part before ``%`` (``banks|bank%1:17:01::`` is ``bank``), else the word itself
+    (``Bank|shore`` is ``bank``).
 
     Args:
         word: the word as written.
@@ -281,7 +285,7 @@ def sense_lemma(word: str, sense: str) -> str:
 
 
 def read_first_senses(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Each lemma's first sense, the answer for a test word whose lemma no training word has: a line ``lemma sense``.
+    """Each lemma's first sense, the answer for a test word whose lemma no training word has: ``lemma sense`` a line.
 
     WordNet's first sense of a lemma (its most frequent in SemCor) is what the paper backs off to; this file stands
     in for WordNet, so it can hold exactly that (``wn.synsets(lemma)[0]``'s sense key for the lemma, with NLTK).
@@ -310,8 +314,9 @@ def read_first_senses(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def tagged_words(model: Elmo, sentences: Sequence[LabelledSentence]) -> tuple[list[str], list[str], torch.Tensor]:
-    """The sense-tagged words of ``sentences``: their lemmas (see [`sense_lemma`][plm.apps.elmo_probes.sense_lemma]),
-    their senses, and their vectors at every layer of the frozen biLM.
+    """The sense-tagged words of ``sentences``: lemmas, senses, and vectors at every layer of the frozen biLM.
+
+    The lemmas are [`sense_lemma`][plm.apps.elmo_probes.sense_lemma]'s.
 
     Args:
         model: the biLM.
@@ -349,8 +354,9 @@ def sense_means(lemmas: Sequence[str], senses: Sequence[str],
 
 def nearest_senses(means: dict[str, tuple[list[str], torch.Tensor]], lemmas: Sequence[str], vectors: torch.Tensor,
                    layer: int, first_senses: Mapping[str, str]) -> list[str | None]:
-    """Each test word's sense: the nearest mean, by cosine, of its lemma's training senses at ``layer``; for a lemma
-    without training words its first sense, or None (unanswered) where ``first_senses`` has none.
+    """Each test word's sense: the nearest mean, by cosine, of its lemma's training senses at ``layer``.
+
+    A lemma without training words takes its first sense, or None (unanswered) where ``first_senses`` has none.
 
     Args:
         means: [`sense_means`][plm.apps.elmo_probes.sense_means] of the training words.

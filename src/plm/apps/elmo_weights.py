@@ -97,7 +97,7 @@ def plot_mix_weights(mixes: Sequence[MixWeights], path: str | os.PathLike[str], 
                                      squeeze=False)
     for axes, mix in zip(panels[0], mixes):
         axes.bar(range(len(mix.weights)), mix.weights, color="tab:blue")
-        axes.axhline(1 / len(mix.weights), color="gray", linestyle="--", linewidth=1)
+        axes.axhline(1 / len(mix.weights), color="gray", linestyle="dashed", linewidth=1)
         axes.set_xticks(range(len(mix.layers)), mix.layers)
         axes.set_ylim(0, 1)
         axes.set_title(f"{mix.place} (gamma {mix.gamma:.3f})")

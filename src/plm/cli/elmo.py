@@ -43,6 +43,7 @@ EXAMPLES = """examples:
   plm elmo neighbors --model runs/elmo --word play plays.txt
   plm elmo neighbors --model runs/elmo --word play plays.txt --query "They saw a play on Broadway ." --neighbors 5
   plm elmo embed --model elmo-plm sentences.txt --out vectors.npy   # AllenNLP's biLM, after plm convert
+  plm elmo weights --model runs/ner --out weights.png   # the layer weights a plm finetune --elmo run learned
 """
 
 
@@ -51,8 +52,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "elmo",
         help="ELMo: contextual word vectors from a biLM",
         description="Use a biLM trained with `plm pretrain --model elmo`, or AllenNLP's converted with `plm "
-        "convert`. Sentences are the lines of a UTF-8 file (embed: one row per line, so no empty lines), split into "
-        "words and punctuation as in training.",
+        "convert`; `weights` reads a model fine-tuned with `plm finetune --elmo` instead. Sentences are the lines "
+        "of a UTF-8 file (embed: one row per line, so no empty lines), split into words and punctuation as in "
+        "training.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
