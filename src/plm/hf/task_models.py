@@ -320,7 +320,7 @@ class TaskConverter(Converter):
         """
         model_type = BY_FAMILY[config.backbone_family].model_type(config.backbone)
         if model_type not in LAYOUTS:
-            raise PLMError(f"plm has no Hugging Face format for {config.backbone_family} task models")
+            raise PLMError(f"plm has no Hugging Face format for {model_type} task models")
         return LAYOUTS[model_type]
 
     def weights_from_hf(self, weights: HFWeights, config: TaskConfig) -> dict[str, torch.Tensor]:
