@@ -34,8 +34,9 @@ test: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff check --select D --ignore D105,D107 $(PUBLIC_API)
 	$(VENV)/bin/mypy src/plm
-	@# a worker per core (at most 4), each test file on one worker so that its module fixtures are built once
-	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile
+	@# a worker per core (at most 4), each test file on one worker so that its module fixtures are built once;
+	@# and the ten slowest tests named at the end, so that a test grown slow is seen
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist loadfile --durations 10
 
 bench: setup
 	$(PY) benchmarks/bench_gpt2.py --config both --compile
