@@ -1,5 +1,7 @@
-"""DeBERTa checkpoints of Hugging Face transformers: ``deberta`` (``DebertaModel``, ``DebertaForMaskedLM``) and
-``deberta-v2``, the layout of the 1.5B model (``DebertaV2Model``, ``DebertaV2ForMaskedLM``).
+"""DeBERTa checkpoints of Hugging Face transformers, in both their layouts.
+
+``deberta`` (``DebertaModel``, ``DebertaForMaskedLM``) and ``deberta-v2``, the layout of the 1.5B model
+(``DebertaV2Model``, ``DebertaV2ForMaskedLM``).
 
 v1's ``in_proj`` stacks W_Q, W_K, W_V head by head (rows q_0, k_0, v_0, q_1, ...),
 plm's in whole matrices (Q, K, V); the rows are reordered both ways. ``pos_proj`` is
@@ -124,8 +126,10 @@ ARCHITECTURES = {  # model_type -> (bare model, masked LM)
 
 @register
 class DebertaConverter(Converter):
-    """DeBERTa: ``deberta`` (``DebertaModel``, ``DebertaForMaskedLM``) and ``deberta-v2`` (``DebertaV2Model``,
-    ``DebertaV2ForMaskedLM``)."""
+    """DeBERTa, both layouts: ``deberta`` (``DebertaModel``, ``DebertaForMaskedLM``) and ``deberta-v2``.
+
+    The latter is ``DebertaV2Model`` and ``DebertaV2ForMaskedLM``, the 1.5B model's.
+    """
     family = "deberta"
     model_types = ("deberta", "deberta-v2")
 

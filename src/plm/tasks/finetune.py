@@ -168,8 +168,9 @@ class FinetuneHead:
         "trained)")
 
     def validate(self) -> None:
-        """Raise a PLMError naming the field of the first value that cannot train (see `FinetuneSetup.validate` for
-        the values that depend on the task).
+        """Raise a PLMError naming the field of the first value that cannot train.
+
+        The values that depend on the task are `FinetuneSetup.validate`'s to check.
 
         Raises:
             PLMError: ``elmo`` without ``features``, ``elmo_output`` without ``elmo``, ``pooling`` with ``features``,

@@ -801,8 +801,10 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 
 class Run(Protocol):
-    """What [`train_run`][plm.training.trainer.train_run] trains: a [`Trainer`][plm.training.trainer.Trainer], or the
-    trainers of a fine-tuning sweep in one run directory."""
+    """What [`train_run`][plm.training.trainer.train_run] trains.
+
+    A [`Trainer`][plm.training.trainer.Trainer], or the trainers of a fine-tuning sweep in one run directory.
+    """
 
     def train(self, resume: bool = False, overwrite: bool = False,
               definition: dict[str, Any] | None = None) -> dict[str, float]:
