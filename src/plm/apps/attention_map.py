@@ -21,7 +21,7 @@ from plm.data.sentence_pairs import Seq2SeqTokenizers
 from plm.errors import PLMError
 from plm.models.base import Seq2SeqModel
 from plm.objectives.translation import recipe_decoding, translate_ids
-from plm.storage.atomic_files import atomic_open
+from plm.storage.atomic_files import write_png
 from plm.tokenization.protocol import TokenizerLike
 from plm.tokenization.tokenizer import Tokenizer
 
@@ -237,8 +237,4 @@ def plot(attention: AttentionMap, path: str | os.PathLike[str]) -> None:
     axes.set_title(attention.title, pad=12)
     figure.colorbar(image, ax=axes, fraction=0.04)
     figure.tight_layout()
-    try:
-        with atomic_open(path) as file:
-            figure.savefig(file, format="png", dpi=110)
-    finally:
-        pyplot.close(figure)
+    write_png(figure, path)

@@ -47,7 +47,7 @@ from typing import Any
 from plm.config import checked_value
 from plm.errors import PLMError
 from plm.models import PRESETS, recipe_of
-from plm.storage.atomic_files import atomic_open, make_directory, read_json, write_json
+from plm.storage.atomic_files import make_directory, read_json, write_json, write_png
 from plm.storage.checkpoint import has_checkpoint
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.pretrain import PretrainSetup, block_size_of, prepare
@@ -516,11 +516,6 @@ def plot_curves(spec: CompareSpec, results: list[RunResult], path: str | Path) -
     Raises:
         PLMError: the file cannot be written.
     """
-    from matplotlib import pyplot
-
-    figure = draw_curves(spec, results)
     path = Path(path)
-    with atomic_open(path) as file:
-        figure.savefig(file, format="png", dpi=120)
-    pyplot.close(figure)
+    write_png(draw_curves(spec, results), path, dpi=120)
     return path

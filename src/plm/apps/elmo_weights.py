@@ -17,7 +17,7 @@ from plm.apps.elmo_probes import layer_names
 from plm.errors import PLMError, with_article
 from plm.models.base import PretrainedModel
 from plm.models.scalar_mix import ScalarMix
-from plm.storage.atomic_files import atomic_open
+from plm.storage.atomic_files import write_png
 from plm.tasks.bilstm import LayerCombination
 from plm.tasks.feature_based import FeatureTagger
 
@@ -104,8 +104,4 @@ def plot_mix_weights(mixes: Sequence[MixWeights], path: str | os.PathLike[str], 
     panels[0][0].set_ylabel("softmax-normalised weight s_j")
     figure.suptitle(title)
     figure.tight_layout()
-    try:
-        with atomic_open(path) as file:
-            figure.savefig(file, format="png", dpi=110)
-    finally:
-        pyplot.close(figure)
+    write_png(figure, path)

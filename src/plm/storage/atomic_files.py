@@ -140,6 +140,26 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+def write_png(figure: Any, path: str | os.PathLike[str], dpi: int = 110) -> None:
+    """Write a matplotlib ``figure`` to ``path`` as a PNG, whole or not at all, and close it.
+
+    Args:
+        figure: the matplotlib figure (closed afterwards, written or not: pyplot keeps every open one).
+        path: the PNG file.
+        dpi: its resolution.
+
+    Raises:
+        PLMError: the file cannot be written.
+    """
+    from matplotlib import pyplot  # only the commands that draw pay for matplotlib
+
+    try:
+        with atomic_open(path) as file:
+            figure.savefig(file, format="png", dpi=dpi)
+    finally:
+        pyplot.close(figure)
+
+
 def write_json(path: str | os.PathLike[str], value: Any) -> None:
     """Write ``value`` as indented JSON to ``path``, atomically.
 
