@@ -18,7 +18,7 @@ from plm.tasks.feature_based import feature_tagger
 from plm.tasks.finetune import FinetuneData, FinetuneHead, FinetuneSetup, prepare_sweep
 from plm.tasks.readers import TaggedSentence, read_conll
 from plm.tasks.synthetic import synthetic_task
-from plm.tasks.task_objective import TaskObjective, build_task, encode_all, model_inputs
+from plm.tasks.task_objective import TaskObjective, build_task, encode_all, model_inputs, model_outputs
 from plm.tokenization.tokenizer import Tokenizer
 from plm.training.optim import build_optimizer
 from plm.training.trainer import Trainer, TrainingConfig
@@ -328,3 +328,31 @@ def test_wrong_uses_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_predict_and_eval_read_a_model_s_files_in_their_documents_when_asked(tokenizer, tmp_path, capsys):
+    """A model fine-tuned with document context is read back the same way: plm predict's tags are those the library
+    gives the sentences read in their documents, not alone; plm eval task takes the flag too; other tasks refuse it."""
+    (tmp_path / "docs.conll").write_text(DOCUMENTS)
+    torch.manual_seed(0)
+    model = feature_tagger(encoder_for(tokenizer), (-1,), len(LABELS), LABELS, hidden=8, dropout=0.0).eval()
+    save_model(model, tmp_path / "tagger", tokenizer)
+    task = build_task("tag", tokenizer, model, LABELS, words=True)
+
+    def library(document_context: bool) -> list:
+        sentences = read_conll(tmp_path / "docs.conll", document_context=document_context)
+        features = encode_all(task, sentences)
+        return task.predict(model_outputs(model, task, features, 8, progress=False), features, sentences)
+
+    def predicted(*flags: str) -> list:
+        assert main(["predict", "--model", str(tmp_path / "tagger"), str(tmp_path / "docs.conll"), "--device", "cpu",
+                     "--no-progress", *flags]) == 0
+        return [json.loads(line)["prediction"] for line in capsys.readouterr().out.splitlines()]
+
+    assert library(True) != library(False)  # the neighbours' words change some tags of this random model
+    assert predicted("--document-context") == library(True)
+    assert predicted() == library(False)
+    assert main(["eval", "task", "--model", str(tmp_path / "tagger"), str(tmp_path / "docs.conll"), "--device",
+                 "cpu", "--no-progress", "--document-context"]) == 0
+    assert main(["predict", "--model", str(tmp_path / "tagger"), "-", "--document-context"]) == 2
+    assert "--document-context reads CoNLL documents" in capsys.readouterr().err

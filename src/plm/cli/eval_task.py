@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -42,6 +43,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_model(parser, "fine-tuned model directory or run (plm finetune --out)")
     parser.add_argument("file", help="labelled examples in the model's task format")
     add_task_input(parser)
+    flags.DOCUMENT_CONTEXT.add(parser, note="as the model was fine-tuned")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_json(parser)
     add_no_progress(parser)
@@ -54,7 +56,7 @@ def run_eval_task(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
     model = with_weights(model, args)
-    examples = read_examples(task.name, args.file, args.tag_column)
+    examples = read_examples(task.name, args.file, args.tag_column, document_context=args.document_context)
     predictions, scores = run(model, task, examples, args.batch_size, progress=not args.no_progress)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")

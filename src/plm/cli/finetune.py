@@ -134,7 +134,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     Flag.of(FinetuneHead, "features", type=layer_indices).add(parser)
     Flag.of(FinetuneHead, "combine", choices=COMBINATIONS).add(parser)
     Flag.of(FinetuneHead, "lstm_dim", type=positive_int, metavar="N").add(parser)
-    Flag.of(FinetuneData, "document_context").add(parser)
+    flags.DOCUMENT_CONTEXT.add(parser)
     Flag.of(FinetuneHead, "elmo", metavar="DIR").add(parser)
     Flag.of(FinetuneHead, "elmo_output").add(parser)
     parser.add_argument("--mix-layer-norm", action="store_true",

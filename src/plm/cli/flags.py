@@ -29,6 +29,7 @@ from plm.cpu.int8 import QUANTIZATIONS
 from plm.device import DEVICES, PRECISIONS
 from plm.errors import FIELD
 from plm.models.recipe import HYPERPARAMETER_SETS, OPTIMIZERS, SCHEDULES
+from plm.tasks.finetune import FinetuneData
 from plm.training.parallel import STRATEGIES
 from plm.training.tensorboard import REPORTERS
 from plm.training.trainer import TrainingConfig
@@ -331,6 +332,7 @@ TOKENIZER_SAMPLE = Flag(
 )
 TEXT_FIELD = Flag("--text-field", "the field of a JSONL record, or the column of a Parquet file or dataset, that "
                   "holds the text", default="text")
+DOCUMENT_CONTEXT = Flag.of(FinetuneData, "document_context")
 TAG_COLUMN = Flag("--tag-column", "the CoNLL column of the tags, 1 being the word", type=positive_int,
                   per_command_default=True)
 SRC = Flag("--src", "source sentences, one per line", field="source")

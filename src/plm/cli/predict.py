@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from plm.cli import flags
 from plm.cli.common import (
     HelpFormatter,
     add_device,
@@ -47,6 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         "also plain text (.txt, or - for stdin), one input a line")
     parser.add_argument("--out", help="JSONL file to write (default: standard output)")
     add_task_input(parser)
+    flags.DOCUMENT_CONTEXT.add(parser, note="as the model was fine-tuned")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_no_progress(parser)
     add_device(parser)
@@ -60,7 +62,8 @@ def run_predict(args: argparse.Namespace) -> None:
     model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision,
                                   stride=args.stride)
     model = with_weights(model, args)
-    examples = read_examples(task.name, args.file, args.tag_column, labelled=False)
+    examples = read_examples(task.name, args.file, args.tag_column, labelled=False,
+                             document_context=args.document_context)
     features = encode_all(task, examples)
     outputs = model_outputs(model, task, features, args.batch_size, progress=not args.no_progress)
     predictions = task.predict(outputs, features, examples)

@@ -527,9 +527,14 @@ def read_examples(
         The examples (this module's classes).
 
     Raises:
-        PLMError: a file that cannot be read as the task's format, naming the file and the line.
+        PLMError: a file that cannot be read as the task's format, naming the file and the line; document context
+            asked of a task other than tag, or of plain text.
     """
-    if not labelled and (str(path) == "-" or pathlib.Path(path).suffix == ".txt"):
+    plain = not labelled and (str(path) == "-" or pathlib.Path(path).suffix == ".txt")
+    if document_context and (task != "tag" or plain):
+        raise PLMError(f"`document_context` reads CoNLL documents: it is for `task` tag's CoNLL files, not {path} "
+                       f"({task})")
+    if plain:
         text = sys.stdin.read() if str(path) == "-" else read_text(path)
         return read_lines(task, text, "stdin" if str(path) == "-" else str(path))
     if task == "tag":
