@@ -7,10 +7,11 @@ import argparse
 from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_device, add_parallelism, check_output_file, positive_int
 from plm.cli.flags import in_flags
-from plm.models import RECIPES
+from plm.models import recipe_of
 from plm.storage.atomic_files import write_json
 from plm.training.paper_scale import paper_run
 from plm.training.plan import Memory, PlanSetup, parse_bytes, plan, report
+from plm.training.starting_model import check_model_name, model_config
 
 EXAMPLES = """examples:
   plm plan --model gpt2-xl --processes 8 --strategy fsdp --device cuda --memory 80GB
@@ -73,5 +74,5 @@ def set_paper_scale(args: argparse.Namespace) -> None:
     args.batch_size = scaled.settings.get("batch_size", args.batch_size)
     args.block_size = scaled.settings.get("block_size", args.block_size)
     if "optimizer" not in args.given_flags:
-        args.optimizer = RECIPES[scaled.family].paper.optimizer
+        args.optimizer = recipe_of(model_config(check_model_name(args.model))).paper.optimizer  # its size's
     print(in_flags(scaled.describe(), args.flag_of))
