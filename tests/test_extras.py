@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.cli.test_cli import TINY_RUN
 
 EXTRAS = ("starlette", "uvicorn", "huggingface_hub", "tensorboard", "sentencepiece", "sacremoses", "h5py", "pyarrow",
-          "zstandard")
+          "zstandard", "gguf")
 # Runs the commands of the JSON file argv[1] and writes their exit statuses and what they wrote to stderr to argv[2].
 WITHOUT_EXTRAS = f"""
 import contextlib, io, json, sys
@@ -63,6 +63,8 @@ def test_the_base_install_trains_and_generates_and_names_the_extra_a_command_nee
          f"{parquet}: reading Parquet needs pyarrow: pip install 'plm[data]'\n"),
         (["pretrain", *TINY_RUN, "--train", str(zstd), "--steps", "2", "--out", "run3"],
          f"{zstd}: reading .zst files needs zstandard: pip install 'plm[data]'\n"),
+        (["convert", "--model", "run", "--to", "gguf", "--out", "run.gguf"],
+         "plm convert: error: writing GGUF needs llama.cpp's gguf package: pip install 'plm[gguf]'\n"),
     ]
     answers = plm_without_extras([*works, *(args for args, _ in refused)], cwd=tmp_path)
     for args, (code, err) in zip(works, answers):

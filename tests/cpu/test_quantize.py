@@ -10,9 +10,12 @@ import torch
 from torch import nn
 
 import plm
+import plm.cpu.int8 as int8_routes
 from plm.apps.text_pipelines import file_perplexity
 from plm.cli.main import main
+from plm.cpu import timing
 from plm.cpu.int8 import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
+from plm.cpu.timing import FIRST_RETIME_S, TimedRoutes
 from plm.loading import inference_weights
 from plm.storage.checkpoint import WEIGHTS_FILE
 from tests.conftest import synthetic_text
@@ -34,7 +37,9 @@ def test_each_row_is_rounded_to_int8_with_its_own_scale() -> None:
 def test_the_int8_product_is_the_dequantized_weights_product(route: str, monkeypatch) -> None:
     """Against the fp64 product of the bf16-rounded input and the dequantized weights, plus the fp32 bias,
     by either route a product may take (which one is timed per machine; here each is forced in turn)."""
-    monkeypatch.setattr(Int8Weight, "bf16_is_faster", lambda self, rows: route == "bf16 product")
+    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
+    faster = "bf16" if route == "bf16 product" else "int8"
+    monkeypatch.setattr(Int8Weight, "route_seconds", lambda self, rows, bias: {"bf16": 1.0, "int8": 2.0, faster: 0.5})
     torch.manual_seed(0)
     linear, x = nn.Linear(96, 40), torch.randn(4, 5, 96)  # 20 rows: enough for either route
     int8 = Int8Linear(linear)
@@ -51,11 +56,34 @@ def test_a_few_rows_always_take_the_int8_kernel_and_many_rows_the_faster_route_t
     """Decoding's few rows read a quarter of fp32's bytes through the kernel; a shape's route is timed only once."""
     timed = []
     monkeypatch.setattr("plm.cpu.int8.best_seconds", lambda call: timed.append(call) or len(timed))
-    monkeypatch.setattr("plm.cpu.int8.BF16_ROUTES", {})
+    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
     weight = Int8Weight.of(torch.randn(40, 96))
-    assert not weight.bf16_is_faster(torch.randn(MANY_ROWS - 1, 96).bfloat16()) and not timed
-    assert weight.bf16_is_faster(torch.randn(MANY_ROWS + 1, 96).bfloat16())  # the stub times bf16 first: it "wins"
-    assert weight.bf16_is_faster(torch.randn(MANY_ROWS + 3, 96).bfloat16()) and len(timed) == 2  # same bucket
+    weight.linear(torch.randn(MANY_ROWS - 1, 96))
+    assert not timed and not int8_routes.BF16_ROUTES
+    weight.linear(torch.randn(MANY_ROWS + 1, 96))
+    threads = torch.get_num_threads()
+    assert int8_routes.BF16_ROUTES == {(32, 40, 96, threads): "bf16"}  # the stub times bf16 first: it "wins"
+    weight.linear(torch.randn(MANY_ROWS + 3, 96))
+    assert len(timed) == 2  # same bucket
+
+
+def test_a_many_row_route_chosen_in_a_slow_spell_is_timed_again_after_a_while(monkeypatch) -> None:
+    """As the one-token routes are (tests/cpu/test_routes.py): a winner timed under load must not stay for good."""
+    now = [0.0]
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
+    seconds = {"bf16": 2.0, "int8": 1.0}  # at first use, under load
+    monkeypatch.setattr(Int8Weight, "route_seconds", lambda self, rows, bias: dict(seconds))
+    weight, x = Int8Weight.of(torch.randn(40, 96)), torch.randn(MANY_ROWS, 96)
+    key = (MANY_ROWS, 40, 96, torch.get_num_threads())
+    weight.linear(x)
+    assert int8_routes.BF16_ROUTES[key] == "int8"
+    seconds.update(bf16=0.5)  # the load is gone
+    weight.linear(x)
+    assert int8_routes.BF16_ROUTES[key] == "int8"  # not timed again at every call
+    now[0] += FIRST_RETIME_S
+    weight.linear(x)
+    assert int8_routes.BF16_ROUTES[key] == "bf16"
 
 
 def test_an_int8_embedding_looks_up_the_dequantized_rows() -> None:

@@ -1,12 +1,15 @@
-"""plm.cpu.linear's one-token route: the same numbers as F.linear, chosen by timing it as decoding uses it."""
+"""plm.cpu.linear's one-token route: the same numbers as F.linear, chosen by timing it as decoding uses it, and
+timed again when the machine changes."""
 
 import importlib
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from plm.cpu.timing import STREAM_BYTES, streamed_seconds
+from plm.cpu import timing
+from plm.cpu.timing import FIRST_RETIME_S, STREAM_BYTES, TimedRoutes, streamed_seconds
 
 routes = importlib.import_module("plm.cpu.linear")  # plm.core re-exports the function ``linear`` under that name
 
@@ -40,7 +43,7 @@ def test_a_weight_larger_than_the_cache_is_timed_as_it_is() -> None:
 
 
 def test_each_shape_takes_the_route_that_timed_faster(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(routes, "ROUTES", {})
+    monkeypatch.setattr(routes, "ROUTES", TimedRoutes())
     seconds = {768: {"plain": 2.0, "blocked": 1.0, "vector": 3.0}, 1024: {"plain": 2.0, "blocked": 3.0, "vector": 1.5}}
     ran: list[str] = []
     for name, route in list(routes.ONE_TOKEN_ROUTES.items()):
@@ -60,6 +63,100 @@ def test_each_shape_takes_the_route_that_timed_faster(monkeypatch: pytest.Monkey
     assert routes.ROUTES == {(1, 768, 256, threads, torch.float32): "blocked",
                              (1, 1024, 256, threads, torch.float32): "vector",
                              (2, 1024, 256, threads, torch.float32): "plain"}
+
+
+class FakeMachine:
+    """A machine on a fake clock: a call by a route takes ``cost[route]`` seconds of it (and computes nothing, so
+    that the tests' thousands of calls take no real time); timing every route gives ``timed`` (the costs themselves
+    unless a test says otherwise)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.cost = {"plain": 2e-5, "blocked": 1e-5, "vector": 3e-5}
+        self.timed = self.cost
+        self.retimings = 0  # how many times every route was timed
+        self.reads = 0  # of the clock: each call timed reads it
+
+    def clock(self) -> float:
+        self.reads += 1
+        return self.now
+
+    def route(self, name: str) -> Callable:
+        def run(*args) -> None:
+            self.now += self.cost[name]
+            self.ran = name
+
+        return run
+
+    def streamed_seconds(self, product: Callable, weight: torch.Tensor) -> float:
+        product(weight)
+        self.retimings += self.ran == "plain"  # timed first
+        return self.timed[self.ran]
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
+    machine = FakeMachine()
+    monkeypatch.setattr(timing, "clock", machine.clock)
+    monkeypatch.setattr(routes, "ROUTES", TimedRoutes())
+    monkeypatch.setattr(routes, "streamed_seconds", machine.streamed_seconds)
+    for name in list(routes.ONE_TOKEN_ROUTES):
+        monkeypatch.setitem(routes.ONE_TOKEN_ROUTES, name, machine.route(name))
+    return machine
+
+
+ONE_ROW, WEIGHT = torch.randn(1, 256), torch.randn(256, 256)
+KEY = routes.route_key(1, WEIGHT)
+
+
+def decode(calls: int) -> None:
+    for _ in range(calls):
+        routes.linear(ONE_ROW, WEIGHT)
+
+
+def test_a_route_chosen_in_a_slow_spell_is_timed_again_and_left_once_the_machine_is_quiet(machine) -> None:
+    """Warmed up with another process on one of two cores, the one-thread matrix-vector route won and was kept:
+    30 tok/s where 65 were possible once the machine was quiet. Its own calls run as fast as before, so only the
+    timing again after a while in wall time finds the two-thread route faster."""
+    machine.cost = {"plain": 2e-3, "blocked": 1e-3, "vector": 1.5e-3}
+    machine.timed = {"plain": 4e-3, "blocked": 3e-3, "vector": 1.5e-3}  # at first use, under load
+    decode(1)
+    assert routes.ROUTES[KEY] == "vector"
+    machine.timed = machine.cost  # the load is gone
+    decode(int(2 * FIRST_RETIME_S / 1.5e-3))  # past the first timing again (made when an observation is due)
+    assert routes.ROUTES[KEY] == "blocked"
+    assert machine.retimings == 2
+
+
+def test_a_timing_again_keeps_a_winner_that_another_route_beats_by_a_hair(machine) -> None:
+    """Routes that round differently should not swap back and forth between timings that differ by noise."""
+    machine.cost = {"plain": 2e-3, "blocked": 1e-3, "vector": 3e-3}
+    decode(1)
+    machine.cost = machine.timed = {"plain": 0.96e-3, "blocked": 1e-3, "vector": 3e-3}
+    decode(int(2 * FIRST_RETIME_S / 1e-3))  # past the first timing again (made when an observation is due)
+    assert machine.retimings == 2 and routes.ROUTES[KEY] == "blocked"
+
+
+@pytest.mark.parametrize("change", [3, 1 / 3], ids=["slower", "faster"])
+def test_calls_of_the_winner_that_contradict_its_first_timing_time_every_route_again(machine, change: float) -> None:
+    decode(1)
+    assert routes.ROUTES[KEY] == "blocked" and machine.retimings == 1
+    machine.cost["blocked"] *= 1.2 if change > 1 else 1 / 1.2  # within the factor: noise, not a new machine
+    decode(1000)
+    assert machine.retimings == 1
+    machine.cost["blocked"] = 1e-5 * change
+    decode(5000)
+    assert machine.retimings == 2
+    assert routes.ROUTES[KEY] == ("plain" if change > 1 else "blocked")  # 3e-5 against plain's 2e-5
+
+
+def test_a_steady_machine_times_few_calls_and_times_every_route_a_handful_of_times(machine) -> None:
+    machine.cost = {"plain": 2e-3, "blocked": 1e-3, "vector": 3e-3}
+    calls = int(12 * FIRST_RETIME_S / 1e-3)  # a minute on the fake clock
+    decode(calls)
+    assert routes.ROUTES[KEY] == "blocked"
+    assert machine.retimings <= 5  # at first use, then 5, 10, 20 ... s of use apart (4 in this minute)
+    assert machine.reads < 0.01 * calls  # a call timed now and then, the interval between them grown
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

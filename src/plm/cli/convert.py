@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from plm.cli.common import HelpFormatter, add_model, write_model_directory
+from plm.cli.common import HelpFormatter, add_model, check_output_file, write_model_directory
 from plm.data.sentence_pairs import Seq2SeqTokenizers, reads_reversed
 from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
-from plm.loading import find_tokenizer, is_plm_directory
+from plm.llama_cpp import GGUF_TYPES, write_gguf
+from plm.loading import find_tokenizer, is_plm_directory, load
 from plm.storage.checkpoint import load_model, model_directory, save_model
 from plm.storage.hub import local_or_hub
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
@@ -23,6 +24,8 @@ EXAMPLES = """examples:
   plm convert --model runs/fsdp --out gpt2-whole/       # an FSDP run's shards -> one plm model directory
   plm convert --model gpt2-whole --out gpt2-hf/         # ... and that -> Hugging Face
   plm convert --model elmo-original/ --out elmo-plm/    # AllenNLP's ELMo: *options.json + *weights.hdf5 -> plm
+  plm convert --model runs/pretrain --to gguf --out model.gguf             # llama.cpp's format, f16 matrices
+  plm convert --model runs/pretrain --to gguf --type q8_0 --out model.gguf # ... 8-bit blocks, as llama.cpp's q8_0
 """
 
 
@@ -38,15 +41,24 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the released files keep no softmax, so it embeds but has no LM loss (h5py reads them: "
         "pip install 'plm[elmo]'). "
         "The tokenizer is carried along when there is one. "
+        "--to gguf writes one file for llama.cpp and the tools that read GGUF instead: a GPT-2-layout model with its "
+        "byte-level BPE tokenizer, its matrices in --type (the gguf package writes it: pip install 'plm[gguf]'). "
         "Weights are read with safetensors (or torch.load(weights_only=True)), never unpickled.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     add_model(parser, "the directory to convert")
-    parser.add_argument("--out", required=True, help="directory to write; new or empty unless --overwrite")
+    parser.add_argument("--out", required=True,
+                        help="the directory to write, new or empty unless --overwrite; with --to gguf, the file")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace a directory that is not empty: the converted model takes its place whole, "
-                        "so no file of the old one stays")
+                        help="replace a directory that is not empty (or a GGUF file): the converted model takes its "
+                        "place whole, so no file of the old one stays")
+    parser.add_argument("--to", choices=("gguf",),
+                        help="gguf: write llama.cpp's format (one file). Left out, the direction follows from --model")
+    parser.add_argument("--type", choices=GGUF_TYPES,
+                        help="with --to gguf: the type of the weight matrices (default: f16, as llama.cpp's converter; "
+                        "norms, biases and positions stay f32, as it keeps them); q8_0 is 8-bit blocks of 32 with one "
+                        "scale each")
     parser.set_defaults(run=run)
 
 
@@ -59,6 +71,11 @@ def carried_tokenizer(directory: Path) -> Seq2SeqTokenizers | Tokenizer | None:
 
 def run(args: argparse.Namespace) -> None:
     source = local_or_hub(args.model, args.revision)
+    if args.to == "gguf":
+        write_gguf_file(source, Path(args.out), args.type or "f16", args.overwrite)
+        return
+    if args.type is not None:
+        raise PLMError("--type is the tensor type of a GGUF file: give it with --to gguf")
 
     def write(directory: Path) -> str:
         if is_plm_directory(source):
@@ -83,3 +100,18 @@ def run(args: argparse.Namespace) -> None:
         return f"plm {model.family} model"
 
     print(f"wrote {write_model_directory(source, Path(args.out), args.overwrite, write)} to {args.out}")
+
+
+def write_gguf_file(source: Path, out: Path, tensor_type: str, overwrite: bool) -> None:
+    """``plm convert --to gguf``: the model at ``source`` and its tokenizer as one GGUF file at ``out``."""
+    check_output_file(str(out))
+    if out.exists() and not overwrite:
+        raise PLMError(f"{out}: the file exists; choose another --out or pass --overwrite to replace it")
+    if not source.exists():
+        raise PLMError(f"{source}: no such directory")
+    model = load(source)
+    tokenizer = find_tokenizer(model_directory(source) if is_plm_directory(source) else source)
+    if tokenizer is None:
+        raise PLMError(f"{source}: no tokenizer beside the model, and a GGUF file carries one for llama.cpp")
+    write_gguf(model, tokenizer, out, tensor_type)
+    print(f"wrote a GGUF {model.family} model ({tensor_type} matrices) to {out}")

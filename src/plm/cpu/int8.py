@@ -15,26 +15,32 @@ The int8 kernel pays off when a product has a few rows (decoding one token a seq
 With many rows (a prompt, a batch of beams) it can be slower than fp32 on a CPU with fast
 bf16 products: there the int8 values (exact in bf16) are multiplied as a bf16 matrix and
 the scales applied after. Which of the two is faster is a
-property of the machine, so each shape times both at its first use and keeps the faster.
+property of the machine, so each shape times both at its first use and keeps the faster,
+and times them again when the winner's own calls slow down or speed up, and after a while
+anyway: a route chosen while another process loaded the machine must not stay once the
+load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.cpu.timing import best_seconds
+from plm.cpu.timing import TimedRoutes, best_seconds
 from plm.errors import PLMError
 
 QUANTIZATIONS = ("int8",)
 COMPUTE_DTYPE = torch.bfloat16  # the kernel's input, output and scales
 ALIGNMENT = 64  # bytes: an AVX-512 register
 MANY_ROWS = 16  # from here on a product may take the bf16 route (see the module docstring)
-BF16_ROUTES: dict[tuple[int, int, int, int], bool] = {}  # (rows rounded up to a power of 2, out, in, threads) -> won
+INT8_ROUTES = ("bf16", "int8")  # the bf16 product of the int8 values, the int8 kernel; timed in this order
+# (rows rounded up to a power of 2, out, in, threads) -> the faster of INT8_ROUTES for that many rows
+BF16_ROUTES: TimedRoutes[tuple[int, int, int, int]] = TimedRoutes()
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class Int8Weight:
         return self.values.device
 
     def __getitem__(self, rows: slice) -> Int8Weight:
+        """The int8 weight of ``rows``, as slicing an fp32 weight's rows gives theirs."""
         return Int8Weight(self.values[rows], self.scales[rows])
 
     def dequantized(self) -> torch.Tensor:
@@ -105,13 +112,31 @@ class Int8Weight:
             The (..., out) fp32 product.
         """
         rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
-        if self.bf16_is_faster(rows):
-            y = self.bf16_product(rows)  # (N, out) fp32
-            y = y if bias is None else y + bias
-        else:  # bf16 + fp32 bias is fp32: one op where .float() and the addition would be two
-            y = self.int8_product(rows)  # (N, out) bf16
-            y = y.float() if bias is None else torch.add(bias, y)
+        if rows.shape[0] < MANY_ROWS or torch.compiler.is_compiling():  # no timing inside a traced graph
+            y = self.product("int8", rows, bias)
+        else:
+            key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
+            y = BF16_ROUTES.run(key, partial(self.route_seconds, rows, bias),
+                                partial(self.product, rows=rows, bias=bias))
         return y.view(*x.shape[:-1], self.values.shape[0])
+
+    def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """Multiply rows (N, in) in bf16 -> (N, out) in fp32 by one of `INT8_ROUTES`, adding the bias.
+
+        Args:
+            route: "int8" (the int8 kernel) or "bf16" (the values as a bf16 matrix).
+            rows: (N, in) bf16 input rows.
+            bias: (out,) fp32, or None.
+
+        Returns:
+            The (N, out) fp32 product.
+        """
+        if route == "bf16":
+            y = self.bf16_product(rows)  # (N, out) fp32
+            return y if bias is None else y + bias
+        y = self.int8_product(rows)  # (N, out) bf16
+        # bf16 + fp32 bias is fp32: one op where .float() and the addition would be two
+        return y.float() if bias is None else torch.add(bias, y)
 
     def int8_product(self, rows: torch.Tensor) -> torch.Tensor:
         """Multiply rows (N, in) in bf16 -> (N, out) in bf16, through PyTorch's int8-weight kernel.
@@ -135,25 +160,18 @@ class Int8Weight:
         """
         return F.linear(rows, self.values.to(COMPUTE_DTYPE)).float() * self.scales.float()
 
-    def bf16_is_faster(self, rows: torch.Tensor) -> bool:
-        """Whether this many rows take the bf16 route on this machine: timed once per shape (the best of 3 each).
-
-        Fewer than ``MANY_ROWS`` rows, and any under torch.compile, take the int8 kernel.
+    def route_seconds(self, rows: torch.Tensor, bias: torch.Tensor | None) -> dict[str, float]:
+        """Seconds the product of ``rows`` takes by each of `INT8_ROUTES` on this machine now (the best of 3 each).
 
         Args:
-            rows: (N, in) the input rows about to be multiplied.
+            rows: (N, in) the bf16 input rows about to be multiplied.
+            bias: (out,) fp32, or None.
 
         Returns:
-            True when the bf16 route won for this shape.
+            The seconds of each route, by name.
         """
-        if rows.shape[0] < MANY_ROWS or torch.compiler.is_compiling():
-            return False
-        key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
-        if key not in BF16_ROUTES:
-            with torch.no_grad():
-                BF16_ROUTES[key] = best_seconds(lambda: self.bf16_product(rows)) < best_seconds(
-                    lambda: self.int8_product(rows))
-        return BF16_ROUTES[key]
+        with torch.no_grad():
+            return {route: best_seconds(lambda: self.product(route, rows, bias)) for route in INT8_ROUTES}
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
         """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in).
@@ -193,6 +211,7 @@ class Int8Module(nn.Module):
     weight_scales: torch.Tensor
 
     def __init__(self, weight: torch.Tensor) -> None:
+        """Quantize ``weight`` into the buffers."""
         super().__init__()
         int8 = Int8Weight.of(weight)
         self.register_buffer("weight_values", int8.values)
@@ -225,6 +244,7 @@ class Int8Linear(Int8Module):
     bias: torch.Tensor | None  # a buffer
 
     def __init__(self, linear: nn.Linear) -> None:
+        """Quantize ``linear``'s weight and keep a copy of its bias."""
         super().__init__(linear.weight)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
@@ -248,6 +268,7 @@ class Int8Embedding(Int8Module):
     """
 
     def __init__(self, embedding: nn.Embedding) -> None:
+        """Quantize ``embedding``'s table."""
         super().__init__(embedding.weight)
         self.num_embeddings, self.embedding_dim = embedding.weight.shape
 

@@ -11,8 +11,10 @@ gains, and the machines they were measured on, are in the speed page of the docs
   has a fast matrix-vector kernel instead, and with one row in bf16 PyTorch's GEMM path
   reads the weight slower than its matrix-vector kernel (``torch.mv``), so each shape
   takes the route that wins on the machine at hand, timed at its first use with the weight
-  read from memory as decoding reads it ([`one_token_route`][plm.cpu.linear.one_token_route],
-  [`plm.cpu.timing`][plm.cpu.timing]).
+  read from memory as decoding reads it ([`one_token_linear`][plm.cpu.linear.one_token_linear]).
+  The winner is timed again when its own calls slow down or speed up, and after a while
+  anyway: a route chosen while another process loaded the machine must not stay once the
+  load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 * Very many output features (the vocabulary projection of a language model, on
   every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written
@@ -30,14 +32,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.cpu.int8 import Int8Weight
-from plm.cpu.timing import streamed_seconds
+from plm.cpu.timing import TimedRoutes, streamed_seconds
 
 BLOCKS = 4
 MAX_ROWS = 4
 MIN_WEIGHT_NUMEL = 1 << 16  # 256 x 256: below that, a product is mostly the call
 CHUNK = 1024
 MIN_CHUNKED_FEATURES = 16384
-ROUTES: dict[tuple[int, int, int, int, torch.dtype], str] = {}  # (rows, out, in, threads, dtype) -> the winner
+ROUTES: TimedRoutes[tuple[int, int, int, int, torch.dtype]] = TimedRoutes()  # (rows, out, in, threads, dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -67,10 +69,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
         # Under torch.compile inductor picks its own kernels for the product.
         return F.linear(x, weight, bias) if torch.compiler.is_compiling() else WideLinear.apply(x, weight, bias)
     if torch.compiler.is_compiling():  # no timing inside a traced graph: the route measured before, if any
-        route = ROUTES.get(route_key(rows, weight), "plain")
-    else:
-        route = one_token_route(x, weight, bias)
-    return ONE_TOKEN_ROUTES[route](x, weight, bias)
+        return ONE_TOKEN_ROUTES[ROUTES.get(route_key(rows, weight), "plain")](x, weight, bias)
+    return one_token_linear(x, weight, bias)
 
 
 def blocked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -135,12 +135,12 @@ def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int, torc
     return rows, *weight.shape, torch.get_num_threads(), weight.dtype
 
 
-def one_token_route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str:
-    """The fastest of `ONE_TOKEN_ROUTES` for this shape on this machine, timed at its first use.
+def one_token_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The one-token product by the fastest of `ONE_TOKEN_ROUTES` for this shape on this machine.
 
-    The winner depends on the machine's MKL (whether its matrix-vector kernel is fast) and the dtype, so
-    each route is measured, with the weight read from memory, once per shape (some 50 ms a route).
-    ``vector`` multiplies one row only.
+    The winner depends on the machine's MKL (whether its matrix-vector kernel is fast), the dtype and the
+    load on the machine, so each route is measured, with the weight read from memory, at a shape's first use
+    (some 50 ms a route) and again when `ROUTES` finds it due. ``vector`` multiplies one row only.
 
     Args:
         x: (..., in) the input.
@@ -148,20 +148,19 @@ def one_token_route(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         bias: (out,), or None.
 
     Returns:
-        The winning route's name.
+        The (..., out) product.
     """
     rows = x.numel() // weight.shape[1]
-    key = route_key(rows, weight)
-    if key not in ROUTES:
-        names = ["plain", "blocked"] + (["vector"] if rows == 1 else [])
 
-        def timed(route: Product) -> float:
+    def time_routes() -> dict[str, float]:
+        def seconds(route: Product) -> float:
             return streamed_seconds(lambda w: route(x, w, bias), weight)
 
+        names = ["plain", "blocked"] + (["vector"] if rows == 1 else [])
         with torch.no_grad():
-            seconds = {name: timed(ONE_TOKEN_ROUTES[name]) for name in names}
-        ROUTES[key] = min(seconds, key=seconds.__getitem__)
-    return ROUTES[key]
+            return {name: seconds(ONE_TOKEN_ROUTES[name]) for name in names}
+
+    return ROUTES.run(route_key(rows, weight), time_routes, lambda route: ONE_TOKEN_ROUTES[route](x, weight, bias))
 
 
 def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:

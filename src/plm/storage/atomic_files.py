@@ -106,11 +106,44 @@ def staging_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
 
 
 @contextmanager
-def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open ``path`` for writing so that readers see the old file or the whole new one.
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file beside ``path`` for a writer that opens files itself; it becomes ``path`` when all is well.
 
-    The data goes to a temporary file in the same directory that replaces ``path``
-    only when the ``with`` block ends without an error; otherwise it is removed.
+    The temporary file replaces ``path`` only when the ``with`` block ends without an error; otherwise it
+    is removed, and ``path`` is as it was.
+
+    Args:
+        path: the file to write; its directory is created if missing.
+
+    Yields:
+        The temporary file's path (the file exists, empty).
+
+    Raises:
+        PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
+    """
+    path = Path(path)
+    make_directory(path.parent)
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as error:
+        raise cannot_write(path, error) from None
+    try:
+        os.chmod(temporary, default_mode())
+        yield Path(temporary)
+        os.replace(temporary, path)
+    except BaseException as error:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        # A failed write or close names no file, a failed rename the temporary one: both are this file's.
+        if isinstance(error, OSError) and error.filename in (None, temporary):
+            raise cannot_write(path, error) from None
+        raise
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open ``path`` for writing so that readers see the old file or the whole new one (see `atomic_path`).
 
     Args:
         path: the file to write; its directory is created if missing.
@@ -121,23 +154,8 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     Raises:
         PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
     """
-    path = Path(path)
-    make_directory(path.parent)
-    try:
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as error:
-        raise cannot_write(path, error) from None
-    try:
-        os.chmod(temporary, default_mode())
-        with os.fdopen(fd, "wb") as file:
-            yield file
-        os.replace(temporary, path)
-    except BaseException as error:
-        os.unlink(temporary)
-        # A failed write or close names no file, a failed rename the temporary one: both are this file's.
-        if isinstance(error, OSError) and error.filename in (None, temporary):
-            raise cannot_write(path, error) from None
-        raise
+    with atomic_path(path) as temporary, open(temporary, "wb") as file:
+        yield file
 
 
 def write_png(figure: Any, path: str | os.PathLike[str], dpi: int = 110) -> None:
