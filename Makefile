@@ -49,6 +49,7 @@ bench: setup
 	$(PY) benchmarks/bench_finetune.py --config both
 	$(PY) benchmarks/bench_fsdp.py --config both
 	$(PY) benchmarks/bench_data.py
+	$(PY) benchmarks/bench_load.py
 	$(PY) benchmarks/summary.py
 
 quality: setup

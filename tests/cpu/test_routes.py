@@ -75,10 +75,8 @@ class FakeMachine:
         self.cost = {"plain": 2e-5, "blocked": 1e-5, "vector": 3e-5}
         self.timed = self.cost
         self.retimings = 0  # how many times every route was timed
-        self.reads = 0  # of the clock: each call timed reads it
 
     def clock(self) -> float:
-        self.reads += 1
         return self.now
 
     def route(self, name: str) -> Callable:
@@ -123,7 +121,7 @@ def test_a_route_chosen_in_a_slow_spell_is_timed_again_and_left_once_the_machine
     decode(1)
     assert routes.ROUTES[KEY] == "vector"
     machine.timed = machine.cost  # the load is gone
-    decode(int(2 * FIRST_RETIME_S / 1.5e-3))  # past the first timing again (made when an observation is due)
+    decode(int(1.2 * FIRST_RETIME_S / 1.5e-3))  # past the first timing again
     assert routes.ROUTES[KEY] == "blocked"
     assert machine.retimings == 2
 
@@ -133,30 +131,26 @@ def test_a_timing_again_keeps_a_winner_that_another_route_beats_by_a_hair(machin
     machine.cost = {"plain": 2e-3, "blocked": 1e-3, "vector": 3e-3}
     decode(1)
     machine.cost = machine.timed = {"plain": 0.96e-3, "blocked": 1e-3, "vector": 3e-3}
-    decode(int(2 * FIRST_RETIME_S / 1e-3))  # past the first timing again (made when an observation is due)
+    decode(int(1.2 * FIRST_RETIME_S / 1e-3))  # past the first timing again
     assert machine.retimings == 2 and routes.ROUTES[KEY] == "blocked"
 
 
-@pytest.mark.parametrize("change", [3, 1 / 3], ids=["slower", "faster"])
-def test_calls_of_the_winner_that_contradict_its_first_timing_time_every_route_again(machine, change: float) -> None:
+def test_the_winner_s_calls_changing_speed_do_not_time_every_route_again(machine) -> None:
+    """A watch of the winner's own calls saw the cache, not the load: after a timing streamed 64 MB through it,
+    gpt2-mini's weights were back in it a few tokens later, 1.5x faster, and every route was timed again every
+    few tokens (100 tok/s where 650 were possible)."""
     decode(1)
-    assert routes.ROUTES[KEY] == "blocked" and machine.retimings == 1
-    machine.cost["blocked"] *= 1.2 if change > 1 else 1 / 1.2  # within the factor: noise, not a new machine
-    decode(1000)
-    assert machine.retimings == 1
-    machine.cost["blocked"] = 1e-5 * change
-    decode(5000)
-    assert machine.retimings == 2
-    assert routes.ROUTES[KEY] == ("plain" if change > 1 else "blocked")  # 3e-5 against plain's 2e-5
+    for cost in (3e-5, 1e-5 / 3, 1e-5) * 100:
+        machine.cost["blocked"] = cost
+        decode(10)
+    assert machine.now < FIRST_RETIME_S and machine.retimings == 1
 
 
-def test_a_steady_machine_times_few_calls_and_times_every_route_a_handful_of_times(machine) -> None:
+def test_a_steady_machine_times_every_route_a_handful_of_times(machine) -> None:
     machine.cost = {"plain": 2e-3, "blocked": 1e-3, "vector": 3e-3}
-    calls = int(12 * FIRST_RETIME_S / 1e-3)  # a minute on the fake clock
-    decode(calls)
+    decode(int(60 / 1e-3))  # a minute on the fake clock
     assert routes.ROUTES[KEY] == "blocked"
-    assert machine.retimings <= 5  # at first use, then 5, 10, 20 ... s of use apart (4 in this minute)
-    assert machine.reads < 0.01 * calls  # a call timed now and then, the interval between them grown
+    assert machine.retimings == 4  # at first use, then 5, 10, 20 s of use apart
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

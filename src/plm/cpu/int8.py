@@ -16,9 +16,8 @@ With many rows (a prompt, a batch of beams) it can be slower than fp32 on a CPU 
 bf16 products: there the int8 values (exact in bf16) are multiplied as a bf16 matrix and
 the scales applied after. Which of the two is faster is a
 property of the machine, so each shape times both at its first use and keeps the faster,
-and times them again when the winner's own calls slow down or speed up, and after a while
-anyway: a route chosen while another process loaded the machine must not stay once the
-load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
+and times them again after a while: a route chosen while another process loaded the machine
+must not stay once the load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 """
 
 from __future__ import annotations

@@ -12,9 +12,8 @@ gains, and the machines they were measured on, are in the speed page of the docs
   reads the weight slower than its matrix-vector kernel (``torch.mv``), so each shape
   takes the route that wins on the machine at hand, timed at its first use with the weight
   read from memory as decoding reads it ([`one_token_linear`][plm.cpu.linear.one_token_linear]).
-  The winner is timed again when its own calls slow down or speed up, and after a while
-  anyway: a route chosen while another process loaded the machine must not stay once the
-  load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
+  Every route is timed again after a while: a route chosen while another process loaded
+  the machine must not stay once the load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 * Very many output features (the vocabulary projection of a language model, on
   every position of a batch). MKL's GEMM slows down as the number of output features
   grows; the same product computed ``CHUNK`` output columns at a time, each written

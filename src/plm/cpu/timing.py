@@ -3,32 +3,26 @@
 A route is timed at a shape's first use, and that first use may fall in a slow spell: another process
 on one of two cores makes the two-thread routes look slow and the one-thread matrix-vector route win,
 and a winner kept for the life of the process then decoded at 30 tok/s where 65 were possible once the
-machine was quiet. So [`TimedRoutes`][plm.cpu.timing.TimedRoutes] keeps each shape's winner under watch:
-it times the winner's own calls now and then and times every route again when those calls slow down or
-speed up, and also after a while in wall time, since a one-thread winner runs as fast once the load is
-gone and only the routes it beat would show it.
+machine was quiet. So [`TimedRoutes`][plm.cpu.timing.TimedRoutes] times every route of a shape again
+after a while in wall time, with a back-off: a one-thread winner runs as fast once the load is gone,
+and only the routes it beat show it.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import torch
 
 STREAM_BYTES = 64 << 20  # more than the last-level cache of the machines plm is benchmarked on (32 MB)
-SAMPLES = 5  # calls of the winner timed in a row; their median is one observation
-FIRST_INTERVAL = 64  # calls between observations after a new winner; doubled after each that agrees
-MAX_INTERVAL = 4096
-FACTOR = 1.5  # an observation this much slower or faster than the winner's first one times every route again
 FIRST_RETIME_S = 5.0  # every route timed again after this much wall time, then after twice as long, and so on
-MAX_RETIME_S = 120.0  # a timing of every route costs some 50 ms a shape: under 1% of the time at this spacing
+MAX_RETIME_S = 120.0  # a timing of every route costs 0.1-0.2 s a shape: under 1% of the time at this spacing
 SWITCH_GAIN = 1.1  # a timing replaces the winner only by a route this much faster: no flapping between equals
-clock: Callable[[], float] = time.perf_counter  # read by TimedRoutes, for the calls' time and the wall time alike
+clock: Callable[[], float] = time.perf_counter  # TimedRoutes' wall time (a test's fake clock)
 
 Key = TypeVar("Key")
 Result = TypeVar("Result")
@@ -72,38 +66,26 @@ class Watch:
     Attributes:
         route: the winner's name.
         retime_at: the `clock` reading from which every route is timed again.
-        retime_after: the wall time from the last timing of every route to the next (seconds).
-        calls_left: the calls before the next one timed.
-        interval: the calls between observations.
-        baseline: the winner's first observation (seconds a call), None until taken.
-        samples: the winner's calls timed so far towards the next observation (seconds each).
+        retime_after: the wall time from this timing of every route to the next (seconds).
     """
 
     route: str
     retime_at: float
     retime_after: float = FIRST_RETIME_S
-    calls_left: int = 0
-    interval: int = FIRST_INTERVAL
-    baseline: float | None = None
-    samples: list[float] = field(default_factory=list)
 
 
 class TimedRoutes(Mapping[Key, str], Generic[Key]):
-    """For each key (a product's shape), the route timed fastest, timed again when a later timing says otherwise.
+    """For each key (a product's shape), the route timed fastest, timed again after a while.
 
     As a mapping it is key -> the winner's name. [`run`][plm.cpu.timing.TimedRoutes.run] times every route of
-    a key at its first use and keeps the winner, then watches it:
+    a key at its first use and keeps the winner; every route is timed again ``FIRST_RETIME_S`` of wall time
+    later, then after twice as long each time, up to ``MAX_RETIME_S``, and a timing replaces the winner only
+    by a route ``SWITCH_GAIN`` times faster. A call between timings reads the clock once.
 
-    * ``SAMPLES`` calls of the winner in a row, timed as they run (the calls happen anyway), give one
-      observation: their median. The first after a timing of every route is the baseline; the next comes
-      ``FIRST_INTERVAL`` calls after a new winner's, and the interval doubles, up to ``MAX_INTERVAL``, after
-      each that agrees with the baseline. One more than ``FACTOR`` times slower or faster times every route
-      again.
-    * Every route is timed again anyway ``FIRST_RETIME_S`` of wall time after the first use, then after
-      twice as long each time, up to ``MAX_RETIME_S`` (read when an observation is due).
-
-    A new winner sets the interval back to ``FIRST_INTERVAL``; a timing that keeps the winner leaves it
-    growing, so that a noisy machine cannot have every route timed again every few calls.
+    The winner's own calls are not watched for a change: their time depends on what the cache holds (a
+    timing streams 64 MB through it, and a small model's weights fit in it afterwards), so a watch of
+    them took cache effects for a change of load and timed every route again every few tokens (gpt2-mini
+    decoded at 100 tok/s where 650 were possible).
     """
 
     def __init__(self) -> None:
@@ -134,44 +116,12 @@ class TimedRoutes(Mapping[Key, str], Generic[Key]):
             What ``call`` returns.
         """
         watch = self.watches.get(key)
-        if watch is not None and watch.calls_left:  # the hot path: one decrement and one test a call
-            watch.calls_left -= 1
-            return call(watch.route)
-        return self.timed_call(key, watch, time_routes, call)
-
-    def timed_call(self, key: Key, watch: Watch | None, time_routes: Callable[[], dict[str, float]],
-                   call: Callable[[str], Result]) -> Result:
-        """[`run`][plm.cpu.timing.TimedRoutes.run] where a call of the winner is to be timed.
-
-        Args:
-            key: the product's key.
-            watch: the key's watch, None at its first use.
-            time_routes: seconds a call of each route takes, timed now.
-            call: runs the product by the named route.
-
-        Returns:
-            What ``call`` returns.
-        """
         if watch is None or clock() >= watch.retime_at:
             watch = self.retime(key, watch, time_routes)
-        start = clock()
-        result = call(watch.route)
-        watch.samples.append(clock() - start)
-        if len(watch.samples) >= SAMPLES:  # >=: calls from two threads may both add theirs
-            observed = statistics.median(watch.samples)
-            watch.samples.clear()
-            if watch.baseline is None:
-                watch.baseline = observed
-            elif observed > FACTOR * watch.baseline or watch.baseline > FACTOR * observed:
-                self.retime(key, watch, time_routes)
-                return result
-            else:
-                watch.interval = min(2 * watch.interval, MAX_INTERVAL)
-            watch.calls_left = watch.interval
-        return result
+        return call(watch.route)
 
     def retime(self, key: Key, watch: Watch | None, time_routes: Callable[[], dict[str, float]]) -> Watch:
-        """Time every route of ``key`` and keep the fastest; the next ``SAMPLES`` calls give a new baseline.
+        """Time every route of ``key``: the first winner, or a new one much faster than the last.
 
         Args:
             key: the product's key.
@@ -187,9 +137,7 @@ class TimedRoutes(Mapping[Key, str], Generic[Key]):
             watch = self.watches[key] = Watch(route, clock() + FIRST_RETIME_S)
             return watch
         if SWITCH_GAIN * seconds[route] < seconds[watch.route]:
-            watch.route, watch.interval = route, FIRST_INTERVAL
+            watch.route = route
         watch.retime_after = min(2 * watch.retime_after, MAX_RETIME_S)
         watch.retime_at = clock() + watch.retime_after
-        watch.baseline, watch.calls_left = None, 0
-        watch.samples.clear()
         return watch

@@ -106,17 +106,16 @@ def staging_directory(parent: str | os.PathLike[str], prefix: str) -> Path:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary file beside ``path`` for a writer that opens files itself; it becomes ``path`` when all is well.
+def temporary_beside(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """A temporary file in ``path``'s directory that replaces ``path`` when the block ends without an error.
 
-    The temporary file replaces ``path`` only when the ``with`` block ends without an error; otherwise it
-    is removed, and ``path`` is as it was.
+    Otherwise it is removed, and ``path`` is as it was. A write that fails names ``path``.
 
     Args:
         path: the file to write; its directory is created if missing.
 
     Yields:
-        The temporary file's path (the file exists, empty).
+        The temporary file's descriptor, open for writing, and its name.
 
     Raises:
         PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
@@ -125,16 +124,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     make_directory(path.parent)
     try:
         fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
     except OSError as error:
         raise cannot_write(path, error) from None
     try:
         os.chmod(temporary, default_mode())
-        yield Path(temporary)
+        yield fd, temporary
         os.replace(temporary, path)
     except BaseException as error:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        os.unlink(temporary)
         # A failed write or close names no file, a failed rename the temporary one: both are this file's.
         if isinstance(error, OSError) and error.filename in (None, temporary):
             raise cannot_write(path, error) from None
@@ -143,7 +140,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 @contextmanager
 def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open ``path`` for writing so that readers see the old file or the whole new one (see `atomic_path`).
+    """Open ``path`` for writing so that readers see the old file or the whole new one (`temporary_beside`).
 
     Args:
         path: the file to write; its directory is created if missing.
@@ -154,8 +151,26 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     Raises:
         PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
     """
-    with atomic_path(path) as temporary, open(temporary, "wb") as file:
+    with temporary_beside(path) as (fd, _), os.fdopen(fd, "wb") as file:
         yield file
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """The name of a temporary file for a writer that opens files itself; it becomes ``path`` when all is well.
+
+    Args:
+        path: the file to write; its directory is created if missing.
+
+    Yields:
+        The temporary file's path (the file exists, empty).
+
+    Raises:
+        PLMError: the directory cannot be created, or the file cannot be written, closed or renamed into place.
+    """
+    with temporary_beside(path) as (fd, temporary):
+        os.close(fd)
+        yield Path(temporary)
 
 
 def write_png(figure: Any, path: str | os.PathLike[str], dpi: int = 110) -> None:
