@@ -91,7 +91,7 @@ def decode_with(step: Callable, cache: tuple[torch.Tensor, torch.Tensor], prompt
 
 def bench_overhead(args: argparse.Namespace, report: Report) -> None:
     torch.manual_seed(args.seed)
-    model = from_preset("gpt2-mini", dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0).eval()
+    model = from_preset(args.model, dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0).eval()
     prompt = torch.randint(0, model.config.vocab_size - 1, (1, 16))
     length = prompt.shape[1] + args.new_tokens
     eager, cache = functional_step(model, length)
@@ -108,11 +108,12 @@ def bench_overhead(args: argparse.Namespace, report: Report) -> None:
     seconds = interleaved_medians(steps, args.repeats, 1, CPU)
     per_token = {label: s / args.new_tokens * 1e3 for label, s in seconds.items()}
     measure = f"ms a token, greedy 1x16+{args.new_tokens}"
-    report.add("gpt2-mini", f"{measure}: generate vs the step as one function", per_token["generate"],
+    report.add(args.model, f"{measure}: generate vs the step as one function", per_token["generate"],
                per_token["function"])
-    report.add("gpt2-mini", f"{measure}: generate vs that function compiled", per_token["generate"],
+    report.add(args.model, f"{measure}: generate vs that function compiled", per_token["generate"],
                per_token["compiled"])
-    report.notes.append("[gpt2-mini] a ratio under 1 is generate taking less time; all three decode the same tokens")
+    report.notes.append(f"[{args.model}] a ratio under 1 is generate taking less time; all three decode the same "
+                        "tokens")
 
 
 def bench_int8(args: argparse.Namespace, report: Report) -> None:
@@ -162,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=["overhead", "int8", "both"], default="both")
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--model", default="gpt2-mini", help="the GPT preset of the overhead part")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
