@@ -159,7 +159,8 @@ def test_the_command_chooses_openmp_s_wait_policy_before_torch_loads_and_keeps_o
 
 @pytest.mark.parametrize("busy, given, expected", [(0.0, {}, None), (1.0, {}, "PASSIVE"),
                                                    (1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
-                                                   (1.0, {"GOMP_SPINCOUNT": "1000"}, None)])
+                                                   (1.0, {"GOMP_SPINCOUNT": "1000"}, None),
+                                                   (1.0, {"LOCAL_RANK": "0"}, None)])  # torchrun's siblings
 def test_threads_wait_passively_only_beside_other_busy_processes(busy, given, expected) -> None:
     """Beside a busy process, spinning OpenMP threads took the CPU from the thread they waited for (2-5x slower);
     on a quiet machine, passive waiting cost 15-27%."""

@@ -46,13 +46,14 @@ def choose_wait_policy(environment: MutableMapping[str, str], busy: Callable[[],
     """Set ``OMP_WAIT_POLICY=PASSIVE`` when other processes keep ``BUSY_CORES`` or more busy, unless told otherwise.
 
     An environment that says how OpenMP waits (``OMP_WAIT_POLICY``, or libgomp's ``GOMP_SPINCOUNT``) is left as
-    it is.
+    it is, and so is a process of a torchrun job (``LOCAL_RANK``): its siblings start at the same moment, and
+    would look like other busy processes.
 
     Args:
         environment: the environment to read and set (``os.environ``).
         busy: the cores other processes use now.
     """
-    if "OMP_WAIT_POLICY" in environment or "GOMP_SPINCOUNT" in environment:
+    if any(name in environment for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LOCAL_RANK")):
         return
     if busy() >= BUSY_CORES:
         environment["OMP_WAIT_POLICY"] = "PASSIVE"
