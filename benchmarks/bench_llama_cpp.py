@@ -169,7 +169,7 @@ def main() -> None:
             ours, theirs = f"plm {plm_kind}", f"llama.cpp {kind}"
             rate = {label: args.new_tokens / seconds[label] for label in (ours, theirs)}
             ours_bytes, their_bytes = plm_bytes(plm_models[plm_kind]), matrix_bytes(paths[kind])
-            same = sum(1 for _ in zip(outputs[ours], outputs[theirs]) if _[0] == _[1])
+            same = sum(a == b for a, b in zip(outputs[ours], outputs[theirs]))
             first_difference = next((i for i, (a, b) in enumerate(zip(outputs[ours], outputs[theirs])) if a != b),
                                     args.new_tokens)
             report.add(f"gpt2 {plm_kind}/{kind}", "greedy decode tok/s (1x16+128)", rate[ours], rate[theirs],

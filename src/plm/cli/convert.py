@@ -107,9 +107,7 @@ def write_gguf_file(source: Path, out: Path, tensor_type: str, overwrite: bool) 
     check_output_file(str(out))
     if out.exists() and not overwrite:
         raise PLMError(f"{out}: the file exists; choose another --out or pass --overwrite to replace it")
-    if not source.exists():
-        raise PLMError(f"{source}: no such directory")
-    model = load(source)
+    model = load(source)  # local_or_hub has found the directory
     tokenizer = find_tokenizer(model_directory(source) if is_plm_directory(source) else source)
     if tokenizer is None:
         raise PLMError(f"{source}: no tokenizer beside the model, and a GGUF file carries one for llama.cpp")

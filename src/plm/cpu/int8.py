@@ -23,7 +23,6 @@ must not stay once the load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeVar
 
 import torch
@@ -115,8 +114,9 @@ class Int8Weight:
             y = self.product("int8", rows, bias)
         else:
             key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
-            y = BF16_ROUTES.run(key, partial(self.route_seconds, rows, bias),
-                                partial(self.product, rows=rows, bias=bias))
+            if BF16_ROUTES.due(key):
+                BF16_ROUTES.record(key, self.route_seconds(rows, bias))
+            y = self.product(BF16_ROUTES[key], rows, bias)
         return y.view(*x.shape[:-1], self.values.shape[0])
 
     def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

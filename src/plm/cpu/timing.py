@@ -25,7 +25,6 @@ SWITCH_GAIN = 1.1  # a timing replaces the winner only by a route this much fast
 clock: Callable[[], float] = time.perf_counter  # TimedRoutes' wall time (a test's fake clock)
 
 Key = TypeVar("Key")
-Result = TypeVar("Result")
 
 
 def best_seconds(call: Callable[[], object], repeats: int = 3) -> float:
@@ -77,9 +76,10 @@ class Watch:
 class TimedRoutes(Mapping[Key, str], Generic[Key]):
     """For each key (a product's shape), the route timed fastest, timed again after a while.
 
-    As a mapping it is key -> the winner's name. [`run`][plm.cpu.timing.TimedRoutes.run] times every route of
-    a key at its first use and keeps the winner; every route is timed again ``FIRST_RETIME_S`` of wall time
-    later, then after twice as long each time, up to ``MAX_RETIME_S``, and a timing replaces the winner only
+    As a mapping it is key -> the winner's name. A caller asks whether a key is
+    [`due`][plm.cpu.timing.TimedRoutes.due], times every route when it is and
+    [`record`][plm.cpu.timing.TimedRoutes.record]s the seconds: at a key's first use, then ``FIRST_RETIME_S`` of
+    wall time later, then after twice as long each time, up to ``MAX_RETIME_S``, and a timing replaces the winner only
     by a route ``SWITCH_GAIN`` times faster. A call between timings reads the clock once.
 
     The winner's own calls are not watched for a change: their time depends on what the cache holds (a
@@ -104,40 +104,31 @@ class TimedRoutes(Mapping[Key, str], Generic[Key]):
         """How many keys were timed."""
         return len(self.watches)
 
-    def run(self, key: Key, time_routes: Callable[[], dict[str, float]], call: Callable[[str], Result]) -> Result:
-        """``call(route)`` by the winner of ``key``, timing every route first where that is due.
+    def due(self, key: Key) -> bool:
+        """Whether every route of ``key`` is to be timed before its next call: at its first use, or after a while.
 
         Args:
             key: the product's key (its shape, dtype, threads).
-            time_routes: seconds a call of each route takes, timed now.
-            call: runs the product by the named route.
 
         Returns:
-            What ``call`` returns.
+            True when the caller should time them and [`record`][plm.cpu.timing.TimedRoutes.record] the seconds.
         """
         watch = self.watches.get(key)
-        if watch is None or clock() >= watch.retime_at:
-            watch = self.retime(key, watch, time_routes)
-        return call(watch.route)
+        return watch is None or clock() >= watch.retime_at
 
-    def retime(self, key: Key, watch: Watch | None, time_routes: Callable[[], dict[str, float]]) -> Watch:
-        """Time every route of ``key``: the first winner, or a new one much faster than the last.
+    def record(self, key: Key, seconds: dict[str, float]) -> None:
+        """Keep the timing of every route of ``key``: the first winner, or a new one much faster than the last.
 
         Args:
             key: the product's key.
-            watch: the key's watch, None at its first use.
-            time_routes: seconds a call of each route takes, timed now.
-
-        Returns:
-            The key's watch.
+            seconds: seconds a call of each route takes, timed now.
         """
-        seconds = time_routes()
         route = min(seconds, key=seconds.__getitem__)
+        watch = self.watches.get(key)
         if watch is None:
-            watch = self.watches[key] = Watch(route, clock() + FIRST_RETIME_S)
-            return watch
+            self.watches[key] = Watch(route, clock() + FIRST_RETIME_S)
+            return
         if SWITCH_GAIN * seconds[route] < seconds[watch.route]:
             watch.route = route
         watch.retime_after = min(2 * watch.retime_after, MAX_RETIME_S)
         watch.retime_at = clock() + watch.retime_after
-        return watch
