@@ -9,9 +9,14 @@
     cycled as a decoding step reads them): plm's int8 product (PyTorch's int8-weight kernel) against casting row
     blocks of the int8 weight to fp32 and multiplying in fp32, and against plm's fp32 products.
     If the kernel were bound by memory, the fp32 products of 4x the bytes would take 4x as long.
+(c) The kernels alone: the products of one GPT-2 124M token, over ``--copies`` copies of its matrices
+    cycled so that each comes from memory, as decoding reads them, in GB/s of weights read, by each
+    kernel plm can route a one-row product to: PyTorch's fp32, bf16 and int8 ones, and plm's own
+    (plm.cpu.native), against the measured bandwidth.
 
-    python benchmarks/bench_decode_limits.py              # both, under a minute on 2 CPU cores
+    python benchmarks/bench_decode_limits.py              # (a) and (b), under a minute on 2 CPU cores
     python benchmarks/bench_decode_limits.py --part int8
+    python benchmarks/bench_decode_limits.py --part kernels   # about a minute, 3.5 GB of memory
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from bench_common import Report, interleaved_medians
+from plm.cpu import native
 from plm.cpu.int8 import Int8Weight
 from plm.decoding.generation import generate
 from plm.models import GPTConfig, from_preset
@@ -159,9 +165,61 @@ def bench_int8(args: argparse.Namespace, report: Report) -> None:
     report.notes.append("[gpt2 int8] a ratio under 1 is the int8 kernel taking less time")
 
 
+def bench_kernels(args: argparse.Namespace, report: Report) -> None:
+    config = GPTConfig()  # 124M
+    d, f, vocab = config.dim, config.ffn_dim, config.vocab_size
+    shapes = [(3 * d, d), (d, d), (f, d), (d, f)] * config.layers + [(vocab, d)]
+    generator = torch.Generator().manual_seed(args.seed)
+    fp32 = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
+    token_bytes = {"fp32": 4 * sum(w.numel() for w in fp32)}
+    token_bytes.update(bf16=token_bytes["fp32"] // 2, int8=token_bytes["fp32"] // 4)
+    copies = {"fp32": [w.clone() for _ in range(args.copies) for w in fp32],
+              "bf16": [w.bfloat16() for _ in range(args.copies) for w in fp32],
+              "int8": [Int8Weight(q.values.clone(), q.scales) for q in map(Int8Weight.of, fp32) for _ in
+                       range(args.copies)]}
+    inputs = {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
+    bf16_inputs = {width: x.bfloat16() for width, x in inputs.items()}
+
+    def products(weights: list, product: Callable) -> Callable[[], None]:
+        def run() -> None:
+            for weight in weights:
+                product(weight)
+        return run
+
+    kernels = {
+        "fp32": {"F.linear": lambda w: F.linear(inputs[w.shape[1]], w),
+                 "torch.mv": lambda w: torch.mv(w, inputs[w.shape[1]][0]),
+                 "row blocks (bmm)": lambda w: routes.blocked_linear(inputs[w.shape[1]], w, None)},
+        "bf16": {"F.linear": lambda w: F.linear(bf16_inputs[w.shape[1]], w),
+                 "torch.mv": lambda w: torch.mv(w, bf16_inputs[w.shape[1]][0])},
+        "int8": {"_weight_int8pack_mm": lambda w: w.product("int8", inputs[w.shape[1]], None)},
+    }
+    if native.available():
+        kernels["bf16"]["plm"] = lambda w: native.bf16_linear(bf16_inputs[w.shape[1]], w)
+        kernels["int8"]["plm"] = lambda w: native.int8_linear(inputs[w.shape[1]], w.values, w.scales)
+    # fp32 products do one multiply-add per 4 bytes: the fastest fp32 kernel reads at the bandwidth that a stream of
+    # weights gets (a sum over one tensor, the report's own measure, read 18-25 GB/s on one machine in one day)
+    bandwidth, streamed = report.limits["bandwidth"], 0.0
+    with torch.inference_mode():
+        for precision, routes_of in kernels.items():
+            steps = {name: products(copies[precision], product) for name, product in routes_of.items()}
+            seconds = interleaved_medians(steps, args.repeats, 1, CPU)
+            rates = {name: token_bytes[precision] * args.copies / s for name, s in seconds.items()}
+            streamed = streamed or max(rates.values())
+            best_pytorch = max((rate, name) for name, rate in rates.items() if name != "plm")
+            for name, rate in rates.items():
+                peer = best_pytorch[0] if name == "plm" else None
+                report.add(f"gpt2 {precision}", f"GB/s of weights, {name}", rate / 1e9, None if peer is None
+                           else peer / 1e9, f"{rate / streamed:.0%} of fp32's fastest, {rate / bandwidth:.0%} of the "
+                           "measured bandwidth" + (f"; peer: {best_pytorch[1]}" if peer else ""), precision)
+    report.notes.append(f"[kernels] one row by GPT-2 124M's 49 + 1 matrices, {args.copies} copies cycled; plm's "
+                        f"kernels: {native.instructions() or 'not built'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["overhead", "int8", "both"], default="both")
+    parser.add_argument("--part", choices=["overhead", "int8", "both", "kernels"], default="both")
+    parser.add_argument("--copies", type=int, default=4, help="copies of the kernels part's matrices, cycled")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--model", default="gpt2-mini", help="the GPT preset of the overhead part")
     parser.add_argument("--repeats", type=int, default=5)
@@ -170,6 +228,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.part == "kernels":  # a section of its own in results.json, beside the other parts'
+        report = Report("decode-kernels", "PyTorch's fastest kernel for the same products", settings=vars(args))
+        bench_kernels(args, report)
+        report.finish()
+        return
     report = Report("decode-limits", "the same work another way (see the docstring)", settings=vars(args))
     if args.part in ("overhead", "both"):
         bench_overhead(args, report)

@@ -8,6 +8,7 @@ commands run in a folder outside the tree, and this environment's editable insta
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -75,3 +76,12 @@ def test_the_installed_command_helps_trains_and_serves_its_page(installed: Path,
             assert script is not None and urllib.request.urlopen(url + script[1].lstrip("/"), timeout=30).status == 200
         finally:
             server.terminate()
+
+
+def test_the_wheel_carries_the_source_of_plm_s_kernels_and_builds_them(installed: Path, tmp_path: Path) -> None:
+    """native.c is package data: without it in the wheel, an installed plm would quietly keep PyTorch's kernels."""
+    from plm.cpu import native
+
+    code = "from plm.cpu import native; print(native.SOURCE.is_file(), native.available())"
+    printed = run([str(installed / "python"), "-c", code], cwd=tmp_path, env={**os.environ, "PLM_CACHE": str(tmp_path)})
+    assert printed.split() == ["True", str(native.available())]  # built here as in this tree, where a compiler is

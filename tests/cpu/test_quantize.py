@@ -15,7 +15,7 @@ from plm.apps.text_pipelines import file_perplexity
 from plm.cli.main import main
 from plm.cpu import timing
 from plm.cpu.int8 import MANY_ROWS, Int8Embedding, Int8Linear, Int8Weight, is_quantized
-from plm.cpu.timing import FIRST_RETIME_S, TimedRoutes
+from plm.cpu.timing import FIRST_RETIME_S, TRIALS, TimedRoutes
 from plm.loading import inference_weights
 from plm.storage.checkpoint import WEIGHTS_FILE
 from tests.conftest import synthetic_text
@@ -33,57 +33,78 @@ def test_each_row_is_rounded_to_int8_with_its_own_scale() -> None:
     assert torch.all((int8.dequantized() - weight).abs() <= int8.scales.float()[:, None] / 2 * (1 + 1e-6))
 
 
-@pytest.mark.parametrize("route", ["int8 kernel", "bf16 product"])
-def test_the_int8_product_is_the_dequantized_weights_product(route: str, monkeypatch) -> None:
-    """Against the fp64 product of the bf16-rounded input and the dequantized weights, plus the fp32 bias,
-    by either route a product may take (which one is timed per machine; here each is forced in turn)."""
-    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
-    faster = "bf16" if route == "bf16 product" else "int8"
-    monkeypatch.setattr(Int8Weight, "route_seconds", lambda self, rows, bias: {"bf16": 1.0, "int8": 2.0, faster: 0.5})
+@pytest.mark.parametrize("route", ["int8", "bf16"])
+def test_the_int8_product_is_the_dequantized_weights_product(route: str) -> None:
+    """Against the fp64 product of the bf16-rounded input and the dequantized weights, plus the fp32 bias, by
+    PyTorch's int8 kernel and by the bf16 product (which one a shape takes is timed per machine; plm's own kernel,
+    which rounds the input to int16 instead, is tested against its own bound in tests/cpu/test_native.py)."""
     torch.manual_seed(0)
-    linear, x = nn.Linear(96, 40), torch.randn(4, 5, 96)  # 20 rows: enough for either route
+    linear, x = nn.Linear(96, 40), torch.randn(4, 5, 96)
     int8 = Int8Linear(linear)
     expected = x.bfloat16().double() @ int8.weight.dequantized().double().T + linear.bias.double()
-    got = int8(x)
-    assert got.dtype == torch.float32 and got.shape == (4, 5, 40)
+    got = int8.weight.product(route, x.reshape(20, 96), linear.bias).view(4, 5, 40)
+    assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), expected, rtol=4e-3, atol=2e-3 * expected.abs().max().item())
     # and it is close to the fp32 layer itself: int8 rounding costs about 1% of a typical output
     error = (got - linear(x)).norm() / linear(x).norm()
     assert error < 0.02
 
 
-def test_a_few_rows_always_take_the_int8_kernel_and_many_rows_the_faster_route_timed_once(monkeypatch) -> None:
-    """Decoding's few rows read a quarter of fp32's bytes through the kernel; a shape's route is timed only once."""
-    timed = []
-    monkeypatch.setattr("plm.cpu.int8.best_seconds", lambda call: timed.append(call) or len(timed))
-    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
-    weight = Int8Weight.of(torch.randn(40, 96))
-    weight.linear(torch.randn(MANY_ROWS - 1, 96))
-    assert not timed and not int8_routes.BF16_ROUTES
+@pytest.mark.parametrize("built", [True, False], ids=["plm's kernel built", "no plm kernel"])
+def test_which_routes_a_product_times_by_its_rows(built: bool, monkeypatch) -> None:
+    """A few rows (decoding) time PyTorch's int8 kernel against plm's own, where it is built and the weight is
+    large, and take PyTorch's untimed where not; many rows time the bf16 product against PyTorch's kernel. A shape is
+    timed once a bucket of rows (a power of 2)."""
+    timed: list[tuple[str, ...]] = []
+
+    def seconds(self, rows, bias, routes):
+        timed.append(routes)
+        return {route: 1.0 + index for index, route in enumerate(routes)}  # the first timed "wins"
+
+    monkeypatch.setattr(Int8Weight, "route_seconds", seconds)
+    monkeypatch.setattr(int8_routes, "ROUTES", TimedRoutes())
+    monkeypatch.setattr(int8_routes.native, "usable", lambda *tensors: built)
+    weight, threads = Int8Weight.of(torch.randn(1024, 96)), torch.get_num_threads()
+    weight.linear(torch.randn(3, 96))
+    assert timed == ([("int8", "native")] if built else [])
+    few, many = ("int8", "native"), ("bf16", "int8")
+    assert dict(int8_routes.ROUTES) == ({(few, 4, 1024, 96, threads): "int8"} if built else {})
     weight.linear(torch.randn(MANY_ROWS + 1, 96))
-    threads = torch.get_num_threads()
-    assert int8_routes.BF16_ROUTES == {(32, 40, 96, threads): "bf16"}  # the stub times bf16 first: it "wins"
+    assert timed[-1] == many and int8_routes.ROUTES[(many, 32, 1024, 96, threads)] == "bf16"
     weight.linear(torch.randn(MANY_ROWS + 3, 96))
-    assert len(timed) == 2  # same bucket
+    weight.linear(torch.randn(4, 96))
+    assert len(timed) == (2 if built else 1)  # the same buckets
+    # 15 rows and 16 share a power of 2 but not their routes: a winner among few rows' is not taken for many rows
+    weight.linear(torch.randn(MANY_ROWS - 1, 96))
+    weight.linear(torch.randn(MANY_ROWS, 96))
+    assert timed == ([few, many, few, many] if built else [many, many])
+    Int8Weight.of(torch.randn(40, 96)).linear(torch.randn(3, 96))  # too small for its kernel's speed to count
+    assert len(timed) == (4 if built else 2)
 
 
-def test_a_many_row_route_chosen_in_a_slow_spell_is_timed_again_after_a_while(monkeypatch) -> None:
-    """As the one-token routes are (tests/cpu/test_routes.py): a winner timed under load must not stay for good."""
-    now = [0.0]
+def test_a_route_chosen_in_a_slow_spell_is_timed_again_after_a_while(monkeypatch) -> None:
+    """As the one-token routes are (tests/cpu/test_routes.py): a winner timed under load must not stay for good. A
+    timing again times the calls themselves, each route in turn; on the fake clock a call takes its route's cost."""
+    now, cost = [0.0], {"bf16": 0.5, "int8": 1.0}
     monkeypatch.setattr(timing, "clock", lambda: now[0])
-    monkeypatch.setattr(int8_routes, "BF16_ROUTES", TimedRoutes())
-    seconds = {"bf16": 2.0, "int8": 1.0}  # at first use, under load
-    monkeypatch.setattr(Int8Weight, "route_seconds", lambda self, rows, bias: dict(seconds))
+    monkeypatch.setattr(int8_routes, "ROUTES", TimedRoutes())
+    monkeypatch.setattr(Int8Weight, "route_seconds", lambda self, rows, bias, routes: {"bf16": 2.0, "int8": 1.0})
+
+    def product(self, route, rows, bias):
+        now[0] += cost[route]
+        return torch.zeros(rows.shape[0], self.values.shape[0])
+
+    monkeypatch.setattr(Int8Weight, "product", product)
     weight, x = Int8Weight.of(torch.randn(40, 96)), torch.randn(MANY_ROWS, 96)
-    key = (MANY_ROWS, 40, 96, torch.get_num_threads())
+    key = (("bf16", "int8"), MANY_ROWS, 40, 96, torch.get_num_threads())
     weight.linear(x)
-    assert int8_routes.BF16_ROUTES[key] == "int8"
-    seconds.update(bf16=0.5)  # the load is gone
-    weight.linear(x)
-    assert int8_routes.BF16_ROUTES[key] == "int8"  # not timed again at every call
-    now[0] += FIRST_RETIME_S
-    weight.linear(x)
-    assert int8_routes.BF16_ROUTES[key] == "bf16"
+    assert int8_routes.ROUTES[key] == "int8"  # timed under load
+    for _ in range(int(FIRST_RETIME_S) - 2):
+        weight.linear(x)
+    assert int8_routes.ROUTES[key] == "int8"  # not timed again at every call
+    for _ in range(2 * TRIALS + 1):
+        weight.linear(x)
+    assert int8_routes.ROUTES[key] == "bf16"
 
 
 def test_an_int8_embedding_looks_up_the_dequantized_rows() -> None:

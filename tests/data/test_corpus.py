@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from plm.cache import cache_dir
 from plm.data.corpus import Corpus, Document, default_corpus, read_corpus, read_text
 from plm.errors import PLMError
-from plm.storage.atomic_files import atomic_open, cache_dir
+from plm.storage.atomic_files import atomic_open
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,15 @@ input in bf16, because that is the kernel's vectorised path on the CPU (its fp32
 reads the weights several times slower than plm.cpu.linear's fp32 products). A quantized
 model is for inference: it has no parameters to train, and the trainer refuses it.
 
-The int8 kernel pays off when a product has a few rows (decoding one token a sequence).
-With many rows (a prompt, a batch of beams) it can be slower than fp32 on a CPU with fast
-bf16 products: there the int8 values (exact in bf16) are multiplied as a bf16 matrix and
-the scales applied after. Which of the two is faster is a
-property of the machine, so each shape times both at its first use and keeps the faster,
-and times them again after a while: a route chosen while another process loaded the machine
-must not stay once the load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
+A product of a few rows (decoding one token a sequence) has two int8 routes: PyTorch's kernel, and
+plm's own ([`plm.cpu.native`][plm.cpu.native]), which rounds each input row to int16 and sums the
+products exactly with the CPU's integer dot-product instructions, reading the weights nearer the
+bandwidth where the compiler offers AVX512-VNNI. With many rows (a prompt, a batch of beams) the int8
+kernel can be slower than fp32 on a CPU with fast bf16 products: there the int8 values (exact in bf16)
+are multiplied as a bf16 matrix and the scales applied after. Which route is fastest is a property of
+the machine, so each shape times its routes at its first use and keeps the fastest, and times them
+again after a while: a route chosen while another process loaded the machine must not stay once the
+load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 """
 
 from __future__ import annotations
@@ -29,16 +31,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm.cpu.timing import TimedRoutes, best_seconds
+from plm.cpu import native
+from plm.cpu.timing import MIN_WEIGHT_NUMEL, TimedRoutes, best_seconds, streamed_seconds
 from plm.errors import PLMError
 
 QUANTIZATIONS = ("int8",)
 COMPUTE_DTYPE = torch.bfloat16  # the kernel's input, output and scales
 ALIGNMENT = 64  # bytes: an AVX-512 register
-MANY_ROWS = 16  # from here on a product may take the bf16 route (see the module docstring)
-INT8_ROUTES = ("bf16", "int8")  # the bf16 product of the int8 values, the int8 kernel; timed in this order
-# (rows rounded up to a power of 2, out, in, threads) -> the faster of INT8_ROUTES for that many rows
-BF16_ROUTES: TimedRoutes[tuple[int, int, int, int]] = TimedRoutes()
+MANY_ROWS = 16  # from here on a product may take the bf16 route, and no longer plm's own kernel
+# The routes, timed in this order: the bf16 product of the int8 values, PyTorch's int8 kernel, plm's own kernel.
+INT8_ROUTES = ("bf16", "int8", "native")
+# (candidate routes, rows rounded up to a power of 2, out, in, threads) -> the fastest route for that many rows
+ROUTES: TimedRoutes[tuple[tuple[str, ...], int, int, int, int]] = TimedRoutes()
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class Int8Weight:
         return self.values.float() * self.scales.float()[:, None]
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """Compute x (..., in) -> x W^T + b (..., out), in fp32.
+        """Compute x (..., in) -> x W^T + b (..., out), in fp32, by the fastest of its `routes`.
 
         Args:
             x: (..., in) the input.
@@ -109,27 +113,57 @@ class Int8Weight:
         Returns:
             The (..., out) fp32 product.
         """
-        rows = x.reshape(-1, x.shape[-1]).to(COMPUTE_DTYPE)  # (N, in)
-        if rows.shape[0] < MANY_ROWS or torch.compiler.is_compiling():  # no timing inside a traced graph
-            y = self.product("int8", rows, bias)
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        candidates = self.routes(rows, bias)
+        if len(candidates) == 1:
+            y = self.product(candidates[0], rows, bias)
         else:
-            key = (1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
-            if BF16_ROUTES.due(key):
-                BF16_ROUTES.record(key, self.route_seconds(rows, bias))
-            y = self.product(BF16_ROUTES[key], rows, bias)
+            # the candidates in the key: a bucket of rows below MANY_ROWS and one from there share their power of 2
+            key = (candidates, 1 << (rows.shape[0] - 1).bit_length(), *self.values.shape, torch.get_num_threads())
+            if ROUTES.due(key):
+                ROUTES.record(key, self.route_seconds(rows, bias, candidates))
+            route, trial = ROUTES.choose(key)
+            if trial:
+                y = ROUTES.trial(key, lambda name: self.product(name, rows, bias))
+            else:
+                y = self.product(route, rows, bias)
         return y.view(*x.shape[:-1], self.values.shape[0])
 
-    def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """Multiply rows (N, in) in bf16 -> (N, out) in fp32 by one of `INT8_ROUTES`, adding the bias.
+    def routes(self, rows: torch.Tensor, bias: torch.Tensor | None) -> tuple[str, ...]:
+        """The routes of `INT8_ROUTES` that may take the product of ``rows``, in the order they are timed.
+
+        A few rows take an int8 kernel: PyTorch's, or plm's own where it is built and the weight is large enough for
+        the kernel's speed to count (``MIN_WEIGHT_NUMEL``). Many rows may take the bf16 product instead. Inside a traced
+        graph (torch.compile) there is no timing, and PyTorch's kernel is used.
 
         Args:
-            route: "int8" (the int8 kernel) or "bf16" (the values as a bf16 matrix).
-            rows: (N, in) bf16 input rows.
+            rows: (N, in) the input rows.
+            bias: (out,) fp32, or None.
+
+        Returns:
+            The candidate routes' names.
+        """
+        if torch.compiler.is_compiling():
+            return ("int8",)
+        if rows.shape[0] >= MANY_ROWS:
+            return ("bf16", "int8")
+        large = self.values.numel() >= MIN_WEIGHT_NUMEL
+        return ("int8", "native") if large and native.usable(rows, self.values, bias) else ("int8",)
+
+    def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """Multiply rows (N, in) -> (N, out) in fp32 by one of `INT8_ROUTES`, adding the bias.
+
+        Args:
+            route: "int8" (PyTorch's int8 kernel), "native" (plm's own) or "bf16" (the values as a bf16 matrix).
+            rows: (N, in) input rows; PyTorch's kernel and the bf16 product take them in bf16.
             bias: (out,) fp32, or None.
 
         Returns:
             The (N, out) fp32 product.
         """
+        if route == "native":
+            return native.int8_linear(rows, self.values, self.scales, bias)
+        rows = rows.to(COMPUTE_DTYPE)
         if route == "bf16":
             y = self.bf16_product(rows)  # (N, out) fp32
             return y if bias is None else y + bias
@@ -159,18 +193,26 @@ class Int8Weight:
         """
         return F.linear(rows, self.values.to(COMPUTE_DTYPE)).float() * self.scales.float()
 
-    def route_seconds(self, rows: torch.Tensor, bias: torch.Tensor | None) -> dict[str, float]:
-        """Seconds the product of ``rows`` takes by each of `INT8_ROUTES` on this machine now (the best of 3 each).
+    def route_seconds(self, rows: torch.Tensor, bias: torch.Tensor | None, routes: tuple[str, ...]) -> dict[str, float]:
+        """Seconds the product of ``rows`` takes by each of ``routes`` on this machine now.
+
+        A few rows (decoding) are timed with the weight read from memory, as a decoding step reads it
+        ([`streamed_seconds`][plm.cpu.timing.streamed_seconds]); many rows, where the product's arithmetic counts
+        more than the weight's bytes, over the same weight called again (the best of 3).
 
         Args:
-            rows: (N, in) the bf16 input rows about to be multiplied.
+            rows: (N, in) the input rows about to be multiplied.
             bias: (out,) fp32, or None.
+            routes: the routes to time.
 
         Returns:
             The seconds of each route, by name.
         """
         with torch.no_grad():
-            return {route: best_seconds(lambda: self.product(route, rows, bias)) for route in INT8_ROUTES}
+            if rows.shape[0] >= MANY_ROWS:
+                return {route: best_seconds(lambda: self.product(route, rows, bias)) for route in routes}
+            return {route: streamed_seconds(lambda values: Int8Weight(values, self.scales).product(route, rows, bias),
+                                            self.values) for route in routes}
 
     def rows_of(self, ids: torch.Tensor) -> torch.Tensor:
         """An embedding lookup: the fp32 rows of ``ids`` (...,) -> (..., in).

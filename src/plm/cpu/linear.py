@@ -9,9 +9,11 @@ gains, and the machines they were measured on, are in the speed page of the docs
   batched matmul over ``BLOCKS`` row blocks of W goes through MKL's batched GEMM, which
   streams the weight at memory speed and spreads the blocks over threads. Some CPUs' MKL
   has a fast matrix-vector kernel instead, and with one row in bf16 PyTorch's GEMM path
-  reads the weight slower than its matrix-vector kernel (``torch.mv``), so each shape
-  takes the route that wins on the machine at hand, timed at its first use with the weight
-  read from memory as decoding reads it ([`one_token_linear`][plm.cpu.linear.one_token_linear]).
+  reads the weight slower than its matrix-vector kernel (``torch.mv``); and plm's own kernel
+  ([`plm.cpu.native`][plm.cpu.native]) reads bf16 weights nearer the bandwidth than either where the CPU
+  has AVX512-BF16. So each shape takes the route that wins on the machine at hand, timed at
+  its first use with the weight read from memory as decoding reads it
+  ([`one_token_linear`][plm.cpu.linear.one_token_linear]).
   Every route is timed again after a while: a route chosen while another process loaded
   the machine must not stay once the load is gone ([`TimedRoutes`][plm.cpu.timing.TimedRoutes]).
 * Very many output features (the vocabulary projection of a language model, on
@@ -30,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm.cpu import native
 from plm.cpu.int8 import Int8Weight
-from plm.cpu.timing import TimedRoutes, streamed_seconds
+from plm.cpu.timing import MIN_WEIGHT_NUMEL, TimedRoutes, streamed_seconds
 
 BLOCKS = 4
 MAX_ROWS = 4
-MIN_WEIGHT_NUMEL = 1 << 16  # 256 x 256: below that, a product is mostly the call
 CHUNK = 1024
 MIN_CHUNKED_FEATURES = 16384
 ROUTES: TimedRoutes[tuple[int, int, int, int, torch.dtype]] = TimedRoutes()  # (rows, out, in, threads, dtype)
@@ -67,8 +69,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
     if wide:
         # Under torch.compile inductor picks its own kernels for the product.
         return F.linear(x, weight, bias) if torch.compiler.is_compiling() else WideLinear.apply(x, weight, bias)
-    if torch.compiler.is_compiling():  # no timing inside a traced graph: the route measured before, if any
-        return ONE_TOKEN_ROUTES[ROUTES.get(route_key(rows, weight), "plain")](x, weight, bias)
+    if torch.compiler.is_compiling():  # no timing inside a traced graph: the route measured before, if traceable
+        route = ROUTES.get(route_key(rows, weight), "plain")
+        return ONE_TOKEN_ROUTES["plain" if route == "native" else route](x, weight, bias)
     return one_token_linear(x, weight, bias)
 
 
@@ -117,8 +120,40 @@ def vector_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def native_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The route of plm's own bf16 kernel ([`plm.cpu.native`][plm.cpu.native]); F.linear for what it cannot take.
+
+    Args:
+        x: (..., in) the input.
+        weight: (out, in) the weight.
+        bias: (out,), or None.
+
+    Returns:
+        The (..., out) product.
+    """
+    if native_takes(x, weight, bias):
+        return native.bf16_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def native_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether plm's own kernel can take this product: all bf16, no gradient to record, the kernel built.
+
+    Args:
+        x: (..., in) the input.
+        weight: (out, in) the weight.
+        bias: (out,), or None.
+
+    Returns:
+        True when [`native_linear`][plm.cpu.linear.native_linear] would call the kernel.
+    """
+    all_bf16 = all(t is None or t.dtype == torch.bfloat16 for t in (x, weight, bias))
+    return all_bf16 and native.usable(x, weight, bias)
+
+
 Product = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-ONE_TOKEN_ROUTES: dict[str, Product] = {"plain": F.linear, "blocked": blocked_linear, "vector": vector_linear}
+ONE_TOKEN_ROUTES: dict[str, Product] = {"plain": F.linear, "blocked": blocked_linear, "vector": vector_linear,
+                                        "native": native_linear}
 
 
 def route_key(rows: int, weight: torch.Tensor) -> tuple[int, int, int, int, torch.dtype]:
@@ -139,7 +174,8 @@ def one_token_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
     The winner depends on the machine's MKL (whether its matrix-vector kernel is fast), the dtype and the
     load on the machine, so each route is measured, with the weight read from memory, at a shape's first use
-    (some 50 ms a route) and again when `ROUTES` finds it due. ``vector`` multiplies one row only.
+    (some 50 ms a route), and again, in place, when `ROUTES` says so. ``vector`` multiplies one row only, ``native``
+    bf16 only.
 
     Args:
         x: (..., in) the input.
@@ -155,10 +191,14 @@ def one_token_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         def seconds(route: Product) -> float:
             return streamed_seconds(lambda w: route(x, w, bias), weight)
 
-        names = ["plain", "blocked"] + (["vector"] if rows == 1 else [])
+        names = ["plain", "blocked"] + (["vector"] if rows == 1 else []) + (["native"] if native_takes(x, weight, bias)
+                                                                            else [])
         with torch.no_grad():
             ROUTES.record(key, {name: seconds(ONE_TOKEN_ROUTES[name]) for name in names})
-    return ONE_TOKEN_ROUTES[ROUTES[key]](x, weight, bias)
+    route, trial = ROUTES.choose(key)
+    if trial:
+        return ROUTES.trial(key, lambda name: ONE_TOKEN_ROUTES[name](x, weight, bias))
+    return ONE_TOKEN_ROUTES[route](x, weight, bias)
 
 
 def measured_case(x: torch.Tensor, weight: torch.Tensor) -> bool:

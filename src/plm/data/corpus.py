@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plm.cache import cache_dir
 from plm.config import checked_value, json_type
 from plm.errors import PLMError, reading
-from plm.storage.atomic_files import atomic_open, cache_dir
+from plm.storage.atomic_files import atomic_open
 
 # Bump when the way the default corpus is built changes, so old caches are not reused.
 CORPUS_FORMAT = 1

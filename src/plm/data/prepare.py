@@ -42,6 +42,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from tqdm import tqdm
 
+from plm.cache import cache_dir
 from plm.data.corpus import Document
 from plm.data.encoded import SUFFIXES, EncodedDocuments, encode_texts, token_dtype
 from plm.data.prepared import (
@@ -67,7 +68,7 @@ from plm.data.sources import corpus_files, input_fingerprint, input_size, iter_d
 from plm.data.workers import batches, encoded_batches
 from plm.errors import PLMError, PLMWarning
 from plm.progress import progress_bar
-from plm.storage.atomic_files import cache_dir, make_directory, write_json
+from plm.storage.atomic_files import make_directory, write_json
 from plm.tokenization.tokenizer import Tokenizer
 
 PART = "00000"  # the one part a prepare writes

@@ -30,15 +30,6 @@ from plm.errors import PLMError
 CHECKSUM_KEY = "sha256"  # in a safetensors header's __metadata__: the SHA-256 of the data after the header
 
 
-def cache_dir() -> Path:
-    """Where plm keeps what it can rebuild: ``$PLM_CACHE``, else ``~/.cache/plm``.
-
-    Returns:
-        The directory, which may not exist yet.
-    """
-    return Path(os.environ.get("PLM_CACHE") or Path.home() / ".cache" / "plm")
-
-
 def cannot_write(path: str | os.PathLike[str], error: OSError) -> PLMError:
     """The PLMError that says ``path`` cannot be written, and why.
 
