@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,27 @@ def test_the_library_is_built_once_per_source_compiler_and_machine(fresh_build, 
     other = native.build(fresh_build)
     assert other != first and len(compiles) == 1 and Path(other).exists()
     assert sorted(path.name for path in fresh_build.iterdir()) == sorted([first.name, other.name])  # no temporaries
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners and modes")
+@pytest.mark.parametrize("writable", ["library", "folder"])
+def test_a_library_every_user_may_write_is_not_loaded(writable, fresh_build):
+    """Loading a library runs its code: in a cache shared between users, one could put code into another's process."""
+    library_path = native.build(fresh_build)
+    assert native.available()
+    native.library.cache_clear()
+    changed = library_path if writable == "library" else fresh_build
+    changed.chmod(changed.stat().st_mode | 0o002)
+    assert not native.available()
+    with pytest.raises(PermissionError, match="every user may write"):
+        native.build(fresh_build)
+
+
+def test_processes_building_at_once_each_load_the_one_library(fresh_build):
+    """A torchrun job's processes reach their first product together: each compiles to a file of its own and renames
+    it into place, so none loads half a library and no temporary file is left."""
+    script = "from plm.cpu import native; print(native.available())"
+    processes = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+                 for _ in range(3)]
+    assert [process.communicate(timeout=120)[0].split() for process in processes] == [["True"]] * 3
+    assert len(list(fresh_build.iterdir())) == 1

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from plm.decoding import GenerationConfig, StopStrings, decode_steps, generate
-from plm.decoding.generation import filter_top_k_top_p, penalize_repetition
+from plm.decoding.generation import filter_top_k_top_p, next_tokens, penalize_repetition
 from plm.errors import PLMError
 from plm.models import from_preset
 from tests.conftest import StubCausalLM
@@ -348,3 +348,13 @@ def test_one_generation_config_drives_generate_and_its_steps() -> None:
     assert not torch.equal(by_config, generate(model, ids, config=config, seed=4))  # an option replaces the config's
     with pytest.raises(PLMError, match="unknown generation option.*top_q"):
         generate(model, ids, 2, top_q=0.9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_takes_the_first_of_tied_tokens_as_argmax_does(dtype: torch.dtype) -> None:
+    """Greedy reads the maximum through max(-1), faster than argmax; the token must be argmax's: the first of a tie
+    (bf16 logits tie often), and a NaN's position where the model gave one."""
+    logits = torch.tensor([[1.0, 3.0, 0.5, 3.0], [2.0, 2.0, 2.0, 2.0], [0.0, float("nan"), 9.0, float("nan")]])
+    logits = logits.to(dtype)
+    chosen = next_tokens(logits, torch.zeros(3, 1, dtype=torch.long), GenerationConfig(), None)
+    assert chosen.tolist() == [1, 0, 1] == logits.argmax(-1).tolist()

@@ -147,8 +147,8 @@ class Int8Weight:
             return ("int8",)
         if rows.shape[0] >= MANY_ROWS:
             return ("bf16", "int8")
-        large = self.values.numel() >= MIN_WEIGHT_NUMEL
-        return ("int8", "native") if large and native.usable(rows, self.values, bias) else ("int8",)
+        takes = self.values.numel() >= MIN_WEIGHT_NUMEL and self.values.is_contiguous()  # the kernel reads rows whole
+        return ("int8", "native") if takes and native.usable(rows, self.values, bias) else ("int8",)
 
     def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """Multiply rows (N, in) -> (N, out) in fp32 by one of `INT8_ROUTES`, adding the bias.

@@ -107,7 +107,8 @@ def build(directory: Path) -> Path:
         The shared library's path.
 
     Raises:
-        OSError: no compiler (FileNotFoundError), or the directory cannot be written.
+        OSError: no compiler (FileNotFoundError), the directory cannot be written, or a library found there is not
+            this user's alone (PermissionError, [`check_trusted`][plm.cpu.native.check_trusted]).
         subprocess.CalledProcessError: the compiler failed.
         subprocess.TimeoutExpired: the compiler took over ``BUILD_TIMEOUT_S``.
     """
@@ -116,8 +117,10 @@ def build(directory: Path) -> Path:
                                     machine_identity()]).encode()).hexdigest()[:16]
     library_path = directory / f"plm-native-{key}.so"
     if library_path.exists():
+        check_trusted(directory, library_path)
         return library_path
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    check_trusted(directory)
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=".plm-native-", suffix=".so")
     os.close(fd)
     try:
@@ -128,6 +131,28 @@ def build(directory: Path) -> Path:
         if os.path.exists(temporary):
             os.unlink(temporary)
     return library_path
+
+
+def check_trusted(*paths: Path) -> None:
+    """Refuse a library (or its folder) that someone else could have written: loading it runs its code here.
+
+    A cache shared between users (``PLM_CACHE`` in a common folder) must not let one of them put code into another's
+    process, so the kernels' folder and the library must be this user's, and not writable by every user (a group
+    that may write is the user's own group on many systems, whose default umask is 002).
+
+    Args:
+        paths: the folder, and the library.
+
+    Raises:
+        PermissionError: one of them belongs to another user or is writable by every user.
+    """
+    if not hasattr(os, "getuid"):  # no POSIX owners (Windows): nothing to compare
+        return
+    for checked in paths:
+        status = checked.stat()
+        if status.st_uid != os.getuid() or status.st_mode & 0o002:
+            raise PermissionError(f"{checked} belongs to another user or every user may write to it; plm does not "
+                                  "load code from it")
 
 
 @functools.cache
@@ -177,9 +202,19 @@ def usable(*tensors: torch.Tensor | None) -> bool:
     Returns:
         True when the product may go to the kernels.
     """
-    present = [tensor for tensor in tensors if tensor is not None]
-    needs_grad = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in present)
-    return not needs_grad and all(tensor.device.type == "cpu" for tensor in present) and available()
+    # called once a product: plain loops over the few tensors cost a third of all() over generators
+    if not available():
+        return False
+    recording = torch.is_grad_enabled()
+    for tensor in tensors:
+        if tensor is not None and (not tensor.is_cpu or recording and tensor.requires_grad):
+            return False
+    return True
+
+
+def as_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as contiguous fp32, itself when it is (most calls: a check costs less than a no-op conversion)."""
+    return tensor if tensor.dtype == torch.float32 and tensor.is_contiguous() else tensor.float().contiguous()
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -225,10 +260,11 @@ def int8_linear(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
         MemoryError: no memory for the rounded input.
     """
     out_features, in_features = values.shape
-    rows = x.reshape(-1, in_features).float().contiguous()  # (N, in)
+    rows = as_float32(x.reshape(-1, in_features))  # (N, in)
     y = torch.empty(rows.shape[0], out_features)  # (N, out)
-    bias = None if bias is None else bias.float().contiguous()
-    scales = scales.to(torch.bfloat16).contiguous()  # held here: the kernel reads it after this line
+    bias = None if bias is None else as_float32(bias)
+    if scales.dtype != torch.bfloat16 or not scales.is_contiguous():
+        scales = scales.to(torch.bfloat16).contiguous()  # held here: the kernel reads it after this line
     loaded = library()
     assert loaded is not None, "plm.cpu.native.int8_linear without the library: check usable() first"
     if not loaded.plm_int8_linear(rows.data_ptr(), rows.shape[0], values.data_ptr(), scales.data_ptr(),
