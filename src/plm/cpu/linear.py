@@ -147,7 +147,8 @@ def native_takes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     Returns:
         True when [`native_linear`][plm.cpu.linear.native_linear] would call the kernel.
     """
-    all_bf16 = all(t is None or t.dtype == torch.bfloat16 for t in (x, weight, bias))
+    bf16 = torch.bfloat16
+    all_bf16 = x.dtype == bf16 and weight.dtype == bf16 and (bias is None or bias.dtype == bf16)
     return all_bf16 and native.usable(x, weight, bias)
 
 

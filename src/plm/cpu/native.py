@@ -229,14 +229,16 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         The (..., out) bf16 product.
     """
     out_features, in_features = weight.shape
-    rows = x.reshape(-1, in_features).contiguous()  # (N, in)
-    y = torch.empty(rows.shape[0], out_features, dtype=torch.bfloat16)  # (N, out)
-    bias = None if bias is None else bias.contiguous()
+    x = x if x.is_contiguous() else x.contiguous()  # (..., in): the kernel reads its N = numel / in rows in place
+    y = x.new_empty(*x.shape[:-1], out_features)  # (..., out)
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
     loaded = library()
     assert loaded is not None, "plm.cpu.native.bf16_linear without the library: check usable() first"
-    loaded.plm_bf16_linear(rows.data_ptr(), rows.shape[0], weight.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                           y.data_ptr(), out_features, in_features, torch.get_num_threads())
-    return y.view(*x.shape[:-1], out_features)
+    loaded.plm_bf16_linear(x.data_ptr(), x.numel() // in_features, weight.data_ptr(),
+                           0 if bias is None else bias.data_ptr(), y.data_ptr(), out_features, in_features,
+                           torch.get_num_threads())
+    return y
 
 
 def int8_linear(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
@@ -260,15 +262,16 @@ def int8_linear(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
         MemoryError: no memory for the rounded input.
     """
     out_features, in_features = values.shape
-    rows = as_float32(x.reshape(-1, in_features))  # (N, in)
-    y = torch.empty(rows.shape[0], out_features)  # (N, out)
+    x = as_float32(x)  # (..., in): the kernel reads its N = numel / in rows in place
+    y = x.new_empty(*x.shape[:-1], out_features)  # (..., out)
     bias = None if bias is None else as_float32(bias)
     if scales.dtype != torch.bfloat16 or not scales.is_contiguous():
         scales = scales.to(torch.bfloat16).contiguous()  # held here: the kernel reads it after this line
     loaded = library()
     assert loaded is not None, "plm.cpu.native.int8_linear without the library: check usable() first"
-    if not loaded.plm_int8_linear(rows.data_ptr(), rows.shape[0], values.data_ptr(), scales.data_ptr(),
+    rows = x.numel() // in_features
+    if not loaded.plm_int8_linear(x.data_ptr(), rows, values.data_ptr(), scales.data_ptr(),
                                   0 if bias is None else bias.data_ptr(), y.data_ptr(), out_features, in_features,
                                   torch.get_num_threads()):
-        raise MemoryError(f"no memory to round a ({rows.shape[0]}, {in_features}) input to int16")
-    return y.view(*x.shape[:-1], out_features)
+        raise MemoryError(f"no memory to round a ({rows}, {in_features}) input to int16")
+    return y
