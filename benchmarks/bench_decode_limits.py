@@ -122,14 +122,20 @@ def bench_overhead(args: argparse.Namespace, report: Report) -> None:
                         "tokens")
 
 
-def bench_int8(args: argparse.Namespace, report: Report) -> None:
+def token_matrices(seed: int) -> tuple[list[torch.Tensor], dict[int, torch.Tensor]]:
+    """The fp32 matrices one GPT-2 124M token reads (49 in its blocks, then the tied vocabulary), in order, and a
+    (1, width) input for each width."""
     config = GPTConfig()  # 124M
     d, f, vocab = config.dim, config.ffn_dim, config.vocab_size
     shapes = [(3 * d, d), (d, d), (f, d), (d, f)] * config.layers + [(vocab, d)]
-    generator = torch.Generator().manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(seed)
     fp32 = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
+    return fp32, {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
+
+
+def bench_int8(args: argparse.Namespace, report: Report) -> None:
+    fp32, inputs = token_matrices(args.seed)
     int8 = [Int8Weight.of(weight) for weight in fp32]  # plm.quantize's weights: what an int8 model multiplies by
-    inputs = {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
 
     def kernel() -> None:
         for weight in int8:
@@ -166,18 +172,13 @@ def bench_int8(args: argparse.Namespace, report: Report) -> None:
 
 
 def bench_kernels(args: argparse.Namespace, report: Report) -> None:
-    config = GPTConfig()  # 124M
-    d, f, vocab = config.dim, config.ffn_dim, config.vocab_size
-    shapes = [(3 * d, d), (d, d), (f, d), (d, f)] * config.layers + [(vocab, d)]
-    generator = torch.Generator().manual_seed(args.seed)
-    fp32 = [torch.randn(shape, generator=generator) * 0.02 for shape in shapes]
+    fp32, inputs = token_matrices(args.seed)
     token_bytes = {"fp32": 4 * sum(w.numel() for w in fp32)}
     token_bytes.update(bf16=token_bytes["fp32"] // 2, int8=token_bytes["fp32"] // 4)
     copies = {"fp32": [w.clone() for _ in range(args.copies) for w in fp32],
               "bf16": [w.bfloat16() for _ in range(args.copies) for w in fp32],
               "int8": [Int8Weight(q.values.clone(), q.scales) for q in map(Int8Weight.of, fp32) for _ in
                        range(args.copies)]}
-    inputs = {d: torch.randn(1, d, generator=generator), f: torch.randn(1, f, generator=generator)}
     bf16_inputs = {width: x.bfloat16() for width, x in inputs.items()}
 
     def products(weights: list, product: Callable) -> Callable[[], None]:
