@@ -6,7 +6,8 @@
     ``torch.compile`` (fullgraph, static shapes: one graph, no Python between the ops, the
     element-wise work fused). If Python and dispatch were the wall, the compiled step would win.
 (b) The int8 products of one GPT-2 124M token (49 weight matrices and the tied output layer,
-    cycled as a decoding step reads them): plm's int8 product (PyTorch's int8-weight kernel) against casting row
+    cycled as a decoding step reads them): plm's int8 product (the route it times: PyTorch's int8-weight kernel, or
+    plm's own, plm.cpu.native) against casting row
     blocks of the int8 weight to fp32 and multiplying in fp32, and against plm's fp32 products.
     If the kernel were bound by memory, the fp32 products of 4x the bytes would take 4x as long.
 (c) The kernels alone: the products of one GPT-2 124M token, over ``--copies`` copies of its matrices
