@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import subprocess
@@ -139,10 +140,12 @@ def fresh_build(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("environment", [{"PLM_NATIVE": "0"}, {"CC": "no-such-compiler"}, {"CC": "false"}],
                          ids=["turned off", "no compiler", "a failing compiler"])
-def test_without_the_kernels_the_products_are_pytorch_s(environment, fresh_build, monkeypatch):
+def test_without_the_kernels_the_products_are_pytorch_s(environment, fresh_build, monkeypatch, caplog):
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    assert not native.available() and native.instructions() is None
+    with caplog.at_level(logging.INFO, logger="plm.cpu.native"):
+        assert not native.available() and native.instructions() is None
+    assert ("kernels are not used" in caplog.text) == ("CC" in environment)  # why, for whoever asks the logger
     assert not list(fresh_build.glob("*")) if fresh_build.exists() else True  # nothing half-built is left
     monkeypatch.setattr(linear_routes, "ROUTES", TimedRoutes())
     weight, x = torch.randn(512, 256).bfloat16(), torch.randn(1, 256).bfloat16()

@@ -10,7 +10,8 @@ kernels, so a machine where they lose keeps PyTorch's.
 The library is compiled once per machine, source and compiler (``-O3 -march=native -fopenmp``, under a
 second) into ``$PLM_CACHE/kernels`` and loaded with ctypes; its OpenMP runtime is the one PyTorch
 loaded, so its threads are PyTorch's. Where there is no C compiler, or the build fails, or
-``PLM_NATIVE=0`` is set, [`library`][plm.cpu.native.library] is None and only PyTorch's kernels are used.
+``PLM_NATIVE=0`` is set, [`library`][plm.cpu.native.library] is None and only PyTorch's kernels are used; the
+logger ``plm.cpu.native`` says why at level INFO.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import platform
 import shlex
@@ -30,6 +32,7 @@ import torch
 
 from plm.cache import cache_dir
 
+log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("native.c")
 ABI = 1  # plm_native_abi() of a library this module can call
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
@@ -166,7 +169,10 @@ def library() -> ctypes.CDLL | None:
         return None
     try:
         loaded = ctypes.CDLL(str(build(cache_dir() / "kernels")))
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError) as error:
+        # not an error: PyTorch's kernels do the work; logging.getLogger("plm.cpu.native") at INFO says why
+        compiler_said = getattr(error, "stderr", b"") or b""
+        log.info("plm's CPU kernels are not used: %s %s", error, compiler_said.decode(errors="replace")[-2000:])
         return None
     for name, (arguments, result) in _SIGNATURES.items():
         function = getattr(loaded, name)
