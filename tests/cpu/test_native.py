@@ -18,7 +18,14 @@ from plm.cpu import native
 from plm.cpu.int8 import Int8Weight
 from plm.cpu.timing import TimedRoutes
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="plm's kernels could not be built here (no C compiler)")
+
+@pytest.fixture(autouse=True)
+def built() -> None:
+    """Skip where the kernels cannot be built (no C compiler); asked in each test, not at collection, so that the
+    build goes to the tests' own cache (conftest's PLM_CACHE), not the user's."""
+    if not native.available():
+        pytest.skip("plm's kernels could not be built here (no C compiler)")
+
 
 # (rows, out, in): one element; tails after the 32-wide vector loop (31, 33); rows past the last block of 4 (5, 130);
 # int8's integer sums flushed every 4,096 inputs (4,100 and 8,227).
