@@ -117,7 +117,8 @@ def main() -> None:
     tokenizer = Tokenizer.from_gpt2_files(*files)
     torch.manual_seed(args.seed)
     fp32 = from_preset("gpt2").eval()
-    plm_models = {"fp32": fp32, "bf16": inference_weights(copy.deepcopy(fp32), "bf16"),
+    plm_models = {"fp32": inference_weights(copy.deepcopy(fp32), "fp32"),
+                  "bf16": inference_weights(copy.deepcopy(fp32), "bf16"),
                   "int8": inference_weights(copy.deepcopy(fp32), "fp32", "int8")}
     prompt = tokenizer.encode("The history of the language model begins with the statistics of word sequences, and")
     prompt = prompt[: args.prompt_length]

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm.cpu import native
+from plm.cpu.huge_pages import into_huge_pages
 from plm.cpu.timing import MIN_WEIGHT_NUMEL, TimedRoutes, best_seconds, streamed_seconds
 from plm.errors import PLMError
 
@@ -335,7 +336,8 @@ def quantize(model: ModelT, kind: str = "int8") -> ModelT:
     (``model.vocabulary_embeddings()``, where it has them): a tied output layer reads
     them, so the vocabulary projection, the largest product of a language model, runs
     in int8 too. Other embeddings (positions, segments) and RNN cells stay fp32.
-    A layer shared by several places (ALBERT) becomes one int8 layer, shared the same way.
+    A layer shared by several places (ALBERT) becomes one int8 layer, shared the same way. The weights end in
+    huge pages ([`into_huge_pages`][plm.cpu.huge_pages.into_huge_pages]).
 
     Args:
         model: the model, on the CPU; one already quantized is returned as it is.
@@ -364,7 +366,7 @@ def quantize(model: ModelT, kind: str = "int8") -> ModelT:
                 continue
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, replacements[id(module)])
-    return model.eval()
+    return into_huge_pages(model.eval())  # the int8 weights are read every token: from huge pages
 
 
 def check_device(device: torch.device | str) -> None:

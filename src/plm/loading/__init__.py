@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import torch
 
+from plm.cpu.huge_pages import into_huge_pages
 from plm.cpu.int8 import is_quantized, quantize
 from plm.device import PRECISIONS, resolve_precision
 from plm.errors import PLMError
@@ -184,7 +185,10 @@ def inference_weights(model: ModelT, precision: str = "fp32", quantization: str 
         if precision != "fp32":
             raise PLMError(f"int8 weights (`quantization`, or a model saved quantized) are not also {precision} "
                            "(`precision`); choose one")
-        return quantize(model, quantization) if quantization is not None else model
-    if precision == "fp32":
-        return model  # as loaded: plm saves fp32 weights
-    return model.to(resolve_precision(precision, next(model.parameters()).device))
+        if quantization is not None:
+            return quantize(model, quantization)  # which puts the int8 weights in huge pages itself
+    elif precision != "fp32":  # fp32: as loaded, plm saves fp32 weights
+        model = model.to(resolve_precision(precision, next(model.parameters()).device))
+    # decoding reads every weight a token: on the CPU, from huge pages (plm.cpu.huge_pages)
+    on_cpu = next(iter(model.state_dict().values())).device.type == "cpu"
+    return into_huge_pages(model) if on_cpu else model
