@@ -13,7 +13,8 @@
 (c) The kernels alone: the products of one GPT-2 124M token, over ``--copies`` copies of its matrices
     cycled so that each comes from memory, as decoding reads them, in GB/s of weights read, by each
     kernel plm can route a one-row product to: PyTorch's fp32, bf16 and int8 ones, and plm's own
-    (plm.cpu.native), against the measured bandwidth.
+    (plm.cpu.native), against the measured bandwidth. The matrices lie in huge pages, as plm's
+    inference weights do (plm.cpu.huge_pages), unless ``--plain-pages``.
 
     python benchmarks/bench_decode_limits.py              # (a) and (b), under a minute on 2 CPU cores
     python benchmarks/bench_decode_limits.py --part int8
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 
 from bench_common import Report, interleaved_medians
 from plm.cpu import native
+from plm.cpu.huge_pages import huge_pages_available, into_huge_pages
 from plm.cpu.int8 import Int8Weight
 from plm.decoding.generation import generate
 from plm.models import GPTConfig, from_preset
@@ -180,6 +182,12 @@ def bench_kernels(args: argparse.Namespace, report: Report) -> None:
               "bf16": [w.bfloat16() for _ in range(args.copies) for w in fp32],
               "int8": [Int8Weight(q.values.clone(), q.scales) for q in map(Int8Weight.of, fp32) for _ in
                        range(args.copies)]}
+    if not args.plain_pages:  # as plm's inference holds weights (plm.cpu.huge_pages): the tensors' data moves
+        holder = torch.nn.Module()
+        matrices = [*copies["fp32"], *copies["bf16"], *(q.values for q in copies["int8"])]
+        for index, matrix in enumerate(matrices):
+            holder.register_buffer(f"w{index}", matrix)
+        into_huge_pages(holder)
     bf16_inputs = {width: x.bfloat16() for width, x in inputs.items()}
 
     def products(weights: list, product: Callable) -> Callable[[], None]:
@@ -214,14 +222,17 @@ def bench_kernels(args: argparse.Namespace, report: Report) -> None:
                 report.add(f"gpt2 {precision}", f"GB/s of weights, {name}", rate / 1e9, None if peer is None
                            else peer / 1e9, f"{rate / streamed:.0%} of fp32's fastest, {rate / bandwidth:.0%} of the "
                            "measured bandwidth" + (f"; peer: {best_pytorch[1]}" if peer else ""), precision)
-    report.notes.append(f"[kernels] one row by GPT-2 124M's 49 + 1 matrices, {args.copies} copies cycled; plm's "
-                        f"kernels: {native.instructions() or 'not built'}")
+    pages = "4 KiB pages" if args.plain_pages or not huge_pages_available() else "huge pages"
+    report.notes.append(f"[kernels] one row by GPT-2 124M's 49 + 1 matrices, {args.copies} copies cycled, in {pages}; "
+                        f"plm's kernels: {native.instructions() or 'not built'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=["overhead", "int8", "both", "kernels"], default="both")
     parser.add_argument("--copies", type=int, default=4, help="copies of the kernels part's matrices, cycled")
+    parser.add_argument("--plain-pages", action="store_true",
+                        help="the kernels part's matrices where PyTorch allocates them, not in huge pages")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--model", default="gpt2-mini", help="the GPT preset of the overhead part")
     parser.add_argument("--repeats", type=int, default=5)
