@@ -107,3 +107,24 @@ def test_each_arena_is_asked_for_in_huge_pages_before_its_copy_and_collapsed_aft
     monkeypatch.setattr(huge_pages, "madvise", lambda region, kind: advice.append(kind) or real(region, kind))
     into_huge_pages(from_preset("gpt2-mini"))
     assert advice == [huge_pages.MADV_HUGEPAGE, huge_pages.MADV_COLLAPSE]  # one arena: 13 MB
+
+
+@needs_thp
+def test_tensors_that_share_memory_share_the_copy() -> None:
+    """Weights tied as two tensors on one storage (not one Parameter), and a buffer that views part of a weight:
+    moved together, they still share memory, so an update of one is seen by the others as before."""
+    model = torch.nn.Module()
+    model.first = torch.nn.Parameter(torch.randn(64, 64))
+    model.second = torch.nn.Parameter(torch.empty(0))
+    model.second.data = model.first.data  # tied, as a loader that assigns .data ties them
+    model.register_buffer("row", model.first.data[3])  # a view: offset 192, its own shape
+    expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    before = model.first.data_ptr()
+    into_huge_pages(model)
+    assert model.first.data_ptr() != before  # moved
+    assert model.second.data_ptr() == model.first.data_ptr() and model.row.data_ptr() == model.first[3].data_ptr()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, expected[name])
+    with torch.no_grad():
+        model.first[3, 0] = 7.0
+    assert model.second[3, 0] == 7.0 and model.row[0] == 7.0

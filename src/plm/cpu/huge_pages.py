@@ -86,30 +86,32 @@ def madvise(region: torch.Tensor, advice: int) -> int:
     return int(libc.madvise(ctypes.c_void_p(region.data_ptr()), ctypes.c_size_t(length), advice))
 
 
-def weight_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The model's parameters and buffers on the CPU that are worth moving, each once (tied weights are one).
+def weight_storages(model: nn.Module) -> list[list[torch.Tensor]]:
+    """The model's parameters and buffers on the CPU that are worth moving, grouped by the memory they share.
+
+    Tensors that share a storage (tied weights that are distinct tensors, a view of another) are moved
+    together, so that they share the copy as they shared the original.
 
     Args:
         model: the model.
 
     Returns:
-        The tensors, contiguous, of a page (4 KiB) or more, in the order the model holds them.
+        For each storage of a page (4 KiB) or more, in the order the model holds them, the tensors on it.
     """
-    seen: set[int] = set()
-    tensors = []
+    groups: dict[int, list[torch.Tensor]] = {}
     for tensor in [*model.parameters(), *model.buffers()]:
-        if (tensor.device.type == "cpu" and tensor.is_contiguous() and tensor.nbytes >= 4096
-                and tensor.untyped_storage().data_ptr() not in seen):
-            seen.add(tensor.untyped_storage().data_ptr())
-            tensors.append(tensor)
-    return tensors
+        storage = tensor.untyped_storage()
+        if tensor.device.type == "cpu" and storage.nbytes() >= 4096:
+            groups.setdefault(storage.data_ptr(), []).append(tensor)
+    return list(groups.values())
 
 
 def into_huge_pages(model: ModelT) -> ModelT:
     """Copy ``model``'s weights into huge-page arenas, in place; returns the model (unchanged where there are none).
 
     Each parameter and buffer keeps its identity (a tied output layer stays tied, an optimizer's or a hook's
-    references stay valid): only its ``data`` points at the copy. The outputs are the same, bit for bit.
+    references stay valid): only its ``data`` points at the copy, at the same offset and strides in a copy of
+    its whole storage. The outputs are the same, bit for bit.
 
     Args:
         model: the model, on the CPU.
@@ -119,25 +121,34 @@ def into_huge_pages(model: ModelT) -> ModelT:
     """
     if not huge_pages_available():
         return model
-    tensors = weight_tensors(model)
+    groups = weight_storages(model)
     with torch.no_grad():
-        while tensors:
-            batch: list[torch.Tensor] = []
+        while groups:
+            batch: list[list[torch.Tensor]] = []
             size = 0
-            while tensors and (not batch or size + tensors[0].nbytes <= ARENA_BYTES):
-                size += -(-tensors[0].nbytes // ALIGNMENT) * ALIGNMENT
-                batch.append(tensors.pop(0))
+            while groups and (not batch or size + storage_bytes(groups[0]) <= ARENA_BYTES):
+                size += -(-storage_bytes(groups[0]) // ALIGNMENT) * ALIGNMENT
+                batch.append(groups.pop(0))
             try:
                 memory = arena(size)
             except OSError:
                 return model
             offset = 0
-            for tensor in batch:
-                copy = memory[offset : offset + tensor.nbytes].view(tensor.dtype).view(tensor.shape)
-                copy.copy_(tensor)
-                tensor.data = copy
-                offset += -(-tensor.nbytes // ALIGNMENT) * ALIGNMENT
+            for group in batch:
+                nbytes = storage_bytes(group)
+                copy = memory[offset : offset + nbytes]  # (nbytes,) uint8: the whole storage, byte for byte
+                copy.copy_(torch.empty(0, dtype=torch.uint8).set_(group[0].untyped_storage()))
+                for tensor in group:
+                    typed = copy.view(tensor.dtype)  # as_strided's offset counts from the arena's own start
+                    tensor.data = typed.as_strided(tensor.shape, tensor.stride(),
+                                                   typed.storage_offset() + tensor.storage_offset())
+                offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
             # The first touch got huge pages where free ones were at hand; collapse what fell back to 4 KiB pages
             # (a machine that has run a while: 72% of a benchmark's weights were in huge pages without this).
             madvise(memory, MADV_COLLAPSE)
     return model
+
+
+def storage_bytes(group: list[torch.Tensor]) -> int:
+    """The bytes of the storage the tensors of ``group`` share."""
+    return group[0].untyped_storage().nbytes()

@@ -164,7 +164,8 @@ def inference_weights(model: ModelT, precision: str = "fp32", quantization: str 
     bf16 weights halve the bytes each token reads, and run fast where the hardware multiplies bf16
     (GPUs; CPUs with AVX512-BF16 or AMX, see [`native_bf16_cpu`][plm.device.native_bf16_cpu]); fp16 weights are for
     GPUs. Outputs are in the weights' format too: a caller that sums many of them (a loss, a perplexity)
-    does it in fp32.
+    does it in fp32. On the CPU the weights, whatever their format, are then copied into huge pages
+    ([`into_huge_pages`][plm.cpu.huge_pages.into_huge_pages]), which a decoding step reads faster.
 
     Args:
         model: the model.
