@@ -79,3 +79,64 @@ def test_generation_that_runs_its_length_says_nothing(model, capsys) -> None:
     assert capsys.readouterr() == ("the cat book book book\n", "")
     assert main(["generate", "--model", "ends", "the cat", "--max-new-tokens", "6", "--ignore-eos"]) == 0
     assert capsys.readouterr() == ("the cat book book book\n", "")
+
+
+class RecordsBatches(Writes):
+    """``Writes`` that records the rows of each batch it starts decoding."""
+
+    def __init__(self) -> None:
+        super().__init__(then=BOOK)
+        self.batches: list[int] = []
+
+    def start_decoding(self, request):
+        self.batches.append(request.prompt.shape[0])
+        return super().start_decoding(request)
+
+
+PROMPTS = ["the cat reads a book", "a", "the dog sees", "a list", "the"]  # lengths out of order
+
+
+def test_prompts_are_decoded_batch_size_at_a_time() -> None:
+    model = RecordsBatches()
+    continue_prompts(model, TOKENIZER, PROMPTS, 3, batch_size=2)
+    assert model.batches == [2, 2, 1]  # memory holds a batch's cache, not every prompt's
+
+
+@pytest.fixture(scope="module")
+def gpt() -> torch.nn.Module:
+    from plm.models import from_preset
+
+    torch.manual_seed(0)
+    return from_preset("gpt2-micro", vocab_size=len(TOKENIZER)).eval()  # context 64
+
+
+def test_continuations_come_back_in_the_prompts_order(gpt) -> None:
+    continuations = continue_prompts(gpt, TOKENIZER, PROMPTS, 6, batch_size=2, ignore_eos=True)
+    assert continuations == [continue_prompts(gpt, TOKENIZER, [prompt], 6, ignore_eos=True)[0] for prompt in PROMPTS]
+    assert len({continuation.text for continuation in continuations}) == len(PROMPTS)
+
+
+def test_a_sampled_prompt_draws_the_same_tokens_whatever_the_batch_and_its_neighbours(gpt) -> None:
+    options = dict(temperature=1.5, seed=7, ignore_eos=True)
+    together = continue_prompts(gpt, TOKENIZER, PROMPTS, 12, **options)
+    alone = [continue_prompts(gpt, TOKENIZER, PROMPTS[: i + 1], 12, batch_size=1, **options)[i]
+             for i in range(len(PROMPTS))]
+    assert together == alone
+    assert continue_prompts(gpt, TOKENIZER, PROMPTS, 12, batch_size=3, **options) == together
+    assert len({c.text for c in together}) == len(PROMPTS)  # the rows did draw different tokens
+    assert continue_prompts(gpt, TOKENIZER, PROMPTS, 12, **{**options, "seed": 8}) != together
+
+
+def test_generate_takes_a_batch_size_and_no_progress(tmp_path, capsys) -> None:
+    from plm.models import from_config, preset_config
+    from plm.storage.checkpoint import save_model
+
+    run = save_model(from_config(preset_config("gpt2-micro", vocab_size=len(TOKENIZER))), tmp_path / "model", TOKENIZER)
+    assert main(["generate", "--model", str(run), "--batch-size", "1", "--no-progress", "--max-new-tokens", "4",
+                 "the cat", "a dog"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the cat") and "\na dog" in out
+    with pytest.raises(SystemExit) as refused:
+        main(["generate", "--model", str(run), "--batch-size", "0", "x"])
+    assert refused.value.code == 2
+    assert "--batch-size" in capsys.readouterr().err

@@ -12,8 +12,8 @@ from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.data.corpus import read_text
 from plm.data.encoded import encode_texts, token_dtype
 from plm.data.sources import iter_documents
-from plm.decoding.generation import generate
-from plm.decoding.generation_config import StopStrings
+from plm.decoding.generation import generate, row_generator
+from plm.decoding.generation_config import StopStrings, configured
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder
 from plm.models.pretraining_heads import sentence_embeddings
@@ -62,6 +62,9 @@ def continue_prompts(
     prompts: Sequence[str],
     max_new_tokens: int = 64,
     stop: Sequence[str] = (),
+    *,
+    batch_size: int | None = None,
+    progress: bool = False,
     **options,
 ) -> list[Continuation]:
     """The continuation of each prompt (without the prompt), cut before any stop string, and where it ended.
@@ -71,16 +74,23 @@ def continue_prompts(
     model writes the tokenizer's end-of-text token, unless ``ignore_eos`` asks for all
     ``max_new_tokens``. An empty prompt starts from the tokenizer's beginning-of-text token.
 
+    Prompts of similar lengths are decoded together, ``batch_size`` at a time, so that memory holds one
+    batch's cache however many prompts there are. A sampled prompt draws from its own generator, seeded by
+    ``seed`` and its position ([`row_generator`][plm.decoding.generation.row_generator]), so that its
+    continuation does not depend on the batch size or on the other prompts.
+
     Args:
         model: the causal language model.
         tokenizer: its tokenizer.
-        prompts: the prompts, decoded as one batch.
+        prompts: the prompts.
         max_new_tokens: the most new tokens per prompt.
         stop: strings that end a continuation.
+        batch_size: the prompts decoded at once (None: all of them).
+        progress: show a progress bar over the prompts.
         **options (Any): as for [`generate`][plm.decoding.generation.generate].
 
     Returns:
-        Each prompt's continuation.
+        Each prompt's continuation, in the order of ``prompts``.
 
     Raises:
         PLMError: an empty prompt and no beginning-of-text token, an option out of range, or a prompt
@@ -88,23 +98,27 @@ def continue_prompts(
     """
     rows = encode_prompts(tokenizer, prompts)
     pad = prompt_padding(tokenizer)
-    ids, mask = left_pad(rows, pad)
     device = next(model.parameters()).device
     stop_strings = StopStrings(stop, tokenizer.decode) if stop else None
-    output = generate(
-        model,
-        ids.to(device),
-        max_new_tokens,
-        mask.to(device) if len(rows) > 1 else None,
-        eos_token_id=tokenizer.eos_id,
-        pad_token_id=pad,
-        stop=stop_strings,
-        **options,
-    )
-    kept = min(ids.shape[1], options.get("keep_last") or ids.shape[1])  # generate cut the prompt to keep_last
-    new = output[:, kept:].tolist()
+    config = configured(None, max_new_tokens, {"eos_token_id": tokenizer.eos_id, "pad_token_id": pad,
+                                               "stop": stop_strings, **options})
+    seed = config.seed if config.sampling and not config.searches_beams else None
+    order = sorted(range(len(rows)), key=lambda index: len(rows[index]))  # similar lengths: little padding
+    size = batch_size or len(rows)
+    new: list[list[int]] = [[] for _ in rows]
+    with progress_bar(total=len(rows), disable=not progress, desc="generate", unit=" prompts", leave=False) as bar:
+        for start in range(0, len(order), size):
+            batch = order[start : start + size]
+            ids, mask = left_pad([rows[index] for index in batch], pad)
+            generators = None if seed is None else [row_generator(seed, index, device) for index in batch]
+            output = generate(model, ids.to(device), attention_mask=mask.to(device) if len(batch) > 1 else None,
+                              config=config, generators=generators)
+            kept = min(ids.shape[1], config.keep_last or ids.shape[1])  # generate cut the prompt to keep_last
+            for index, row in zip(batch, output[:, kept:].tolist()):
+                new[index] = row
+            bar.update(len(batch))
     texts = tokenizer.decode_batch(new, skip_special_tokens=True)
-    eos = None if options.get("ignore_eos") else tokenizer.eos_id
+    eos = None if config.ignore_eos else tokenizer.eos_id
     return [Continuation(stop_strings.cut(text) if stop_strings else text, ended_after(row, eos, stop_strings))
             for text, row in zip(texts, new)]
 

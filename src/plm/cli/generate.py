@@ -11,6 +11,7 @@ from plm.cli.common import (
     HelpFormatter,
     add_device,
     add_model,
+    add_no_progress,
     add_seed,
     add_weights,
     load_causal_lm,
@@ -33,13 +34,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text from prompts",
         description="Continue each prompt with a causal language model. Greedy by default; any of --temperature, "
-        "--top-k, --top-p turns sampling on. Prompts are batched with left padding and decoded with a KV cache.",
+        "--top-k, --top-p turns sampling on. Prompts of similar lengths are decoded together, --batch-size at a "
+        "time, with left padding and a KV cache; the output keeps the prompts' order.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
     add_model(parser, "model directory or training run")
     parser.add_argument("prompts", nargs="*", help="prompts (an empty string starts from nothing)")
     parser.add_argument("--prompt-file", help="a UTF-8 file with one prompt per line")
+    parser.add_argument("--batch-size", type=positive_int, default=8,
+                        help="prompts decoded together (memory holds one batch's KV cache)")
     flags.MAX_NEW_TOKENS.add(parser, default=None, note=f"default {DEFAULT_NEW_TOKENS}, fewer when the context has "
                              "less room left")
     flags.TEMPERATURE.add(parser)
@@ -66,7 +70,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="on a GPU, replay each one-token step as a CUDA graph over a static KV cache (4x faster steps for "
         "GPT-2 124M at batch 1 on an H200; the same tokens); see docs/gpu.md",
     )
-    add_seed(parser, note="sampling draws the same tokens for the same seed")
+    add_seed(parser, note="sampling draws the same tokens for the same seed; each prompt draws from its own "
+             "generator, seeded by --seed and its position, so its continuation does not depend on --batch-size or "
+             "on the other prompts")
+    add_no_progress(parser)
     add_device(parser)
     add_weights(parser)
     parser.set_defaults(run=run)
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> None:
         prompts,
         max_new_tokens,
         stop=args.stop,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,

@@ -5,11 +5,11 @@ asks for beams); batched beam search is [`beam_search`][plm.decoding.beam.beam_s
 """
 
 from plm.decoding.beam import BeamSearchOutput, beam_search, length_penalty
-from plm.decoding.generation import decode_steps, generate
+from plm.decoding.generation import decode_steps, generate, row_generator
 from plm.decoding.generation_config import GenerationConfig, StopStrings
 from plm.decoding.interface import Decoder, DecodingRequest
 
 __all__ = [
     "BeamSearchOutput", "Decoder", "DecodingRequest", "GenerationConfig", "StopStrings", "beam_search",
-    "decode_steps", "generate", "length_penalty",
+    "decode_steps", "generate", "length_penalty", "row_generator",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from plm.decoding.beam import beam_search
@@ -99,6 +100,25 @@ def next_tokens(
         return torch.cat([torch.multinomial(row[None], 1, generator=own) for row, own in zip(probabilities, generator)],
                          0).squeeze(1)
     return torch.multinomial(probabilities, 1, generator=generator).squeeze(1)
+
+
+def row_generator(seed: int, row: int, device: torch.device) -> torch.Generator:
+    """The random generator of the row at position ``row`` of an input sampled with ``seed``.
+
+    A row that draws from its own generator samples the same tokens whatever rows share its batch, so a
+    sampled output depends on its seed and its line, not on the batch size or the lines around it. numpy's
+    SeedSequence mixes the two numbers, so that seed s at row i + 1 draws nothing like seed s + 1 at row i.
+
+    Args:
+        seed: the sampling's seed (any integer; taken modulo 2^64).
+        row: the row's position in the input, from 0.
+        device: where the generator draws.
+
+    Returns:
+        The generator.
+    """
+    state = np.random.SeedSequence([seed % 2**64, row]).generate_state(1, np.uint64)[0]
+    return torch.Generator(device).manual_seed(int(state))
 
 
 @dataclass(frozen=True)
@@ -228,6 +248,7 @@ def generate(
     config: GenerationConfig | None = None,
     source_ids: torch.Tensor | None = None,
     source_mask: torch.Tensor | None = None,
+    generators: Sequence[torch.Generator | None] | None = None,
     **options: Any,
 ) -> torch.Tensor:
     """Continue ``input_ids`` (batch, time) by up to ``max_new_tokens``.
@@ -258,6 +279,9 @@ def generate(
             [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig]).
         source_ids: an encoder-decoder's (batch, source_length) source.
         source_mask: 0 at the padding of ``source_ids``.
+        generators: a random generator per row in place of ``seed``'s one for the batch (see
+            [`decode_steps`][plm.decoding.generation.decode_steps] and
+            [`row_generator`][plm.decoding.generation.row_generator]); not for beam search.
         **options (Any): fields of [`GenerationConfig`][plm.decoding.generation_config.GenerationConfig] that replace
             the config's, as in ``generate(model, ids, 20, temperature=0.8, top_p=0.9, seed=1)``.
 
@@ -265,14 +289,18 @@ def generate(
         (batch, time + N) the prompt (cut to ``keep_last``) followed by the N new tokens.
 
     Raises:
-        PLMError: an unknown option, an option out of range, or a prompt that is not (batch, time) with at
-            least one token or does not fit the context with the new tokens.
+        PLMError: an unknown option, an option out of range, a prompt that is not (batch, time) with at
+            least one token or does not fit the context with the new tokens, or ``generators`` for beam search or
+            not one per row.
     """
     config = configured(config, max_new_tokens, options)
     if config.searches_beams:
+        if generators is not None:
+            raise PLMError("generators are for greedy search and sampling; beam search draws nothing")
         return beam_search(model, input_ids, attention_mask, config=config, source_ids=source_ids,
                            source_mask=source_mask).sequences
-    steps = decode_steps(model, input_ids, config, attention_mask, source_ids=source_ids, source_mask=source_mask)
+    steps = decode_steps(model, input_ids, config, attention_mask, source_ids=source_ids, source_mask=source_mask,
+                         generators=generators)
     prompt = input_ids[:, -config.keep_last:] if config.keep_last is not None else input_ids  # decode_steps checked it
     new = [step.tokens for step in steps]
     return torch.cat([prompt, torch.stack(new, 1)], 1) if new else prompt

@@ -156,8 +156,6 @@ def configured(
     return dataclasses.replace(config or GenerationConfig(), **options)
 
 
-
-
 def fit_prompt(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,

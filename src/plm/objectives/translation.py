@@ -28,7 +28,7 @@ import sacrebleu
 import torch
 
 from plm.data.sentence_pairs import Seq2SeqTokenizers, right_pad, token_budget_batches
-from plm.decoding import GenerationConfig, beam_search, decode_steps
+from plm.decoding import GenerationConfig, beam_search, decode_steps, row_generator
 from plm.device import available_memory
 from plm.errors import PLMError
 from plm.models import RECIPES
@@ -183,7 +183,7 @@ def sample_batch(
     """
     limits = config.new_token_limits(len(start), source_ids, source_mask, start.device)  # (batch,)
     limits = limits.clamp(max=max(0, model.context_length() - 1))
-    generators = None if config.seed is None else [sentence_generator(config.seed, index, start.device)
+    generators = None if config.seed is None else [row_generator(config.seed, index, start.device)
                                                    for index in sentences]
     steps = decode_steps(model, start, dataclasses.replace(config, max_len_a=0.0, max_new_tokens=int(limits.max())),
                          source_ids=source_ids, source_mask=source_mask, generators=generators)
@@ -191,24 +191,6 @@ def sample_batch(
     eos = config.finishing_token_id
     cut = [row[: 1 + limit] for row, limit in zip(rows, limits.tolist())]
     return [row[: row.index(eos, 1) + 1] if eos in row[1:] else row for row in cut]
-
-
-def sentence_generator(seed: int, sentence: int, device: torch.device) -> torch.Generator:
-    """The random generator of the sentence at position ``sentence`` in a sampling search seeded with ``seed``.
-
-    numpy's SeedSequence mixes the two numbers, so that seed s at sentence i + 1 draws nothing like seed s + 1
-    at sentence i.
-
-    Args:
-        seed: the search's seed (any integer; taken modulo 2^64).
-        sentence: the sentence's position in the input, from 0.
-        device: where the generator draws.
-
-    Returns:
-        The generator.
-    """
-    state = np.random.SeedSequence([seed % 2**64, sentence]).generate_state(1, np.uint64)[0]
-    return torch.Generator(device).manual_seed(int(state))
 
 
 def check_search(config: GenerationConfig, max_tokens: int) -> None:
