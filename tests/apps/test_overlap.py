@@ -101,6 +101,30 @@ def test_a_training_file_streams_in_chunks_without_losing_8_grams_at_their_edges
     assert bloom.contains(ngram_keys(WordHashes()(words))).all()
 
 
+def test_the_progress_bar_counts_every_byte_of_each_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from tqdm import tqdm
+
+    bars: list[tqdm] = []
+
+    def recording_bar(**options) -> tqdm:
+        bars.append(tqdm(file=io.StringIO(), **{**options, "disable": False}))
+        return bars[-1]
+
+    rng = random.Random(3)
+    paths = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for path in paths:
+        path.write_text("\n".join(" ".join(random_document(rng, 9)) + " été" for _ in range(300)) + "\n",
+                        encoding="utf-8")
+    monkeypatch.setattr(plm.apps.overlap, "CHUNK_CHARS", 500)
+    monkeypatch.setattr(plm.apps.overlap, "progress_bar", recording_bar)
+    size = sum(path.stat().st_size for path in paths)
+    build_filter(paths, 1e-6, progress=True)  # counted, then inserted: every byte twice
+    build_filter(paths, 1e-6, expected_ngrams=10_000, progress=True)
+    assert [(bar.n, bar.total) for bar in bars] == [(2 * size, 2 * size), (size, size)]
+
+
 def test_documents_are_lines_or_runs_of_lines_between_blank_lines(tmp_path: Path) -> None:
     seen = " ".join(f"s{i}" for i in range(10))
     unseen = " ".join(f"u{i}" for i in range(10))

@@ -23,11 +23,12 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, cast
+from typing import Callable, Iterable, Iterator, Sequence, cast
 
 import numpy as np
 
 from plm.errors import PLMError, reading
+from plm.progress import progress_bar
 
 NGRAM = 8
 CHUNK_CHARS = 1 << 20  # text read per step when streaming a training file
@@ -197,13 +198,20 @@ class BloomFilter:
         return self.fill() ** self.hashes
 
 
-def _text_chunks(path: Path) -> Iterator[str]:
-    """A file's text in pieces of about CHUNK_CHARS characters, cut at line ends; an empty file is an error."""
+def _text_chunks(path: Path, read: Callable[[int], object] | None = None) -> Iterator[str]:
+    """A file's text in pieces of about CHUNK_CHARS characters, cut at line ends; an empty file is an error.
+
+    ``read`` is called with the bytes each piece took from the file (a progress bar's ``update``).
+    """
     text = False
     try:
         with reading(path), path.open(encoding="utf-8") as file:
+            position = 0
             while chunk := "".join(file.readlines(CHUNK_CHARS)):
                 text = text or not chunk.isspace()
+                if read is not None:
+                    read(file.buffer.tell() - position)  # the bytes read ahead too: a bar's count, not an offset
+                    position = file.buffer.tell()
                 yield chunk
     except UnicodeDecodeError as error:
         raise PLMError(f"{path}: not valid UTF-8 (at byte {error.start} of a chunk)") from None
@@ -211,12 +219,15 @@ def _text_chunks(path: Path) -> Iterator[str]:
         raise PLMError(f"{path}: the file is empty: no words to compare")
 
 
-def stream_ngram_keys(path: str | Path, hashes: WordHashes) -> Iterator[np.ndarray]:
+def stream_ngram_keys(
+    path: str | Path, hashes: WordHashes, read: Callable[[int], object] | None = None
+) -> Iterator[np.ndarray]:
     """The keys of every 8-gram of a file read as one stream of words, chunk by chunk.
 
     Args:
         path: the text file.
         hashes: the word hashes, shared across files.
+        read: called with the bytes each chunk took from the file (a progress bar's ``update``), or None.
 
     Yields:
         Each chunk's keys, 8-grams across chunk boundaries included.
@@ -225,17 +236,18 @@ def stream_ngram_keys(path: str | Path, hashes: WordHashes) -> Iterator[np.ndarr
         PLMError: a missing, empty or non-UTF-8 file, or a directory.
     """
     carry = np.zeros(0, dtype=np.uint64)  # the last n - 1 words of the chunk before
-    for chunk in _text_chunks(Path(path)):
+    for chunk in _text_chunks(Path(path), read):
         words = np.concatenate([carry, hashes(normalized_words(chunk))])
         yield ngram_keys(words)
         carry = words[len(words) - (NGRAM - 1) :] if len(words) >= NGRAM - 1 else words
 
 
-def count_ngrams(paths: Iterable[str | Path]) -> int:
+def count_ngrams(paths: Iterable[str | Path], read: Callable[[int], object] | None = None) -> int:
     """8-grams in the files (each file one stream of words): the filter's capacity when none is given.
 
     Args:
         paths: the text files.
+        read: called with the bytes each chunk took from a file (a progress bar's ``update``), or None.
 
     Returns:
         The count, repeats included.
@@ -245,7 +257,7 @@ def count_ngrams(paths: Iterable[str | Path]) -> int:
     """
     total = 0
     for path in paths:
-        words = sum(len(normalized_words(chunk)) for chunk in _text_chunks(Path(path)))
+        words = sum(len(normalized_words(chunk)) for chunk in _text_chunks(Path(path), read))
         total += max(0, words - NGRAM + 1)
     return total
 
@@ -271,7 +283,7 @@ class FilterReport:
 
 
 def build_filter(
-    paths: Sequence[str | Path], fpr: float = 1e-4, expected_ngrams: int | None = None
+    paths: Sequence[str | Path], fpr: float = 1e-4, expected_ngrams: int | None = None, progress: bool = False
 ) -> tuple[BloomFilter, FilterReport]:
     """A Bloom filter of the 8-grams of the training files, sized for ``fpr`` at ``expected_ngrams``.
 
@@ -282,6 +294,7 @@ def build_filter(
         paths: the training files.
         fpr: the false-positive rate to size the filter for.
         expected_ngrams: the 8-grams the filter will hold (default: counted).
+        progress: show a progress bar over the bytes read (each file twice when counting).
 
     Returns:
         The filter and its report.
@@ -291,13 +304,16 @@ def build_filter(
     """
     if not paths:
         raise PLMError("no training files given")
-    capacity = expected_ngrams if expected_ngrams is not None else count_ngrams(paths)
-    bloom = BloomFilter.for_capacity(capacity, fpr)
-    hashes = WordHashes()
-    for path in paths:
-        for keys in stream_ngram_keys(path, hashes):
-            bloom.add(keys)
-    size = sum(Path(path).stat().st_size for path in paths)
+    size = sum(Path(path).stat().st_size for path in paths if Path(path).is_file())
+    passes = 1 if expected_ngrams is not None else 2
+    with progress_bar(total=size * passes, disable=not progress, desc="training 8-grams", unit="B", unit_scale=True,
+                      leave=False) as bar:
+        capacity = expected_ngrams if expected_ngrams is not None else count_ngrams(paths, bar.update)
+        bloom = BloomFilter.for_capacity(capacity, fpr)
+        hashes = WordHashes()
+        for path in paths:
+            for keys in stream_ngram_keys(path, hashes, bar.update):
+                bloom.add(keys)
     return bloom, FilterReport(bloom.added, bloom.bits, bloom.hashes, fpr, bloom.false_positive_rate(), size)
 
 

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from plm.apps.overlap import WordHashes, build_filter, measure_overlap
-from plm.cli.common import HelpFormatter, positive_int
+from plm.cli.common import HelpFormatter, add_no_progress, positive_int
 from plm.cli.eval_common import add_json, check_outputs, format_number
 from plm.storage.atomic_files import write_json
 
@@ -57,6 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--split", choices=("blank-lines", "lines"), default="blank-lines", help="what a test document is"
     )
+    add_no_progress(parser)
     add_json(parser)
     parser.set_defaults(run=run_overlap)
 
@@ -64,7 +65,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run_overlap(args: argparse.Namespace) -> None:
     check_outputs(args.json)
     start = time.perf_counter()
-    bloom, built = build_filter(args.train, args.fpr, args.expected_ngrams)
+    bloom, built = build_filter(args.train, args.fpr, args.expected_ngrams, progress=not args.no_progress)
     seconds = time.perf_counter() - start
     print(
         f"training: {built.ngrams:,} 8-grams from {built.bytes_read / 1e6:,.1f} MB in {seconds:.1f} s "
