@@ -19,6 +19,7 @@ test file is cut into documents, and no 8-gram crosses a document boundary.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -205,13 +206,13 @@ def _text_chunks(path: Path, read: Callable[[int], object] | None = None) -> Ite
     """
     text = False
     try:
-        with reading(path), path.open(encoding="utf-8") as file:
+        with reading(path), path.open("rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as file:
             position = 0
             while chunk := "".join(file.readlines(CHUNK_CHARS)):
                 text = text or not chunk.isspace()
                 if read is not None:
-                    read(file.buffer.tell() - position)  # the bytes read ahead too: a bar's count, not an offset
-                    position = file.buffer.tell()
+                    read(raw.tell() - position)  # with the bytes read ahead: a bar's count, not an offset
+                    position = raw.tell()
                 yield chunk
     except UnicodeDecodeError as error:
         raise PLMError(f"{path}: not valid UTF-8 (at byte {error.start} of a chunk)") from None
