@@ -6,13 +6,16 @@ decoding (1x16+128) in fresh processes, on a quiet machine and beside one busy p
 loop, one core's worth of work), under two OpenMP wait policies:
 
 * spin: libgomp's default, a thread done with its share of a parallel region spins for a while
-  before it sleeps;
-* passive (``OMP_WAIT_POLICY=PASSIVE``): it sleeps at once; what ``plm`` sets unless told otherwise.
+  (300,000 rounds of its spin loop) before it sleeps;
+* passive (``OMP_WAIT_POLICY=PASSIVE``): it sleeps at once; what ``plm`` sets on a machine busy as it starts;
+* spin N (``GOMP_SPINCOUNT=N``): it spins N rounds, then sleeps.
 
-The policies take turns, ``--rounds`` times per condition; each figure is the median of its rounds.
+A load that arrives after a process starts meets the policy chosen at its start, so the busy rows
+show what a spin count costs there. The policies take turns, ``--rounds`` times per condition; each
+figure is the median of its rounds.
 OpenMP reads the policy when PyTorch loads it, so each measurement is a process of its own.
 
-    python benchmarks/bench_load.py          # about 4 minutes on 2 cores
+    python benchmarks/bench_load.py          # about 8 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from contextlib import contextmanager
 
 from bench_common import Report
 
-POLICIES = {"spin": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+POLICIES = {"spin": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "spin 1000": {"GOMP_SPINCOUNT": "1000"},
+            "spin 10000": {"GOMP_SPINCOUNT": "10000"}}
 WORKER = r"""
 import json, statistics, sys, time, torch
 from plm.decoding.generation import generate
@@ -97,13 +101,18 @@ def main() -> None:
             figures[condition, policy] = {name: statistics.median(result[name] for result in results)
                                           for name in results[0]}
     for condition in ("quiet", "one busy process"):
-        passive, spin = figures[condition, "passive"], figures[condition, "spin"]
-        for measure_name in passive:
-            report.add("gpt2-mini", f"{measure_name} tok/s, {condition}: passive vs spin", passive[measure_name],
-                       spin[measure_name], precision="bf16 autocast" if "bf16" in measure_name else "fp32")
-        report.notes.append(f"[{condition}] auto (bf16 autocast) / fp32 training: passive "
-                            f"{passive['train bf16 autocast'] / passive['train fp32']:.2f}x, spin "
-                            f"{spin['train bf16 autocast'] / spin['train fp32']:.2f}x")
+        spin = figures[condition, "spin"]
+        for policy in POLICIES:
+            if policy == "spin":
+                continue
+            ours = figures[condition, policy]
+            for measure_name in ours:
+                report.add("gpt2-mini", f"{measure_name} tok/s, {condition}: {policy} vs spin", ours[measure_name],
+                           spin[measure_name], precision="bf16 autocast" if "bf16" in measure_name else "fp32")
+        auto = {policy: figures[condition, policy]["train bf16 autocast"] / figures[condition, policy]["train fp32"]
+                for policy in POLICIES}
+        report.notes.append(f"[{condition}] auto (bf16 autocast) / fp32 training: "
+                            + ", ".join(f"{policy} {ratio:.2f}x" for policy, ratio in auto.items()))
     for policy in POLICIES:
         loaded, quiet = figures["one busy process", policy], figures["quiet", policy]
         report.notes.append(f"[{policy}] beside a busy process, as a share of quiet: " + ", ".join(

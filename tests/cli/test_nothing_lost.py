@@ -237,3 +237,91 @@ def test_resuming_a_complete_run_says_so_and_writes_nothing(finished_run: Path, 
     assert printed.startswith("step 2: validation loss ")  # what the run logged at its last step
     assert snapshot(finished_run) == before
     assert {path: path.stat().st_mtime_ns for path in times} == times  # run.json and the rest not written again
+
+
+# A damaged run: refused before anything is read from it or written --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 2-step run that the tests below copy and damage."""
+    folder = tmp_path_factory.mktemp("saved")
+    (folder / "text.txt").write_text("the cat sat on the mat. the dog sat on the log.\n" * 200, encoding="utf-8")
+    out = folder / "run"
+    assert main(["pretrain", *TINY, "--steps", "2", "--warmup", "1", "--train", str(folder / "text.txt"),
+                 "--out", str(out)]) == 0
+    return out
+
+
+def damaged_copy(saved_run: Path, tmp_path: Path, name: str, edit) -> Path:
+    """A copy of ``saved_run`` whose JSON file ``name`` went through ``edit`` (which may return a replacement)."""
+    out = tmp_path / "run"
+    shutil.copytree(saved_run, out)
+    path = out / name
+    value = json.loads(path.read_text())
+    replaced = edit(value)
+    path.write_text(json.dumps(value if replaced is None else replaced))
+    return out
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda state: state.update(step=-5), "step must be a whole number >= 0, got -5"),
+    (lambda state: state.update(step=1.5), "step must be a whole number >= 0, got 1.5"),
+    (lambda state: state.update(step="two"), 'step must be a whole number >= 0, got "two"'),
+    (lambda state: {name: value for name, value in state.items() if name != "step"}, "no step"),
+    (lambda state: [1], "not a trainer state"),
+    (lambda state: state.update(micro_batches="x"), 'micro_batches must be a whole number >= 1, got "x"'),
+    (lambda state: state.update(decay_start=[1]), "decay_start must be null or [step, learning rate]"),
+])
+def test_a_damaged_trainer_state_is_refused_and_the_run_left_as_it_was(edit, message: str, saved_run: Path,
+                                                                      tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    # A step of -5 once cut the run's whole log back to nothing and rewrote its definition before failing.
+    out = damaged_copy(saved_run, tmp_path, "checkpoint/trainer_state.json", edit)
+    before = snapshot(out)
+    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{out}/checkpoint/trainer_state.json: {message}" in err
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda run: [1, 2], "not a run definition"),
+    (lambda run: run.update(flags=[1]), "not a run definition"),
+    (lambda run: run["flags"].update(steps="many"), '--steps is saved as "many"'),
+    (lambda run: run["flags"].update(lr="fast"), '--lr is saved as "fast"'),
+    (lambda run: run["flags"].update(train="one.txt"), '--train is saved as "one.txt"'),  # a path, not a list
+    (lambda run: run["flags"].update(mask_ratios=[0.8, 0.2]), "--mask-ratios is saved as [0.8, 0.2]"),
+    (lambda run: run["flags"].update(precision="fp8"), '--precision is saved as "fp8"'),
+    (lambda run: run["flags"].update(no_progress="yes"), '--no-progress is saved as "yes"'),
+    (lambda run: run.update(data=[1]), "its data is not the files by flag"),
+])
+def test_a_damaged_run_definition_is_refused_naming_the_flag(edit, message: str, saved_run: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    # A path saved where a list of paths belongs was once read letter by letter: "/" walked the whole disk.
+    out = damaged_copy(saved_run, tmp_path, "run.json", edit)
+    before = snapshot(out)
+    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{out}/run.json: {message}" in err
+    assert snapshot(out) == before
+
+
+def test_a_run_definition_as_plm_writes_it_resumes(saved_run: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    out = damaged_copy(saved_run, tmp_path, "run.json", lambda run: None)  # every kind of flag, as saved
+    code, _, _ = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 3)
+    assert code == 0 and logged(out)[-1]["step"] == 3
+
+
+def test_a_damaged_finetune_result_is_refused(tmp_path: Path) -> None:
+    from plm.errors import PLMError
+    from plm.tasks.finetune import read_result
+
+    path = tmp_path / "result.json"
+    for damaged in ([], {"steps": "9", "accuracy": 0.5}, {"steps": 9, "accuracy": "high"}, {"accuracy": 0.5}):
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(PLMError, match=f"{path}: not the result of a finished run"):
+            read_result(path, "accuracy")
+    path.write_text(json.dumps({"steps": 9, "accuracy": 0.5, "lr": 1e-4}))
+    assert read_result(path, "accuracy")["steps"] == 9

@@ -75,6 +75,7 @@ class Parser(argparse.ArgumentParser):
             namespace.command_name = self.prog
             namespace.given_flags = self.given_flags(args)
             namespace.flag_of = self.flag_of()
+            namespace.flag_actions = {action.dest: action for action in self._actions}
         return namespace, extras
 
     def suggestion(self, words: list[str]) -> str:

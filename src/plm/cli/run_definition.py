@@ -30,7 +30,7 @@ CHANGEABLE = ("steps", "minutes", "device", "no_progress", "log_every", "save_ev
               "offload", "checkpoint_activations")
 # What says how to start, not what the run is (and argparse's own entries).
 NOT_SAVED = ("out", "resume", "overwrite", "allow_data_change", "run", "command", "command_name", "action",
-             "given_flags", "flag_of")
+             "given_flags", "flag_of", "flag_actions")
 # Which command started the run, when another than the definition's own (plm demo's run is a plm pretrain run).
 STARTED_BY = "started_by"
 
@@ -82,10 +82,11 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
         warnings.warn(f"{out} has no {DEFINITION_FILE} (a run of an older plm): it resumes with the flags given "
                       "here, the defaults for the others", PLMWarning, stacklevel=2)
         return {}
+    current = saved_flags(args, flags)
+    check_definition(saved, out, getattr(args, "flag_actions", {}), current)
     if saved.get("command") != flags.command:
         raise PLMError(f"{out}: a run of plm {saved.get('command')}, not of plm {flags.command}; resume it with "
                        f"plm {saved.get('command')} --out {out} --resume")
-    current = saved_flags(args, flags)
     for dest, value in renamed(saved["flags"], flags.renamed).items():
         if dest not in current:
             continue  # a flag this plm no longer has
@@ -107,6 +108,76 @@ def restore(args: argparse.Namespace, flags: RunFlags) -> dict[str, Any]:
                                f"the one in {out / DEFINITION_FILE}); pass --allow-data-change to go on with its new "
                                "contents")
     return saved
+
+
+def check_definition(
+    saved: Any, out: Path, actions: Mapping[str, argparse.Action], current: Mapping[str, Any]
+) -> None:
+    """Refuse a run definition that is not the object plm writes: its flags each of the kind the flag takes.
+
+    A resume sets the flags not given to the saved values, so a value edited or damaged by hand
+    (a word for --steps, one path where a list of them belongs) is refused here, naming the flag,
+    before it reaches the run.
+
+    Args:
+        saved: the parsed ``run.json``.
+        out: the run directory.
+        actions: the command's argparse actions by destination (a saved flag the command no longer has
+            is skipped, as on restoring).
+        current: the flags of this command line, as they would be saved.
+
+    Raises:
+        PLMError: a definition that is not an object, without its flags, or with a flag of the wrong kind.
+    """
+    where = out / DEFINITION_FILE
+    if not isinstance(saved, dict) or not isinstance(saved.get("flags"), dict):
+        raise PLMError(f"{where}: not a run definition (an object with the run's flags); it is damaged: give the "
+                       "run's flags again with a new --out, or restore the file")
+    data = saved.get("data", {})
+    if not isinstance(data, dict) or not all(isinstance(files, dict) for files in data.values()):
+        raise PLMError(f"{where}: its data is not the files by flag that plm writes; it is damaged")
+    for dest, value in saved["flags"].items():
+        action = actions.get(dest)
+        if action is not None and not saved_value_fits(action, value, current.get(dest)):
+            raise PLMError(f"{where}: {action.option_strings[-1] if action.option_strings else dest} is saved as "
+                           f"{json.dumps(value)}, which that flag does not take; the file is damaged")
+
+
+def saved_value_fits(action: argparse.Action, value: Any, current: Any) -> bool:
+    """Whether a saved JSON value is one that ``action`` could have parsed: its kind, type and choices.
+
+    Args:
+        action: the flag's argparse action.
+        value: its saved value.
+        current: the value this command line gives it, as saved: the shape of a flag whose type makes a list of
+            one word (``--mask-ratios 80,10,10``).
+
+    Returns:
+        True for a value the flag takes (None, a flag left unset, included).
+    """
+    if action.nargs == 0:  # a switch: store_true, store_false, --x/--no-x, store_const
+        return isinstance(value, bool) or value in (action.const, action.default)
+    if value is None:
+        return True
+    many = isinstance(action, argparse._AppendAction) or action.nargs in ("+", "*") or isinstance(action.nargs, int)
+    if not many and isinstance(current, list):  # one word parsed into a list: the same length, the same kinds
+        return isinstance(value, list) and len(value) == len(current) and all(
+            type(item) is type(given) or {type(item), type(given)} == {int, float}
+            for item, given in zip(value, current))
+    if not many and isinstance(value, list):  # one word parsed into a list, unset on this command line
+        return all(isinstance(item, (int, float, str)) and not isinstance(item, bool) for item in value)
+    if many != isinstance(value, list):
+        return False
+    for item in value if many else [value]:
+        if isinstance(item, (dict, list, bool)):
+            return False
+        try:
+            parsed = action.type(str(item)) if callable(action.type) else str(item)
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            return False
+        if action.choices is not None and parsed not in action.choices:
+            return False
+    return True
 
 
 def renamed(values: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:

@@ -501,6 +501,7 @@ def load_checkpoint(
                        "than this run's; resume with the model and options the run was started with (the CLI takes "
                        "them from the run's run.json when they are left out)")
     state = read_json(directory / STATE_FILE)
+    check_trainer_state(state, directory / STATE_FILE, sharded)
     if sharded:
         load_shards(directory, model, optimizer, state)
     else:
@@ -511,6 +512,9 @@ def load_checkpoint(
             raise PLMError(f"{directory}: the optimizer state does not fit this plm's optimizer ({error}); the run "
                            "was saved by another version of plm: finish it with that version, or start a new run "
                            "from its model (`model`)") from None
+        except (KeyError, TypeError, IndexError) as error:  # a structure that is not the one plm writes
+            raise PLMError(f"{directory / STATE_FILE}: the optimizer's structure is damaged ({error!r}); the "
+                           "checkpoint cannot be resumed") from None
     state.pop("optimizer")
     state.pop("shards", None)
     prefix = f"{rank}."
@@ -522,6 +526,57 @@ def load_checkpoint(
             f"{directory}: no RNG state of process {rank}; resume with the processes of the run that wrote it"
         )
     return state
+
+
+def whole_number(value: Any, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``: what a count or a step must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def real_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Each field of a trainer state: whether a value of it is well formed (None where the field may be null).
+TRAINER_STATE_FIELDS: dict[str, tuple[str, Any]] = {
+    "step": ("a whole number >= 0", lambda value: whole_number(value, 0)),
+    "steps": ("a whole number >= 1", lambda value: whole_number(value, 1)),
+    "micro_batches": ("a whole number >= 1", lambda value: whole_number(value, 1)),
+    "elapsed": ("a number of seconds >= 0", lambda value: real_number(value) and value >= 0),
+    "best": ("a number or null", lambda value: value is None or real_number(value)),
+    "decay_start": ("null or [step, learning rate]", lambda value: value is None or (
+        isinstance(value, list) and len(value) == 2 and whole_number(value[0], 0) and real_number(value[1]))),
+    "scaler": ("null or an object", lambda value: value is None or isinstance(value, dict)),
+}
+
+
+def check_trainer_state(state: Any, path: Path, sharded: bool) -> None:
+    """Refuse a checkpoint's trainer state that a resumed run could not continue from.
+
+    A resumed run acts on these numbers before it trains (it cuts its log back to ``step``), so a
+    state edited or damaged by hand must be refused before anything is read from it or written.
+
+    Args:
+        state: the parsed JSON of ``path``.
+        path: the checkpoint's trainer state file, for the message.
+        sharded: the run is sharded (its optimizer state lies in the shards).
+
+    Raises:
+        PLMError: a state that is not an object, a required field missing, or a field of the wrong kind.
+    """
+    if not isinstance(state, dict):
+        raise PLMError(f"{path}: not a trainer state (a JSON object); the checkpoint is damaged")
+    required = ("step",) if sharded else ("step", "optimizer")
+    missing = [name for name in required if name not in state]
+    if missing:
+        raise PLMError(f"{path}: no {', '.join(missing)}; the checkpoint is damaged")
+    for name, (kind, well_formed) in TRAINER_STATE_FIELDS.items():
+        if name in state and not well_formed(state[name]):
+            raise PLMError(f"{path}: {name} must be {kind}, got {json.dumps(state[name])}; the checkpoint is damaged")
+    if not sharded and not isinstance(state["optimizer"], dict):
+        raise PLMError(f"{path}: optimizer must be an object, got {json.dumps(state['optimizer'])}; the checkpoint "
+                       "is damaged")
 
 
 def rng_states() -> dict[str, torch.Tensor]:

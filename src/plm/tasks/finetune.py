@@ -631,7 +631,7 @@ class Sweep:
                 seed = setup.optimization.seed + restart
                 directory = out / SWEEP_DIR / f"lr{lr:g}-seed{seed}" if self.several else out
                 if resume and (directory / RESULT_FILE).is_file():
-                    finished = read_json(directory / RESULT_FILE)
+                    finished = read_result(directory / RESULT_FILE, self.task.selection)
                     if setup.optimization.steps is None or finished["steps"] >= setup.optimization.steps:
                         runs.append(finished)
                         continue
@@ -705,6 +705,29 @@ class Sweep:
         if world.is_main:
             write_json(directory / RESULT_FILE, result)
         return result
+
+
+def read_result(path: Path, selection: str) -> dict[str, Any]:
+    """A finished run's ``result.json``, refused where it is not the object plm writes.
+
+    Args:
+        path: the file.
+        selection: the task's selection metric, which the result holds.
+
+    Returns:
+        The result.
+
+    Raises:
+        PLMError: a result that is not an object with its steps (a whole number) and its selection metric.
+    """
+    result = read_json(path)
+    steps = result.get("steps") if isinstance(result, dict) else None
+    metric = result.get(selection) if isinstance(result, dict) else None
+    if (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0
+            or not (metric is None or isinstance(metric, (int, float)) and not isinstance(metric, bool))):
+        raise PLMError(f"{path}: not the result of a finished run (an object with its steps and {selection}); it is "
+                       "damaged: delete it, and --resume trains that run again from its checkpoint")
+    return result
 
 
 def run_model(head: FinetuneHead, backbone: Any, elmo: Any, task: Task, labels: tuple[str, ...],

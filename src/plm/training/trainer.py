@@ -36,7 +36,7 @@ from plm.models.recipe import OPTIMIZERS, SCHEDULES, Hyperparameters
 from plm.objectives import Objective
 from plm.objectives.base import loss_weights, perplexity_terms, selection
 from plm.progress import progress_bar
-from plm.storage.atomic_files import make_directory, read_json, staging_directory, write_json
+from plm.storage.atomic_files import atomic_open, make_directory, read_json, staging_directory, write_json
 from plm.storage.checkpoint import (
     CHECKPOINT_DIR,
     TRAINING_CONFIG_FILE,
@@ -727,7 +727,8 @@ class Trainer:
         written = path.read_text(encoding="utf-8").splitlines()
         lines = [line for line in written if json.loads(line)["step"] <= step]
         if lines != written:
-            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            with atomic_open(path) as file:  # a crash here leaves the whole log, never a part of it
+                file.write("".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> None:
