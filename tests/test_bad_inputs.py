@@ -157,6 +157,9 @@ CASES = {
     "vocab perplexity": (["eval", "perplexity", "--model", "{w}/gpt-small-vocab", "{w}/text.txt"], MESSAGE_TOO_BIG_GPT),
     "vocab fill-mask": (["fill-mask", "--model", "{w}/bert-small-vocab", "[MASK]"], "tokens but the model only"),
     "vocab embed": (["embed", "--model", "{w}/bert-small-vocab", "x"], "tokens but the model only"),
+    "vocab convert": (["convert", "--model", "{w}/gpt-small-vocab", "--out", "{w}/converted"], MESSAGE_TOO_BIG_GPT),
+    "vocab convert gguf": (["convert", "--model", "{w}/gpt-small-vocab", "--to", "gguf", "--out", "{w}/m.gguf"],
+                           f"gpt-small-vocab: {MESSAGE_TOO_BIG_GPT}"),
     # Weights changed after they were saved.
     "tampered generate": (["generate", "--model", "{w}/tampered", "x"],
                           "tampered/model.safetensors: the tensor data does not match the checksum"),
@@ -241,6 +244,8 @@ CASES = {
                                 "empty.txt: the file is empty: no words to compare"),
     "elmo embed empty line": (["elmo", "embed", "--model", "{w}/gpt", "{w}/gap.txt", "--out", "{w}/gap.npy"],
                               "gap.txt:2: an empty line; the vectors are one row per line"),
+    "embed empty line": (["embed", "--model", "{w}/bert", "--file", "{w}/gap.txt", "--out", "{w}/gap.npy"],
+                         "gap.txt:2: empty line; every line must hold one sentence"),
     "empty tsv sentence": (["finetune", "--task", "classify", "--model", "{w}/bert",
                             "--train", "{w}/empty-sentence.tsv", "--validation", "{w}/empty-sentence.tsv",
                             "--out", "{w}/ft"],

@@ -191,3 +191,9 @@ def test_an_encoding_is_a_frozen_value(wordpiece):
     assert isinstance(encoding, Encoding) and len(encoding) == 4
     with pytest.raises(AttributeError):
         encoding.ids = ()
+
+
+def test_a_unigram_vocabulary_too_small_for_the_texts_characters_is_a_plm_error():
+    # The tokenizers library raises a bare Exception, which reached the user as a traceback.
+    with pytest.raises(PLMError, match="`vocab_size` 5 is too small for a Unigram vocabulary"):
+        Tokenizer.train_unigram(["the cat sat on the mat", "a dog"] * 10, vocab_size=5)

@@ -85,7 +85,7 @@ def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: s
     names = list(weights)
     if not names:
         raise PLMError(f"the model has no {what} to show")
-    if not -len(names) <= layer < len(names):
+    if not 0 <= layer < len(names):
         raise PLMError(
             f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})"
         )

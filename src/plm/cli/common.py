@@ -19,6 +19,7 @@ from plm.cli import flags
 from plm.cli.flags import RENAMED_GIVEN
 from plm.cli.flags import positive_float as positive_float  # the value types, where commands have found them
 from plm.cli.flags import positive_int as positive_int
+from plm.data.corpus import read_text
 from plm.device import resolve_device
 from plm.errors import PLMError, with_article
 from plm.loading import inference_weights, load_pretrained
@@ -207,6 +208,20 @@ def add_task_input(parser: argparse._ActionsContainer) -> None:
     flags.MAX_LENGTH.add(parser, note="128, or for qa 384 per window as BERT's SQuAD (the default)")
     flags.STRIDE.add(parser, default=128, note="qa: the windows of a long context")
     add_tag_column(parser)
+
+
+def line_items(path: str | None, what: str) -> list[str]:
+    """Every line of ``path`` (standard input when None), each of which must hold ``what``.
+
+    A command whose output row n answers input line n refuses an empty line rather than skip it,
+    which would shift every row after it.
+    """
+    text = read_text(path) if path else sys.stdin.read()
+    lines = text.removesuffix("\n").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise PLMError(f"{path or 'stdin'}:{number}: empty line; every line must hold {what}")
+    return lines
 
 
 def add_no_progress(parser: argparse._ActionsContainer) -> None:

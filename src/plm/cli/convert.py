@@ -11,7 +11,7 @@ from plm.errors import PLMError
 from plm.hf import load_hf, save_hf
 from plm.hf.allennlp_elmo import allennlp_elmo_files, load_allennlp_elmo
 from plm.llama_cpp import GGUF_TYPES, write_gguf
-from plm.loading import find_tokenizer, is_plm_directory, load
+from plm.loading import check_tokenizer_fits, find_tokenizer, is_plm_directory, load
 from plm.storage.checkpoint import load_model, model_directory, save_model
 from plm.storage.hub import local_or_hub
 from plm.storage.sharded_checkpoint import is_sharded_checkpoint
@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> None:
                 raise PLMError(f"{model_dir} reads its sources reversed (--reverse-source), which a Hugging Face "
                                "translation model cannot say; translate it with plm")
             tokenizer = carried_tokenizer(model_dir)
+            if isinstance(tokenizer, Tokenizer):
+                check_tokenizer_fits(model_dir, model, tokenizer)
             save_hf(model, directory, tokenizer if isinstance(tokenizer, Tokenizer) else None)  # its bos and eos ids
             if tokenizer is not None:
                 tokenizer.save(directory)
@@ -108,8 +110,10 @@ def write_gguf_file(source: Path, out: Path, tensor_type: str, overwrite: bool) 
     if out.exists() and not overwrite:
         raise PLMError(f"{out}: the file exists; choose another --out or pass --overwrite to replace it")
     model = load(source)  # local_or_hub has found the directory
-    tokenizer = find_tokenizer(model_directory(source) if is_plm_directory(source) else source)
+    directory = model_directory(source) if is_plm_directory(source) else source
+    tokenizer = find_tokenizer(directory)
     if tokenizer is None:
         raise PLMError(f"{source}: no tokenizer beside the model, and a GGUF file carries one for llama.cpp")
+    check_tokenizer_fits(directory, model, tokenizer)
     write_gguf(model, tokenizer, out, tensor_type)
     print(f"wrote a GGUF {model.family} model ({tensor_type} matrices) to {out}")

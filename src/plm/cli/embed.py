@@ -14,10 +14,10 @@ from plm.cli.common import (
     add_no_progress,
     add_weights,
     check_output_file,
+    line_items,
     load_encoder,
     positive_int,
 )
-from plm.data.corpus import read_text
 from plm.errors import PLMError
 from plm.storage.atomic_files import atomic_open
 
@@ -42,7 +42,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_model(parser, "encoder directory (plm or Hugging Face)")
     parser.add_argument("sentences", nargs="*", help="sentences to embed")
-    parser.add_argument("--file", help="a UTF-8 file with one sentence per line")
+    parser.add_argument("--file", help="a UTF-8 file with one sentence per line, after the sentences given (output "
+                        "row i is sentence i, so an empty line is refused)")
     parser.add_argument("--out", help="write the embeddings to this .npy file")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="sentences per forward pass")
     parser.add_argument("--no-normalize", action="store_true", help="keep the mean-pooled vectors unnormalised")
@@ -55,7 +56,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     sentences = list(args.sentences)
     if args.file:
-        sentences += [line for line in read_text(args.file).splitlines() if line.strip()]
+        sentences += line_items(args.file, "one sentence")  # row i of the output is line i
     if not sentences:
         raise PLMError("give sentences to embed (or --file)")
     if args.out:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 
 from plm.apps.translation import load_seq2seq
 from plm.cli import flags
@@ -17,11 +16,10 @@ from plm.cli.common import (
     add_seed,
     add_weights,
     inference_device,
+    line_items,
     with_weights,
 )
-from plm.data.corpus import read_text
 from plm.decoding import GenerationConfig
-from plm.errors import PLMError
 from plm.models import RECIPES
 from plm.objectives.translation import check_search, recipe_decoding, translate
 
@@ -119,15 +117,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def source_lines(path: str | None) -> list[str]:
-    text = read_text(path) if path else sys.stdin.read()
-    lines = text.removesuffix("\n").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            raise PLMError(f"{path or 'stdin'}:{number}: empty line; every line must hold one sentence")
-    return lines
-
-
 LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]+")  # what str.splitlines splits at
 
 
@@ -140,6 +129,6 @@ def run(args: argparse.Namespace) -> None:
     model, tokenizers = load_seq2seq(args.model, inference_device(args), args.revision)
     model = with_weights(model, args)
     config = decoding_config(args, model.family)
-    lines = source_lines(args.file)
+    lines = line_items(args.file, "one sentence")
     for line in translate(model, tokenizers, lines, config, max_tokens=args.max_tokens, progress=not args.no_progress):
         print(one_line(line))

@@ -143,6 +143,21 @@ def tokenizer_beside(directory: Path, model: PretrainedModel) -> Tokenizer:
         raise PLMError(
             f"{directory}: no tokenizer beside the model (tokenizer.json, vocab.txt or vocab.json + merges.txt)"
         )
+    check_tokenizer_fits(directory, model, tokenizer)
+    return tokenizer
+
+
+def check_tokenizer_fits(directory: Path, model: PretrainedModel, tokenizer: Tokenizer) -> None:
+    """Refuse a tokenizer with more tokens than ``model`` has input embeddings: they do not belong together.
+
+    Args:
+        directory: where the two were found, for the message.
+        model: the model.
+        tokenizer: the tokenizer that reads its input.
+
+    Raises:
+        PLMError: a tokenizer with more tokens than the model has embeddings.
+    """
     # The tokenizer beside the model reads its input: an encoder-decoder's source side, whose own
     # vocabulary (source_vocab_size) is the target's when it is None (one joint vocabulary).
     embeddings = getattr(model.config, "source_vocab_size", None) or model.config.vocab_size
@@ -152,7 +167,6 @@ def tokenizer_beside(directory: Path, model: PretrainedModel) -> Tokenizer:
             f"{directory}: the tokenizer has {len(tokenizer):,} tokens but the model only "
             f"{embeddings:,} embeddings; they do not belong together"
         )
-    return tokenizer
 
 
 ModelT = TypeVar("ModelT", bound=PretrainedModel)

@@ -307,6 +307,9 @@ class Tokenizer:
 
         Returns:
             The tokenizer, with BERT's template.
+
+        Raises:
+            PLMError: a ``vocab_size`` too small to hold every character of the texts.
         """
         steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
         if lowercase:
@@ -322,7 +325,13 @@ class Tokenizer:
             max_piece_length=max_piece_length,
             show_progress=show_progress,
         )
-        backend.train_from_iterator(texts, trainer=trainer)
+        try:
+            backend.train_from_iterator(texts, trainer=trainer)
+        except Exception as error:  # the tokenizers library raises a bare Exception here
+            if "not large enough" not in str(error):
+                raise
+            raise PLMError(f"`vocab_size` {vocab_size} is too small for a Unigram vocabulary of this text, which must "
+                           "hold each of its characters as a piece; give a larger one") from None
         _canonical_scores(backend, len(UNIGRAM_SPECIALS))
         return cls(_with_template(backend), UNIGRAM_SPECIALS)
 
