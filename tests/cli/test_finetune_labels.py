@@ -62,6 +62,18 @@ def test_a_file_labelled_by_id_scores_the_named_model(named: tuple[Path, Path], 
     assert "accuracy" in out and "bad" in out and "good" in out  # the confusion matrix names the classes
 
 
+def test_a_label_of_no_class_is_named_with_its_file_and_line(named: tuple[Path, Path], tmp_path, capsys) -> None:
+    run, test = named
+    lines = test.read_text(encoding="utf-8").splitlines()
+    lines[2] = json.dumps({"text": "a fine day", "label": 7})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["eval", "task", "--model", str(run), str(bad), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"plm eval task: error: {bad}:3: label '7' is not one of the task's labels (bad, good, or their " \
+        "ids 0 to 1)\n"
+
+
 @pytest.mark.parametrize("labels, said", [
     ("bad,good,ugly", "plm finetune: error: --labels gives 3 names (bad, good, ugly) for the 2 classes of "),
     ("bad,bad", "plm finetune: error: --labels bad,bad: a name given twice"),

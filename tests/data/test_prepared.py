@@ -230,6 +230,9 @@ def test_only_all_shards_of_one_tokenizer_join(tmp_path, tokenizer):
                            options=QUIET)
     with pytest.raises(PLMError, match="other: prepared with another tokenizer than"):
         join_prepared([first.path, other.path], tmp_path / "joined")
+    # Joined twice, a corpus's tokens would count twice in training and in validation.
+    with pytest.raises(PLMError, match=r"other: given twice \(as .*other too\); join each corpus once"):
+        join_prepared([other.path, f"{other.path}/"], tmp_path / "joined")
     assert not (tmp_path / "joined").exists()
 
 

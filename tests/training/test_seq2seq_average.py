@@ -146,6 +146,7 @@ def test_average_last_2_of_3_kept_snapshots_is_the_mean_of_the_newest_two(kept, 
     [
         (["--last", "4"], r"3 snapshots in .* fewer than --last 4"),
         (["{step5}", "{other}"], "a model of another config"),
+        (["{step5}", "{step5}/"], r"step-000005/?: given twice \(as .*step-000005 too\); average each checkpoint once"),
         (["--last", "2", "{step5}"], "--last N or checkpoint directories, not both"),
         (["--out", "{exists}"], "exists; pass --overwrite to replace it"),
         (["--out", "{run}", "--overwrite"], "would replace .*, which the average reads"),

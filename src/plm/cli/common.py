@@ -309,14 +309,15 @@ def time_limit(args: argparse.Namespace) -> float | None:
     return None if args.minutes is None else args.minutes * 60
 
 
-def check_output_file(path: str) -> None:
-    """Before any work: ``path`` names a file in an existing directory (plm does not guess where to create one)."""
+def check_output_file(path: str, flag: str = "--out") -> None:
+    """Before any work: ``path``, given as ``flag``, names a file in an existing directory (plm does not guess where
+    to create one)."""
     out = Path(path)
     if out.is_dir():
-        raise PLMError(f"{out}: is a directory; --out names the file to write")
+        raise PLMError(f"{out}: is a directory; {flag} names the file to write")
     if not out.parent.is_dir():
         what = "is not a directory" if out.parent.exists() else "no such directory"
-        raise PLMError(f"{out.parent}: {what} (for --out {out})")
+        raise PLMError(f"{out.parent}: {what} (for {flag} {out})")
 
 
 def check_output_directory(path: str | Path) -> Path:

@@ -168,7 +168,7 @@ WEIGHTS_EXAMPLES = """examples:
 
 
 def run_probe_pos(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     model, _ = load_elmo(args.model, args.device, args.revision)
     train = read_conll_column(args.train, args.tag_column, args.limit)
     test = read_conll_column(args.test, args.tag_column)
@@ -178,7 +178,7 @@ def run_probe_pos(args: argparse.Namespace) -> None:
 
 
 def run_probe_wsd(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     train, test = read_sense_tagged(args.train), read_sense_tagged(args.test)
     first_senses = read_first_senses(args.first_senses) if args.first_senses else None
     model, _ = load_elmo(args.model, args.device, args.revision)
@@ -205,7 +205,7 @@ def run_weights(args: argparse.Namespace) -> None:
         if Path(args.out).suffix.lower() != ".png":
             raise PLMError(f"--out {args.out}: the plot is a PNG image; give a file name ending in .png")
         check_output_file(args.out)
-    check_outputs(args.json)
+    check_outputs(args, "json")
     _, model = opened(args.model, "cpu", args.revision)
     mixes = elmo_mix_weights(model)
     layers = mixes[0].layers

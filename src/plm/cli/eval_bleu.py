@@ -53,7 +53,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_bleu(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     pairs = read_parallel(args.src, args.ref)
     model, tokenizers = load_seq2seq(args.model, inference_device(args), args.revision)
     model = with_weights(model, args)

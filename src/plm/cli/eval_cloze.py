@@ -41,6 +41,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_cloze(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     result = evaluate_cloze(zero_shot_options(args), args.file, args.scoring, args.blank)
     report(f"cloze ({args.scoring} scoring): {args.file}", result.as_dict(), args.json)

@@ -49,11 +49,12 @@ def report_answers(args: argparse.Namespace, title: str, numbers: Mapping[str, A
         write_json(args.predictions, predictions)
 
 
-def check_outputs(*paths: str | None) -> None:
-    """Before any work: each output file given (--json, ...) can be written."""
-    for path in paths:
+def check_outputs(args: argparse.Namespace, *dests: str) -> None:
+    """Before any work: each output file given (``json`` for --json, ...) can be written."""
+    for dest in dests:
+        path = getattr(args, dest)
         if path:
-            check_output_file(path)
+            check_output_file(path, "--" + dest.replace("_", "-"))
 
 
 def report(title: str, numbers: Mapping[str, Any], json_path: str | None) -> None:

@@ -39,6 +39,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_coqa(args: argparse.Namespace) -> None:
-    check_outputs(args.json, args.predictions)
+    check_outputs(args, "json", "predictions")
     result = evaluate_coqa(zero_shot_options(args), args.file, args.max_new_tokens)
     report_answers(args, f"CoQA (F1 and exact match, fractions): {args.file}", result.as_dict(), result.predictions)

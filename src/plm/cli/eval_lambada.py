@@ -40,6 +40,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_lambada(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     result = evaluate_lambada(zero_shot_options(args), args.file, args.stop_word_filter)
     report(f"LAMBADA: {args.file}", result.as_dict(), args.json)

@@ -41,7 +41,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_pairs(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     model, tokenizer = load_encoder(args)
     result = head_accuracies(model, tokenizer, args.file, args.pairs, args.max_length, args.batch_size, args.seed)
     report(f"{args.file}: {result}", result.as_dict(), args.json)

@@ -65,7 +65,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_perplexity(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     model, tokenizer = load_causal_lm(args)
     result = file_perplexity(
         model, tokenizer, args.file, args.window, args.stride, args.batch_size,

@@ -43,7 +43,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_qa(args: argparse.Namespace) -> None:
-    check_outputs(args.json, args.predictions)
+    check_outputs(args, "json", "predictions")
     result = evaluate_open_qa(zero_shot_options(args), args.file, args.shots, args.examples, args.confident_fraction,
                               args.max_new_tokens)
     report_answers(args, f"open-domain QA (exact match, a fraction): {args.file}", result.as_dict(),

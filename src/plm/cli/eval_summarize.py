@@ -53,7 +53,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_summarize(args: argparse.Namespace) -> None:
-    check_outputs(args.json, args.predictions)
+    check_outputs(args, "json", "predictions")
     result = evaluate_summaries(zero_shot_options(args), args.file, args.max_new_tokens, args.top_k, args.sentences,
                                 args.seed)
     report(f"summaries (ROUGE F1, fractions): {args.file}", result.as_dict(), args.json)

@@ -53,10 +53,12 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_eval_task(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     model, task = load_task_model(args.model, args.device, args.max_length, revision=args.revision, stride=args.stride)
     model = with_weights(model, args)
     examples = read_examples(task.name, args.file, args.tag_column, document_context=args.document_context)
+    if isinstance(task, Classification):
+        check_labels(task, examples, args.file)
     predictions, scores = run(model, task, examples, args.batch_size, progress=not args.no_progress)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")
@@ -65,6 +67,16 @@ def run_eval_task(args: argparse.Namespace) -> None:
         print(format_confusion(predictions, [task.class_of(e.label) for e in examples], task.labels))
     elif task.name == "tag":
         print(format_entities(entity_scores([e.tags for e in examples], predictions)))
+
+
+def check_labels(task: Classification, examples: list, path: str) -> None:
+    """Refuse, with its file and line, the first example whose label is none of the model's classes."""
+    for example in examples:
+        if example.label is not None:
+            try:
+                task.class_of(example.label)
+            except PLMError as error:
+                raise PLMError(f"{path}:{example.line}: {error}" if example.line else f"{path}: {error}") from None
 
 
 def format_confusion(predictions, labels, classes) -> str:

@@ -40,7 +40,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> None:
-    check_outputs(args.json, args.predictions)
+    check_outputs(args, "json", "predictions")
     result = evaluate_translation_prompt(zero_shot_options(args), args.src, args.ref, args.shots, args.examples_src,
                                          args.examples_ref, args.max_new_tokens)
     report_answers(args, f"translation by prompting: {args.src} -> {args.ref}", result.as_dict(), result.translations)

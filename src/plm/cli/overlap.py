@@ -63,7 +63,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_overlap(args: argparse.Namespace) -> None:
-    check_outputs(args.json)
+    check_outputs(args, "json")
     start = time.perf_counter()
     bloom, built = build_filter(args.train, args.fpr, args.expected_ngrams, progress=not args.no_progress)
     seconds = time.perf_counter() - start

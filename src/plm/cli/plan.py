@@ -53,7 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.json:
-        check_output_file(args.json)
+        check_output_file(args.json, "--json")
     memory = None if args.memory == "auto" else Memory(parse_bytes(args.memory), "given")
     if args.hyperparameters == "paper":
         set_paper_scale(args)

@@ -726,12 +726,17 @@ def join_prepared(
         The joined corpus.
 
     Raises:
-        PLMError: no part, a part that is not a finished prepared corpus, parts of other tokenizers, or shards
-            of one prepare missing or twice.
+        PLMError: no part, a part that is not a finished prepared corpus, one given twice, parts of other
+            tokenizers, or shards of one prepare missing or twice.
     """
     if not parts:
         raise PLMError("no prepared corpus to join")
     corpora = [PreparedCorpus.open(part) for part in parts]
+    seen: dict[Path, Path] = {}
+    for corpus in corpora:
+        earlier = seen.setdefault(corpus.path.resolve(), corpus.path)
+        if earlier is not corpus.path:  # its tokens would count twice, in training and validation
+            raise PLMError(f"{corpus.path}: given twice (as {earlier} too); join each corpus once")
     first = corpora[0].manifest
     for corpus in corpora[1:]:
         for field in _JOINED_ALIKE:

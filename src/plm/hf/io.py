@@ -275,7 +275,8 @@ def load_hf(directory: str | Path, device: str | torch.device = "cpu") -> Pretra
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise PLMError(f"{directory}: no such model directory")
+        raise PLMError(f"{directory}: " + ("a file, not a model directory" if directory.exists() else
+                                           "no such model directory"))
     config_path = directory / CONFIG_FILE
     hf_config = read_json(config_path)
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None

@@ -66,6 +66,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]]) -> PretrainedMo
     Raises:
         PLMError: a model that cannot be loaded, an int8 one, or one of another config than the first.
     """
+    seen: dict[Path, str | os.PathLike[str]] = {}
+    for path in paths:
+        earlier = seen.setdefault(Path(path).resolve(), path)
+        if earlier is not path:  # it would weigh twice in the mean
+            raise PLMError(f"{path}: given twice (as {earlier} too); average each checkpoint once")
     models = [load_model(path) for path in paths]
     for path, model in zip(paths, models):
         check_trainable(model, str(path))
