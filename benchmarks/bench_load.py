@@ -7,15 +7,16 @@ loop, one core's worth of work), under two OpenMP wait policies:
 
 * spin: libgomp's default, a thread done with its share of a parallel region spins for a while
   (300,000 rounds of its spin loop) before it sleeps;
-* passive (``OMP_WAIT_POLICY=PASSIVE``): it sleeps at once; what ``plm`` sets on a machine busy as it starts;
-* spin N (``GOMP_SPINCOUNT=N``): it spins N rounds, then sleeps.
+* spin N (``GOMP_SPINCOUNT=N``): it spins N rounds, then sleeps; ``plm`` sets 10,000 on a machine quiet as
+  it starts;
+* passive (``OMP_WAIT_POLICY=PASSIVE``): it sleeps at once; what ``plm`` sets on a machine busy as it starts.
 
 A load that arrives after a process starts meets the policy chosen at its start, so the busy rows
 show what a spin count costs there. The policies take turns, ``--rounds`` times per condition; each
 figure is the median of its rounds.
 OpenMP reads the policy when PyTorch loads it, so each measurement is a process of its own.
 
-    python benchmarks/bench_load.py          # about 8 minutes on 2 cores
+    python benchmarks/bench_load.py          # about 12 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from contextlib import contextmanager
 
 from bench_common import Report
 
-POLICIES = {"spin": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "spin 1000": {"GOMP_SPINCOUNT": "1000"},
-            "spin 10000": {"GOMP_SPINCOUNT": "10000"}}
+POLICIES = {"spin": {}, "spin 10000": {"GOMP_SPINCOUNT": "10000"}, "spin 30000": {"GOMP_SPINCOUNT": "30000"},
+            "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
 WORKER = r"""
 import json, statistics, sys, time, torch
 from plm.decoding.generation import generate
@@ -86,7 +87,7 @@ def measure(policy: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     report = Report("load", "libgomp's default wait policy (spin, then sleep) in the same conditions",
                     settings=vars(args))

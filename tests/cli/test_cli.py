@@ -157,16 +157,21 @@ def test_the_command_chooses_openmp_s_wait_policy_before_torch_loads_and_keeps_o
     assert seen == ["False", expected]
 
 
-@pytest.mark.parametrize("busy, given, expected", [(0.0, {}, None), (1.0, {}, "PASSIVE"),
-                                                   (1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
-                                                   (1.0, {"GOMP_SPINCOUNT": "1000"}, None),
-                                                   (1.0, {"LOCAL_RANK": "0"}, None)])  # torchrun's siblings
-def test_threads_wait_passively_only_beside_other_busy_processes(busy, given, expected) -> None:
-    """Beside a busy process, spinning OpenMP threads took the CPU from the thread they waited for (2-5x slower);
-    on a quiet machine, passive waiting cost 15-27%."""
+@pytest.mark.parametrize("busy, given, expected", [
+    (0.0, {}, {"GOMP_SPINCOUNT": plm.cli.QUIET_SPIN_COUNT}),
+    (1.0, {}, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    (1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
+    (0.0, {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE"}),
+    (1.0, {"GOMP_SPINCOUNT": "1000"}, {"GOMP_SPINCOUNT": "1000"}),
+    (0.0, {"LOCAL_RANK": "0"}, {"LOCAL_RANK": "0"}),  # torchrun's siblings
+])
+def test_threads_wait_passively_beside_other_busy_processes_and_spin_briefly_elsewhere(busy, given, expected) -> None:
+    """Beside a busy process, spinning OpenMP threads took the CPU from the thread they waited for (3-14x slower
+    than passive waiting); on a quiet machine, passive waiting cost 14-60%, and 10,000 spin rounds nothing, against
+    3-4x faster than libgomp's 300,000 beside a load that came later (benchmarks/bench_load.py)."""
     environment = dict(given)
     plm.cli.choose_wait_policy(environment, busy=lambda: busy)
-    assert environment.get("OMP_WAIT_POLICY") == expected
+    assert environment == expected
 
 
 def test_other_processes_busy_time_is_seen() -> None:

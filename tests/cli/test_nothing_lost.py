@@ -264,6 +264,15 @@ def damaged_copy(saved_run: Path, tmp_path: Path, name: str, edit) -> Path:
     return out
 
 
+def resuming_is_refused(out: Path, message: str, capsys: pytest.CaptureFixture) -> None:
+    """``--resume`` of the run in ``out`` fails in one line with ``out/message`` and writes nothing."""
+    before = snapshot(out)
+    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{out}/{message}" in err
+    assert snapshot(out) == before
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda state: state.update(step=-5), "step must be a whole number >= 0, got -5"),
     (lambda state: state.update(step=1.5), "step must be a whole number >= 0, got 1.5"),
@@ -277,12 +286,8 @@ def test_a_damaged_trainer_state_is_refused_and_the_run_left_as_it_was(edit, mes
                                                                       tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture) -> None:
     # A step of -5 once cut the run's whole log back to nothing and rewrote its definition before failing.
-    out = damaged_copy(saved_run, tmp_path, "checkpoint/trainer_state.json", edit)
-    before = snapshot(out)
-    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
-    assert code == 2 and err.count("\n") == 1
-    assert f"{out}/checkpoint/trainer_state.json: {message}" in err
-    assert snapshot(out) == before
+    resuming_is_refused(damaged_copy(saved_run, tmp_path, "checkpoint/trainer_state.json", edit),
+                        f"checkpoint/trainer_state.json: {message}", capsys)
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -299,12 +304,7 @@ def test_a_damaged_trainer_state_is_refused_and_the_run_left_as_it_was(edit, mes
 def test_a_damaged_run_definition_is_refused_naming_the_flag(edit, message: str, saved_run: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture) -> None:
     # A path saved where a list of paths belongs was once read letter by letter: "/" walked the whole disk.
-    out = damaged_copy(saved_run, tmp_path, "run.json", edit)
-    before = snapshot(out)
-    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
-    assert code == 2 and err.count("\n") == 1
-    assert f"{out}/run.json: {message}" in err
-    assert snapshot(out) == before
+    resuming_is_refused(damaged_copy(saved_run, tmp_path, "run.json", edit), f"run.json: {message}", capsys)
 
 
 def test_a_run_definition_as_plm_writes_it_resumes(saved_run: Path, tmp_path: Path,
