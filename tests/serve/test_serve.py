@@ -522,7 +522,7 @@ BAD_REQUESTS = {
     "no mask": ("/fill-mask", {"text": "The cat"}, "the text has no mask token; write [MASK]"),
     "top_k past the vocabulary": ("/fill-mask", {"text": "[MASK]", "top_k": 10**6}, "top_k must be between 1"),
     "layer out of range": ("/attention", {"model": "bert", "text": "x", "layer": 2}, "layer 2 is out of range"),
-    "negative layer": ("/attention", {"model": "bert", "text": "x", "layer": -1}, "layer -1 is out of range"),
+    "negative layer": ("/attention", {"model": "bert", "text": "x", "layer": -3}, "layer -3 is out of range"),
     "head out of range": ("/attention", {"model": "gpt", "text": "x", "head": 2}, "head 2 is out of range"),
     "text longer than the context": ("/attention", {"model": "gpt", "text": "cat " * 80}, "the model's context is 64"),
     "a target for one text": ("/attention", {"model": "bert", "text": "x", "target": "y"},

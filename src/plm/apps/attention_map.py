@@ -85,9 +85,10 @@ def pick(weights: dict[str, torch.Tensor], layer: int, head: int | None, what: s
     names = list(weights)
     if not names:
         raise PLMError(f"the model has no {what} to show")
-    if not 0 <= layer < len(names):
+    if not -len(names) <= layer < len(names):
         raise PLMError(
-            f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1})"
+            f"layer {layer} is out of range: the model has {len(names)} {what} layers (0 to {len(names) - 1}, or "
+            f"-{len(names)} to -1 counted from the last)"
         )
     recorded = weights[names[layer]]
     heads = recorded.shape[1]

@@ -726,7 +726,7 @@ def read_result(path: Path, selection: str) -> dict[str, Any]:
     if (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0
             or not (metric is None or isinstance(metric, (int, float)) and not isinstance(metric, bool))):
         raise PLMError(f"{path}: not the result of a finished run (an object with its steps and {selection}); it is "
-                       "damaged: delete it, and --resume trains that run again from its checkpoint")
+                       "damaged: delete it, and resuming trains that run again from its checkpoint")
     return result
 
 
