@@ -36,7 +36,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run")
     parser.add_argument("text", help="the source sentence (encoder-decoder) or the text (encoder, GPT)")
     parser.add_argument("--target", help="the target sentence the decoder reads (encoder-decoders only)")
-    parser.add_argument("--layer", type=int, default=0, help="which layer's attention (Transformers), from 0 (-1: the last)")
+    parser.add_argument("--layer", type=int, default=0,
+                        help="which layer's attention (Transformers), from 0 (-1: the last)")
     parser.add_argument("--head", type=int, default=0, help="which head of that layer, from 0")
     parser.add_argument("--out", default="attention.png", help="PNG file to write")
     add_device(parser)
