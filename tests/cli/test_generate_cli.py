@@ -140,3 +140,12 @@ def test_generate_takes_a_batch_size_and_no_progress(tmp_path, capsys) -> None:
         main(["generate", "--model", str(run), "--batch-size", "0", "x"])
     assert refused.value.code == 2
     assert "--batch-size" in capsys.readouterr().err
+
+
+def test_one_sampled_prompt_draws_as_generate_and_the_server_do_with_its_seed(gpt) -> None:
+    from plm.decoding import generate
+
+    ids = torch.tensor([TOKENIZER.encode("the cat")])
+    alone = generate(gpt, ids, 12, temperature=1.5, seed=7, ignore_eos=True)[0, ids.shape[1]:].tolist()
+    ours = continue_prompts(gpt, TOKENIZER, ["the cat", "a dog"], 12, temperature=1.5, seed=7, ignore_eos=True)
+    assert ours[0].text == TOKENIZER.decode(alone, skip_special_tokens=True)

@@ -106,8 +106,11 @@ def row_generator(seed: int, row: int, device: torch.device) -> torch.Generator:
     """The random generator of the row at position ``row`` of an input sampled with ``seed``.
 
     A row that draws from its own generator samples the same tokens whatever rows share its batch, so a
-    sampled output depends on its seed and its line, not on the batch size or the lines around it. numpy's
-    SeedSequence mixes the two numbers, so that seed s at row i + 1 draws nothing like seed s + 1 at row i.
+    sampled output depends on its seed and its line, not on the batch size or the lines around it. The
+    first row's is seeded with ``seed`` itself, so that one prompt samples as
+    [`generate`][plm.decoding.generation.generate] and a served request with that seed do; the others'
+    with numpy's SeedSequence of the two numbers, so that seed s at row i + 1 draws nothing like seed
+    s + 1 at row i.
 
     Args:
         seed: the sampling's seed (any integer; taken modulo 2^64).
@@ -117,6 +120,8 @@ def row_generator(seed: int, row: int, device: torch.device) -> torch.Generator:
     Returns:
         The generator.
     """
+    if row == 0:
+        return torch.Generator(device).manual_seed(seed)
     state = np.random.SeedSequence([seed % 2**64, row]).generate_state(1, np.uint64)[0]
     return torch.Generator(device).manual_seed(int(state))
 
