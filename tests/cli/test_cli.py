@@ -116,7 +116,7 @@ def test_pretrain_generate_evaluate_convert(trained: Path, text_file: Path, tmp_
     assert code == 0 and static == out
 
     code, out, _ = run_main(capsys, "eval", "perplexity", "--model", str(trained), str(text_file), "--stride", "16")
-    assert code == 0 and "perplexity" in out and "stride 16" in out and "window 64" in out
+    assert code == 0 and "perplexity" in out and "stride 16" in out and "window 32" in out  # the run's block size
 
     hf, back = tmp_path / "hf", tmp_path / "back"
     assert run_main(capsys, "convert", "--model", str(trained), "--out", str(hf))[0] == 0
@@ -124,6 +124,21 @@ def test_pretrain_generate_evaluate_convert(trained: Path, text_file: Path, tmp_
     assert run_main(capsys, "convert", "--model", str(hf), "--out", str(back))[0] == 0
     code, again, _ = run_main(capsys, "generate", "--model", str(back), "The cat", "A dog", "--max-new-tokens", "5")
     assert code == 0
+
+
+def test_a_runs_validation_perplexity_is_eval_perplexity_of_its_validation_file(text_file: Path, tmp_path: Path,
+                                                                                capsys) -> None:
+    # One file has one perplexity: eval's default window once was the model's context (64), not the run's block (32).
+    validation = tmp_path / "validation.txt"
+    validation.write_text(text_file.read_text(encoding="utf-8")[:3000], encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["pretrain", *TINY_RUN, "--precision", "fp32", "--train", str(text_file), "--validation",
+                 str(validation), "--steps", "2", "--out", str(out)]) == 0
+    logged = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["val_perplexity"]
+    capsys.readouterr()
+    assert main(["eval", "perplexity", "--model", str(out), str(validation), "--no-progress", "--json",
+                 str(tmp_path / "ppl.json")]) == 0
+    assert json.loads((tmp_path / "ppl.json").read_text())["perplexity"] == pytest.approx(logged, rel=1e-6)
 
 
 def test_tokenizer_train_writes_a_loadable_tokenizer(text_file: Path, tmp_path: Path, capsys) -> None:

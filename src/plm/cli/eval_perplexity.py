@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from plm.apps.text_pipelines import file_perplexity
 from plm.apps.zeroshot.detokenize import DETOKENIZERS
@@ -17,6 +18,7 @@ from plm.cli.common import (
     positive_int,
 )
 from plm.cli.eval_common import add_json, check_outputs, report
+from plm.training.run_directory import read_definition
 
 EXAMPLES = """examples:
   plm eval perplexity --model runs/pretrain test.txt
@@ -35,10 +37,11 @@ def register(metrics: argparse._SubParsersAction) -> None:
         "token is scored too; --one-text reads the file as one text instead, blank lines and all. The tokens are "
         "cut into windows of --window tokens that move by --stride; each token is scored exactly once, reading "
         "the (window - stride) tokens before it as context. A pre-training run's final validation perplexity is "
-        "this number for its validation file with --window set to its block size (the model's context by "
-        "default, as here). Prints perplexity per token, per word and per byte (the same total loss divided by "
-        "the tokens scored, by the text's whitespace-separated words, and by the UTF-8 bytes the model read), "
-        "so that models with different tokenizers compare, with the window and stride.\n\n"
+        "this number for its validation file: given a run, --window defaults to the run's block size (for a run "
+        "trained under bf16 autocast, --precision auto, the two differ in about the fifth digit: its validation "
+        "computed in bf16 on fp32 weights). Prints perplexity per token, per word and per byte (the same total "
+        "loss divided by the tokens scored, by the text's whitespace-separated words, and by the UTF-8 bytes the "
+        "model read), so that models with different tokenizers compare, with the window and stride.\n\n"
         "--detokenize undoes a benchmark's tokenisation before scoring, as GPT-2 did: 'wikitext' joins "
         "'@-@', '@,@', '@.@', punctuation, quotes, contractions and '= = heading = =' back; 'ptb' joins "
         "contractions. Words are counted before detokenising, as the benchmark counts them.",
@@ -48,7 +51,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     add_model(parser, "model directory or training run")
     parser.add_argument("file", help="UTF-8 text (documents separated by blank lines), or what --train takes: "
                         "JSONL, Parquet, .gz/.zst")
-    parser.add_argument("--window", type=positive_int, help="tokens per window (default: the model's context)")
+    parser.add_argument("--window", type=positive_int,
+                        help="tokens per window (default: a pre-training run's block size, else the model's context)")
     flags.STRIDE.add(parser, default=None, note="default: half the window")
     parser.add_argument("--batch-size", type=positive_int, default=8, help="windows per forward pass")
     parser.add_argument(
@@ -67,8 +71,18 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_perplexity(args: argparse.Namespace) -> None:
     check_outputs(args, "json")
     model, tokenizer = load_causal_lm(args)
+    window = args.window or run_block_size(args.model)
     result = file_perplexity(
-        model, tokenizer, args.file, args.window, args.stride, args.batch_size,
+        model, tokenizer, args.file, window, args.stride, args.batch_size,
         progress=not args.no_progress, detokenize=args.detokenize, one_text=args.one_text,
     )
     report(f"{args.file}: {result}", result.as_dict(), args.json)
+
+
+def run_block_size(model: str) -> int | None:
+    """The block size of the pre-training run in directory ``model``, from its run.json; None for anything else
+    (a model directory, a Hub id, a run of the model's context)."""
+    definition = read_definition(model) if Path(model).is_dir() else None
+    flags_given = definition.get("flags") if isinstance(definition, dict) else None
+    block = flags_given.get("block_size") if isinstance(flags_given, dict) else None
+    return block if isinstance(block, int) and not isinstance(block, bool) and block > 0 else None

@@ -36,7 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help="a preset (gpt2-xl, bert-large, albert-base, ...)")
     parser.add_argument("--processes", type=positive_int, default=1, help="training processes (one GPU each)")
-    parser.add_argument("--batch-size", type=positive_int, default=8, help="sequences per process per step")
+    parser.add_argument("--batch-size", type=positive_int, default=8,
+                        help="sequences per micro-batch per process, as plm pretrain's --batch-size (whose default is "
+                        "16)")
     flags.BLOCK_SIZE.add(parser, default=None, note="default: the recipe's, at most the context")
     add_parallelism(parser, note="the planned run's, as plm pretrain takes them")
     flags.OPTIMIZER.add(parser, note="its state per parameter")

@@ -4,7 +4,7 @@ Classification: accuracy, F1 of the positive class, Matthews correlation (CoLA).
 Regression: Pearson and Spearman correlation (STS-B). Tagging: entity-level
 precision, recall and F1 as conlleval counts them, from ``seqeval``. Extractive QA:
 exact match and token F1 as the official SQuAD script computes them (v2.0's empty
-answer included), each the maximum over the gold answers, in percent.
+answer included), each the maximum over the gold answers, as fractions (the script prints them x 100).
 """
 
 from __future__ import annotations
