@@ -67,7 +67,7 @@ def test_accuracy_needs_the_whole_word_and_perplexity_is_per_word(passages: Path
     result = evaluate_lambada(ZeroShotOptions(model, tok, batch_size), passages)
     assert (result.correct, result.passages, result.accuracy) == (2, 4, 0.5)
     assert result.target_tokens == 1 + 4 + 1 + 3
-    assert result.perplexity == pytest.approx(math.exp(oracle_nll(model, tok, PASSAGES) / 4), rel=1e-5)
+    assert result.word_perplexity == pytest.approx(math.exp(oracle_nll(model, tok, PASSAGES) / 4), rel=1e-5)
 
 
 def test_the_stop_word_filter_takes_the_best_answer_that_is_not_a_stop_word(passages: Path) -> None:
@@ -79,7 +79,7 @@ def test_the_stop_word_filter_takes_the_best_answer_that_is_not_a_stop_word(pass
     filtered = evaluate_lambada(options, passages, stop_words=True)
     assert filtered.correct == 2 and filtered.stop_word_filter  # " zhe" stays right: "he" is not its first token
     # The filter changes the answer, not the probabilities.
-    assert filtered.perplexity == pytest.approx(evaluate_lambada(options, passages).perplexity, rel=1e-6)
+    assert filtered.word_perplexity == pytest.approx(evaluate_lambada(options, passages).word_perplexity, rel=1e-6)
 
 
 def test_stop_word_tokens_are_those_that_decode_to_a_stop_word() -> None:

@@ -46,14 +46,14 @@ class LambadaResult(ZeroShotResult):
 
     Attributes:
         accuracy: the share of passages whose target greedy decoding gives in full.
-        perplexity: per target word.
+        word_perplexity: per target word (the key `plm eval perplexity` gives its per-word figure).
         passages: the passages.
         correct: those predicted right.
         target_tokens: the sub-word tokens of all targets.
         stop_word_filter: whether the stop-word filter was on.
     """
     accuracy: float
-    perplexity: float  # per target word
+    word_perplexity: float  # per target word, not per token
     passages: int
     correct: int
     target_tokens: int  # sub-word tokens of all targets
@@ -135,7 +135,7 @@ def evaluate_lambada(options: ZeroShotOptions, path: str | Path, stop_words: boo
     nll = -sum(item.logprob for item in scored)
     return LambadaResult(
         accuracy=correct / len(scored),
-        perplexity=math.exp(nll / len(scored)),
+        word_perplexity=math.exp(nll / len(scored)),
         passages=len(scored),
         correct=correct,
         target_tokens=sum(len(item.logprobs) for item in scored),
