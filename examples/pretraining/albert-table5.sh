@@ -30,7 +30,7 @@ for trained in nsp sop; do
   row="| MLM + ${trained^^} |"
   for task in nsp sop; do
     plm eval pairs --model "$out/$trained" "$held_out" --pairs "$task" --json "$out/$trained-on-$task.json" > /dev/null
-    row="$row $(python -c "import json, sys; print(f\"{json.load(open(sys.argv[1]))['accuracy_pair']:.1%}\")" \
+    row="$row $(python -c "import json, sys; print(f\"{json.load(open(sys.argv[1]))['accuracy_$task']:.1%}\")" \
       "$out/$trained-on-$task.json") |"
   done
   echo "$row"

@@ -75,4 +75,26 @@ def test_the_table_5_script_scores_each_trained_head_on_both_tasks(tmp_path: Pat
         for cell, task in zip(cells, ("nsp", "sop")):
             scored = json.loads((tmp_path / "runs" / f"{trained}-on-{task}.json").read_text())
             assert (scored["pair_head"], scored["task"]) == (trained, task)
-            assert cell == f"{scored['accuracy_pair']:.1%}"
+            assert cell == f"{scored['accuracy_' + task]:.1%}"
+
+
+def test_eval_pairs_on_a_runs_validation_file_gives_the_accuracies_the_run_logged(tmp_path: Path) -> None:
+    """The examples are built as the run's validation built them: at its block size (once 128 whatever the run's),
+    under the key the run logs them (val_ less)."""
+    import json
+
+    from plm.cli.main import main
+
+    train, validation = tmp_path / "train.txt", tmp_path / "validation.txt"
+    train.write_text(synthetic_text(paragraphs=60, seed=1), encoding="utf-8")
+    validation.write_text(synthetic_text(paragraphs=20, seed=2), encoding="utf-8")
+    run = tmp_path / "run"
+    assert main(["pretrain", "--model", "bert-micro", "--train", str(train), "--validation", str(validation),
+                 "--vocab-size", "300", "--block-size", "32", "--batch-size", "4", "--steps", "2", "--warmup", "1",
+                 "--precision", "fp32", "--no-progress", "--device", "cpu", "--out", str(run)]) == 0
+    logged = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert main(["eval", "pairs", "--model", str(run), str(validation), "--pairs", "nsp", "--json",
+                 str(tmp_path / "pairs.json")]) == 0
+    scored = json.loads((tmp_path / "pairs.json").read_text())
+    assert scored["accuracy_nsp"] == pytest.approx(logged["val_accuracy_nsp"], abs=1e-9)
+    assert scored["accuracy_mlm"] == pytest.approx(logged["val_accuracy_mlm"], abs=1e-9)

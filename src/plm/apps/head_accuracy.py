@@ -44,10 +44,11 @@ class HeadAccuracies:
         """The fields by name, as ``--json`` writes them.
 
         Returns:
-            ``task``, ``pair_head``, ``accuracy_mlm``, ``accuracy_pair`` and ``examples``.
+            ``task``, ``pair_head``, ``accuracy_mlm``, ``accuracy_nsp`` or ``accuracy_sop`` (the task's, the key
+            a run logs it under, after ``val_``) and ``examples``.
         """
-        return {"task": self.task, "pair_head": self.pair_head, "accuracy_mlm": self.mlm, "accuracy_pair": self.pair,
-                "examples": self.examples}
+        return {"task": self.task, "pair_head": self.pair_head, "accuracy_mlm": self.mlm,
+                f"accuracy_{self.task}": self.pair, "examples": self.examples}
 
     def __str__(self) -> str:
         pair = (f"{self.pair_head} head on {self.task} pairs {self.pair:.1%}" if self.pair is not None

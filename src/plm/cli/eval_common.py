@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Mapping
 
 from plm.apps.zeroshot.evaluation import ZeroShotOptions
@@ -16,6 +17,7 @@ from plm.cli.common import (
     positive_int,
 )
 from plm.storage.atomic_files import write_json
+from plm.training.run_directory import read_definition
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -76,3 +78,11 @@ def format_number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return "-" if value is None else str(value)
+
+def run_block_size(model: str) -> int | None:
+    """The block size of the pre-training run in directory ``model``, from its run.json; None for anything else
+    (a model directory, a Hub id, a run of the model's context)."""
+    definition = read_definition(model) if Path(model).is_dir() else None
+    flags_given = definition.get("flags") if isinstance(definition, dict) else None
+    block = flags_given.get("block_size") if isinstance(flags_given, dict) else None
+    return block if isinstance(block, int) and not isinstance(block, bool) and block > 0 else None

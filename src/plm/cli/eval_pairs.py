@@ -7,7 +7,7 @@ import argparse
 from plm.apps.head_accuracy import PAIR_TASKS, head_accuracies
 from plm.cli import flags
 from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, load_encoder, positive_int
-from plm.cli.eval_common import add_json, check_outputs, report
+from plm.cli.eval_common import add_json, check_outputs, report, run_block_size
 
 EXAMPLES = """examples:
   plm eval pairs --model runs/albert held-out.txt --pairs sop
@@ -32,7 +32,8 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--pairs", choices=PAIR_TASKS, required=True,
                         help="the sentence pairs to build: nsp (the next sentence or a random one) or sop (two "
                         "sentences in order or swapped)")
-    flags.MAX_LENGTH.add(parser, note="default 128, as pre-training's, or the model's context if shorter")
+    flags.MAX_LENGTH.add(parser, note="default: a pre-training run's block size, as its validation builds them; else "
+                         "128, the recipes', or the model's context if shorter")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_seed(parser)
     add_json(parser)
@@ -43,5 +44,6 @@ def register(metrics: argparse._SubParsersAction) -> None:
 def run_pairs(args: argparse.Namespace) -> None:
     check_outputs(args, "json")
     model, tokenizer = load_encoder(args)
-    result = head_accuracies(model, tokenizer, args.file, args.pairs, args.max_length, args.batch_size, args.seed)
+    result = head_accuracies(model, tokenizer, args.file, args.pairs, args.max_length or run_block_size(args.model),
+                             args.batch_size, args.seed)
     report(f"{args.file}: {result}", result.as_dict(), args.json)

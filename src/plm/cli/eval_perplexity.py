@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from plm.apps.text_pipelines import file_perplexity
 from plm.apps.zeroshot.detokenize import DETOKENIZERS
@@ -17,8 +16,7 @@ from plm.cli.common import (
     load_causal_lm,
     positive_int,
 )
-from plm.cli.eval_common import add_json, check_outputs, report
-from plm.training.run_directory import read_definition
+from plm.cli.eval_common import add_json, check_outputs, report, run_block_size
 
 EXAMPLES = """examples:
   plm eval perplexity --model runs/pretrain test.txt
@@ -78,11 +76,3 @@ def run_perplexity(args: argparse.Namespace) -> None:
     )
     report(f"{args.file}: {result}", result.as_dict(), args.json)
 
-
-def run_block_size(model: str) -> int | None:
-    """The block size of the pre-training run in directory ``model``, from its run.json; None for anything else
-    (a model directory, a Hub id, a run of the model's context)."""
-    definition = read_definition(model) if Path(model).is_dir() else None
-    flags_given = definition.get("flags") if isinstance(definition, dict) else None
-    block = flags_given.get("block_size") if isinstance(flags_given, dict) else None
-    return block if isinstance(block, int) and not isinstance(block, bool) and block > 0 else None
