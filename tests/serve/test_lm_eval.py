@@ -126,7 +126,7 @@ def test_lm_eval_scores_lambada_through_plm_serve_as_plm_eval_lambada_does(evalu
     plm_eval = evaluate_lambada(ZeroShotOptions(model, tokenizer), passages)
     results = evaluated["results"]["plm_lambada"]
     assert results["acc,none"] == plm_eval.accuracy and 0 < plm_eval.accuracy < 1  # some right, some wrong
-    assert results["perplexity,none"] == pytest.approx(plm_eval.perplexity, rel=1e-4)
+    assert results["perplexity,none"] == pytest.approx(plm_eval.word_perplexity, rel=1e-4)
 
 
 def test_lm_eval_generates_through_plm_serve_what_plm_generates(evaluated: dict, model_dir: Path,
