@@ -93,7 +93,7 @@ def test_eval_pairs_on_a_runs_validation_file_gives_the_accuracies_the_run_logge
                  "--vocab-size", "300", "--block-size", "32", "--batch-size", "4", "--steps", "2", "--warmup", "1",
                  "--precision", "fp32", "--no-progress", "--device", "cpu", "--out", str(run)]) == 0
     logged = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-    assert main(["eval", "pairs", "--model", str(run), str(validation), "--pairs", "nsp", "--json",
+    assert main(["eval", "pairs", "--model", str(run), str(validation), "--pairs", "nsp", "--no-progress", "--json",
                  str(tmp_path / "pairs.json")]) == 0
     scored = json.loads((tmp_path / "pairs.json").read_text())
     assert scored["accuracy_nsp"] == pytest.approx(logged["val_accuracy_nsp"], abs=1e-9)

@@ -57,7 +57,8 @@ class HeadAccuracies:
 
 
 def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLike[str], task: str,
-                    max_length: int | None = None, batch_size: int = 32, seed: int = 0) -> HeadAccuracies:
+                    max_length: int | None = None, batch_size: int = 32, seed: int = 0,
+                    progress: bool = False) -> HeadAccuracies:
     """Score ``model``'s masked-LM head, and its pair head on ``task``'s pairs, on the text of ``path``.
 
     Args:
@@ -68,6 +69,7 @@ def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLik
         max_length: tokens per example (None: 128, as pre-training's examples, or the model's context if shorter).
         batch_size: examples per forward pass.
         seed: the masking and pairing's seed.
+        progress: show a progress bar over the batches.
 
     Returns:
         The accuracies.
@@ -86,6 +88,6 @@ def head_accuracies(model: Encoder, tokenizer: Tokenizer, path: str | os.PathLik
     max_length = max_length or min(PRETRAINING_LENGTH, model.config.context_length)
     objective = MaskedLMObjective(documents, documents, tokenizer, max_length=max_length, batch_size=batch_size,
                                   pair_task=task if pair_head else "none", seed=seed, validation_batches_max=None)
-    metrics = objective.validation_metrics(model.eval())
+    metrics = objective.validation_metrics(model.eval(), progress=progress)
     return HeadAccuracies(task, pair_head, metrics["accuracy_mlm"], metrics.get(f"accuracy_{task}"),
                           len(objective.validation_examples))

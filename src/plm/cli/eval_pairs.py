@@ -6,7 +6,7 @@ import argparse
 
 from plm.apps.head_accuracy import PAIR_TASKS, head_accuracies
 from plm.cli import flags
-from plm.cli.common import HelpFormatter, add_device, add_model, add_seed, load_encoder, positive_int
+from plm.cli.common import HelpFormatter, add_device, add_model, add_no_progress, add_seed, load_encoder, positive_int
 from plm.cli.eval_common import add_json, check_outputs, report, run_block_size
 
 EXAMPLES = """examples:
@@ -37,6 +37,7 @@ def register(metrics: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per forward pass")
     add_seed(parser)
     add_json(parser)
+    add_no_progress(parser)
     add_device(parser)
     parser.set_defaults(run=run_pairs)
 
@@ -45,5 +46,5 @@ def run_pairs(args: argparse.Namespace) -> None:
     check_outputs(args, "json")
     model, tokenizer = load_encoder(args)
     result = head_accuracies(model, tokenizer, args.file, args.pairs, args.max_length or run_block_size(args.model),
-                             args.batch_size, args.seed)
+                             args.batch_size, args.seed, progress=not args.no_progress)
     report(f"{args.file}: {result}", result.as_dict(), args.json)

@@ -23,6 +23,7 @@ from plm.data.prepared import PreparedSplit
 from plm.errors import PLMError
 from plm.objectives.masking import IGNORE_INDEX, MASK_RATIOS, MLM_PROBABILITY, check_mask_ratios, mask_tokens
 from plm.objectives.pairs import Example, PairExamples
+from plm.progress import progress_bar
 
 if TYPE_CHECKING:
     from plm.tokenization.tokenizer import Tokenizer
@@ -181,13 +182,14 @@ class MaskedLMObjective:
         return logits, output.pair_logits if self.pair_task != "none" else None
 
     @torch.no_grad()
-    def validation_metrics(self, model: nn.Module) -> dict[str, float]:
+    def validation_metrics(self, model: nn.Module, progress: bool = False) -> dict[str, float]:
         """Each head's accuracy on the validation batches, as ALBERT's Table 5 reports them.
 
         ``accuracy_mlm`` is over the masked positions, ``accuracy_nsp`` or ``accuracy_sop`` over the pairs.
 
         Args:
             model: the encoder.
+            progress: show a progress bar over the batches (``plm eval pairs``; training shows its own).
 
         Returns:
             The accuracies, in [0, 1].
@@ -195,7 +197,9 @@ class MaskedLMObjective:
         device = next(model.parameters()).device
         right: dict[str, int] = {}
         seen: dict[str, int] = {}
-        for batch in self.validation_batches():
+        batches = progress_bar(self.validation_batches(), total=len(self._validation), disable=not progress,
+                               desc="eval pairs", unit=" batches", leave=False)
+        for batch in batches:
             batch = {name: value.to(device) for name, value in batch.items()}
             logits, pair_logits = self.head_logits(model, batch)
             labels = batch["labels"][batch["labels"] != IGNORE_INDEX]
