@@ -288,7 +288,8 @@ def test_finetune_features_and_elmo_learn_the_built_in_classification_task(tmp_p
     capsys.readouterr()
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     right = sum(row["prediction"] == row["label"] for row in rows) / len(rows)
-    assert json.loads((tmp_path / "scores.json").read_text())["accuracy"] == pytest.approx(right)
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["accuracy"] == pytest.approx(right) and scores["examples"] == len(rows) == 16
     assert right > 0.8
 
 

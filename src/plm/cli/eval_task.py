@@ -62,7 +62,7 @@ def run_eval_task(args: argparse.Namespace) -> None:
     predictions, scores = run(model, task, examples, args.batch_size, progress=not args.no_progress)
     if scores is None:
         raise PLMError(f"{args.file}: some examples have no label; `plm predict` reads unlabelled files")
-    report(f"{args.file}: {len(examples)} examples", scores, args.json)
+    report(f"{args.file}: {len(examples)} examples", {**scores, "examples": len(examples)}, args.json)
     if isinstance(task, Classification) and task.name == "classify":  # not a regression
         print(format_confusion(predictions, [task.class_of(e.label) for e in examples], task.labels))
     elif task.name == "tag":
