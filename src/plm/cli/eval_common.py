@@ -17,6 +17,7 @@ from plm.cli.common import (
     positive_int,
 )
 from plm.storage.atomic_files import write_json
+from plm.storage.checkpoint import whole_number
 from plm.training.run_directory import read_definition
 
 
@@ -85,4 +86,4 @@ def run_block_size(model: str) -> int | None:
     definition = read_definition(model) if Path(model).is_dir() else None
     flags_given = definition.get("flags") if isinstance(definition, dict) else None
     block = flags_given.get("block_size") if isinstance(flags_given, dict) else None
-    return block if isinstance(block, int) and not isinstance(block, bool) and block > 0 else None
+    return block if whole_number(block, 1) else None

@@ -44,7 +44,15 @@ from plm.errors import PLMError
 from plm.loading import load_pretrained
 from plm.models import CausalLM, from_preset
 from plm.storage.atomic_files import read_json, staging_directory, write_json
-from plm.storage.checkpoint import BEST_DIR, has_checkpoint, is_training_run, load_model, swap_in
+from plm.storage.checkpoint import (
+    BEST_DIR,
+    has_checkpoint,
+    is_training_run,
+    load_model,
+    real_number,
+    swap_in,
+    whole_number,
+)
 from plm.tasks import readers
 from plm.tasks.bilstm import BERT_LSTM_DIM, COMBINATIONS, MixOptions
 from plm.tasks.feature_based import FeatureTagger, feature_tagger
@@ -723,8 +731,7 @@ def read_result(path: Path, selection: str) -> dict[str, Any]:
     result = read_json(path)
     steps = result.get("steps") if isinstance(result, dict) else None
     metric = result.get(selection) if isinstance(result, dict) else None
-    if (not isinstance(steps, int) or isinstance(steps, bool) or steps < 0
-            or not (metric is None or isinstance(metric, (int, float)) and not isinstance(metric, bool))):
+    if not whole_number(steps, 0) or not (metric is None or real_number(metric)):
         raise PLMError(f"{path}: not the result of a finished run (an object with its steps and {selection}); it is "
                        "damaged: delete it, and resuming trains that run again from its checkpoint")
     return result
