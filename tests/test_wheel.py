@@ -79,9 +79,10 @@ def test_the_installed_command_helps_trains_and_serves_its_page(installed: Path,
 
 
 def test_the_wheel_carries_the_source_of_plm_s_kernels_and_builds_them(installed: Path, tmp_path: Path) -> None:
-    """native.c is package data: without it in the wheel, an installed plm would quietly keep PyTorch's kernels."""
+    """The C files are package data: without them in the wheel, plm would quietly keep PyTorch's kernels."""
     from plm.cpu import native
 
-    code = "from plm.cpu import native; print(native.SOURCE.is_file(), native.available())"
+    code = ("from plm.cpu import native; "
+            "print(all(path.is_file() for path in (*native.SOURCES, native.HEADER)), native.available())")
     printed = run([str(installed / "python"), "-c", code], cwd=tmp_path, env={**os.environ, "PLM_CACHE": str(tmp_path)})
     assert printed.split() == ["True", str(native.available())]  # built here as in this tree, where a compiler is

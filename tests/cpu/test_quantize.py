@@ -82,6 +82,18 @@ def test_which_routes_a_product_times_by_its_rows(built: bool, monkeypatch) -> N
     assert len(timed) == (4 if built else 2)
 
 
+@pytest.mark.parametrize("rows", [1, 4, 7, MANY_ROWS + 1])
+def test_an_input_width_pytorch_s_int8_kernel_cannot_read_takes_the_bf16_product(rows: int) -> None:
+    """torch 2.13's int8 kernel reads past rows of 72 values (not a multiple of 16) and dies with SIGSEGV, here in
+    the middle of a test run; such a layer multiplies its values as a bf16 matrix, or by plm's own kernel."""
+    torch.manual_seed(0)
+    linear, x = nn.Linear(72, 40), torch.randn(rows, 72)
+    int8 = Int8Linear(linear)
+    assert "int8" not in int8.weight.routes(x, linear.bias)
+    expected = x.bfloat16().double() @ int8.weight.dequantized().double().T + linear.bias.double()
+    torch.testing.assert_close(int8(x).double(), expected, rtol=4e-3, atol=2e-3 * expected.abs().max().item())
+
+
 def test_a_route_chosen_in_a_slow_spell_is_timed_again_after_a_while(monkeypatch) -> None:
     """As the one-token routes are (tests/cpu/test_routes.py): a winner timed under load must not stay for good. A
     timing again times the calls themselves, each route in turn; on the fake clock a call takes its route's cost."""

@@ -5,7 +5,7 @@ from plm.core.block import BlockConfig, FeedForward, TransformerBlock
 from plm.core.embeddings import LearnedPositions, SinusoidalPositions, build_position_ids
 from plm.core.masks import Packing, build_attention_mask
 from plm.core.outputs import CausalLMOutput, ModelOutput
-from plm.core.stack import run_blocks
+from plm.core.stack import native_layers, run_blocks
 from plm.cpu.cross_entropy import linear_cross_entropy
 from plm.cpu.linear import Linear, linear
 
@@ -26,5 +26,6 @@ __all__ = [
     "build_position_ids",
     "linear",
     "linear_cross_entropy",
+    "native_layers",
     "run_blocks",
 ]

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from plm.core.attention import KVCache
+from plm.core.attention import KVCache, MultiHeadAttention
+from plm.core.block import FeedForward, TransformerBlock
 from plm.core.masks import Packing
+from plm.cpu.native_step import LayerTensors
 
 
 def run_blocks(
@@ -69,3 +71,43 @@ def run_blocks(
         if hidden_states is not None:
             hidden_states.append(packing.unpack(hidden) if packing is not None else hidden)
     return hidden
+
+
+def native_layers(blocks: Iterable[nn.Module], caches: Sequence[KVCache]) -> list[LayerTensors] | None:
+    """The tensors of ``blocks`` and their caches for the C step ([`NativeDecoder`][plm.cpu.native_step.NativeDecoder]).
+
+    The C step runs the core's own block: a [`TransformerBlock`][plm.core.block.TransformerBlock] of a
+    [`MultiHeadAttention`][plm.core.attention.MultiHeadAttention] and a [`FeedForward`][plm.core.block.FeedForward]
+    (not a subclass: a family's attention changes the scores), with LayerNorms that have weights and biases, no
+    cross-attention, and attention that is not keeping its weights
+    ([`attention_weights`][plm.core.attention.attention_weights]).
+
+    Args:
+        blocks: the blocks, in the order they run.
+        caches: their key/value caches, one per block.
+
+    Returns:
+        One [`LayerTensors`][plm.cpu.native_step.LayerTensors] per block, or None where a block is not one the C step
+        can run.
+    """
+    layers = []
+    for block, cache in zip(blocks, caches, strict=True):
+        if not isinstance(block, TransformerBlock):
+            return None
+        attention, feed_forward = block.attention, block.feed_forward
+        plain = (type(block) is TransformerBlock and type(attention) is MultiHeadAttention
+                 and type(feed_forward) is FeedForward and block.cross_attention is None)
+        if not plain or attention.keep_weights:
+            return None
+        norms = []
+        for norm in (block.attention_norm, block.feed_forward_norm):
+            if norm.weight is None or norm.bias is None:
+                return None
+            norms.append((norm.weight, norm.bias))
+        layers.append(LayerTensors(
+            norms[0], (attention.in_proj.weight, attention.in_proj.bias),
+            (attention.out_proj.weight, attention.out_proj.bias), norms[1],
+            (feed_forward.fc_in.weight, feed_forward.fc_in.bias),
+            (feed_forward.fc_out.weight, feed_forward.fc_out.bias),
+            cache.keys, cache.values))
+    return layers

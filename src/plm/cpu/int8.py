@@ -39,6 +39,7 @@ from plm.errors import PLMError
 QUANTIZATIONS = ("int8",)
 COMPUTE_DTYPE = torch.bfloat16  # the kernel's input, output and scales
 ALIGNMENT = 64  # bytes: an AVX-512 register
+KERNEL_WIDTHS = 16  # PyTorch's int8 kernel takes inputs of a multiple of this width only
 MANY_ROWS = 16  # from here on a product may take the bf16 route, and no longer plm's own kernel
 # The routes, timed in this order: the bf16 product of the int8 values, PyTorch's int8 kernel, plm's own kernel.
 INT8_ROUTES = ("bf16", "int8", "native")
@@ -144,12 +145,15 @@ class Int8Weight:
         Returns:
             The candidate routes' names.
         """
+        # PyTorch's int8 kernel reads past an input row whose width is not a multiple of KERNEL_WIDTHS (a segfault,
+        # torch 2.13, with more than one row): those take the bf16 product of the values instead
+        kernel = "int8" if self.values.shape[1] % KERNEL_WIDTHS == 0 else "bf16"
         if torch.compiler.is_compiling():
-            return ("int8",)
+            return (kernel,)
         if rows.shape[0] >= MANY_ROWS:
-            return ("bf16", "int8")
+            return ("bf16", "int8") if kernel == "int8" else ("bf16",)
         takes = self.values.numel() >= MIN_WEIGHT_NUMEL and self.values.is_contiguous()  # the kernel reads rows whole
-        return ("int8", "native") if takes and native.usable(rows, self.values, bias) else ("int8",)
+        return (kernel, "native") if takes and native.usable(rows, self.values, bias) else (kernel,)
 
     def product(self, route: str, rows: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """Multiply rows (N, in) -> (N, out) in fp32 by one of `INT8_ROUTES`, adding the bias.

@@ -13,16 +13,14 @@
  * weight rows; with several rows of x, a block of W is read from memory once and from the cache again.
  * The OpenMP runtime is the one PyTorch loaded (same soname), so these threads are PyTorch's.
  */
-#include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <omp.h>
-#if defined(__AVX512BF16__) || (defined(__AVX512VNNI__) && defined(__AVX512BW__))
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
-#define BLOCK 4 /* weight rows multiplied together */
+#include "native.h"
+
 /* Bytes ahead of each row's loads that the vector loops ask the cache for: the hardware prefetcher alone
  * left GPT-2's int8 products at 16 GB/s, and 2 KiB ahead took them to 20 (bf16: 20 to 22) on the 2-core Xeon. */
 #define PREFETCH_BYTES 2048
@@ -31,7 +29,7 @@
 #define CHUNK 4096
 #define INT16_MAX_Q 32767.0f
 
-int plm_native_abi(void) { return 1; } /* plm.cpu.native checks it against the Python side's */
+int plm_native_abi(void) { return 2; } /* plm.cpu.native checks it against the Python side's */
 
 /* Which instructions this build multiplies with, for plm's reports: "bf16: ...; int8: ...". */
 const char *plm_native_paths(void) {
@@ -48,22 +46,7 @@ const char *plm_native_paths(void) {
     return "bf16: " BF16_PATH "; int8: " INT8_PATH;
 }
 
-static inline float bf16_to_float(uint16_t bits) {
-    uint32_t word = (uint32_t)bits << 16;
-    float value;
-    memcpy(&value, &word, sizeof value);
-    return value;
-}
-
-static inline uint16_t float_to_bf16(float value) { /* round to nearest even, as PyTorch rounds */
-    uint32_t word;
-    memcpy(&word, &value, sizeof word);
-    if (isnan(value)) return 0x7fc0;
-    return (uint16_t)((word + 0x7fff + ((word >> 16) & 1)) >> 16);
-}
-
-/* The rows [*begin, *end) of `out` that thread `thread` of `threads` takes: whole blocks, in order. */
-static void thread_rows(int64_t out, int thread, int threads, int64_t *begin, int64_t *end) {
+void thread_rows(int64_t out, int thread, int threads, int64_t *begin, int64_t *end) {
     int64_t blocks = (out + BLOCK - 1) / BLOCK;
     *begin = blocks * thread / threads * BLOCK;
     *end = blocks * (thread + 1) / threads * BLOCK;
@@ -71,11 +54,48 @@ static void thread_rows(int64_t out, int thread, int threads, int64_t *begin, in
     if (*end > out) *end = out;
 }
 
+/* ---- fp32 weights and input (the decoding step's; PyTorch's MKL products serve plm.cpu.linear) ---- */
+
+float f32_dot(const float *w, const float *x, int64_t from, int64_t in) {
+    float lanes[16] = {0}; /* sixteen partial sums, so that the compiler vectorises without reassociating */
+    int64_t i = from;
+    for (; i + 16 <= in; i += 16)
+        for (int l = 0; l < 16; l++) lanes[l] += w[i + l] * x[i + l];
+    float sum = 0;
+    for (int l = 0; l < 16; l++) sum += lanes[l];
+    for (; i < in; i++) sum += w[i] * x[i];
+    return sum;
+}
+
+void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    __m512 acc[BLOCK];
+    for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_setzero_ps();
+    for (; i + 16 <= in; i += 16) {
+        __m512 chunk = _mm512_loadu_ps(x + i);
+        for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
+        for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + k * in + i), chunk, acc[k]);
+    }
+    for (int k = 0; k < BLOCK; k++) sums[k] = _mm512_reduce_add_ps(acc[k]) + f32_dot(w + k * in, x, i, in);
+#else
+    float lanes[BLOCK][16] = {{0}};
+    for (; i + 16 <= in; i += 16)
+        for (int k = 0; k < BLOCK; k++)
+            for (int l = 0; l < 16; l++) lanes[k][l] += w[k * in + i + l] * x[i + l];
+    for (int k = 0; k < BLOCK; k++) {
+        float sum = 0;
+        for (int l = 0; l < 16; l++) sum += lanes[k][l];
+        sums[k] = sum + f32_dot(w + k * in, x, i, in);
+    }
+#endif
+}
+
 /* ---- bf16 weights, bf16 input and output, fp32 sums ---- */
 
 /* The sum over x[from:in] W[o, from:in] in fp32, one row: the tail after the vector loop, and rows past the
  * last whole block. Sixteen partial sums, so that the compiler vectorises it without reassociating. */
-static float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_t in) {
+float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_t in) {
     float lanes[16] = {0};
     int64_t i = from;
     for (; i + 16 <= in; i += 16)
@@ -87,7 +107,7 @@ static float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_
 }
 
 /* sums[k] = x W[o + k]^T for the BLOCK rows from o. */
-static void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
+void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
     int64_t i = 0;
 #if defined(__AVX512BF16__)
     __m512 acc[BLOCK];
@@ -141,7 +161,7 @@ void plm_bf16_linear(const uint16_t *x, int64_t rows, const uint16_t *w, const u
 /* ---- int8 weights with a bf16 scale per row, fp32 input and output ---- */
 
 /* The sum over x[from:to] W[o, from:to] in exact integers: the tail after the vector loop. */
-static int64_t int8_dot(const int8_t *w, const int16_t *x, int64_t from, int64_t to) {
+int64_t int8_dot(const int8_t *w, const int16_t *x, int64_t from, int64_t to) {
     int64_t sum = 0;
     for (int64_t i = from; i < to; i++) sum += (int32_t)w[i] * x[i];
     return sum;
@@ -156,7 +176,7 @@ static inline int64_t lanes_sum(__m512i lanes) { /* exact: the 16 int32 lanes wi
 #endif
 
 /* sums[k] = x W[o + k]^T for the BLOCK rows from o, x as int16. */
-static void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
+void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
     for (int k = 0; k < BLOCK; k++) sums[k] = 0;
     for (int64_t start = 0; start < in; start += CHUNK) {
         int64_t stop = start + CHUNK < in ? start + CHUNK : in, i = start;
@@ -189,7 +209,7 @@ static void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sum
 
 /* Each row of x as int16 values and a scale (max |x_r| / 32767); a row with a NaN or an infinity gets a NaN
  * scale, so that its products are NaN as fp32's would be. */
-static void quantize_rows(const float *x, int64_t rows, int64_t in, int16_t *values, float *scales) {
+void quantize_rows(const float *x, int64_t rows, int64_t in, int16_t *values, float *scales) {
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * in;
         float largest = 0.0f;

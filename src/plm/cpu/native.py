@@ -1,4 +1,4 @@
-"""plm's own one-token products on the CPU, built from ``native.c`` with the machine's C compiler at first use.
+"""plm's own one-token products and decoding step on the CPU, built from C with the machine's C compiler at first use.
 
 Decoding reads every weight once a token, so its speed is that of the products that stream the
 weights. PyTorch's bf16 and int8 matrix-vector kernels read them well under the memory bandwidth; the
@@ -33,8 +33,9 @@ import torch
 from plm.cache import cache_dir
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("native.c")
-ABI = 1  # plm_native_abi() of a library this module can call
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("native.c", "native_step.c"))  # built into one library
+HEADER = Path(__file__).with_name("native.h")  # what they share
+ABI = 2  # plm_native_abi() of a library this module can call
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 BUILD_TIMEOUT_S = 120
 _Pointer = ctypes.c_void_p
@@ -45,6 +46,7 @@ _SIGNATURES = {  # the C functions called, their argument and result types
     "plm_bf16_linear": ([_Pointer, _Size, _Pointer, _Pointer, _Pointer, _Size, _Size, ctypes.c_int], None),
     "plm_int8_linear": ([_Pointer, _Size, _Pointer, _Pointer, _Pointer, _Pointer, _Size, _Size, ctypes.c_int],
                         ctypes.c_int),
+    "plm_decoder_step": ([_Pointer, _Size, _Size, _Size, _Pointer, ctypes.c_int], ctypes.c_int),
 }
 
 
@@ -98,7 +100,7 @@ def machine_identity() -> str:
 
 
 def build(directory: Path) -> Path:
-    """Compile ``native.c`` into ``directory`` (once: the file is named by what it was built from).
+    """Compile the C files into ``directory`` (once: the library is named by what it was built from).
 
     Concurrent builds (the processes of a torchrun job) each write a temporary file and rename it into
     place, so a reader sees no library or a whole one.
@@ -116,7 +118,8 @@ def build(directory: Path) -> Path:
         subprocess.TimeoutExpired: the compiler took over ``BUILD_TIMEOUT_S``.
     """
     command = compiler()
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), *command, *FLAGS, compiler_identity(command[0]),
+    texts = [path.read_text() for path in (*SOURCES, HEADER)]
+    key = hashlib.sha256("\0".join([*texts, *command, *FLAGS, compiler_identity(command[0]),
                                     machine_identity()]).encode()).hexdigest()[:16]
     library_path = directory / f"plm-native-{key}.so"
     if library_path.exists():
@@ -127,7 +130,7 @@ def build(directory: Path) -> Path:
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=".plm-native-", suffix=".so")
     os.close(fd)
     try:
-        subprocess.run([command[0], *FLAGS, *command[1:], str(SOURCE), "-o", temporary, "-lm"], check=True,
+        subprocess.run([command[0], *FLAGS, *command[1:], *map(str, SOURCES), "-o", temporary, "-lm"], check=True,
                        capture_output=True, timeout=BUILD_TIMEOUT_S)
         os.replace(temporary, library_path)
     finally:

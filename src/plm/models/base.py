@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from plm.core import BlockConfig, KVCache, MultiHeadAttention, TransformerBlock
+from plm.cpu.native_step import NativeDecoder
 from plm.decoding.generation import generate
 from plm.decoding.interface import DecodingRequest
 from plm.decoding.static_step import StaticStep
@@ -232,6 +233,20 @@ class PretrainedModel(nn.Module):
         return next(self.parameters()).device
 
 
+def has_hooks(model: nn.Module) -> bool:
+    """Whether a forward hook watches ``model`` or one of its modules (a step in C would not call it).
+
+    Args:
+        model: the model.
+
+    Returns:
+        True when a module of it, or every module (``register_module_forward_hook``), has a forward hook.
+    """
+    hooked = [nn.modules.module._global_forward_hooks, nn.modules.module._global_forward_pre_hooks]
+    hooked += [hooks for module in model.modules() for hooks in (module._forward_hooks, module._forward_pre_hooks)]
+    return any(hooked)
+
+
 @dataclass
 class CausalState:
     """A decoder-only model's decoding state: its caches and the padding of the history."""
@@ -241,6 +256,7 @@ class CausalState:
     mask: torch.Tensor | None  # (batch, max_length), 0 at the prompt's left padding; None without padding
     cuda_graph: bool = False  # one-token steps over a static cache, replayed as a CUDA graph on a GPU
     static: StaticStep | None = None  # made at the first one-token step when cuda_graph is set
+    native: NativeDecoder | None = None  # one row's one-token steps in C on the CPU (CausalLM.native_step)
 
 
 class CausalLM(PretrainedModel):
@@ -296,9 +312,13 @@ class CausalLM(PretrainedModel):
             mask = prompt_mask.new_ones(batch, max_length)
             mask[:, :prompt_length] = prompt_mask
         cache = self.new_cache(batch, max_length) if request.use_cache else None
+        plain_cpu_steps = (cache is not None and cache[0].keys.is_cpu and batch == 1 and mask is None
+                           and not request.compile and not request.cuda_graph
+                           and not torch.is_autocast_enabled("cpu") and not has_hooks(self))
         # compiled code is cached with the model's forward, so later calls reuse it
         return CausalState(torch.compile(self) if request.compile else self, cache, mask,
-                           request.cuda_graph and cache is not None)
+                           request.cuda_graph and cache is not None,
+                           native=self.native_step(cache) if plain_cpu_steps and cache is not None else None)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
         """The next-token logits after ``history``, reading only the tokens the cache has not seen yet.
@@ -311,6 +331,11 @@ class CausalLM(PretrainedModel):
             The (batch, vocab) next-token logits, and the state (its cache now holds ``history``).
         """
         start = state.cache[0].length if state.cache is not None else 0
+        if state.native is not None and state.cache is not None and start > 0 and history.shape[1] == start + 1:
+            logits = state.native(int(history[0, start]), start)
+            for cache in state.cache:
+                cache.length = start + 1
+            return logits, state
         if state.cuda_graph and state.cache is not None and start > 0 and history.shape[1] == start + 1:
             if state.static is None:
                 on_gpu = self.device.type == "cuda"
@@ -319,6 +344,22 @@ class CausalLM(PretrainedModel):
         mask = state.mask[:, : history.shape[1]] if state.mask is not None else None
         logits = state.forward(history[:, start:], mask, cache=state.cache, num_logits=1).logits[:, -1]
         return logits, state
+
+    def native_step(self, cache: list[KVCache]) -> NativeDecoder | None:
+        """The model's one-token step in C ([`NativeDecoder`][plm.cpu.native_step.NativeDecoder]), or None.
+
+        Decoding one row on the CPU takes it for every step after the prompt's, where it runs the same
+        arithmetic as the model's forward without Python between the products; not under autocast,
+        ``compile`` or ``cuda_graph``, nor while a hook watches a module. A family whose model the C step
+        describes returns it; this base class has none.
+
+        Args:
+            cache: the caches the prompt's pass filled, one per layer, for one row.
+
+        Returns:
+            The step, or None: the model's forward runs every step.
+        """
+        return None
 
     def one_token_step(
         self, token: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor, cache: Sequence[KVCache]

@@ -24,11 +24,13 @@ from plm.core import (
     LearnedPositions,
     build_attention_mask,
     build_position_ids,
+    native_layers,
     run_blocks,
 )
 from plm.core.embeddings import check_context
 from plm.cpu.cross_entropy import linear_cross_entropy
 from plm.cpu.linear import linear
+from plm.cpu.native_step import NativeDecoder
 from plm.models.base import CausalLM
 from plm.models.recipe import Hyperparameters, PaperScale, PaperSettings, PretrainingRecipe
 
@@ -201,6 +203,27 @@ class GPT(CausalLM):
             KVCache.empty(batch, self.config.heads, max_length, head_dim, weight.dtype, weight.device)
             for _ in self.blocks
         ]
+
+    def native_step(self, cache: list[KVCache]) -> NativeDecoder | None:
+        """The one-token step in C over ``cache`` (see [`CausalLM.native_step`][plm.models.base.CausalLM.native_step]).
+
+        Args:
+            cache: the caches the prompt's pass filled, one per block, for one row.
+
+        Returns:
+            The step, or None where the C step cannot run this model (a variant's attention, fp16 weights, ...).
+        """
+        layers = native_layers(self.blocks, cache)
+        if layers is None:
+            return None
+        final = self.final_norm
+        return NativeDecoder.of(
+            layers, heads=self.config.heads, norm_first=self.config.norm_first, activation=self.config.activation,
+            norm_eps=self.config.norm_eps, token_embedding=self.token_embedding.weight,
+            position_embedding=self.position_embedding.weight,
+            final_norm=(final.weight, final.bias) if isinstance(final, nn.LayerNorm) else None,
+            head=self.token_embedding.weight,  # tied
+        )
 
     def forward(
         self,

@@ -1,0 +1,48 @@
+/* What plm's C files share: the bf16 conversions, and the row kernels of native.c that native_step.c calls.
+ *
+ * The kernels multiply BLOCK weight rows at a time by one input row; plm's exported functions (plm_*) split an
+ * output's rows among threads and call them. Nothing here is exported from the library (hidden visibility).
+ */
+#ifndef PLM_NATIVE_H
+#define PLM_NATIVE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PLM_INTERNAL __attribute__((visibility("hidden")))
+#define BLOCK 4 /* weight rows multiplied together */
+
+static inline float bf16_to_float(uint16_t bits) {
+    uint32_t word = (uint32_t)bits << 16;
+    float value;
+    memcpy(&value, &word, sizeof value);
+    return value;
+}
+
+static inline uint16_t float_to_bf16(float value) { /* round to nearest even, as PyTorch rounds */
+    uint32_t word;
+    memcpy(&word, &value, sizeof word);
+    if (isnan(value)) return 0x7fc0;
+    return (uint16_t)((word + 0x7fff + ((word >> 16) & 1)) >> 16);
+}
+
+/* The rows [*begin, *end) of `out` that thread `thread` of `threads` takes: whole blocks, in order. */
+PLM_INTERNAL void thread_rows(int64_t out, int thread, int threads, int64_t *begin, int64_t *end);
+
+/* fp32 weights: sums[k] = x W[k]^T for the BLOCK rows at w, and one row's sum over x[from:in] W[from:in]. */
+PLM_INTERNAL void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]);
+PLM_INTERNAL float f32_dot(const float *w, const float *x, int64_t from, int64_t in);
+
+/* bf16 weights and input, fp32 sums: the same two. */
+PLM_INTERNAL void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]);
+PLM_INTERNAL float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_t in);
+
+/* int8 weights, int16 input (quantize_rows), exact integer sums. */
+PLM_INTERNAL void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]);
+PLM_INTERNAL int64_t int8_dot(const int8_t *w, const int16_t *x, int64_t from, int64_t to);
+
+/* Each row of x (rows, in) as int16 values and a scale, max |x_r| / 32767 (NaN for a row that is not finite). */
+PLM_INTERNAL void quantize_rows(const float *x, int64_t rows, int64_t in, int16_t *values, float *scales);
+
+#endif

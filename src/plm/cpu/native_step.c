@@ -1,0 +1,301 @@
+/* A decoder's whole one-token step in C: one call a token, where PyTorch makes some 150 calls and Python some 3,000.
+ *
+ * Decoding one sequence reads every weight once a token, and plm's products (native.c) read them near the memory
+ * bandwidth; what is left of a PyTorch step is the work around them (norms, attention over the cache, the activation,
+ * the residual stream) and the Python and dispatch that runs it: 1.7 ms a GPT-2 124M token, a fifth of an int8
+ * token's time, measured on the speed page. This file runs the same step of a decoder-only stack of Transformer
+ * blocks (pre-LN or post-LN, learned positions, a tied or separate output matrix) for one row: plm.cpu.native_step
+ * describes a model's tensors to it, and reads and writes PyTorch's own key/value caches, so a step here and a step
+ * of the model are interchangeable.
+ *
+ * The residual stream, norms, attention and activation are fp32, whatever the weights: bf16 weights multiply a bf16
+ * rounding of their input (as PyTorch's bf16 products do) with fp32 sums, int8 ones an int16 rounding of it
+ * (plm_int8_linear's). Each product splits its output rows among the threads; attention splits its heads.
+ */
+#include <stdlib.h>
+#include <omp.h>
+
+#include "native.h"
+
+enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_INT8 = 2 };    /* a product's weight, an embedding table, a cache */
+enum { GELU = 0, GELU_TANH = 1, RELU = 2, SILU = 3 };         /* the feed-forward activation */
+
+typedef struct { /* y = x W^T + b; W (out, in) row-major */
+    const void *weight;     /* fp32, bf16 or int8 values */
+    const uint16_t *scales; /* int8: (out,) bf16, a scale per row; else NULL */
+    const float *bias;      /* (out,) or NULL */
+    int64_t out, in;
+    int32_t kind;
+} plm_product;
+
+typedef struct { /* one TransformerBlock: norms' (dim,) weights and biases in fp32 */
+    const float *attention_norm_weight, *attention_norm_bias;
+    plm_product in_proj; /* (3 dim, dim): W_Q, W_K, W_V stacked */
+    plm_product out_proj;
+    const float *feed_forward_norm_weight, *feed_forward_norm_bias;
+    plm_product fc_in, fc_out;
+    void *keys, *values; /* the cache: (heads, max_length, head_dim), of kind cache_kind */
+} plm_layer;
+
+typedef struct {
+    int64_t layers, dim, heads, ffn_dim, max_length;
+    int32_t norm_first, activation, cache_kind, token_kind, position_kind;
+    float norm_eps;
+    const void *token_embedding;     /* (vocab, dim) */
+    const uint16_t *token_scales;    /* int8 tables: (vocab,) bf16 */
+    const void *position_embedding;  /* (positions, dim) */
+    const float *final_norm_weight;  /* NULL: no final LayerNorm */
+    const float *final_norm_bias;
+    plm_product head;                /* the output matrix: (vocab, dim) */
+    const plm_layer *layer;          /* (layers,) */
+} plm_decoder;
+
+/* exp(x) to about 2 ulp, in arithmetic the compiler vectorises (libm's expf is a call per element): Cephes' expf,
+ * x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6 polynomial in r, times 2^n. */
+static inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f; /* ln 2 in two parts, so that n ln 2 is exact */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return (p * r * r + r + 1.0f) * scale;
+}
+
+/* erf(x) to about 1.2e-7: Numerical Recipes' Chebyshev fit of erfc, on fast_exp. */
+static inline float fast_erf(float x) {
+    float z = fabsf(x), t = 1.0f / (1.0f + 0.5f * z);
+    float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
+                 + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+    float erfc = t * fast_exp(-z * z + poly);
+    return x >= 0 ? 1.0f - erfc : erfc - 1.0f;
+}
+
+static void activate(float *x, int64_t n, int activation) {
+    switch (activation) {
+    case GELU:
+        for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + fast_erf(x[i] * 0.70710678118654752f));
+        break;
+    case GELU_TANH: /* 0.5 x (1 + tanh(u)), and 1 + tanh(u) = 2 / (1 + exp(-2u)) */
+        for (int64_t i = 0; i < n; i++) {
+            float u = 0.79788456080286536f * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+            x[i] = x[i] / (1.0f + fast_exp(-2.0f * u));
+        }
+        break;
+    case RELU:
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    default: /* SILU */
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + fast_exp(-x[i]));
+    }
+}
+
+/* y = LayerNorm(x) over n values: (x - mean) / sqrt(var + eps) * weight + bias, the variance biased (PyTorch's). */
+static void layer_norm(const float *x, float *y, int64_t n, const float *weight, const float *bias, float eps) {
+    double sum = 0, squares = 0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    float mean = (float)(sum / n);
+    for (int64_t i = 0; i < n; i++) squares += (double)(x[i] - mean) * (x[i] - mean);
+    float rstd = 1.0f / sqrtf((float)(squares / n) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * weight[i] + bias[i];
+}
+
+/* One row of an embedding table of kind `kind`, as fp32, added to `into` (or written, when add is 0). */
+static void embedding_row(const void *table, const uint16_t *scales, int kind, int64_t row, int64_t dim, float *into,
+                          int add) {
+    for (int64_t i = 0; i < dim; i++) {
+        float value = kind == WEIGHT_F32    ? ((const float *)table)[row * dim + i]
+                      : kind == WEIGHT_BF16 ? bf16_to_float(((const uint16_t *)table)[row * dim + i])
+                                            : ((const int8_t *)table)[row * dim + i] * bf16_to_float(scales[row]);
+        into[i] = add ? into[i] + value : value;
+    }
+}
+
+/* The input of a product, rounded as its weight's kernel takes it. */
+typedef struct {
+    const float *f32;
+    uint16_t *bf16;
+    int16_t *int16;
+    float int16_scale;
+} product_input;
+
+static void round_input(const plm_product *p, const float *x, product_input *input) {
+    input->f32 = x;
+    if (p->kind == WEIGHT_BF16)
+        for (int64_t i = 0; i < p->in; i++) input->bf16[i] = float_to_bf16(x[i]);
+    else if (p->kind == WEIGHT_INT8)
+        quantize_rows(x, 1, p->in, input->int16, &input->int16_scale);
+}
+
+/* sums of W's rows [o, o + count) by the input, count <= BLOCK: a whole block at once, or row by row. */
+static void product_rows(const plm_product *p, const product_input *x, int64_t o, int count, float sums[BLOCK]) {
+    int64_t in = p->in;
+    if (p->kind == WEIGHT_F32) {
+        const float *w = (const float *)p->weight + o * in;
+        if (count == BLOCK) f32_block(w, x->f32, in, sums);
+        else for (int k = 0; k < count; k++) sums[k] = f32_dot(w + k * in, x->f32, 0, in);
+    } else if (p->kind == WEIGHT_BF16) {
+        const uint16_t *w = (const uint16_t *)p->weight + o * in;
+        if (count == BLOCK) bf16_block(w, x->bf16, in, sums);
+        else for (int k = 0; k < count; k++) sums[k] = bf16_dot(w + k * in, x->bf16, 0, in);
+    } else {
+        const int8_t *w = (const int8_t *)p->weight + o * in;
+        double exact[BLOCK];
+        if (count == BLOCK) int8_block(w, x->int16, in, exact);
+        else for (int k = 0; k < count; k++) exact[k] = (double)int8_dot(w + k * in, x->int16, 0, in);
+        for (int k = 0; k < count; k++) sums[k] = (float)(exact[k] * x->int16_scale * bf16_to_float(p->scales[o + k]));
+    }
+}
+
+/* y (out,) = x (in,) W^T + b, the rows split among the threads of the enclosing parallel region. */
+static void product(const plm_product *p, const product_input *x, float *y) {
+    int64_t begin, end;
+    thread_rows(p->out, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
+    for (int64_t o = begin; o < end; o += BLOCK) {
+        int count = end - o < BLOCK ? (int)(end - o) : BLOCK;
+        float sums[BLOCK];
+        product_rows(p, x, o, count, sums);
+        for (int k = 0; k < count; k++) y[o + k] = sums[k] + (p->bias ? p->bias[o + k] : 0.0f);
+    }
+}
+
+static inline float cache_value(const void *cache, int kind, int64_t index) {
+    return kind == WEIGHT_F32 ? ((const float *)cache)[index] : bf16_to_float(((const uint16_t *)cache)[index]);
+}
+
+static inline void store_cache(void *cache, int kind, int64_t index, float value) {
+    if (kind == WEIGHT_F32) ((float *)cache)[index] = value;
+    else ((uint16_t *)cache)[index] = float_to_bf16(value);
+}
+
+/* out (dim,) = softmax(q K^T / sqrt(head_dim)) V per head over positions [0, slot], the heads split among the
+ * threads; scores holds (heads, max_length) floats. */
+static void attend(const plm_decoder *d, const plm_layer *layer, const float *queries, int64_t slot, float *scores,
+                   float *out) {
+    int64_t head_dim = d->dim / d->heads, length = slot + 1;
+    float scale = 1.0f / sqrtf((float)head_dim);
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < d->heads; h++) {
+        const float *q = queries + h * head_dim;
+        float *score = scores + h * d->max_length, *o = out + h * head_dim, largest = -INFINITY, total = 0.0f;
+        int64_t base = h * d->max_length * head_dim;
+        for (int64_t t = 0; t < length; t++) {
+            float lanes[16] = {0}, sum = 0.0f;
+            int64_t i = 0, row = base + t * head_dim;
+            for (; i + 16 <= head_dim; i += 16)
+                for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cache_value(layer->keys, d->cache_kind, row + i + l);
+            for (int l = 0; l < 16; l++) sum += lanes[l];
+            for (; i < head_dim; i++) sum += q[i] * cache_value(layer->keys, d->cache_kind, row + i);
+            score[t] = sum * scale;
+            largest = score[t] > largest ? score[t] : largest;
+        }
+        for (int64_t t = 0; t < length; t++) {
+            score[t] = fast_exp(score[t] - largest);
+            total += score[t];
+        }
+        for (int64_t i = 0; i < head_dim; i++) o[i] = 0.0f;
+        for (int64_t t = 0; t < length; t++) {
+            float weight = score[t] / total;
+            int64_t row = base + t * head_dim;
+            for (int64_t i = 0; i < head_dim; i++) o[i] += weight * cache_value(layer->values, d->cache_kind, row + i);
+        }
+    }
+}
+
+/* The scratch of a step, in one allocation. */
+typedef struct {
+    float *x, *normed, *qkv, *attended, *inner, *scores;
+    uint16_t *bf16;
+    int16_t *int16;
+    void *memory;
+} work;
+
+static int allocate(const plm_decoder *d, work *w) {
+    int64_t widest = 3 * d->dim > d->ffn_dim ? 3 * d->dim : d->ffn_dim;
+    int64_t floats = 3 * d->dim + widest + d->ffn_dim + d->heads * d->max_length;
+    w->memory = malloc((size_t)floats * sizeof(float) + (size_t)widest * (sizeof(uint16_t) + sizeof(int16_t)));
+    if (w->memory == NULL) return 0;
+    w->x = w->memory;
+    w->normed = w->x + d->dim;
+    w->attended = w->normed + d->dim;
+    w->qkv = w->attended + d->dim;
+    w->inner = w->qkv + widest;
+    w->scores = w->inner + d->ffn_dim;
+    w->bf16 = (uint16_t *)(w->scores + d->heads * d->max_length);
+    w->int16 = (int16_t *)(w->bf16 + widest);
+    return 1;
+}
+
+/* y = x W^T + b inside the parallel region: one thread rounds the input, all multiply. */
+static void parallel_product(const plm_product *p, const float *x, product_input *input, float *y) {
+#pragma omp single
+    round_input(p, x, input);
+    product(p, input, y); /* `single` ends in a barrier: every thread sees the rounded input */
+#pragma omp barrier
+}
+
+static void residual(float *x, const float *add, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += add[i];
+}
+
+/* The logits (vocab,) after `token` at position `position`, its key and value stored at `slot` of every layer's
+ * cache (slot: the tokens before it). Returns 0 when there is no memory for the step's scratch, 1 otherwise. */
+int plm_decoder_step(const plm_decoder *d, int64_t token, int64_t position, int64_t slot, float *logits,
+                     int threads) {
+    work w;
+    if (!allocate(d, &w)) return 0;
+    int64_t dim = d->dim, head_dim = d->dim / d->heads;
+    product_input input = {NULL, w.bf16, w.int16, 0.0f};
+    embedding_row(d->token_embedding, d->token_scales, d->token_kind, token, dim, w.x, 0);
+    embedding_row(d->position_embedding, NULL, d->position_kind, position, dim, w.x, 1);
+#pragma omp parallel num_threads(threads)
+    for (int64_t l = 0; l < d->layers; l++) {
+        const plm_layer *layer = d->layer + l;
+        float *attention_input = w.x;
+        if (d->norm_first) { /* pre-LN: x + Attention(LN(x)); post-LN: LN(x + Attention(x)) */
+#pragma omp single
+            layer_norm(w.x, w.normed, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
+            attention_input = w.normed;
+        }
+        parallel_product(&layer->in_proj, attention_input, &input, w.qkv);
+#pragma omp single
+        for (int64_t h = 0; h < d->heads; h++) /* the new key and value, (heads, max_length, head_dim) */
+            for (int64_t i = 0; i < head_dim; i++) {
+                int64_t at = (h * d->max_length + slot) * head_dim + i;
+                store_cache(layer->keys, d->cache_kind, at, w.qkv[dim + h * head_dim + i]);
+                store_cache(layer->values, d->cache_kind, at, w.qkv[2 * dim + h * head_dim + i]);
+            }
+        attend(d, layer, w.qkv, slot, w.scores, w.attended); /* `omp for`: its barrier ends it */
+        parallel_product(&layer->out_proj, w.attended, &input, w.normed);
+#pragma omp single
+        {
+            residual(w.x, w.normed, dim);
+            if (d->norm_first)
+                layer_norm(w.x, w.normed, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias,
+                           d->norm_eps);
+            else
+                layer_norm(w.x, w.x, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
+        }
+        parallel_product(&layer->fc_in, d->norm_first ? w.normed : w.x, &input, w.inner);
+#pragma omp single
+        activate(w.inner, d->ffn_dim, d->activation);
+        parallel_product(&layer->fc_out, w.inner, &input, w.attended);
+#pragma omp single
+        {
+            residual(w.x, w.attended, dim);
+            if (!d->norm_first)
+                layer_norm(w.x, w.x, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias, d->norm_eps);
+        }
+    }
+    if (d->final_norm_weight != NULL) layer_norm(w.x, w.x, dim, d->final_norm_weight, d->final_norm_bias, d->norm_eps);
+#pragma omp parallel num_threads(threads)
+    parallel_product(&d->head, w.x, &input, logits);
+    free(w.memory);
+    return 1;
+}

@@ -1,0 +1,190 @@
+"""The one-token step in C (plm.cpu.native_step): the model's logits and caches, each format, and when it stands back.
+
+The oracle is the model's own forward over the whole history, without a cache (``use_cache=False``), which
+shares no code with the C step; for bf16 and int8 weights, that forward in fp32 over the weights the formats
+hold.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from plm.core import MultiHeadAttention, attention_weights
+from plm.cpu import native
+from plm.cpu.int8 import Int8Weight, quantize
+from plm.cpu.native_step import NativeDecoder
+from plm.decoding.generation import GenerationConfig, decode_steps
+from plm.decoding.interface import DecodingRequest
+from plm.models.gpt import GPT, GPTConfig
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="plm's kernels are not built here (no C compiler)")
+
+# Odd sizes on purpose: head sizes with and without a 16-wide tail, output rows that are not whole blocks of 4.
+PRE_LN = GPTConfig(vocab_size=301, context_length=40, dim=72, layers=2, heads=2, ffn_dim=74, dropout=0.0,
+                   attention_dropout=0.0, embedding_dropout=0.0)
+POST_LN = GPTConfig(vocab_size=300, context_length=40, dim=40, layers=3, heads=4, ffn_dim=72, norm_first=False,
+                    final_norm=False, dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0)
+PROMPT = torch.tensor([[5, 17, 42, 8, 9, 3, 21]])
+NEW_TOKENS = 12
+
+
+def model_of(config: GPTConfig, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    with torch.no_grad():  # norms away from their initial ones and zeros, so that a mixed-up norm or bias shows
+        for name, parameter in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+            if "fc_in.weight" in name:  # the activation's inputs spread over +-10, where exp's error would show
+                parameter.mul_(25)
+    return model
+
+
+def steps(model: GPT, *, use_cache: bool = True, prompt: torch.Tensor = PROMPT, **options) -> list:
+    return list(decode_steps(model, prompt, GenerationConfig(max_new_tokens=NEW_TOKENS, use_cache=use_cache,
+                                                             **options)))
+
+
+@pytest.fixture
+def c_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The slots the C step was called at: a test that means to run it checks that it did."""
+    slots: list[int] = []
+    call = NativeDecoder.__call__
+    monkeypatch.setattr(NativeDecoder, "__call__",
+                        lambda self, token, slot: slots.append(slot) or call(self, token, slot))
+    return slots
+
+
+def largest_gap(got: list, expected: list) -> float:
+    assert [step.tokens.tolist() for step in got] == [step.tokens.tolist() for step in expected]
+    return max(float((a.logits.float() - b.logits.float()).abs().max()) for a, b in zip(got, expected))
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "gelu", "relu", "silu"])
+@pytest.mark.parametrize("config", [PRE_LN, POST_LN], ids=["pre-LN", "post-LN"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_c_step_gives_the_model_s_own_logits_in_fp32(config: GPTConfig, activation: str, threads: int,
+                                                          c_steps: list[int]) -> None:
+    model = model_of(GPTConfig(**{**config.__dict__, "activation": activation}))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = steps(model)
+    finally:
+        torch.set_num_threads(before)
+    assert c_steps == list(range(len(PROMPT[0]), len(PROMPT[0]) + NEW_TOKENS - 1))  # every step after the prompt's
+    assert largest_gap(got, steps(model, use_cache=False)) < 2e-5
+
+
+def test_the_c_step_writes_the_caches_the_model_s_steps_write(monkeypatch: pytest.MonkeyPatch,
+                                                               c_steps: list[int]) -> None:
+    model = model_of(PRE_LN)
+    request = DecodingRequest(PROMPT, len(PROMPT[0]) + NEW_TOKENS)
+    caches = []
+    for with_c in (True, False):
+        if not with_c:
+            monkeypatch.setattr(GPT, "native_step", lambda self, cache: None)
+        state = model.start_decoding(request)
+        history = PROMPT
+        for token in range(NEW_TOKENS):
+            _, state = model.decode_step(history, state)
+            history = torch.cat([history, torch.tensor([[token + 1]])], 1)
+        caches.append(state.cache)
+    assert c_steps  # the first pass ran in C
+    for in_c, in_torch in zip(*caches):
+        assert in_c.length == in_torch.length == len(history[0]) - 1
+        torch.testing.assert_close(in_c.keys[:, :, : in_c.length], in_torch.keys[:, :, : in_c.length])
+        torch.testing.assert_close(in_c.values[:, :, : in_c.length], in_torch.values[:, :, : in_c.length])
+
+
+def test_bf16_weights_in_c_are_nearer_their_fp32_product_than_pytorch_s_bf16_step(c_steps: list[int]) -> None:
+    """The C step keeps the residual stream in fp32 where PyTorch's bf16 model rounds it at every op."""
+    model = model_of(PRE_LN).to(torch.bfloat16)
+    exact = steps(model_of(PRE_LN).to(torch.bfloat16).float(), use_cache=False)  # the bf16 weights, in fp32
+    in_c = steps(model)
+    assert c_steps
+    c_steps.clear()
+    in_torch = steps(model, use_cache=False)
+    assert not c_steps
+    assert in_c[-1].logits.dtype == torch.float32  # the first step's are the prompt pass's, by the model
+    c_gap, torch_gap = largest_gap(in_c[1:], exact[1:]), largest_gap(in_torch[1:], exact[1:])  # after the prompt's
+    assert c_gap < torch_gap and c_gap < 0.02
+
+
+def test_int8_weights_in_c_give_the_fp32_logits_of_their_values(c_steps: list[int]) -> None:
+    """The C step rounds each input row to int16; the prompt's pass (the model's) rounds it to bf16, as PyTorch's int8
+    products take it, and the cached keys and values carry that rounding."""
+    model = quantize(model_of(PRE_LN))
+    dequantized = model_of(PRE_LN)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, Int8Weight):
+                dequantized.get_submodule(name).weight.copy_(weight.dequantized())
+    got = steps(model)
+    assert c_steps
+    assert largest_gap(got, steps(dequantized, use_cache=False)) < 5e-3
+
+
+def test_one_sampled_row_draws_the_same_tokens_in_c(c_steps: list[int]) -> None:
+    model = model_of(PRE_LN)
+    sampled = steps(model, temperature=0.9, top_p=0.95, seed=3)
+    assert c_steps
+    assert largest_gap(sampled, steps(model, use_cache=False, temperature=0.9, top_p=0.95, seed=3)) < 2e-5
+
+
+class ScaledAttention(MultiHeadAttention):
+    """A variant's attention, as a family would subclass it to change the scores."""
+
+    def attend(self, queries, keys, values, mask, is_causal):
+        return super().attend(queries * 2, keys, values, mask, is_causal)
+
+
+class VariantGPT(GPT):
+    def build_attention(self, config):
+        return ScaledAttention(config.dim, config.heads)
+
+
+def uses_c_step(model: nn.Module, prompt: torch.Tensor = PROMPT, mask: torch.Tensor | None = None) -> bool:
+    return model.start_decoding(DecodingRequest(prompt, prompt.shape[1] + 4, mask)).native is not None
+
+
+def test_the_model_s_forward_runs_where_the_c_step_would_not_do_what_it_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = model_of(PRE_LN)
+    assert uses_c_step(model)
+    assert not uses_c_step(model, PROMPT.repeat(2, 1))  # two rows
+    assert not uses_c_step(model, PROMPT, torch.tensor([[0, 1, 1, 1, 1, 1, 1]]))  # padding
+    assert not uses_c_step(model_of(PRE_LN).half())  # fp16 weights
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # asked for bf16 products of the fp32 weights
+        assert not uses_c_step(model)
+    with attention_weights(model):
+        assert not uses_c_step(model)
+    torch.manual_seed(0)
+    variant = VariantGPT(PRE_LN).eval()
+    assert not uses_c_step(variant)
+    monkeypatch.setattr(native, "library", lambda: None)  # PLM_NATIVE=0, or no compiler
+    assert not uses_c_step(model)
+
+
+def test_a_hook_on_a_module_sees_every_step() -> None:
+    model = model_of(PRE_LN)
+    seen = []
+    handle = model.blocks[1].register_forward_hook(lambda module, inputs, output: seen.append(output.shape[1]))
+    try:
+        assert not uses_c_step(model)
+        steps(model)
+    finally:
+        handle.remove()
+    assert seen == [len(PROMPT[0])] + [1] * (NEW_TOKENS - 1)
+    assert uses_c_step(model)
+
+
+def test_a_token_or_position_out_of_range_is_refused_before_the_c_side_reads_it() -> None:
+    model = model_of(PRE_LN)
+    state = model.start_decoding(DecodingRequest(PROMPT, 10))
+    with pytest.raises(IndexError, match="out of range"):
+        state.native(PRE_LN.vocab_size, 8)
+    with pytest.raises(IndexError, match="out of range"):
+        state.native(3, 10)
