@@ -16,9 +16,15 @@
     (plm.cpu.native), against the measured bandwidth. The matrices lie in huge pages, as plm's
     inference weights do (plm.cpu.huge_pages), unless ``--plain-pages``.
 
+(d) The step around the products: GPT-2 124M's greedy decoding through ``generate`` with each step after the
+    prompt's in C (plm.cpu.native_step, what ``generate`` takes for one sequence on the CPU) against the same
+    ``generate`` with the model's own forward for every step, in fp32, bf16 and int8 weights as
+    ``inference_weights`` gives them; both decode the same tokens.
+
     python benchmarks/bench_decode_limits.py              # (a) and (b), under a minute on 2 CPU cores
     python benchmarks/bench_decode_limits.py --part int8
     python benchmarks/bench_decode_limits.py --part kernels   # about a minute, 3.5 GB of memory
+    python benchmarks/bench_decode_limits.py --part step      # about 2 minutes
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from plm.cpu import native
 from plm.cpu.huge_pages import huge_pages_available, into_huge_pages
 from plm.cpu.int8 import Int8Weight
 from plm.decoding.generation import generate
-from plm.models import GPTConfig, from_preset
+from plm.loading import inference_weights
+from plm.models import GPT, GPTConfig, from_preset
 
 routes = importlib.import_module("plm.cpu.linear")  # plm.core re-exports the function ``linear`` under that name
 CPU = torch.device("cpu")
@@ -227,9 +234,34 @@ def bench_kernels(args: argparse.Namespace, report: Report) -> None:
                         f"plm's kernels: {native.instructions() or 'not built'}")
 
 
+def bench_step(args: argparse.Namespace, report: Report) -> None:
+    in_c = GPT.native_step
+    prompt = torch.randint(0, GPTConfig().vocab_size, (1, 16), generator=torch.Generator().manual_seed(args.seed))
+    for precision, quantization in (("fp32", None), ("bf16", None), ("fp32", "int8")):
+        torch.manual_seed(args.seed)
+        model = inference_weights(from_preset("gpt2").eval(), precision, quantization)
+
+        def decode(native: bool, model: GPT = model) -> torch.Tensor:
+            GPT.native_step = in_c if native else (lambda self, cache: None)  # type: ignore[method-assign]
+            try:
+                return generate(model, prompt, args.new_tokens)
+            finally:
+                GPT.native_step = in_c  # type: ignore[method-assign]
+
+        assert torch.equal(decode(True), decode(False)), "the two steps decode different tokens"
+        seconds = interleaved_medians({"c": lambda: decode(True), "torch": lambda: decode(False)}, args.repeats, 1,
+                                      CPU)
+        label = quantization or precision
+        report.add(f"gpt2 {label}", f"ms a token, greedy 1x16+{args.new_tokens}: the step in C vs the model's forward",
+                   seconds["c"] / args.new_tokens * 1e3, seconds["torch"] / args.new_tokens * 1e3,
+                   f"{seconds['torch'] / seconds['c']:.2f}x as fast; the same tokens", label)
+    report.notes.append("[step] each time includes the prompt's pass, which the model's forward runs in both; a ratio "
+                        "under 1 is the step in C taking less time")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=["overhead", "int8", "both", "kernels"], default="both")
+    parser.add_argument("--part", choices=["overhead", "int8", "both", "kernels", "step"], default="both")
     parser.add_argument("--copies", type=int, default=4, help="copies of the kernels part's matrices, cycled")
     parser.add_argument("--plain-pages", action="store_true",
                         help="the kernels part's matrices where PyTorch allocates them, not in huge pages")
@@ -244,6 +276,11 @@ def main() -> None:
     if args.part == "kernels":  # a section of its own in results.json, beside the other parts'
         report = Report("decode-kernels", "PyTorch's fastest kernel for the same products", settings=vars(args))
         bench_kernels(args, report)
+        report.finish()
+        return
+    if args.part == "step":
+        report = Report("decode-step", "the model's own forward at every step", settings=vars(args))
+        bench_step(args, report)
         report.finish()
         return
     report = Report("decode-limits", "the same work another way (see the docstring)", settings=vars(args))

@@ -27,6 +27,10 @@ from plm.cpu.int8 import Int8Weight
 
 KINDS = {torch.float32: 0, torch.bfloat16: 1}  # the C side's WEIGHT_F32, WEIGHT_BF16; Int8Weight is 2
 INT8 = 2
+# The narrow formats' products take the step only where the library multiplies them with the CPU's dot-product
+# instructions: elsewhere (plain C) plm's kernels are one route that each shape times against PyTorch's, and may
+# lose, which the step would not know.
+VECTOR_PATHS = {KINDS[torch.bfloat16]: "bf16: AVX512-BF16", INT8: "int8: AVX512-VNNI"}
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")  # the C side's order
 Weight = torch.Tensor | Int8Weight
 
@@ -122,7 +126,8 @@ class NativeDecoder:
         Returns:
             The step, or None where it cannot run: no kernels ([`native.available`][plm.cpu.native.available]), a
             tensor off the CPU, of another format (fp16), or not contiguous, caches of another batch than one,
-            or an activation it does not know.
+            an activation it does not know, or bf16 or int8 weights on a CPU without their dot-product instructions
+            (`VECTOR_PATHS`).
         """
         if not native.available() or activation not in ACTIVATIONS or not layers:
             return None
@@ -139,6 +144,10 @@ class NativeDecoder:
         final = None if final_norm is None else _norm(final_norm, kept, dim)
         if (len(built) < len(layers) or token is None or positions is None or head_product is None
                 or final_norm is not None and final is None or position_embedding.shape[0] < max_length):
+            return None
+        kinds = {product.kind for layer in built for product in (layer.in_proj, layer.out_proj, layer.fc_in,
+                                                                   layer.fc_out)} | {head_product.kind}
+        if any(VECTOR_PATHS.get(kind, "") not in (native.instructions() or "") for kind in kinds):
             return None
         structure = _Decoder(layers=len(layers), dim=dim, heads=heads, ffn_dim=ffn_dim, max_length=max_length,
                              norm_first=int(norm_first), activation=ACTIVATIONS.index(activation),
