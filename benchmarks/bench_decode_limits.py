@@ -1,4 +1,4 @@
-"""Where decoding's time goes on the CPU: two experiments behind the speed targets not met (docs/speed.md).
+"""Where decoding's time goes on the CPU: the experiments behind the speed targets (docs/speed.md).
 
 (a) Per-step overhead (gpt2-mini's shape, greedy, batch 1). plm's ``generate`` against the
     same step written as one function over the model's weights (a static KV cache, the
