@@ -14,7 +14,7 @@ from torch import nn
 from plm.core import MultiHeadAttention, attention_weights
 from plm.cpu import native
 from plm.cpu.int8 import Int8Weight, quantize
-from plm.cpu.native_step import NativeDecoder
+from plm.cpu.native_step import MAX_ROWS, NativeDecoder
 from plm.decoding.generation import GenerationConfig, decode_steps
 from plm.decoding.interface import DecodingRequest
 from plm.models.gpt import GPT, GPTConfig
@@ -42,9 +42,10 @@ def model_of(config: GPTConfig, seed: int = 0) -> GPT:
     return model
 
 
-def steps(model: GPT, *, use_cache: bool = True, prompt: torch.Tensor = PROMPT, **options) -> list:
+def steps(model: GPT, *, use_cache: bool = True, prompt: torch.Tensor = PROMPT, mask: torch.Tensor | None = None,
+          **options) -> list:
     return list(decode_steps(model, prompt, GenerationConfig(max_new_tokens=NEW_TOKENS, use_cache=use_cache,
-                                                             **options)))
+                                                             **options), mask))
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def c_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     slots: list[int] = []
     call = NativeDecoder.__call__
     monkeypatch.setattr(NativeDecoder, "__call__",
-                        lambda self, token, slot: slots.append(slot) or call(self, token, slot))
+                        lambda self, tokens, slot: slots.append(slot) or call(self, tokens, slot))
     return slots
 
 
@@ -83,6 +84,23 @@ def test_the_c_step_gives_the_model_s_own_logits_in_fp32(config: GPTConfig, acti
     assert largest_gap(got, steps(model, use_cache=False)) < 2e-5
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_of_a_left_padded_batch_each_get_their_own_logits(threads: int, c_steps: list[int]) -> None:
+    """Three prompts of 7, 5 and 2 tokens, left-padded: each row attends to its own tokens only and counts its
+    positions from its first real token."""
+    model = model_of(PRE_LN)
+    prompts = torch.tensor([[5, 17, 42, 8, 9, 3, 21], [0, 0, 4, 4, 30, 1, 2], [0, 0, 0, 0, 0, 11, 12]])
+    mask = (torch.arange(7) >= torch.tensor([[0], [2], [5]])).long()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = steps(model, prompt=prompts, mask=mask, temperature=0.8, seed=1)
+    finally:
+        torch.set_num_threads(before)
+    assert c_steps
+    assert largest_gap(got, steps(model, use_cache=False, prompt=prompts, mask=mask, temperature=0.8, seed=1)) < 2e-5
+
+
 def test_the_c_step_writes_the_caches_the_model_s_steps_write(monkeypatch: pytest.MonkeyPatch,
                                                                c_steps: list[int]) -> None:
     model = model_of(PRE_LN)
@@ -90,7 +108,7 @@ def test_the_c_step_writes_the_caches_the_model_s_steps_write(monkeypatch: pytes
     caches = []
     for with_c in (True, False):
         if not with_c:
-            monkeypatch.setattr(GPT, "native_step", lambda self, cache: None)
+            monkeypatch.setattr(GPT, "native_step", lambda self, cache, mask: None)
         state = model.start_decoding(request)
         history = PROMPT
         for token in range(NEW_TOKENS):
@@ -159,8 +177,8 @@ def uses_c_step(model: nn.Module, prompt: torch.Tensor = PROMPT, mask: torch.Ten
 def test_the_model_s_forward_runs_where_the_c_step_would_not_do_what_it_does(monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_of(PRE_LN)
     assert uses_c_step(model)
-    assert not uses_c_step(model, PROMPT.repeat(2, 1))  # two rows
-    assert not uses_c_step(model, PROMPT, torch.tensor([[0, 1, 1, 1, 1, 1, 1]]))  # padding
+    assert uses_c_step(model, PROMPT.repeat(MAX_ROWS, 1), torch.tensor([[0, 1, 1, 1, 1, 1, 1]] * MAX_ROWS))
+    assert not uses_c_step(model, PROMPT.repeat(MAX_ROWS + 1, 1))  # more rows than the step reads weights once for
     assert not uses_c_step(model_of(PRE_LN).half())  # fp16 weights
     with torch.autocast("cpu", dtype=torch.bfloat16):  # asked for bf16 products of the fp32 weights
         assert not uses_c_step(model)
@@ -193,6 +211,8 @@ def test_a_token_or_position_out_of_range_is_refused_before_the_c_side_reads_it(
     model = model_of(PRE_LN)
     state = model.start_decoding(DecodingRequest(PROMPT, 10))
     with pytest.raises(IndexError, match="out of range"):
-        state.native(PRE_LN.vocab_size, 8)
+        state.native(torch.tensor([PRE_LN.vocab_size]), 8)
     with pytest.raises(IndexError, match="out of range"):
-        state.native(3, 10)
+        state.native(torch.tensor([3]), 10)
+    with pytest.raises(IndexError, match="out of range"):
+        state.native(torch.tensor([3, 4]), 8)  # two tokens for one row

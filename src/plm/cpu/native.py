@@ -46,7 +46,7 @@ _SIGNATURES = {  # the C functions called, their argument and result types
     "plm_bf16_linear": ([_Pointer, _Size, _Pointer, _Pointer, _Pointer, _Size, _Size, ctypes.c_int], None),
     "plm_int8_linear": ([_Pointer, _Size, _Pointer, _Pointer, _Pointer, _Pointer, _Size, _Size, ctypes.c_int],
                         ctypes.c_int),
-    "plm_decoder_step": ([_Pointer, _Size, _Size, _Size, _Pointer, ctypes.c_int], ctypes.c_int),
+    "plm_decoder_step": ([_Pointer, _Pointer, _Pointer, _Size, _Size, _Pointer, _Pointer, ctypes.c_int], ctypes.c_int),
 }
 
 

@@ -4,13 +4,14 @@
  * bandwidth; what is left of a PyTorch step is the work around them (norms, attention over the cache, the activation,
  * the residual stream) and the Python and dispatch that runs it: 1.7 ms a GPT-2 124M token, a fifth of an int8
  * token's time, measured on the speed page. This file runs the same step of a decoder-only stack of Transformer
- * blocks (pre-LN or post-LN, learned positions, a tied or separate output matrix) for one row: plm.cpu.native_step
+ * blocks (pre-LN or post-LN, learned positions, a tied or separate output matrix) for a few rows: plm.cpu.native_step
  * describes a model's tensors to it, and reads and writes PyTorch's own key/value caches, so a step here and a step
  * of the model are interchangeable.
  *
  * The residual stream, norms, attention and activation are fp32, whatever the weights: bf16 weights multiply a bf16
  * rounding of their input (as PyTorch's bf16 products do) with fp32 sums, int8 ones an int16 rounding of it
- * (plm_int8_linear's). Each product splits its output rows among the threads; attention splits its heads.
+ * (plm_int8_linear's). Each product splits its output rows among the threads, and reads each block of weights
+ * once for all the input rows; attention splits the rows' heads.
  */
 #include <stdlib.h>
 #include <omp.h>
@@ -34,7 +35,7 @@ typedef struct { /* one TransformerBlock: norms' (dim,) weights and biases in fp
     plm_product out_proj;
     const float *feed_forward_norm_weight, *feed_forward_norm_bias;
     plm_product fc_in, fc_out;
-    void *keys, *values; /* the cache: (heads, max_length, head_dim), of kind cache_kind */
+    void *keys, *values; /* the cache: (rows, heads, max_length, head_dim), of kind cache_kind */
 } plm_layer;
 
 typedef struct {
@@ -117,51 +118,58 @@ static void embedding_row(const void *table, const uint16_t *scales, int kind, i
     }
 }
 
-/* The input of a product, rounded as its weight's kernel takes it. */
+/* The input rows of a product, (rows, in) each, rounded as its weight's kernel takes them. */
 typedef struct {
     const float *f32;
     uint16_t *bf16;
     int16_t *int16;
-    float int16_scale;
+    float *int16_scales; /* (rows,) */
+    int64_t rows;
 } product_input;
 
 static void round_input(const plm_product *p, const float *x, product_input *input) {
     input->f32 = x;
     if (p->kind == WEIGHT_BF16)
-        for (int64_t i = 0; i < p->in; i++) input->bf16[i] = float_to_bf16(x[i]);
+        for (int64_t i = 0; i < input->rows * p->in; i++) input->bf16[i] = float_to_bf16(x[i]);
     else if (p->kind == WEIGHT_INT8)
-        quantize_rows(x, 1, p->in, input->int16, &input->int16_scale);
+        quantize_rows(x, input->rows, p->in, input->int16, input->int16_scales);
 }
 
-/* sums of W's rows [o, o + count) by the input, count <= BLOCK: a whole block at once, or row by row. */
-static void product_rows(const plm_product *p, const product_input *x, int64_t o, int count, float sums[BLOCK]) {
+/* sums of W's rows [o, o + count) by input row r, count <= BLOCK: a whole block at once, or row by row. */
+static void product_rows(const plm_product *p, const product_input *x, int64_t r, int64_t o, int count,
+                         float sums[BLOCK]) {
     int64_t in = p->in;
     if (p->kind == WEIGHT_F32) {
-        const float *w = (const float *)p->weight + o * in;
-        if (count == BLOCK) f32_block(w, x->f32, in, sums);
-        else for (int k = 0; k < count; k++) sums[k] = f32_dot(w + k * in, x->f32, 0, in);
+        const float *w = (const float *)p->weight + o * in, *row = x->f32 + r * in;
+        if (count == BLOCK) f32_block(w, row, in, sums);
+        else for (int k = 0; k < count; k++) sums[k] = f32_dot(w + k * in, row, 0, in);
     } else if (p->kind == WEIGHT_BF16) {
-        const uint16_t *w = (const uint16_t *)p->weight + o * in;
-        if (count == BLOCK) bf16_block(w, x->bf16, in, sums);
-        else for (int k = 0; k < count; k++) sums[k] = bf16_dot(w + k * in, x->bf16, 0, in);
+        const uint16_t *w = (const uint16_t *)p->weight + o * in, *row = x->bf16 + r * in;
+        if (count == BLOCK) bf16_block(w, row, in, sums);
+        else for (int k = 0; k < count; k++) sums[k] = bf16_dot(w + k * in, row, 0, in);
     } else {
         const int8_t *w = (const int8_t *)p->weight + o * in;
+        const int16_t *row = x->int16 + r * in;
         double exact[BLOCK];
-        if (count == BLOCK) int8_block(w, x->int16, in, exact);
-        else for (int k = 0; k < count; k++) exact[k] = (double)int8_dot(w + k * in, x->int16, 0, in);
-        for (int k = 0; k < count; k++) sums[k] = (float)(exact[k] * x->int16_scale * bf16_to_float(p->scales[o + k]));
+        if (count == BLOCK) int8_block(w, row, in, exact);
+        else for (int k = 0; k < count; k++) exact[k] = (double)int8_dot(w + k * in, row, 0, in);
+        for (int k = 0; k < count; k++)
+            sums[k] = (float)(exact[k] * x->int16_scales[r] * bf16_to_float(p->scales[o + k]));
     }
 }
 
-/* y (out,) = x (in,) W^T + b, the rows split among the threads of the enclosing parallel region. */
+/* y (rows, out) = x (rows, in) W^T + b, W's rows split among the threads of the enclosing parallel region: each
+ * block of W is read from memory once, for every input row. */
 static void product(const plm_product *p, const product_input *x, float *y) {
     int64_t begin, end;
     thread_rows(p->out, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
     for (int64_t o = begin; o < end; o += BLOCK) {
         int count = end - o < BLOCK ? (int)(end - o) : BLOCK;
-        float sums[BLOCK];
-        product_rows(p, x, o, count, sums);
-        for (int k = 0; k < count; k++) y[o + k] = sums[k] + (p->bias ? p->bias[o + k] : 0.0f);
+        for (int64_t r = 0; r < x->rows; r++) {
+            float sums[BLOCK];
+            product_rows(p, x, r, o, count, sums);
+            for (int k = 0; k < count; k++) y[r * p->out + o + k] = sums[k] + (p->bias ? p->bias[o + k] : 0.0f);
+        }
     }
 }
 
@@ -174,61 +182,67 @@ static inline void store_cache(void *cache, int kind, int64_t index, float value
     else ((uint16_t *)cache)[index] = float_to_bf16(value);
 }
 
-/* out (dim,) = softmax(q K^T / sqrt(head_dim)) V per head over positions [0, slot], the heads split among the
- * threads; scores holds (heads, max_length) floats. */
-static void attend(const plm_decoder *d, const plm_layer *layer, const float *queries, int64_t slot, float *scores,
-                   float *out) {
+/* out (rows, dim) = softmax(q K^T / sqrt(head_dim)) V for each row and head over the positions [0, slot] that
+ * `valid` (rows, max_length) marks (all of them where it is NULL), the rows' heads split among the threads;
+ * queries (rows, 3 dim), their first third; scores holds (rows * heads, max_length) floats. */
+static void attend(const plm_decoder *d, const plm_layer *layer, const float *queries, int64_t rows, int64_t slot,
+                   const uint8_t *valid, float *scores, float *out) {
     int64_t head_dim = d->dim / d->heads, length = slot + 1;
     float scale = 1.0f / sqrtf((float)head_dim);
 #pragma omp for schedule(static)
-    for (int64_t h = 0; h < d->heads; h++) {
-        const float *q = queries + h * head_dim;
-        float *score = scores + h * d->max_length, *o = out + h * head_dim, largest = -INFINITY, total = 0.0f;
-        int64_t base = h * d->max_length * head_dim;
+    for (int64_t rh = 0; rh < rows * d->heads; rh++) {
+        int64_t r = rh / d->heads, h = rh % d->heads, base = rh * d->max_length * head_dim;
+        const float *q = queries + r * 3 * d->dim + h * head_dim;
+        const uint8_t *row_valid = valid ? valid + r * d->max_length : NULL;
+        float *score = scores + rh * d->max_length, *o = out + r * d->dim + h * head_dim, largest = -INFINITY;
+        float total = 0.0f;
         for (int64_t t = 0; t < length; t++) {
+            if (row_valid && !row_valid[t]) continue;
             float lanes[16] = {0}, sum = 0.0f;
-            int64_t i = 0, row = base + t * head_dim;
+            int64_t i = 0, at = base + t * head_dim;
             for (; i + 16 <= head_dim; i += 16)
-                for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cache_value(layer->keys, d->cache_kind, row + i + l);
+                for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cache_value(layer->keys, d->cache_kind, at + i + l);
             for (int l = 0; l < 16; l++) sum += lanes[l];
-            for (; i < head_dim; i++) sum += q[i] * cache_value(layer->keys, d->cache_kind, row + i);
+            for (; i < head_dim; i++) sum += q[i] * cache_value(layer->keys, d->cache_kind, at + i);
             score[t] = sum * scale;
             largest = score[t] > largest ? score[t] : largest;
         }
         for (int64_t t = 0; t < length; t++) {
-            score[t] = fast_exp(score[t] - largest);
+            score[t] = row_valid && !row_valid[t] ? 0.0f : fast_exp(score[t] - largest);
             total += score[t];
         }
         for (int64_t i = 0; i < head_dim; i++) o[i] = 0.0f;
         for (int64_t t = 0; t < length; t++) {
             float weight = score[t] / total;
-            int64_t row = base + t * head_dim;
-            for (int64_t i = 0; i < head_dim; i++) o[i] += weight * cache_value(layer->values, d->cache_kind, row + i);
+            int64_t at = base + t * head_dim;
+            if (weight != 0.0f)
+                for (int64_t i = 0; i < head_dim; i++) o[i] += weight * cache_value(layer->values, d->cache_kind, at + i);
         }
     }
 }
 
-/* The scratch of a step, in one allocation. */
+/* The scratch of a step, in one allocation: each buffer holds `rows` rows. */
 typedef struct {
-    float *x, *normed, *qkv, *attended, *inner, *scores;
+    float *x, *normed, *qkv, *attended, *inner, *scores, *int16_scales;
     uint16_t *bf16;
     int16_t *int16;
     void *memory;
 } work;
 
-static int allocate(const plm_decoder *d, work *w) {
+static int allocate(const plm_decoder *d, int64_t rows, work *w) {
     int64_t widest = 3 * d->dim > d->ffn_dim ? 3 * d->dim : d->ffn_dim;
-    int64_t floats = 3 * d->dim + widest + d->ffn_dim + d->heads * d->max_length;
-    w->memory = malloc((size_t)floats * sizeof(float) + (size_t)widest * (sizeof(uint16_t) + sizeof(int16_t)));
+    int64_t floats = rows * (3 * d->dim + widest + d->ffn_dim + d->heads * d->max_length + 1);
+    w->memory = malloc((size_t)floats * sizeof(float) + (size_t)(rows * widest) * (sizeof(uint16_t) + sizeof(int16_t)));
     if (w->memory == NULL) return 0;
     w->x = w->memory;
-    w->normed = w->x + d->dim;
-    w->attended = w->normed + d->dim;
-    w->qkv = w->attended + d->dim;
-    w->inner = w->qkv + widest;
-    w->scores = w->inner + d->ffn_dim;
-    w->bf16 = (uint16_t *)(w->scores + d->heads * d->max_length);
-    w->int16 = (int16_t *)(w->bf16 + widest);
+    w->normed = w->x + rows * d->dim;
+    w->attended = w->normed + rows * d->dim;
+    w->qkv = w->attended + rows * d->dim;
+    w->inner = w->qkv + rows * widest;
+    w->scores = w->inner + rows * d->ffn_dim;
+    w->int16_scales = w->scores + rows * d->heads * d->max_length;
+    w->bf16 = (uint16_t *)(w->int16_scales + rows);
+    w->int16 = (int16_t *)(w->bf16 + rows * widest);
     return 1;
 }
 
@@ -244,56 +258,71 @@ static void residual(float *x, const float *add, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += add[i];
 }
 
-/* The logits (vocab,) after `token` at position `position`, its key and value stored at `slot` of every layer's
- * cache (slot: the tokens before it). Returns 0 when there is no memory for the step's scratch, 1 otherwise. */
-int plm_decoder_step(const plm_decoder *d, int64_t token, int64_t position, int64_t slot, float *logits,
-                     int threads) {
+/* LayerNorm of each of `rows` rows of x (rows, dim) into y. */
+static void layer_norms(const float *x, float *y, int64_t rows, int64_t dim, const float *weight, const float *bias,
+                        float eps) {
+    for (int64_t r = 0; r < rows; r++) layer_norm(x + r * dim, y + r * dim, dim, weight, bias, eps);
+}
+
+/* The logits (rows, vocab) after each row's token tokens[r] at position positions[r], their keys and values stored
+ * at `slot` of every layer's cache (slot: the tokens before them, padding included). valid (rows, max_length): 1 at
+ * the positions a row attends to (its real tokens), or NULL for all. Returns 0 when there is no memory for the step's
+ * scratch, 1 otherwise. */
+int plm_decoder_step(const plm_decoder *d, const int64_t *tokens, const int64_t *positions, int64_t rows, int64_t slot,
+                     const uint8_t *valid, float *logits, int threads) {
     work w;
-    if (!allocate(d, &w)) return 0;
-    int64_t dim = d->dim, head_dim = d->dim / d->heads;
-    product_input input = {NULL, w.bf16, w.int16, 0.0f};
-    embedding_row(d->token_embedding, d->token_scales, d->token_kind, token, dim, w.x, 0);
-    embedding_row(d->position_embedding, NULL, d->position_kind, position, dim, w.x, 1);
+    if (!allocate(d, rows, &w)) return 0;
+    int64_t dim = d->dim, head_dim = d->dim / d->heads, stream = rows * dim;
+    product_input input = {NULL, w.bf16, w.int16, w.int16_scales, rows};
+    for (int64_t r = 0; r < rows; r++) {
+        embedding_row(d->token_embedding, d->token_scales, d->token_kind, tokens[r], dim, w.x + r * dim, 0);
+        embedding_row(d->position_embedding, NULL, d->position_kind, positions[r], dim, w.x + r * dim, 1);
+    }
 #pragma omp parallel num_threads(threads)
     for (int64_t l = 0; l < d->layers; l++) {
         const plm_layer *layer = d->layer + l;
         float *attention_input = w.x;
         if (d->norm_first) { /* pre-LN: x + Attention(LN(x)); post-LN: LN(x + Attention(x)) */
 #pragma omp single
-            layer_norm(w.x, w.normed, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
+            layer_norms(w.x, w.normed, rows, dim, layer->attention_norm_weight, layer->attention_norm_bias,
+                        d->norm_eps);
             attention_input = w.normed;
         }
         parallel_product(&layer->in_proj, attention_input, &input, w.qkv);
 #pragma omp single
-        for (int64_t h = 0; h < d->heads; h++) /* the new key and value, (heads, max_length, head_dim) */
-            for (int64_t i = 0; i < head_dim; i++) {
-                int64_t at = (h * d->max_length + slot) * head_dim + i;
-                store_cache(layer->keys, d->cache_kind, at, w.qkv[dim + h * head_dim + i]);
-                store_cache(layer->values, d->cache_kind, at, w.qkv[2 * dim + h * head_dim + i]);
-            }
-        attend(d, layer, w.qkv, slot, w.scores, w.attended); /* `omp for`: its barrier ends it */
+        for (int64_t r = 0; r < rows; r++) /* the new keys and values, (rows, heads, max_length, head_dim) */
+            for (int64_t h = 0; h < d->heads; h++)
+                for (int64_t i = 0; i < head_dim; i++) {
+                    int64_t at = ((r * d->heads + h) * d->max_length + slot) * head_dim + i;
+                    const float *qkv = w.qkv + r * 3 * dim + h * head_dim + i;
+                    store_cache(layer->keys, d->cache_kind, at, qkv[dim]);
+                    store_cache(layer->values, d->cache_kind, at, qkv[2 * dim]);
+                }
+        attend(d, layer, w.qkv, rows, slot, valid, w.scores, w.attended); /* `omp for`: its barrier ends it */
         parallel_product(&layer->out_proj, w.attended, &input, w.normed);
 #pragma omp single
         {
-            residual(w.x, w.normed, dim);
+            residual(w.x, w.normed, stream);
             if (d->norm_first)
-                layer_norm(w.x, w.normed, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias,
-                           d->norm_eps);
+                layer_norms(w.x, w.normed, rows, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias,
+                            d->norm_eps);
             else
-                layer_norm(w.x, w.x, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
+                layer_norms(w.x, w.x, rows, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
         }
         parallel_product(&layer->fc_in, d->norm_first ? w.normed : w.x, &input, w.inner);
 #pragma omp single
-        activate(w.inner, d->ffn_dim, d->activation);
+        activate(w.inner, rows * d->ffn_dim, d->activation);
         parallel_product(&layer->fc_out, w.inner, &input, w.attended);
 #pragma omp single
         {
-            residual(w.x, w.attended, dim);
+            residual(w.x, w.attended, stream);
             if (!d->norm_first)
-                layer_norm(w.x, w.x, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias, d->norm_eps);
+                layer_norms(w.x, w.x, rows, dim, layer->feed_forward_norm_weight, layer->feed_forward_norm_bias,
+                            d->norm_eps);
         }
     }
-    if (d->final_norm_weight != NULL) layer_norm(w.x, w.x, dim, d->final_norm_weight, d->final_norm_bias, d->norm_eps);
+    if (d->final_norm_weight != NULL)
+        layer_norms(w.x, w.x, rows, dim, d->final_norm_weight, d->final_norm_bias, d->norm_eps);
 #pragma omp parallel num_threads(threads)
     parallel_product(&d->head, w.x, &input, logits);
     free(w.memory);

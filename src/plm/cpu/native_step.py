@@ -1,4 +1,4 @@
-"""A decoder's whole one-token step in C (``native_step.c``): batch-1 decoding without Python between the products.
+"""A decoder's whole one-token step in C (``native_step.c``): decoding a few rows without Python between the products.
 
 A PyTorch one-token step of GPT-2 124M spends 1.7 ms outside its products, in Python, dispatch and the
 small ops between them (the speed page of the docs has the profile): a fifth of an int8 token's time.
@@ -6,8 +6,8 @@ small ops between them (the speed page of the docs has the profile): a fifth of 
 own tensors (no copy of a weight), through plm's product kernels ([`plm.cpu.native`][plm.cpu.native]), and
 reads and writes the model's own key/value caches, so its steps and the model's are interchangeable. A
 family describes its model to it ([`LayerTensors`][plm.cpu.native_step.LayerTensors] per block); the
-decoding loop uses it for the one-token steps of a single sequence on the CPU, and the model's own
-forward everywhere else.
+decoding loop uses it for the one-token steps of up to `MAX_ROWS` rows on the CPU (left-padded prompts
+included), and the model's own forward everywhere else.
 
 The step's arithmetic follows the model's: the residual stream, norms, attention and activation in
 fp32, each product at its weight's format (fp32; bf16 with a bf16 rounding of its input, as PyTorch's
@@ -27,6 +27,7 @@ from plm.cpu.int8 import Int8Weight
 
 KINDS = {torch.float32: 0, torch.bfloat16: 1}  # the C side's WEIGHT_F32, WEIGHT_BF16; Int8Weight is 2
 INT8 = 2
+MAX_ROWS = 8  # rows decoded together; each block of weights is read once for all of them
 # The narrow formats' products take the step only where the library multiplies them with the CPU's dot-product
 # instructions: elsewhere (plain C) plm's kernels are one route that each shape times against PyTorch's, and may
 # lose, which the step would not know.
@@ -85,16 +86,20 @@ class LayerTensors:
 
 
 class NativeDecoder:
-    """A decoder-only stack's one-token step for one sequence, in C, over the model's own tensors and caches.
+    """A decoder-only stack's one-token step for a few rows, in C, over the model's own tensors and caches.
 
     Build it with [`of`][plm.cpu.native_step.NativeDecoder.of], which says None where the step cannot take the
-    model; then each call stores the token's key and value at ``slot`` of the caches and returns its logits.
+    model; then each call stores the rows' keys and values at ``slot`` of the caches and returns their logits.
     """
 
     def __init__(self, structure: _Decoder, layers: ctypes.Array, kept: list[torch.Tensor], vocab: int,
-                 tokens: int) -> None:
-        self.structure, self.layers, self.kept = structure, layers, kept
+                 tokens: int, mask: torch.Tensor | None) -> None:
+        self.structure, self.layers, self.kept = structure, layers, kept  # kept: every tensor the C side reads
         self.vocab, self.tokens = vocab, tokens  # the output's size, and the rows of the token table
+        rows = kept[-1].shape[0]  # the caches', last kept
+        self.valid = None if mask is None else mask.to(torch.uint8).contiguous()  # (rows, max_length)
+        # a left-padded row's positions count its real tokens only (as build_position_ids does)
+        self.padding = torch.zeros(rows, dtype=torch.long) if mask is None else (mask == 0).sum(-1)
 
     @classmethod
     def of(
@@ -109,11 +114,12 @@ class NativeDecoder:
         position_embedding: torch.Tensor,
         final_norm: tuple[torch.Tensor, torch.Tensor] | None,
         head: Weight,
+        mask: torch.Tensor | None = None,
     ) -> NativeDecoder | None:
         """The step of a stack of ``layers`` between a token and a position table, and an output matrix.
 
         Args:
-            layers: the blocks' tensors, in order.
+            layers: the blocks' tensors, in order; their caches' rows are the rows decoded.
             heads: the attention heads.
             norm_first: pre-LN (GPT-2) when True, post-LN (GPT-1) when False.
             activation: the feed-forward activation, one of `ACTIVATIONS`.
@@ -122,24 +128,28 @@ class NativeDecoder:
             position_embedding: the (positions, dim) learned position table, fp32 or bf16.
             final_norm: the LayerNorm after the last block (GPT-2's), or None.
             head: the (vocab, dim) output matrix, the token table itself when tied.
+            mask: (rows, max_length), 0 at the prompts' left padding and 1 at every other position, or None
+                without padding.
 
         Returns:
             The step, or None where it cannot run: no kernels ([`native.available`][plm.cpu.native.available]), a
-            tensor off the CPU, of another format (fp16), or not contiguous, caches of another batch than one,
+            tensor off the CPU, of another format (fp16), or not contiguous, caches of more than `MAX_ROWS` rows,
             an activation it does not know, or bf16 or int8 weights on a CPU without their dot-product instructions
             (`VECTOR_PATHS`).
         """
         if not native.available() or activation not in ACTIVATIONS or not layers:
             return None
-        kept: list[torch.Tensor] = []  # fp32 copies of norms and biases, which the C side reads: held while it may
+        kept: list[torch.Tensor] = []  # every tensor the C side reads (fp32 copies of norms and biases among them)
         keys = layers[0].keys
-        if keys.dim() != 4 or keys.shape[:2] != (1, heads) or keys.dtype not in KINDS:
+        if keys.dim() != 4 or not 0 < keys.shape[0] <= MAX_ROWS or keys.shape[1] != heads or keys.dtype not in KINDS:
             return None
-        _, _, max_length, head_dim = keys.shape
+        rows, _, max_length, head_dim = keys.shape
+        if mask is not None and tuple(mask.shape) != (rows, max_length):
+            return None
         dim, ffn_dim = heads * head_dim, layers[0].fc_in[0].shape[0]
         described = (_layer(tensors, kept, keys, dim, ffn_dim) for tensors in layers)
         built = [layer for layer in described if layer is not None]
-        token, positions = _table(token_embedding, dim), _table(position_embedding, dim)
+        token, positions = _table(token_embedding, dim, kept), _table(position_embedding, dim, kept)
         head_product = _product(head, None, kept, head.shape[0], dim)
         final = None if final_norm is None else _norm(final_norm, kept, dim)
         if (len(built) < len(layers) or token is None or positions is None or head_product is None
@@ -158,29 +168,35 @@ class NativeDecoder:
             structure.final_norm_weight, structure.final_norm_bias = final
         array = (_Layer * len(built))(*built)
         structure.layer = ctypes.addressof(array)
-        return cls(structure, array, kept, head.shape[0], token_embedding.shape[0])
+        kept.append(keys)  # last: __init__ reads the rows from it
+        return cls(structure, array, kept, head.shape[0], token_embedding.shape[0], mask)
 
-    def __call__(self, token: int, slot: int) -> torch.Tensor:
-        """The (1, vocab) fp32 logits after ``token`` at position ``slot``, its key and value stored there.
+    def __call__(self, tokens: torch.Tensor, slot: int) -> torch.Tensor:
+        """The (rows, vocab) fp32 logits after each row's token at ``slot``, their keys and values stored there.
 
         Args:
-            token: the newest token's id.
-            slot: its position: the tokens before it, which the caches hold.
+            tokens: (rows,) each row's newest token.
+            slot: its place in the caches: the tokens before it, padding included.
 
         Returns:
-            The next token's (1, vocab) logits.
+            The next tokens' (rows, vocab) logits.
 
         Raises:
-            IndexError: a token the table has no row for, or a slot past the caches.
+            IndexError: a token the table has no row for, a slot past the caches, or not a token a row.
             MemoryError: no memory for the step's scratch.
         """
-        if not (0 <= token < self.tokens and 0 <= slot < self.structure.max_length):  # the C side reads there
-            raise IndexError(f"token {token} or position {slot} out of range ({self.tokens} tokens, "
-                             f"{self.structure.max_length} positions)")
-        logits = torch.empty(1, self.vocab)
+        tokens = tokens.to(torch.int64).contiguous()
+        rows = len(self.padding)
+        if (tokens.shape != (rows,) or not 0 <= slot < self.structure.max_length
+                or bool(((tokens < 0) | (tokens >= self.tokens)).any())):  # the C side reads there
+            raise IndexError(f"tokens {tokens.tolist()} or position {slot} out of range ({rows} rows, {self.tokens} "
+                             f"tokens, {self.structure.max_length} positions)")
+        positions = slot - self.padding  # (rows,)
+        logits = torch.empty(rows, self.vocab)
         loaded = native.library()
         assert loaded is not None  # `of` checked it
-        if not loaded.plm_decoder_step(ctypes.addressof(self.structure), token, slot, slot, logits.data_ptr(),
+        if not loaded.plm_decoder_step(ctypes.addressof(self.structure), tokens.data_ptr(), positions.data_ptr(), rows,
+                                       slot, 0 if self.valid is None else self.valid.data_ptr(), logits.data_ptr(),
                                        torch.get_num_threads()):
             raise MemoryError("no memory for a decoding step's scratch")
         return logits
@@ -190,14 +206,20 @@ def _usable(tensor: torch.Tensor, shape: tuple[int, ...]) -> bool:
     return tensor.is_cpu and tensor.is_contiguous() and tuple(tensor.shape) == shape
 
 
-def _table(table: Weight, columns: int) -> tuple[int, int, int] | None:
-    """A (rows, ``columns``) matrix's kind, values and scales (0 without); None where the C side cannot read it."""
+def _table(table: Weight, columns: int, kept: list[torch.Tensor]) -> tuple[int, int, int] | None:
+    """A (rows, ``columns``) matrix's kind, values and scales (0 without), its tensors held in ``kept``; None where
+    the C side cannot read it."""
     shape = (table.shape[0], columns)
     if isinstance(table, Int8Weight):
-        usable = (_usable(table.values, shape) and _usable(table.scales, shape[:1])
-                  and table.scales.dtype == torch.bfloat16)
-        return (INT8, table.values.data_ptr(), table.scales.data_ptr()) if usable else None
-    return (KINDS[table.dtype], table.data_ptr(), 0) if table.dtype in KINDS and _usable(table, shape) else None
+        if not (_usable(table.values, shape) and _usable(table.scales, shape[:1])
+                and table.scales.dtype == torch.bfloat16):
+            return None
+        kept += [table.values, table.scales]
+        return INT8, table.values.data_ptr(), table.scales.data_ptr()
+    if table.dtype not in KINDS or not _usable(table, shape):
+        return None
+    kept.append(table)
+    return KINDS[table.dtype], table.data_ptr(), 0
 
 
 def _vector(tensor: torch.Tensor | None, kept: list[torch.Tensor], size: int) -> int | None:
@@ -219,7 +241,7 @@ def _norm(norm: tuple[torch.Tensor, torch.Tensor], kept: list[torch.Tensor], dim
 def _product(weight: Weight, bias: torch.Tensor | None, kept: list[torch.Tensor], out_features: int,
              in_features: int) -> _Product | None:
     """An (out, in) product's description, or None where its weight or bias is not of that shape or readable."""
-    table = _table(weight, in_features) if weight.shape[0] == out_features else None
+    table = _table(weight, in_features, kept) if weight.shape[0] == out_features else None
     address = _vector(bias, kept, out_features)
     if table is None or address is None:
         return None
@@ -236,6 +258,7 @@ def _layer(layer: LayerTensors, kept: list[torch.Tensor], keys: torch.Tensor, di
                         for cache in (layer.keys, layer.values))
     if any(part is None for part in (*products, *norms)) or not caches_usable:
         return None
+    kept += [layer.keys, layer.values]
     (attention_weight, attention_bias), (feed_forward_weight, feed_forward_bias) = norms  # type: ignore[misc]
     in_proj, out_proj, fc_in, fc_out = products
     return _Layer(attention_norm_weight=attention_weight, attention_norm_bias=attention_bias, in_proj=in_proj,

@@ -256,7 +256,7 @@ class CausalState:
     mask: torch.Tensor | None  # (batch, max_length), 0 at the prompt's left padding; None without padding
     cuda_graph: bool = False  # one-token steps over a static cache, replayed as a CUDA graph on a GPU
     static: StaticStep | None = None  # made at the first one-token step when cuda_graph is set
-    native: NativeDecoder | None = None  # one row's one-token steps in C on the CPU (CausalLM.native_step)
+    native: NativeDecoder | None = None  # a few rows' one-token steps in C on the CPU (CausalLM.native_step)
 
 
 class CausalLM(PretrainedModel):
@@ -312,13 +312,12 @@ class CausalLM(PretrainedModel):
             mask = prompt_mask.new_ones(batch, max_length)
             mask[:, :prompt_length] = prompt_mask
         cache = self.new_cache(batch, max_length) if request.use_cache else None
-        plain_cpu_steps = (cache is not None and cache[0].keys.is_cpu and batch == 1 and mask is None
-                           and not request.compile and not request.cuda_graph
-                           and not torch.is_autocast_enabled("cpu") and not has_hooks(self))
+        plain_cpu_steps = (cache is not None and cache[0].keys.is_cpu and not request.compile
+                           and not request.cuda_graph and not torch.is_autocast_enabled("cpu") and not has_hooks(self))
         # compiled code is cached with the model's forward, so later calls reuse it
         return CausalState(torch.compile(self) if request.compile else self, cache, mask,
                            request.cuda_graph and cache is not None,
-                           native=self.native_step(cache) if plain_cpu_steps and cache is not None else None)
+                           native=self.native_step(cache, mask) if plain_cpu_steps and cache is not None else None)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
         """The next-token logits after ``history``, reading only the tokens the cache has not seen yet.
@@ -332,7 +331,7 @@ class CausalLM(PretrainedModel):
         """
         start = state.cache[0].length if state.cache is not None else 0
         if state.native is not None and state.cache is not None and start > 0 and history.shape[1] == start + 1:
-            logits = state.native(int(history[0, start]), start)
+            logits = state.native(history[:, start], start)
             for cache in state.cache:
                 cache.length = start + 1
             return logits, state
@@ -345,16 +344,17 @@ class CausalLM(PretrainedModel):
         logits = state.forward(history[:, start:], mask, cache=state.cache, num_logits=1).logits[:, -1]
         return logits, state
 
-    def native_step(self, cache: list[KVCache]) -> NativeDecoder | None:
+    def native_step(self, cache: list[KVCache], mask: torch.Tensor | None) -> NativeDecoder | None:
         """The model's one-token step in C ([`NativeDecoder`][plm.cpu.native_step.NativeDecoder]), or None.
 
-        Decoding one row on the CPU takes it for every step after the prompt's, where it runs the same
+        Decoding a few rows on the CPU takes it for every step after the prompt's, where it runs the same
         arithmetic as the model's forward without Python between the products; not under autocast,
         ``compile`` or ``cuda_graph``, nor while a hook watches a module. A family whose model the C step
         describes returns it; this base class has none.
 
         Args:
-            cache: the caches the prompt's pass filled, one per layer, for one row.
+            cache: the caches the prompt's pass filled, one per layer.
+            mask: (batch, max_length), 0 at the prompts' left padding, or None without padding.
 
         Returns:
             The step, or None: the model's forward runs every step.

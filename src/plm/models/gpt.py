@@ -204,11 +204,12 @@ class GPT(CausalLM):
             for _ in self.blocks
         ]
 
-    def native_step(self, cache: list[KVCache]) -> NativeDecoder | None:
+    def native_step(self, cache: list[KVCache], mask: torch.Tensor | None) -> NativeDecoder | None:
         """The one-token step in C over ``cache`` (see [`CausalLM.native_step`][plm.models.base.CausalLM.native_step]).
 
         Args:
-            cache: the caches the prompt's pass filled, one per block, for one row.
+            cache: the caches the prompt's pass filled, one per block.
+            mask: (batch, max_length), 0 at the prompts' left padding, or None without padding.
 
         Returns:
             The step, or None where the C step cannot run this model (a variant's attention, fp16 weights, ...).
@@ -223,6 +224,7 @@ class GPT(CausalLM):
             position_embedding=self.position_embedding.weight,
             final_norm=(final.weight, final.bias) if isinstance(final, nn.LayerNorm) else None,
             head=self.token_embedding.weight,  # tied
+            mask=mask,
         )
 
     def forward(
