@@ -14,7 +14,7 @@ from torch import nn
 from plm.core import MultiHeadAttention, attention_weights
 from plm.cpu import native
 from plm.cpu.int8 import Int8Weight, quantize
-from plm.cpu.native_step import MAX_ROWS, NativeDecoder
+from plm.cpu.native_step import MAX_BF16_ROWS, MAX_ROWS, NativeDecoder
 from plm.decoding.generation import GenerationConfig, decode_steps
 from plm.decoding.interface import DecodingRequest
 from plm.models.gpt import GPT, GPTConfig
@@ -179,6 +179,10 @@ def test_the_model_s_forward_runs_where_the_c_step_would_not_do_what_it_does(mon
     assert uses_c_step(model)
     assert uses_c_step(model, PROMPT.repeat(MAX_ROWS, 1), torch.tensor([[0, 1, 1, 1, 1, 1, 1]] * MAX_ROWS))
     assert not uses_c_step(model, PROMPT.repeat(MAX_ROWS + 1, 1))  # more rows than the step reads weights once for
+    bf16 = model_of(PRE_LN).bfloat16()
+    monkeypatch.setattr(native, "instructions", lambda: "bf16: AVX512-BF16; int8: AVX512-VNNI")
+    assert uses_c_step(bf16, PROMPT.repeat(MAX_BF16_ROWS, 1))
+    assert not uses_c_step(bf16, PROMPT.repeat(MAX_BF16_ROWS + 1, 1))  # oneDNN's products win there
     assert not uses_c_step(model_of(PRE_LN).half())  # fp16 weights
     with torch.autocast("cpu", dtype=torch.bfloat16):  # asked for bf16 products of the fp32 weights
         assert not uses_c_step(model)

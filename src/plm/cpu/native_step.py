@@ -28,6 +28,9 @@ from plm.cpu.int8 import Int8Weight
 KINDS = {torch.float32: 0, torch.bfloat16: 1}  # the C side's WEIGHT_F32, WEIGHT_BF16; Int8Weight is 2
 INT8 = 2
 MAX_ROWS = 8  # rows decoded together; each block of weights is read once for all of them
+# bf16 products of more rows lose to PyTorch's (oneDNN's, with AMX where the CPU has it): GPT-2 124M's step took 0.93x
+# the model's forward at 8 rows and 1.16x at 4, on the 2-core Xeon with AMX (bench_decode_limits.py --part step)
+MAX_BF16_ROWS = 4
 # The narrow formats' products take the step only where the library multiplies them with the CPU's dot-product
 # instructions: elsewhere (plain C) plm's kernels are one route that each shape times against PyTorch's, and may
 # lose, which the step would not know.
@@ -133,9 +136,9 @@ class NativeDecoder:
 
         Returns:
             The step, or None where it cannot run: no kernels ([`native.available`][plm.cpu.native.available]), a
-            tensor off the CPU, of another format (fp16), or not contiguous, caches of more than `MAX_ROWS` rows,
-            an activation it does not know, or bf16 or int8 weights on a CPU without their dot-product instructions
-            (`VECTOR_PATHS`).
+            tensor off the CPU, of another format (fp16), or not contiguous, caches of more than `MAX_ROWS` rows
+            (`MAX_BF16_ROWS` with bf16 weights), an activation it does not know, or bf16 or int8 weights on a CPU
+            without their dot-product instructions (`VECTOR_PATHS`).
         """
         if not native.available() or activation not in ACTIVATIONS or not layers:
             return None
@@ -158,6 +161,8 @@ class NativeDecoder:
         kinds = {product.kind for layer in built for product in (layer.in_proj, layer.out_proj, layer.fc_in,
                                                                    layer.fc_out)} | {head_product.kind}
         if any(VECTOR_PATHS.get(kind, "") not in (native.instructions() or "") for kind in kinds):
+            return None
+        if KINDS[torch.bfloat16] in kinds and rows > MAX_BF16_ROWS:
             return None
         structure = _Decoder(layers=len(layers), dim=dim, heads=heads, ffn_dim=ffn_dim, max_length=max_length,
                              norm_first=int(norm_first), activation=ACTIVATIONS.index(activation),
