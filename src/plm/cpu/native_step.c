@@ -1,6 +1,6 @@
 /* A decoder's whole one-token step in C: one call a token, where PyTorch makes some 150 calls and Python some 3,000.
  *
- * Decoding one sequence reads every weight once a token, and plm's products (native.c) read them near the memory
+ * Decoding a few rows reads every weight once a token, and plm's products (native.c) read them near the memory
  * bandwidth; what is left of a PyTorch step is the work around them (norms, attention over the cache, the activation,
  * the residual stream) and the Python and dispatch that runs it: 1.7 ms a GPT-2 124M token, a fifth of an int8
  * token's time, measured on the speed page. This file runs the same step of a decoder-only stack of Transformer
