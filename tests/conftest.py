@@ -18,7 +18,12 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``make test`` runs a worker per core), each worker and the processes it starts take one
-    thread: two workers of two threads each on two cores would wait on each other."""
+    thread: two workers of two threads each on two cores would wait on each other.
+
+    The processes a test starts (plm, torchrun's workers) print every thread's Python stack should they die of a
+    signal, into the output a failing test shows: a rare abort at exit is otherwise a bare "exitcode -6".
+    """
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)

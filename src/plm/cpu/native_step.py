@@ -74,7 +74,7 @@ class LayerTensors:
         feed_forward_norm: the feed-forward sub-layer's LayerNorm weight and bias.
         fc_in: the (ffn_dim, dim) first feed-forward layer and its bias.
         fc_out: the (dim, ffn_dim) second one and its bias.
-        keys: (1, heads, max_length, head_dim) the layer's key cache, which each step writes a position of.
+        keys: (rows, heads, max_length, head_dim) the layer's key cache, which each step writes a position of.
         values: its value cache, shaped like ``keys``.
     """
 
@@ -96,13 +96,11 @@ class NativeDecoder:
     """
 
     def __init__(self, structure: _Decoder, layers: ctypes.Array, kept: list[torch.Tensor], vocab: int,
-                 tokens: int, mask: torch.Tensor | None) -> None:
+                 tokens: int, padding: torch.Tensor, valid: torch.Tensor | None) -> None:
         self.structure, self.layers, self.kept = structure, layers, kept  # kept: every tensor the C side reads
         self.vocab, self.tokens = vocab, tokens  # the output's size, and the rows of the token table
-        rows = kept[-1].shape[0]  # the caches', last kept
-        self.valid = None if mask is None else mask.to(torch.uint8).contiguous()  # (rows, max_length)
-        # a left-padded row's positions count its real tokens only (as build_position_ids does)
-        self.padding = torch.zeros(rows, dtype=torch.long) if mask is None else (mask == 0).sum(-1)
+        self.padding = padding  # (rows,) each row's left padding: its positions count its real tokens only
+        self.valid = valid  # (rows, max_length) uint8, 1 where a row may attend; None: everywhere
 
     @classmethod
     def of(
@@ -173,8 +171,9 @@ class NativeDecoder:
             structure.final_norm_weight, structure.final_norm_bias = final
         array = (_Layer * len(built))(*built)
         structure.layer = ctypes.addressof(array)
-        kept.append(keys)  # last: __init__ reads the rows from it
-        return cls(structure, array, kept, head.shape[0], token_embedding.shape[0], mask)
+        padding = torch.zeros(rows, dtype=torch.long) if mask is None else (mask == 0).sum(-1)
+        valid = None if mask is None else mask.to(torch.uint8).contiguous()
+        return cls(structure, array, kept, head.shape[0], token_embedding.shape[0], padding, valid)
 
     def __call__(self, tokens: torch.Tensor, slot: int) -> torch.Tensor:
         """The (rows, vocab) fp32 logits after each row's token at ``slot``, their keys and values stored there.
@@ -212,8 +211,10 @@ def _usable(tensor: torch.Tensor, shape: tuple[int, ...]) -> bool:
 
 
 def _table(table: Weight, columns: int, kept: list[torch.Tensor]) -> tuple[int, int, int] | None:
-    """A (rows, ``columns``) matrix's kind, values and scales (0 without), its tensors held in ``kept``; None where
-    the C side cannot read it."""
+    """A (rows, ``columns``) matrix's kind, values and scales (0 without); None where the C side cannot read it.
+
+    The tensors it points at are held in ``kept``.
+    """
     shape = (table.shape[0], columns)
     if isinstance(table, Int8Weight):
         if not (_usable(table.values, shape) and _usable(table.scales, shape[:1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -140,6 +141,14 @@ def setup_distributed(device: torch.device, group_of_one: bool = False) -> Distr
 
 
 def teardown_distributed() -> None:
-    """Leave the process group, if there is one."""
+    """Leave the process group, if there is one, once nothing of the run holds it any more.
+
+    DDP's wrapper lies in a reference cycle, so it outlives the training loop until the garbage collector
+    runs, and its reducer holds the process group. A group still held when the interpreter exits is
+    destroyed during its shutdown, where gloo's threads can abort the process ("terminate called without
+    an active exception", SIGABRT: a finished torchrun run that reports a failure). Collecting first lets
+    the group end here.
+    """
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
