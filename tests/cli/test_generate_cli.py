@@ -149,3 +149,48 @@ def test_one_sampled_prompt_draws_as_generate_and_the_server_do_with_its_seed(gp
     alone = generate(gpt, ids, 12, temperature=1.5, seed=7, ignore_eos=True)[0, ids.shape[1]:].tolist()
     ours = continue_prompts(gpt, TOKENIZER, ["the cat", "a dog"], 12, temperature=1.5, seed=7, ignore_eos=True)
     assert ours[0].text == TOKENIZER.decode(alone, skip_special_tokens=True)
+
+
+def streamed_pieces(gpt, prompt: str, *args, **options) -> tuple[list[str], Continuation]:
+    pieces: list[str] = []
+    continuation = continue_prompts(gpt, TOKENIZER, [prompt], *args, stream=pieces.append, **options)[0]
+    return pieces, continuation
+
+
+@pytest.mark.parametrize("options", [dict(), dict(temperature=1.5, seed=7)], ids=["greedy", "sampled"])
+def test_one_prompt_s_text_comes_in_pieces_that_add_up_to_its_continuation(gpt, options) -> None:
+    pieces, continuation = streamed_pieces(gpt, "the cat", 12, ignore_eos=True, **options)
+    assert "".join(pieces) == continuation.text == continue_prompts(gpt, TOKENIZER, ["the cat"], 12, ignore_eos=True,
+                                                                        **options)[0].text
+    assert len(pieces) > 3  # handed over as decoded, not at the end
+
+
+def test_a_streamed_text_holds_back_what_may_begin_a_stop_string_and_never_hands_over_one() -> None:
+    """" book book ...", stopped at "k b": the "k" that ends the first " book" may begin the stop string, so it waits;
+    the second token completes the string, and the continuation ends before it."""
+    pieces, continuation = streamed_pieces(GOES_ON, "the cat", 6, stop=["k b"])
+    assert continuation.text == " boo" and "".join(pieces) == " boo"
+    pieces, continuation = streamed_pieces(GOES_ON, "the cat", 3, stop=["k\u2603"])  # begun, never completed
+    assert pieces == [" boo", "k boo", "k boo", "k"] and continuation.text == " book" * 3
+
+
+def test_beam_search_hands_over_its_text_once(gpt) -> None:
+    pieces, continuation = streamed_pieces(gpt, "the cat", 6, num_beams=2, ignore_eos=True)
+    assert pieces == [continuation.text]
+
+
+def test_plm_generate_writes_one_prompt_as_it_is_decoded_and_nothing_for_a_prompt_it_refuses(model, capsys,
+                                                                                          monkeypatch) -> None:
+    writes: list[str] = []
+    write = generate_cli.sys.stdout.write
+    assert main(["generate", "--model", "goes-on", "the cat", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out == "the cat book book book\n"  # as the text of several prompts is written
+    monkeypatch.setattr(generate_cli.sys.stdout, "write", lambda text: writes.append(text) or write(text))
+    assert main(["generate", "--model", "goes-on", "the cat", "--max-new-tokens", "3"]) == 0
+    assert writes == ["the cat book", " book", " book", "\n"]
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["generate", "--model", "goes-on", "the cat " * 40, "--max-new-tokens", "3"]) == 2  # past the context
+    assert capsys.readouterr().out == ""
+    with pytest.raises(Exception):
+        continue_prompts(GOES_ON, TOKENIZER, ["a", "b"], 3, stream=print)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -12,8 +13,8 @@ from plm.apps.zeroshot.detokenize import DETOKENIZERS
 from plm.data.corpus import read_text
 from plm.data.encoded import encode_texts, token_dtype
 from plm.data.sources import iter_documents
-from plm.decoding.generation import generate, row_generator
-from plm.decoding.generation_config import StopStrings, configured
+from plm.decoding.generation import decode_steps, generate, row_generator
+from plm.decoding.generation_config import GenerationConfig, StopStrings, configured
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder
 from plm.models.pretraining_heads import sentence_embeddings
@@ -65,6 +66,7 @@ def continue_prompts(
     *,
     batch_size: int | None = None,
     progress: bool = False,
+    stream: Callable[[str], None] | None = None,
     **options,
 ) -> list[Continuation]:
     """The continuation of each prompt (without the prompt), cut before any stop string, and where it ended.
@@ -79,6 +81,9 @@ def continue_prompts(
     ``seed`` and its position ([`row_generator`][plm.decoding.generation.row_generator]), so that its
     continuation does not depend on the batch size or on the other prompts.
 
+    With ``stream``, one prompt's text is handed over as it is decoded, a piece a token (none for a token that
+    ends inside a character, or that may begin a stop string): the pieces add up to the continuation's text.
+
     Args:
         model: the causal language model.
         tokenizer: its tokenizer.
@@ -87,15 +92,19 @@ def continue_prompts(
         stop: strings that end a continuation.
         batch_size: the prompts decoded at once (None: all of them).
         progress: show a progress bar over the prompts.
+        stream: called with each new piece of the text of a single prompt's continuation (beam search: the
+            whole text, once).
         **options (Any): as for [`generate`][plm.decoding.generation.generate].
 
     Returns:
         Each prompt's continuation, in the order of ``prompts``.
 
     Raises:
-        PLMError: an empty prompt and no beginning-of-text token, an option out of range, or a prompt
-            that does not fit the context with the new tokens.
+        PLMError: an empty prompt and no beginning-of-text token, an option out of range, a prompt
+            that does not fit the context with the new tokens, or ``stream`` for more than one prompt.
     """
+    if stream is not None and len(prompts) != 1:
+        raise PLMError(f"a stream takes one prompt's text; {len(prompts)} prompts were given")
     rows = encode_prompts(tokenizer, prompts)
     pad = prompt_padding(tokenizer)
     device = next(model.parameters()).device
@@ -111,6 +120,10 @@ def continue_prompts(
             batch = order[start : start + size]
             ids, mask = left_pad([rows[index] for index in batch], pad)
             generators = None if seed is None else [row_generator(seed, index, device) for index in batch]
+            if stream is not None and not config.searches_beams:
+                new[0] = streamed(model, tokenizer, ids.to(device), config, generators, stream)
+                bar.update(1)
+                continue
             output = generate(model, ids.to(device), attention_mask=mask.to(device) if len(batch) > 1 else None,
                               config=config, generators=generators)
             kept = min(ids.shape[1], config.keep_last or ids.shape[1])  # generate cut the prompt to keep_last
@@ -118,9 +131,55 @@ def continue_prompts(
                 new[index] = row
             bar.update(len(batch))
     texts = tokenizer.decode_batch(new, skip_special_tokens=True)
+    if stream is not None and config.searches_beams:  # no text is settled before the search ends
+        stream(stop_strings.cut(texts[0]) if stop_strings else texts[0])
     eos = None if config.ignore_eos else tokenizer.eos_id
     return [Continuation(stop_strings.cut(text) if stop_strings else text, ended_after(row, eos, stop_strings))
             for text, row in zip(texts, new)]
+
+
+def streamed(model: CausalLM, tokenizer: Tokenizer, ids: torch.Tensor, config: GenerationConfig,
+             generators: list[torch.Generator] | None, stream: Callable[[str], None]) -> list[int]:
+    """One prompt's new tokens, decoded step by step, each step's settled text handed to ``stream``.
+
+    The text is settled up to a stop string where one is reached; before that, up to any end of it that
+    may be the start of a stop string, and up to a last character a byte-level token has not completed
+    (decoded as U+FFFD). What is settled is never taken back: the pieces add up to the text
+    [`continue_prompts`][plm.apps.text_pipelines.continue_prompts] gives.
+
+    Args:
+        model: the causal language model.
+        tokenizer: its tokenizer.
+        ids: (1, time) the prompt.
+        config: how to continue it.
+        generators: the row's random generator, or None.
+        stream: called with each new piece of settled text.
+
+    Returns:
+        The new tokens, as [`generate`][plm.decoding.generation.generate] writes them.
+    """
+    stop = config.stop.strings if config.stop is not None else []
+    new: list[int] = []
+    handed = 0  # characters of the text handed over
+    for step in decode_steps(model, ids, config, generators=generators):
+        new.append(int(step.tokens[0]))
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        stops = [text.find(string) for string in stop if string in text]
+        if stops:
+            settled = min(stops)
+        else:
+            settled = len(text) - 1 if text.endswith("\ufffd") and not bool(step.finished[0]) else len(text)
+            for string in stop:  # an end of the text that a later token may make into a stop string
+                begun = max((k for k in range(1, len(string)) if text.endswith(string[:k])), default=0)
+                settled = min(settled, len(text) - begun)
+        if settled > handed:
+            stream(text[handed:settled])
+            handed = settled
+    text = tokenizer.decode(new, skip_special_tokens=True)
+    text = config.stop.cut(text) if config.stop is not None else text
+    if len(text) > handed:  # what the last step held back: the decoding ended there
+        stream(text[handed:])
+    return new
 
 
 def ended_after(new: list[int], eos: int | None, stop: StopStrings | None) -> int | None:
@@ -156,7 +215,8 @@ def generate_text(
     """The continuation of each prompt (without the prompt), cut before any stop string.
 
     The texts of [`continue_prompts`][plm.apps.text_pipelines.continue_prompts] (its arguments, its errors),
-    which also says where the model ended each.
+    which also says where the model ended each; ``stream=callback`` hands over one prompt's text as it is
+    decoded.
 
     Returns:
         Each prompt's continuation.

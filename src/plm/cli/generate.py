@@ -34,8 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text from prompts",
         description="Continue each prompt with a causal language model. Greedy by default; any of --temperature, "
-        "--top-k, --top-p turns sampling on. Prompts of similar lengths are decoded together, --batch-size at a "
-        "time, with left padding and a KV cache; the output keeps the prompts' order.",
+        "--top-k, --top-p turns sampling on. One prompt's text is written as it is decoded. Prompts of similar "
+        "lengths are decoded together, --batch-size at a time, with left padding and a KV cache; the output keeps "
+        "the prompts' order.",
         epilog=EXAMPLES,
         formatter_class=HelpFormatter,
     )
@@ -87,6 +88,8 @@ def run(args: argparse.Namespace) -> None:
         raise PLMError("give at least one prompt (or --prompt-file)")
     model, tokenizer = load_causal_lm(args)
     max_new_tokens = args.max_new_tokens or default_new_tokens(model, tokenizer, prompts, args.max_prompt_tokens)
+    alone = len(prompts) == 1  # its text is written as it comes: the prompt, then each settled piece
+    stream = StreamedText(prompts[0])
     continuations = continue_prompts(
         model,
         tokenizer,
@@ -94,7 +97,8 @@ def run(args: argparse.Namespace) -> None:
         max_new_tokens,
         stop=args.stop,
         batch_size=args.batch_size,
-        progress=not args.no_progress,
+        progress=not (args.no_progress or alone),
+        stream=stream.write if alone else None,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
@@ -107,16 +111,33 @@ def run(args: argparse.Namespace) -> None:
         compile=args.compile,
         cuda_graph=args.cuda_graph,
     )
-    for prompt, continuation in zip(prompts, continuations):
-        sys.stdout.write(f"{prompt}{continuation.text}\n")
-        if len(prompts) > 1:
-            sys.stdout.write("-" * 40 + "\n")
+    if alone:
+        stream.write("")
+        sys.stdout.write("\n")
+    else:
+        for prompt, continuation in zip(prompts, continuations):
+            sys.stdout.write(f"{prompt}{continuation.text}\n{'-' * 40}\n")
     if max_new_tokens < DEFAULT_NEW_TOKENS and args.max_new_tokens is None:
         print(f"plm generate: note: generated at most {max_new_tokens} new tokens, the room the model's context of "
               f"{model.context_length()} leaves after the prompt (--max-new-tokens to choose)", file=sys.stderr)
     ended = end_of_text_note(continuations, max_new_tokens)
     if ended:
         print(f"plm generate: note: {ended} (--ignore-eos goes on to --max-new-tokens)", file=sys.stderr)
+
+
+class StreamedText:
+    """One prompt's text on stdout as it is decoded: the prompt with the first piece (so that a prompt refused
+    before decoding writes nothing), then each piece at once (stdout may be a pipe, which holds text back)."""
+
+    def __init__(self, prompt: str) -> None:
+        self.prompt: str | None = prompt
+
+    def write(self, piece: str) -> None:
+        if self.prompt is not None:
+            piece, self.prompt = self.prompt + piece, None
+        if piece:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
 
 
 def end_of_text_note(continuations: list[Continuation], max_new_tokens: int) -> str:
