@@ -184,6 +184,7 @@ def test_the_model_s_forward_runs_where_the_c_step_would_not_do_what_it_does(mon
     assert uses_c_step(bf16, PROMPT.repeat(MAX_BF16_ROWS, 1))
     assert not uses_c_step(bf16, PROMPT.repeat(MAX_BF16_ROWS + 1, 1))  # oneDNN's products win there
     assert not uses_c_step(model_of(PRE_LN).half())  # fp16 weights
+    assert not uses_c_step(model_of(PRE_LN).train())  # dropout, which the C step has not
     with torch.autocast("cpu", dtype=torch.bfloat16):  # asked for bf16 products of the fp32 weights
         assert not uses_c_step(model)
     with attention_weights(model):

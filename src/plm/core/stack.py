@@ -92,12 +92,11 @@ def native_layers(blocks: Iterable[nn.Module], caches: Sequence[KVCache]) -> lis
     """
     layers = []
     for block, cache in zip(blocks, caches, strict=True):
-        if not isinstance(block, TransformerBlock):
+        if type(block) is not TransformerBlock:
             return None
         attention, feed_forward = block.attention, block.feed_forward
-        plain = (type(block) is TransformerBlock and type(attention) is MultiHeadAttention
-                 and type(feed_forward) is FeedForward and block.cross_attention is None)
-        if not plain or attention.keep_weights:
+        if (type(attention) is not MultiHeadAttention or type(feed_forward) is not FeedForward
+                or block.cross_attention is not None or attention.keep_weights):
             return None
         norms = []
         for norm in (block.attention_norm, block.feed_forward_norm):

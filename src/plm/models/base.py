@@ -312,12 +312,13 @@ class CausalLM(PretrainedModel):
             mask = prompt_mask.new_ones(batch, max_length)
             mask[:, :prompt_length] = prompt_mask
         cache = self.new_cache(batch, max_length) if request.use_cache else None
-        plain_cpu_steps = (cache is not None and cache[0].keys.is_cpu and not request.compile
-                           and not request.cuda_graph and not torch.is_autocast_enabled("cpu") and not has_hooks(self))
+        native = None
+        if (cache is not None and cache[0].keys.is_cpu and not (self.training or request.compile or request.cuda_graph)
+                and not torch.is_autocast_enabled("cpu") and not has_hooks(self)):
+            native = self.native_step(cache, mask)
         # compiled code is cached with the model's forward, so later calls reuse it
         return CausalState(torch.compile(self) if request.compile else self, cache, mask,
-                           request.cuda_graph and cache is not None,
-                           native=self.native_step(cache, mask) if plain_cpu_steps and cache is not None else None)
+                           request.cuda_graph and cache is not None, native=native)
 
     def decode_step(self, history: torch.Tensor, state: CausalState) -> tuple[torch.Tensor, CausalState]:
         """The next-token logits after ``history``, reading only the tokens the cache has not seen yet.
@@ -348,9 +349,9 @@ class CausalLM(PretrainedModel):
         """The model's one-token step in C ([`NativeDecoder`][plm.cpu.native_step.NativeDecoder]), or None.
 
         Decoding a few rows on the CPU takes it for every step after the prompt's, where it runs the same
-        arithmetic as the model's forward without Python between the products; not under autocast,
-        ``compile`` or ``cuda_graph``, nor while a hook watches a module. A family whose model the C step
-        describes returns it; this base class has none.
+        arithmetic as the model's forward without Python between the products; not in training mode (no
+        dropout), under autocast, ``compile`` or ``cuda_graph``, nor while a hook watches a module. A family
+        whose model the C step describes returns it; this base class has none.
 
         Args:
             cache: the caches the prompt's pass filled, one per layer.
