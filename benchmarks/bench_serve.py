@@ -35,7 +35,6 @@ from pathlib import Path
 from pydoc_data.topics import topics
 
 import httpx
-import psutil
 import torch
 
 import plm
@@ -128,9 +127,13 @@ async def answered(http: httpx.AsyncClient, kind: str, body: dict) -> bool:
         return len(events) > 1 and events[-1] == "[DONE]"
     response = await http.post("/v1/completions", json=body)
     if response.status_code != 200:
+        print(f"[{kind}] {response.status_code}: {response.text[:500]}", file=sys.stderr)
         return False
     [choice] = response.json()["choices"]
-    return bool(choice["logprobs"]["token_logprobs"]) if kind == "echo" else bool(choice["text"])
+    if kind == "echo":
+        return bool(choice["logprobs"]["token_logprobs"])
+    # a sampled text may end at once, where the model draws its end-of-text token first: empty, and answered
+    return bool(choice["text"]) or choice["finish_reason"] == "stop"
 
 
 async def soak(url: str, clients: int, seconds: float) -> dict[str, dict[str, float]]:
@@ -168,7 +171,9 @@ async def soak(url: str, clients: int, seconds: float) -> dict[str, dict[str, fl
 
 
 def resident_mb(process: subprocess.Popen) -> float:
-    return psutil.Process(process.pid).memory_info().rss / 2**20
+    """The server's resident memory, as the kernel counts it (Linux; the tests read it the same way)."""
+    status = Path(f"/proc/{process.pid}/status").read_text().splitlines()
+    return int(next(line for line in status if line.startswith("VmRSS:")).split()[1]) / 1024
 
 
 def print_soak(rows: dict[str, dict[str, float]], clients: int, seconds: float, memory: tuple[float, float]) -> None:
