@@ -189,7 +189,8 @@ def print_soak(rows: dict[str, dict[str, float]], clients: int, seconds: float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32],
+                        help="the cells' numbers of clients; the batched server's --max-batch is the largest")
     parser.add_argument("--seconds", type=float, default=5.0, help="load per cell (number of clients x server)")
     parser.add_argument("--max-requests", type=int, default=20_000, help="at most this many requests per cell")
     parser.add_argument("--soak", type=float, default=60.0, metavar="SECONDS",
