@@ -84,13 +84,18 @@ def test_the_c_step_gives_the_model_s_own_logits_in_fp32(config: GPTConfig, acti
     assert largest_gap(got, steps(model, use_cache=False)) < 2e-5
 
 
+PADDED = torch.tensor([[5, 17, 42, 8, 9, 3, 21], [0, 0, 4, 4, 30, 1, 2], [0, 0, 0, 0, 0, 11, 12],
+                       [0, 9, 8, 7, 6, 5, 4], [0, 0, 0, 0, 0, 0, 3], [1, 2, 3, 4, 5, 6, 7]])
+PADDING = torch.tensor([[0], [2], [5], [1], [6], [0]])
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rows_of_a_left_padded_batch_each_get_their_own_logits(threads: int, c_steps: list[int]) -> None:
-    """Three prompts of 7, 5 and 2 tokens, left-padded: each row attends to its own tokens only and counts its
+@pytest.mark.parametrize("rows", [3, 6])  # one tile of input rows, and a whole one and a part
+def test_rows_of_a_left_padded_batch_each_get_their_own_logits(threads: int, rows: int, c_steps: list[int]) -> None:
+    """Prompts of 7, 5, 2, 6, 1 and 7 tokens, left-padded: each row attends to its own tokens only and counts its
     positions from its first real token."""
     model = model_of(PRE_LN)
-    prompts = torch.tensor([[5, 17, 42, 8, 9, 3, 21], [0, 0, 4, 4, 30, 1, 2], [0, 0, 0, 0, 0, 11, 12]])
-    mask = (torch.arange(7) >= torch.tensor([[0], [2], [5]])).long()
+    prompts, mask = PADDED[:rows], (torch.arange(7) >= PADDING[:rows]).long()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -149,6 +154,9 @@ def test_int8_weights_in_c_give_the_fp32_logits_of_their_values(c_steps: list[in
     got = steps(model)
     assert c_steps
     assert largest_gap(got, steps(dequantized, use_cache=False)) < 5e-3
+    mask = (torch.arange(7) >= PADDING).long()  # six rows: a tile of four and one of two
+    got = steps(model, prompt=PADDED, mask=mask)
+    assert largest_gap(got, steps(dequantized, use_cache=False, prompt=PADDED, mask=mask)) < 5e-3
 
 
 def test_one_sampled_row_draws_the_same_tokens_in_c(c_steps: list[int]) -> None:

@@ -91,6 +91,42 @@ void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
 #endif
 }
 
+#if defined(__AVX512F__)
+/* f32_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
+static inline __attribute__((always_inline)) void f32_tile_of(const float *w, const float *x, int64_t in, const int rows,
+                                                              float sums[][BLOCK]) {
+    __m512 acc[TILE][BLOCK];
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < BLOCK; k++) acc[r][k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+        __m512 chunk[TILE];
+        for (int r = 0; r < rows; r++) chunk[r] = _mm512_loadu_ps(x + r * in + i);
+        for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
+        for (int k = 0; k < BLOCK; k++) {
+            __m512 weights = _mm512_loadu_ps(w + k * in + i);
+            for (int r = 0; r < rows; r++) acc[r][k] = _mm512_fmadd_ps(weights, chunk[r], acc[r][k]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < BLOCK; k++)
+            sums[r][k] = _mm512_reduce_add_ps(acc[r][k]) + f32_dot(w + k * in, x + r * in, i, in);
+}
+#endif
+
+void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[][BLOCK]) {
+#if defined(__AVX512F__)
+    switch (rows) {
+    case 1: f32_tile_of(w, x, in, 1, sums); break;
+    case 2: f32_tile_of(w, x, in, 2, sums); break;
+    case 3: f32_tile_of(w, x, in, 3, sums); break;
+    default: f32_tile_of(w, x, in, TILE, sums);
+    }
+#else
+    for (int r = 0; r < rows; r++) f32_block(w, x + r * in, in, sums[r]);
+#endif
+}
+
 /* ---- bf16 weights, bf16 input and output, fp32 sums ---- */
 
 /* The sum over x[from:in] W[o, from:in] in fp32, one row: the tail after the vector loop, and rows past the
@@ -145,6 +181,42 @@ static void bf16_rows(const uint16_t *x, int64_t rows, const uint16_t *w, const 
     for (; o < end; o++)
         for (int64_t r = 0; r < rows; r++)
             y[r * out + o] = float_to_bf16(bf16_dot(w + o * in, x + r * in, 0, in) + (bias ? bf16_to_float(bias[o]) : 0.0f));
+}
+
+#if defined(__AVX512BF16__)
+/* bf16_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
+static inline __attribute__((always_inline)) void bf16_tile_of(const uint16_t *w, const uint16_t *x, int64_t in,
+                                                               const int rows, float sums[][BLOCK]) {
+    __m512 acc[TILE][BLOCK];
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < BLOCK; k++) acc[r][k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+        __m512bh chunk[TILE];
+        for (int r = 0; r < rows; r++) chunk[r] = (__m512bh)_mm512_loadu_si512(x + r * in + i);
+        for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
+        for (int k = 0; k < BLOCK; k++) {
+            __m512bh weights = (__m512bh)_mm512_loadu_si512(w + k * in + i);
+            for (int r = 0; r < rows; r++) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], weights, chunk[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < BLOCK; k++)
+            sums[r][k] = _mm512_reduce_add_ps(acc[r][k]) + bf16_dot(w + k * in, x + r * in, i, in);
+}
+#endif
+
+void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float sums[][BLOCK]) {
+#if defined(__AVX512BF16__)
+    switch (rows) {
+    case 1: bf16_tile_of(w, x, in, 1, sums); break;
+    case 2: bf16_tile_of(w, x, in, 2, sums); break;
+    case 3: bf16_tile_of(w, x, in, 3, sums); break;
+    default: bf16_tile_of(w, x, in, TILE, sums);
+    }
+#else
+    for (int r = 0; r < rows; r++) bf16_block(w, x + r * in, in, sums[r]);
+#endif
 }
 
 /* y (rows, out) = x (rows, in) W^T (+ bias), all bf16 (bias may be NULL). */
@@ -205,6 +277,46 @@ void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK
         }
 #endif
     }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* int8_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
+static inline __attribute__((always_inline)) void int8_tile_of(const int8_t *w, const int16_t *x, int64_t in,
+                                                               const int rows, double sums[][BLOCK]) {
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < BLOCK; k++) sums[r][k] = 0;
+    for (int64_t start = 0; start < in; start += CHUNK) {
+        int64_t stop = start + CHUNK < in ? start + CHUNK : in, i = start;
+        __m512i acc[TILE][BLOCK];
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < BLOCK; k++) acc[r][k] = _mm512_setzero_si512();
+        for (; i + 32 <= stop; i += 32) {
+            __m512i chunk[TILE];
+            for (int r = 0; r < rows; r++) chunk[r] = _mm512_loadu_si512(x + r * in + i);
+            for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
+            for (int k = 0; k < BLOCK; k++) {
+                __m512i widened = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + k * in + i)));
+                for (int r = 0; r < rows; r++) acc[r][k] = _mm512_dpwssd_epi32(acc[r][k], widened, chunk[r]);
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < BLOCK; k++)
+                sums[r][k] += (double)(lanes_sum(acc[r][k]) + int8_dot(w + k * in, x + r * in, i, stop));
+    }
+}
+#endif
+
+void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double sums[][BLOCK]) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    switch (rows) {
+    case 1: int8_tile_of(w, x, in, 1, sums); break;
+    case 2: int8_tile_of(w, x, in, 2, sums); break;
+    case 3: int8_tile_of(w, x, in, 3, sums); break;
+    default: int8_tile_of(w, x, in, TILE, sums);
+    }
+#else
+    for (int r = 0; r < rows; r++) int8_block(w, x + r * in, in, sums[r]);
+#endif
 }
 
 /* Each row of x as int16 values and a scale (max |x_r| / 32767); a row with a NaN or an infinity gets a NaN

@@ -12,6 +12,7 @@
 
 #define PLM_INTERNAL __attribute__((visibility("hidden")))
 #define BLOCK 4 /* weight rows multiplied together */
+#define TILE 4  /* input rows multiplied together by one pass over a block of weight rows (the *_tile kernels) */
 
 static inline float bf16_to_float(uint16_t bits) {
     uint32_t word = (uint32_t)bits << 16;
@@ -41,6 +42,12 @@ PLM_INTERNAL float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, 
 /* int8 weights, int16 input (quantize_rows), exact integer sums. */
 PLM_INTERNAL void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]);
 PLM_INTERNAL int64_t int8_dot(const int8_t *w, const int16_t *x, int64_t from, int64_t to);
+
+/* The same sums for up to TILE input rows x (rows, in) at once: sums[r][k] = x[r] W[k]^T. Each chunk of a weight row
+ * is loaded (and for int8, widened) once for all the rows, where the *_block kernels would load it once a row. */
+PLM_INTERNAL void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[][BLOCK]);
+PLM_INTERNAL void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float sums[][BLOCK]);
+PLM_INTERNAL void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double sums[][BLOCK]);
 
 /* Each row of x (rows, in) as int16 values and a scale, max |x_r| / 32767 (NaN for a row that is not finite). */
 PLM_INTERNAL void quantize_rows(const float *x, int64_t rows, int64_t in, int16_t *values, float *scales);

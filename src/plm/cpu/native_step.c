@@ -135,40 +135,48 @@ static void round_input(const plm_product *p, const float *x, product_input *inp
         quantize_rows(x, input->rows, p->in, input->int16, input->int16_scales);
 }
 
-/* sums of W's rows [o, o + count) by input row r, count <= BLOCK: a whole block at once, or row by row. */
-static void product_rows(const plm_product *p, const product_input *x, int64_t r, int64_t o, int count,
-                         float sums[BLOCK]) {
+/* sums[r][k] = input row r0 + r times W's row o + k, for `rows` <= TILE input rows and `count` <= BLOCK weight rows:
+ * a whole block of weights at once, or row by row. */
+static void product_tile(const plm_product *p, const product_input *x, int64_t r0, int rows, int64_t o, int count,
+                         float sums[TILE][BLOCK]) {
     int64_t in = p->in;
     if (p->kind == WEIGHT_F32) {
-        const float *w = (const float *)p->weight + o * in, *row = x->f32 + r * in;
-        if (count == BLOCK) f32_block(w, row, in, sums);
-        else for (int k = 0; k < count; k++) sums[k] = f32_dot(w + k * in, row, 0, in);
+        const float *w = (const float *)p->weight + o * in, *input = x->f32 + r0 * in;
+        if (count == BLOCK) f32_tile(w, input, in, rows, sums);
+        else for (int r = 0; r < rows; r++)
+            for (int k = 0; k < count; k++) sums[r][k] = f32_dot(w + k * in, input + r * in, 0, in);
     } else if (p->kind == WEIGHT_BF16) {
-        const uint16_t *w = (const uint16_t *)p->weight + o * in, *row = x->bf16 + r * in;
-        if (count == BLOCK) bf16_block(w, row, in, sums);
-        else for (int k = 0; k < count; k++) sums[k] = bf16_dot(w + k * in, row, 0, in);
+        const uint16_t *w = (const uint16_t *)p->weight + o * in, *input = x->bf16 + r0 * in;
+        if (count == BLOCK) bf16_tile(w, input, in, rows, sums);
+        else for (int r = 0; r < rows; r++)
+            for (int k = 0; k < count; k++) sums[r][k] = bf16_dot(w + k * in, input + r * in, 0, in);
     } else {
         const int8_t *w = (const int8_t *)p->weight + o * in;
-        const int16_t *row = x->int16 + r * in;
-        double exact[BLOCK];
-        if (count == BLOCK) int8_block(w, row, in, exact);
-        else for (int k = 0; k < count; k++) exact[k] = (double)int8_dot(w + k * in, row, 0, in);
-        for (int k = 0; k < count; k++)
-            sums[k] = (float)(exact[k] * x->int16_scales[r] * bf16_to_float(p->scales[o + k]));
+        const int16_t *input = x->int16 + r0 * in;
+        double exact[TILE][BLOCK];
+        if (count == BLOCK) int8_tile(w, input, in, rows, exact);
+        else for (int r = 0; r < rows; r++)
+            for (int k = 0; k < count; k++) exact[r][k] = (double)int8_dot(w + k * in, input + r * in, 0, in);
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < count; k++)
+                sums[r][k] = (float)(exact[r][k] * x->int16_scales[r0 + r] * bf16_to_float(p->scales[o + k]));
     }
 }
 
 /* y (rows, out) = x (rows, in) W^T + b, W's rows split among the threads of the enclosing parallel region: each
- * block of W is read from memory once, for every input row. */
+ * block of W is read from memory once, and from the cache for every TILE input rows. */
 static void product(const plm_product *p, const product_input *x, float *y) {
     int64_t begin, end;
     thread_rows(p->out, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
     for (int64_t o = begin; o < end; o += BLOCK) {
         int count = end - o < BLOCK ? (int)(end - o) : BLOCK;
-        for (int64_t r = 0; r < x->rows; r++) {
-            float sums[BLOCK];
-            product_rows(p, x, r, o, count, sums);
-            for (int k = 0; k < count; k++) y[r * p->out + o + k] = sums[k] + (p->bias ? p->bias[o + k] : 0.0f);
+        for (int64_t r0 = 0; r0 < x->rows; r0 += TILE) {
+            int rows = x->rows - r0 < TILE ? (int)(x->rows - r0) : TILE;
+            float sums[TILE][BLOCK];
+            product_tile(p, x, r0, rows, o, count, sums);
+            for (int r = 0; r < rows; r++)
+                for (int k = 0; k < count; k++)
+                    y[(r0 + r) * p->out + o + k] = sums[r][k] + (p->bias ? p->bias[o + k] : 0.0f);
         }
     }
 }

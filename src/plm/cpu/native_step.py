@@ -28,8 +28,9 @@ from plm.cpu.int8 import Int8Weight
 KINDS = {torch.float32: 0, torch.bfloat16: 1}  # the C side's WEIGHT_F32, WEIGHT_BF16; Int8Weight is 2
 INT8 = 2
 MAX_ROWS = 8  # rows decoded together; each block of weights is read once for all of them
-# bf16 products of more rows lose to PyTorch's (oneDNN's, with AMX where the CPU has it): GPT-2 124M's step took 0.93x
-# the model's forward at 8 rows and 1.16x at 4, on the 2-core Xeon with AMX (bench_decode_limits.py --part step)
+# bf16 products of more rows gain nothing over PyTorch's (oneDNN's, with AMX where the CPU has it): GPT-2 124M's step
+# was level with the model's forward at 8 rows (1.01x) and 1.34-1.39x as fast at 4, on the 2-core Xeon with AMX
+# (bench_decode_limits.py --part step)
 MAX_BF16_ROWS = 4
 # The narrow formats' products take the step only where the library multiplies them with the CPU's dot-product
 # instructions: elsewhere (plain C) plm's kernels are one route that each shape times against PyTorch's, and may
