@@ -67,30 +67,6 @@ float f32_dot(const float *w, const float *x, int64_t from, int64_t in) {
     return sum;
 }
 
-void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    __m512 acc[BLOCK];
-    for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_setzero_ps();
-    for (; i + 16 <= in; i += 16) {
-        __m512 chunk = _mm512_loadu_ps(x + i);
-        for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
-        for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(w + k * in + i), chunk, acc[k]);
-    }
-    for (int k = 0; k < BLOCK; k++) sums[k] = _mm512_reduce_add_ps(acc[k]) + f32_dot(w + k * in, x, i, in);
-#else
-    float lanes[BLOCK][16] = {{0}};
-    for (; i + 16 <= in; i += 16)
-        for (int k = 0; k < BLOCK; k++)
-            for (int l = 0; l < 16; l++) lanes[k][l] += w[k * in + i + l] * x[i + l];
-    for (int k = 0; k < BLOCK; k++) {
-        float sum = 0;
-        for (int l = 0; l < 16; l++) sum += lanes[k][l];
-        sums[k] = sum + f32_dot(w + k * in, x, i, in);
-    }
-#endif
-}
-
 #if defined(__AVX512F__)
 /* f32_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
 static inline __attribute__((always_inline)) void f32_tile_of(const float *w, const float *x, int64_t in, const int rows,
@@ -113,6 +89,24 @@ static inline __attribute__((always_inline)) void f32_tile_of(const float *w, co
             sums[r][k] = _mm512_reduce_add_ps(acc[r][k]) + f32_dot(w + k * in, x + r * in, i, in);
 }
 #endif
+
+/* sums[k] = x W[k]^T for the BLOCK rows at w. */
+void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
+#if defined(__AVX512F__)
+    f32_tile_of(w, x, in, 1, (float (*)[BLOCK])sums);
+#else
+    int64_t i = 0;
+    float lanes[BLOCK][16] = {{0}};
+    for (; i + 16 <= in; i += 16)
+        for (int k = 0; k < BLOCK; k++)
+            for (int l = 0; l < 16; l++) lanes[k][l] += w[k * in + i + l] * x[i + l];
+    for (int k = 0; k < BLOCK; k++) {
+        float sum = 0;
+        for (int l = 0; l < 16; l++) sum += lanes[k][l];
+        sums[k] = sum + f32_dot(w + k * in, x, i, in);
+    }
+#endif
+}
 
 void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[][BLOCK]) {
 #if defined(__AVX512F__)
@@ -142,47 +136,6 @@ float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_t in) {
     return sum;
 }
 
-/* sums[k] = x W[o + k]^T for the BLOCK rows from o. */
-void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
-    int64_t i = 0;
-#if defined(__AVX512BF16__)
-    __m512 acc[BLOCK];
-    for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_setzero_ps();
-    for (; i + 32 <= in; i += 32) {
-        __m512bh chunk = (__m512bh)_mm512_loadu_si512(x + i);
-        for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
-        for (int k = 0; k < BLOCK; k++)
-            acc[k] = _mm512_dpbf16_ps(acc[k], (__m512bh)_mm512_loadu_si512(w + k * in + i), chunk);
-    }
-    for (int k = 0; k < BLOCK; k++) sums[k] = _mm512_reduce_add_ps(acc[k]) + bf16_dot(w + k * in, x, i, in);
-#else
-    float lanes[BLOCK][16] = {{0}};
-    for (; i + 16 <= in; i += 16)
-        for (int k = 0; k < BLOCK; k++)
-            for (int l = 0; l < 16; l++) lanes[k][l] += bf16_to_float(w[k * in + i + l]) * bf16_to_float(x[i + l]);
-    for (int k = 0; k < BLOCK; k++) {
-        float sum = 0;
-        for (int l = 0; l < 16; l++) sum += lanes[k][l];
-        sums[k] = sum + bf16_dot(w + k * in, x, i, in);
-    }
-#endif
-}
-
-static void bf16_rows(const uint16_t *x, int64_t rows, const uint16_t *w, const uint16_t *bias, uint16_t *y,
-                      int64_t out, int64_t in, int64_t begin, int64_t end) {
-    int64_t o = begin;
-    for (; o + BLOCK <= end; o += BLOCK)
-        for (int64_t r = 0; r < rows; r++) {
-            float sums[BLOCK];
-            bf16_block(w + o * in, x + r * in, in, sums);
-            for (int k = 0; k < BLOCK; k++)
-                y[r * out + o + k] = float_to_bf16(sums[k] + (bias ? bf16_to_float(bias[o + k]) : 0.0f));
-        }
-    for (; o < end; o++)
-        for (int64_t r = 0; r < rows; r++)
-            y[r * out + o] = float_to_bf16(bf16_dot(w + o * in, x + r * in, 0, in) + (bias ? bf16_to_float(bias[o]) : 0.0f));
-}
-
 #if defined(__AVX512BF16__)
 /* bf16_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
 static inline __attribute__((always_inline)) void bf16_tile_of(const uint16_t *w, const uint16_t *x, int64_t in,
@@ -206,6 +159,24 @@ static inline __attribute__((always_inline)) void bf16_tile_of(const uint16_t *w
 }
 #endif
 
+/* sums[k] = x W[k]^T for the BLOCK rows at w. */
+void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
+#if defined(__AVX512BF16__)
+    bf16_tile_of(w, x, in, 1, (float (*)[BLOCK])sums);
+#else
+    int64_t i = 0;
+    float lanes[BLOCK][16] = {{0}};
+    for (; i + 16 <= in; i += 16)
+        for (int k = 0; k < BLOCK; k++)
+            for (int l = 0; l < 16; l++) lanes[k][l] += bf16_to_float(w[k * in + i + l]) * bf16_to_float(x[i + l]);
+    for (int k = 0; k < BLOCK; k++) {
+        float sum = 0;
+        for (int l = 0; l < 16; l++) sum += lanes[k][l];
+        sums[k] = sum + bf16_dot(w + k * in, x, i, in);
+    }
+#endif
+}
+
 void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float sums[][BLOCK]) {
 #if defined(__AVX512BF16__)
     switch (rows) {
@@ -217,6 +188,21 @@ void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float
 #else
     for (int r = 0; r < rows; r++) bf16_block(w, x + r * in, in, sums[r]);
 #endif
+}
+
+static void bf16_rows(const uint16_t *x, int64_t rows, const uint16_t *w, const uint16_t *bias, uint16_t *y,
+                      int64_t out, int64_t in, int64_t begin, int64_t end) {
+    int64_t o = begin;
+    for (; o + BLOCK <= end; o += BLOCK)
+        for (int64_t r = 0; r < rows; r++) {
+            float sums[BLOCK];
+            bf16_block(w + o * in, x + r * in, in, sums);
+            for (int k = 0; k < BLOCK; k++)
+                y[r * out + o + k] = float_to_bf16(sums[k] + (bias ? bf16_to_float(bias[o + k]) : 0.0f));
+        }
+    for (; o < end; o++)
+        for (int64_t r = 0; r < rows; r++)
+            y[r * out + o] = float_to_bf16(bf16_dot(w + o * in, x + r * in, 0, in) + (bias ? bf16_to_float(bias[o]) : 0.0f));
 }
 
 /* y (rows, out) = x (rows, in) W^T (+ bias), all bf16 (bias may be NULL). */
@@ -247,38 +233,6 @@ static inline int64_t lanes_sum(__m512i lanes) { /* exact: the 16 int32 lanes wi
 }
 #endif
 
-/* sums[k] = x W[o + k]^T for the BLOCK rows from o, x as int16. */
-void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
-    for (int k = 0; k < BLOCK; k++) sums[k] = 0;
-    for (int64_t start = 0; start < in; start += CHUNK) {
-        int64_t stop = start + CHUNK < in ? start + CHUNK : in, i = start;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-        __m512i acc[BLOCK];
-        for (int k = 0; k < BLOCK; k++) acc[k] = _mm512_setzero_si512();
-        for (; i + 32 <= stop; i += 32) {
-            __m512i chunk = _mm512_loadu_si512(x + i);
-            for (int k = 0; k < BLOCK; k++) _mm_prefetch((const char *)(w + k * in + i) + PREFETCH_BYTES, _MM_HINT_T0);
-            for (int k = 0; k < BLOCK; k++) {
-                __m512i widened = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + k * in + i)));
-                acc[k] = _mm512_dpwssd_epi32(acc[k], widened, chunk);
-            }
-        }
-        for (int k = 0; k < BLOCK; k++)
-            sums[k] += (double)(lanes_sum(acc[k]) + int8_dot(w + k * in, x, i, stop));
-#else
-        int32_t lanes[BLOCK][32] = {{0}};
-        for (; i + 32 <= stop; i += 32)
-            for (int k = 0; k < BLOCK; k++)
-                for (int l = 0; l < 32; l++) lanes[k][l] += (int32_t)w[k * in + i + l] * x[i + l];
-        for (int k = 0; k < BLOCK; k++) {
-            int64_t sum = 0;
-            for (int l = 0; l < 32; l++) sum += lanes[k][l];
-            sums[k] += (double)(sum + int8_dot(w + k * in, x, i, stop));
-        }
-#endif
-    }
-}
-
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /* int8_tile for a number of rows the compiler knows, so that the TILE x BLOCK sums stay in registers. */
 static inline __attribute__((always_inline)) void int8_tile_of(const int8_t *w, const int16_t *x, int64_t in,
@@ -305,6 +259,27 @@ static inline __attribute__((always_inline)) void int8_tile_of(const int8_t *w, 
     }
 }
 #endif
+
+/* sums[k] = x W[k]^T for the BLOCK rows at w, x as int16. */
+void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    int8_tile_of(w, x, in, 1, (double (*)[BLOCK])sums);
+#else
+    for (int k = 0; k < BLOCK; k++) sums[k] = 0;
+    for (int64_t start = 0; start < in; start += CHUNK) {
+        int64_t stop = start + CHUNK < in ? start + CHUNK : in, i = start;
+        int32_t lanes[BLOCK][32] = {{0}};
+        for (; i + 32 <= stop; i += 32)
+            for (int k = 0; k < BLOCK; k++)
+                for (int l = 0; l < 32; l++) lanes[k][l] += (int32_t)w[k * in + i + l] * x[i + l];
+        for (int k = 0; k < BLOCK; k++) {
+            int64_t sum = 0;
+            for (int l = 0; l < 32; l++) sum += lanes[k][l];
+            sums[k] += (double)(sum + int8_dot(w + k * in, x, i, stop));
+        }
+    }
+#endif
+}
 
 void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double sums[][BLOCK]) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
