@@ -20,6 +20,7 @@
 
 enum { WEIGHT_F32 = 0, WEIGHT_BF16 = 1, WEIGHT_INT8 = 2 };    /* a product's weight, an embedding table, a cache */
 enum { GELU = 0, GELU_TANH = 1, RELU = 2, SILU = 3 };         /* the feed-forward activation */
+#define ACTIVATION_CHUNK 512 /* inner values a thread activates at a time */
 
 typedef struct { /* y = x W^T + b; W (out, in) row-major */
     const void *weight;     /* fp32, bf16 or int8 values */
@@ -318,8 +319,11 @@ int plm_decoder_step(const plm_decoder *d, const int64_t *tokens, const int64_t 
                 layer_norms(w.x, w.x, rows, dim, layer->attention_norm_weight, layer->attention_norm_bias, d->norm_eps);
         }
         parallel_product(&layer->fc_in, d->norm_first ? w.normed : w.x, &input, w.inner);
-#pragma omp single
-        activate(w.inner, rows * d->ffn_dim, d->activation);
+#pragma omp for schedule(static) /* chunks of the rows' inner values among the threads; its barrier ends it */
+        for (int64_t chunk = 0; chunk < (rows * d->ffn_dim + ACTIVATION_CHUNK - 1) / ACTIVATION_CHUNK; chunk++) {
+            int64_t from = chunk * ACTIVATION_CHUNK, left = rows * d->ffn_dim - from;
+            activate(w.inner + from, left < ACTIVATION_CHUNK ? left : ACTIVATION_CHUNK, d->activation);
+        }
         parallel_product(&layer->fc_out, w.inner, &input, w.attended);
 #pragma omp single
         {
