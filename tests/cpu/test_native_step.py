@@ -21,8 +21,9 @@ from plm.models.gpt import GPT, GPTConfig
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="plm's kernels are not built here (no C compiler)")
 
-# Odd sizes on purpose: head sizes with and without a 16-wide tail, output rows that are not whole blocks of 4.
-PRE_LN = GPTConfig(vocab_size=301, context_length=40, dim=72, layers=2, heads=2, ffn_dim=74, dropout=0.0,
+# Odd sizes on purpose: head sizes with and without a 16-wide tail, output rows that are not whole blocks of 4, an
+# inner size of two whole chunks of activations and a part of one.
+PRE_LN = GPTConfig(vocab_size=301, context_length=40, dim=72, layers=2, heads=2, ffn_dim=1030, dropout=0.0,
                    attention_dropout=0.0, embedding_dropout=0.0)
 POST_LN = GPTConfig(vocab_size=300, context_length=40, dim=40, layers=3, heads=4, ffn_dim=72, norm_first=False,
                     final_norm=False, dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0)
