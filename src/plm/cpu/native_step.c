@@ -52,8 +52,8 @@ typedef struct {
     const plm_layer *layer;          /* (layers,) */
 } plm_decoder;
 
-/* exp(x) to about 2 ulp, in arithmetic the compiler vectorises (libm's expf is a call per element): Cephes' expf,
- * x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6 polynomial in r, times 2^n. */
+/* exp(x) within 1 ulp (measured every 3e-4 over [-87, 88]), in arithmetic the compiler vectorises (libm's expf is a
+ * call per element): Cephes' expf, x = n ln 2 + r with |r| <= ln 2 / 2, a degree-6 polynomial in r, times 2^n. */
 static inline float fast_exp(float x) {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     float n = floorf(x * 1.44269504088896341f + 0.5f);
@@ -70,7 +70,7 @@ static inline float fast_exp(float x) {
     return (p * r * r + r + 1.0f) * scale;
 }
 
-/* erf(x) to about 1.2e-7: Numerical Recipes' Chebyshev fit of erfc, on fast_exp. */
+/* erf(x) within 3.2e-7 (measured every 1e-4 over [-6, 6]): Numerical Recipes' Chebyshev fit of erfc, on fast_exp. */
 static inline float fast_erf(float x) {
     float z = fabsf(x), t = 1.0f / (1.0f + 0.5f * z);
     float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
