@@ -28,8 +28,8 @@ def built() -> None:
 
 
 # (rows, out, in): one element; tails after the 32-wide vector loop (31, 33); rows past the last block of 4 (5, 130);
-# int8's integer sums flushed every 4,096 inputs (4,100 and 8,227).
-SHAPES = [(1, 1, 1), (1, 3, 31), (2, 4, 32), (3, 5, 33), (1, 130, 777), (4, 64, 4100), (1, 9, 8227)]
+# int8's integer sums flushed every 4,096 inputs (4,100 and 8,227); input rows past a tile of 4 (6).
+SHAPES = [(1, 1, 1), (1, 3, 31), (2, 4, 32), (3, 5, 33), (1, 130, 777), (4, 64, 4100), (1, 9, 8227), (6, 9, 65)]
 
 
 @pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads"])

@@ -194,11 +194,13 @@ static void bf16_rows(const uint16_t *x, int64_t rows, const uint16_t *w, const 
                       int64_t out, int64_t in, int64_t begin, int64_t end) {
     int64_t o = begin;
     for (; o + BLOCK <= end; o += BLOCK)
-        for (int64_t r = 0; r < rows; r++) {
-            float sums[BLOCK];
-            bf16_block(w + o * in, x + r * in, in, sums);
-            for (int k = 0; k < BLOCK; k++)
-                y[r * out + o + k] = float_to_bf16(sums[k] + (bias ? bf16_to_float(bias[o + k]) : 0.0f));
+        for (int64_t r0 = 0; r0 < rows; r0 += TILE) {
+            int tile = rows - r0 < TILE ? (int)(rows - r0) : TILE;
+            float sums[TILE][BLOCK];
+            bf16_tile(w + o * in, x + r0 * in, in, tile, sums);
+            for (int r = 0; r < tile; r++)
+                for (int k = 0; k < BLOCK; k++)
+                    y[(r0 + r) * out + o + k] = float_to_bf16(sums[r][k] + (bias ? bf16_to_float(bias[o + k]) : 0.0f));
         }
     for (; o < end; o++)
         for (int64_t r = 0; r < rows; r++)
@@ -319,16 +321,20 @@ void quantize_rows(const float *x, int64_t rows, int64_t in, int16_t *values, fl
 static void int8_rows(const int16_t *x, const float *x_scales, int64_t rows, const int8_t *w, const uint16_t *scales,
                       const float *bias, float *y, int64_t out, int64_t in, int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; o += BLOCK) {
-        int whole = o + BLOCK <= end;
-        for (int64_t r = 0; r < rows; r++) {
-            double sums[BLOCK];
-            if (whole)
-                int8_block(w + o * in, x + r * in, in, sums);
+        int count = end - o < BLOCK ? (int)(end - o) : BLOCK;
+        for (int64_t r0 = 0; r0 < rows; r0 += TILE) {
+            int tile = rows - r0 < TILE ? (int)(rows - r0) : TILE;
+            double sums[TILE][BLOCK];
+            if (count == BLOCK)
+                int8_tile(w + o * in, x + r0 * in, in, tile, sums);
             else
-                for (int k = 0; k < end - o; k++) sums[k] = (double)int8_dot(w + (o + k) * in, x + r * in, 0, in);
-            for (int k = 0; k < BLOCK && o + k < end; k++)
-                y[r * out + o + k] = (float)(sums[k] * x_scales[r] * bf16_to_float(scales[o + k]))
-                                     + (bias ? bias[o + k] : 0.0f);
+                for (int r = 0; r < tile; r++)
+                    for (int k = 0; k < count; k++)
+                        sums[r][k] = (double)int8_dot(w + (o + k) * in, x + (r0 + r) * in, 0, in);
+            for (int r = 0; r < tile; r++)
+                for (int k = 0; k < count; k++)
+                    y[(r0 + r) * out + o + k] = (float)(sums[r][k] * x_scales[r0 + r] * bf16_to_float(scales[o + k]))
+                                                + (bias ? bias[o + k] : 0.0f);
         }
     }
 }
