@@ -174,6 +174,27 @@ def test_a_streamed_text_holds_back_what_may_begin_a_stop_string_and_never_hands
     assert pieces == [" boo", "k boo", "k boo", "k"] and continuation.text == " book" * 3
 
 
+class Spells(StubCausalLM):
+    """Writes " café", whose "é" is two byte-level tokens, then the end of the text."""
+
+    def __init__(self) -> None:
+        super().__init__(context=64)
+        self.anchor = nn.Parameter(torch.zeros(1))
+        script = TOKENIZER.encode(" café")
+        self.following = torch.full((len(TOKENIZER),), script[0])
+        for token, then in zip(script, [*script[1:], TOKENIZER.eos_id]):
+            self.following[token] = then
+
+    def logits_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(self.following[input_ids], len(TOKENIZER)).float()
+
+
+def test_a_character_split_between_tokens_is_handed_over_whole() -> None:
+    """The token that ends on the first byte of "é" decodes as U+FFFD: it waits for the byte that completes it."""
+    pieces, continuation = streamed_pieces(Spells(), "the cat", 8)
+    assert continuation.text == " café" and "".join(pieces) == " café" and pieces[-1].endswith("é")
+
+
 def test_beam_search_hands_over_its_text_once(gpt) -> None:
     pieces, continuation = streamed_pieces(gpt, "the cat", 6, num_beams=2, ignore_eos=True)
     assert pieces == [continuation.text]

@@ -158,25 +158,23 @@ def streamed(model: CausalLM, tokenizer: Tokenizer, ids: torch.Tensor, config: G
     Returns:
         The new tokens, as [`generate`][plm.decoding.generation.generate] writes them.
     """
-    stop = config.stop.strings if config.stop is not None else []
+    stop = config.stop
     new: list[int] = []
-    handed = 0  # characters of the text handed over
+    text, handed = "", 0  # the decoded continuation, and how many of its characters were handed over
     for step in decode_steps(model, ids, config, generators=generators):
         new.append(int(step.tokens[0]))
         text = tokenizer.decode(new, skip_special_tokens=True)
-        stops = [text.find(string) for string in stop if string in text]
-        if stops:
-            settled = min(stops)
-        else:
-            settled = len(text) - 1 if text.endswith("\ufffd") and not bool(step.finished[0]) else len(text)
-            for string in stop:  # an end of the text that a later token may make into a stop string
+        settled = len(stop.cut(text)) if stop is not None else len(text)  # up to a stop string reached
+        if settled == len(text):
+            if text.endswith("\ufffd") and not bool(step.finished[0]):
+                settled -= 1
+            for string in stop.strings if stop is not None else ():  # an end a later token may make a stop string
                 begun = max((k for k in range(1, len(string)) if text.endswith(string[:k])), default=0)
                 settled = min(settled, len(text) - begun)
         if settled > handed:
             stream(text[handed:settled])
             handed = settled
-    text = tokenizer.decode(new, skip_special_tokens=True)
-    text = config.stop.cut(text) if config.stop is not None else text
+    text = stop.cut(text) if stop is not None else text
     if len(text) > handed:  # what the last step held back: the decoding ended there
         stream(text[handed:])
     return new
