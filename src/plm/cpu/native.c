@@ -90,11 +90,9 @@ static inline __attribute__((always_inline)) void f32_tile_of(const float *w, co
 }
 #endif
 
-/* sums[k] = x W[k]^T for the BLOCK rows at w. */
-void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
-#if defined(__AVX512F__)
-    f32_tile_of(w, x, in, 1, (float (*)[BLOCK])sums);
-#else
+#if !defined(__AVX512F__)
+/* The plain-C f32 kernel of one input row: sums[k] = x W[k]^T for the BLOCK rows at w. */
+static void f32_row_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
     int64_t i = 0;
     float lanes[BLOCK][16] = {{0}};
     for (; i + 16 <= in; i += 16)
@@ -105,8 +103,8 @@ void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]) {
         for (int l = 0; l < 16; l++) sum += lanes[k][l];
         sums[k] = sum + f32_dot(w + k * in, x, i, in);
     }
-#endif
 }
+#endif
 
 void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[][BLOCK]) {
 #if defined(__AVX512F__)
@@ -117,7 +115,7 @@ void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[]
     default: f32_tile_of(w, x, in, TILE, sums);
     }
 #else
-    for (int r = 0; r < rows; r++) f32_block(w, x + r * in, in, sums[r]);
+    for (int r = 0; r < rows; r++) f32_row_block(w, x + r * in, in, sums[r]);
 #endif
 }
 
@@ -159,11 +157,9 @@ static inline __attribute__((always_inline)) void bf16_tile_of(const uint16_t *w
 }
 #endif
 
-/* sums[k] = x W[k]^T for the BLOCK rows at w. */
-void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
-#if defined(__AVX512BF16__)
-    bf16_tile_of(w, x, in, 1, (float (*)[BLOCK])sums);
-#else
+#if !defined(__AVX512BF16__)
+/* The plain-C bf16 kernel of one input row: sums[k] = x W[k]^T for the BLOCK rows at w. */
+static void bf16_row_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]) {
     int64_t i = 0;
     float lanes[BLOCK][16] = {{0}};
     for (; i + 16 <= in; i += 16)
@@ -174,8 +170,8 @@ void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLO
         for (int l = 0; l < 16; l++) sum += lanes[k][l];
         sums[k] = sum + bf16_dot(w + k * in, x, i, in);
     }
-#endif
 }
+#endif
 
 void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float sums[][BLOCK]) {
 #if defined(__AVX512BF16__)
@@ -186,7 +182,7 @@ void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float
     default: bf16_tile_of(w, x, in, TILE, sums);
     }
 #else
-    for (int r = 0; r < rows; r++) bf16_block(w, x + r * in, in, sums[r]);
+    for (int r = 0; r < rows; r++) bf16_row_block(w, x + r * in, in, sums[r]);
 #endif
 }
 
@@ -262,11 +258,9 @@ static inline __attribute__((always_inline)) void int8_tile_of(const int8_t *w, 
 }
 #endif
 
-/* sums[k] = x W[k]^T for the BLOCK rows at w, x as int16. */
-void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    int8_tile_of(w, x, in, 1, (double (*)[BLOCK])sums);
-#else
+#if !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+/* The plain-C int8 kernel of one input row: sums[k] = x W[k]^T for the BLOCK rows at w. */
+static void int8_row_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]) {
     for (int k = 0; k < BLOCK; k++) sums[k] = 0;
     for (int64_t start = 0; start < in; start += CHUNK) {
         int64_t stop = start + CHUNK < in ? start + CHUNK : in, i = start;
@@ -280,8 +274,8 @@ void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK
             sums[k] += (double)(sum + int8_dot(w + k * in, x, i, stop));
         }
     }
-#endif
 }
+#endif
 
 void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double sums[][BLOCK]) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -292,7 +286,7 @@ void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double s
     default: int8_tile_of(w, x, in, TILE, sums);
     }
 #else
-    for (int r = 0; r < rows; r++) int8_block(w, x + r * in, in, sums[r]);
+    for (int r = 0; r < rows; r++) int8_row_block(w, x + r * in, in, sums[r]);
 #endif
 }
 

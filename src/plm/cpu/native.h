@@ -1,6 +1,6 @@
 /* What plm's C files share: the bf16 conversions, and the row kernels of native.c that native_step.c calls.
  *
- * The kernels multiply BLOCK weight rows at a time by one input row; plm's exported functions (plm_*) split an
+ * The kernels multiply BLOCK weight rows at a time by up to TILE input rows; plm's exported functions (plm_*) split an
  * output's rows among threads and call them. Nothing here is exported from the library (hidden visibility).
  */
 #ifndef PLM_NATIVE_H
@@ -31,20 +31,15 @@ static inline uint16_t float_to_bf16(float value) { /* round to nearest even, as
 /* The rows [*begin, *end) of `out` that thread `thread` of `threads` takes: whole blocks, in order. */
 PLM_INTERNAL void thread_rows(int64_t out, int thread, int threads, int64_t *begin, int64_t *end);
 
-/* fp32 weights: sums[k] = x W[k]^T for the BLOCK rows at w, and one row's sum over x[from:in] W[from:in]. */
-PLM_INTERNAL void f32_block(const float *w, const float *x, int64_t in, float sums[BLOCK]);
+/* One row's sum over x[from:in] W[from:in] (int8: [from:to], exact), for tails after the vector loops and rows past
+ * the last whole block of BLOCK weight rows: fp32 weights; bf16 weights and input with fp32 sums; int8 weights and
+ * int16 input (quantize_rows). */
 PLM_INTERNAL float f32_dot(const float *w, const float *x, int64_t from, int64_t in);
-
-/* bf16 weights and input, fp32 sums: the same two. */
-PLM_INTERNAL void bf16_block(const uint16_t *w, const uint16_t *x, int64_t in, float sums[BLOCK]);
 PLM_INTERNAL float bf16_dot(const uint16_t *w, const uint16_t *x, int64_t from, int64_t in);
-
-/* int8 weights, int16 input (quantize_rows), exact integer sums. */
-PLM_INTERNAL void int8_block(const int8_t *w, const int16_t *x, int64_t in, double sums[BLOCK]);
 PLM_INTERNAL int64_t int8_dot(const int8_t *w, const int16_t *x, int64_t from, int64_t to);
 
-/* The same sums for up to TILE input rows x (rows, in) at once: sums[r][k] = x[r] W[k]^T. Each chunk of a weight row
- * is loaded (and for int8, widened) once for all the rows, where the *_block kernels would load it once a row. */
+/* The sums of the BLOCK weight rows at w by up to TILE input rows x (rows, in) at once: sums[r][k] = x[r] W[k]^T.
+ * Each chunk of a weight row is loaded (and for int8, widened) once for all the rows. */
 PLM_INTERNAL void f32_tile(const float *w, const float *x, int64_t in, int rows, float sums[][BLOCK]);
 PLM_INTERNAL void bf16_tile(const uint16_t *w, const uint16_t *x, int64_t in, int rows, float sums[][BLOCK]);
 PLM_INTERNAL void int8_tile(const int8_t *w, const int16_t *x, int64_t in, int rows, double sums[][BLOCK]);
