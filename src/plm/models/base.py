@@ -331,12 +331,13 @@ class CausalLM(PretrainedModel):
             The (batch, vocab) next-token logits, and the state (its cache now holds ``history``).
         """
         start = state.cache[0].length if state.cache is not None else 0
-        if state.native is not None and state.cache is not None and start > 0 and history.shape[1] == start + 1:
+        one_token = state.cache is not None and start > 0 and history.shape[1] == start + 1  # a step after the prompt's
+        if one_token and state.native is not None and state.cache is not None:
             logits = state.native(history[:, start], start)
             for cache in state.cache:
                 cache.length = start + 1
             return logits, state
-        if state.cuda_graph and state.cache is not None and start > 0 and history.shape[1] == start + 1:
+        if one_token and state.cuda_graph and state.cache is not None:
             if state.static is None:
                 on_gpu = self.device.type == "cuda"
                 state.static = StaticStep(self.one_token_step, state.cache, state.mask, graph=on_gpu)
