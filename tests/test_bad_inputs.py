@@ -187,8 +187,8 @@ CASES = {
     "tokenizer out under a file": (["tokenizer", "train", "{w}/text.txt", "--out", "{w}/somefile.txt/tok"],
                                    "somefile.txt: is a file, not a directory"),
     # Flag values.
-    "fill-mask top-k": (["fill-mask", "--model", "{w}/bert", "the [MASK] reads", "--guesses", "100000"],
-                        "top_k must be between 1 and the vocabulary's"),
+    "fill-mask guesses": (["fill-mask", "--model", "{w}/bert", "the [MASK] reads", "--guesses", "100000"],
+                          "--guesses must be between 1 and the vocabulary's"),
     "fill-mask no mask": (["fill-mask", "--model", "{w}/bert", "the cat reads"],
                           "the text has no mask token; write [MASK]"),
     "fill-mask mask cut off": (["fill-mask", "--model", "{w}/bert", "the cat reads the book. " * 20 + "[MASK]"],

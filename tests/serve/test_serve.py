@@ -32,8 +32,9 @@ from plm.models import RNNConfig, RNNSeq2Seq, from_preset
 from plm.objectives.translation import recipe_decoding, translate, translate_ids
 from plm.serve import BackgroundServer, create_app, load_service, service_names
 from plm.serve import batching as batching_module
+from plm.serve.served_models import TaskService
 from plm.tasks import task_model
-from plm.tasks.readers import ChoiceExample, QAExample, TextExample
+from plm.tasks.readers import ChoiceExample, QAExample, TaggedSentence, TextExample
 from plm.tasks.task_objective import run as predict
 from plm.tokenization.characters import split_words
 from plm.tokenization.tokenizer import Tokenizer, train_words
@@ -359,10 +360,19 @@ def test_a_seed_outside_64_bits_is_refused_and_the_requests_beside_it_go_on(serv
 
 def test_fill_mask_gives_each_masks_guesses_as_plm_fill_mask(client: TestClient, services: dict) -> None:
     text = "The cat [MASK] the [MASK]."
-    answer = post(client, "/fill-mask", text=text, top_k=3)  # the only model with an MLM head: no "model" needed
+    answer = post(client, "/fill-mask", text=text, guesses=3)  # the only model with an MLM head: no "model" needed
     bert = services["bert"]
-    expected = fill_mask(bert.model, bert.tokenizer, text, 3)
+    expected = fill_mask(bert.model, bert.tokenizer, text, guesses=3)
     assert [[(g["token"], g["probability"]) for g in mask] for mask in answer["masks"]] == expected
+    assert [len(mask) for mask in post(client, "/fill-mask", text=text)["masks"]] == [5, 5]  # plm fill-mask's default
+
+
+def test_fill_mask_refuses_top_k_naming_guesses_which_it_was_renamed(client: TestClient) -> None:
+    """top_k is /generate's sampling option; the guesses per mask are "guesses", as plm fill-mask --guesses."""
+    response = client.post("/fill-mask", json={"text": "The cat [MASK] the book.", "top_k": 3})
+    assert response.status_code == 400
+    assert response.json()["error"] == ("/fill-mask has no field 'top_k': it is now 'guesses' ('top_k' is /generate's, "
+                                        "which samples among the k likeliest tokens)")
 
 
 def test_embed_gives_plm_embeds_vectors_and_elmo_a_mixed_unit_vector_per_text(client: TestClient,
@@ -455,26 +465,43 @@ def test_an_rnn_without_attention_translates_and_says_it_has_no_attention_to_sho
 
 
 def test_classify_gives_plm_predicts_prediction_with_its_probabilities(client: TestClient, services: dict) -> None:
+    """Every task answers its "prediction", the key plm predict writes it under ("label" is an example's gold one)."""
     clf = services["clf"]
     answer = post(client, "/classify", model="clf", text="The cat reads the book.")
     [label], _ = predict(clf.model, clf.task, [TextExample("The cat reads the book.")])
-    assert answer["label"] == label and set(answer["probabilities"]) == {"bad", "good"}
+    assert set(answer) == {"prediction", "probabilities"}  # no "label"
+    assert answer["prediction"] == label and set(answer["probabilities"]) == {"bad", "good"}
     assert sum(answer["probabilities"].values()) == pytest.approx(1)
     assert max(answer["probabilities"], key=answer["probabilities"].get) == label
+    tagger = services["tagger"]
+    sentence = TaggedSentence(("The", "cat", "reads", "the", "book", "."), ())
+    [expected], _ = predict(tagger.model, tagger.task, [sentence])
     tags = post(client, "/classify", model="tagger", text="The cat reads the book .")
-    assert tags["words"] == ["The", "cat", "reads", "the", "book", "."] and len(tags["tags"]) == 6
+    assert set(tags) == {"words", "prediction"}  # no "tags": a CoNLL sentence's gold ones in plm predict's lines
+    assert tags["words"] == list(sentence.words) and tags["prediction"] == expected
     qa = services["qa"]
     question, context = "Who reads the book?", "The cat reads the book. A dog likes a value."
     [expected], _ = predict(qa.model, qa.task, [QAExample("q", question, context, ())])
     answer = post(client, "/classify", model="qa", question=question, context=context)
-    assert answer["answer"] == expected and answer["candidates"][0]["text"] == expected
+    assert set(answer) == {"prediction", "candidates"}
+    assert answer["prediction"] == expected and answer["candidates"][0]["text"] == expected
     choice = services["choice"]
     example = ChoiceExample("The cat reads", "", ("the book.", "a value.", "every token."), None)
     [expected], _ = predict(choice.model, choice.task, [example])
     answer = post(client, "/classify", model="choice", context=example.context, endings=list(example.endings))
-    assert answer["choice"] == expected and len(answer["probabilities"]) == 3
+    assert set(answer) == {"prediction", "probabilities"}
+    assert answer["prediction"] == expected and len(answer["probabilities"]) == 3
     probabilities = answer["probabilities"]
     assert sum(probabilities) == pytest.approx(1) and max(probabilities) == probabilities[expected]
+
+
+def test_a_regressors_prediction_is_its_score_as_plm_predict_writes_it(services: dict) -> None:
+    bert = services["bert"]
+    regressor = TaskService("regressor", task_model(bert.model, "classify", labels=1), bert.tokenizer)
+    [expected], _ = predict(regressor.model, regressor.task, [TextExample("The cat reads the book.")])
+    with TestClient(create_app([regressor])) as client:
+        answer = post(client, "/classify", text="The cat reads the book.")
+    assert regressor.task.name == "regress" and answer == {"prediction": pytest.approx(expected)}  # no "score"
 
 
 def test_attention_gives_plm_attentions_map_of_a_layer_and_head_or_their_mean(client: TestClient,
@@ -503,7 +530,8 @@ BAD_REQUESTS = {
     "ill-typed field": ("/generate", {"model": "gpt", "prompt": 3}, "'prompt' must be a string, got the number 3"),
     "a float for an integer": ("/generate", {"model": "gpt", "prompt": "x", "max_new_tokens": 2.5},
                                "'max_new_tokens' must be an integer"),
-    "a bool for an integer": ("/fill-mask", {"text": "[MASK]", "top_k": True}, "'top_k' must be an integer, got true"),
+    "a bool for an integer": ("/fill-mask", {"text": "[MASK]", "guesses": True},
+                              "'guesses' must be an integer, got true"),
     "unknown field": ("/generate", {"model": "gpt", "prompt": "x", "max_tokens": 5},
                       "/generate has no field 'max_tokens'"),
     "unknown model": ("/generate", {"model": "gpt5", "prompt": "x"}, "unknown model 'gpt5'; this server has gpt, bert"),
@@ -520,7 +548,9 @@ BAD_REQUESTS = {
     "temperature 0": ("/generate", {"model": "gpt", "prompt": "x", "temperature": 0}, "temperature must be a positive"),
     "top_p above 1": ("/generate", {"model": "gpt", "prompt": "x", "top_p": 1.5}, "top_p must be in (0, 1]"),
     "no mask": ("/fill-mask", {"text": "The cat"}, "the text has no mask token; write [MASK]"),
-    "top_k past the vocabulary": ("/fill-mask", {"text": "[MASK]", "top_k": 10**6}, "top_k must be between 1"),
+    "guesses past the vocabulary": ("/fill-mask", {"text": "[MASK]", "guesses": 10**6},
+                                    "'guesses' must be between 1 and the vocabulary's"),
+    "no guesses": ("/fill-mask", {"text": "[MASK]", "guesses": 0}, "'guesses' must be at least 1, got 0"),
     "layer out of range": ("/attention", {"model": "bert", "text": "x", "layer": 2}, "layer 2 is out of range"),
     "negative layer": ("/attention", {"model": "bert", "text": "x", "layer": -3}, "layer -3 is out of range"),
     "head out of range": ("/attention", {"model": "gpt", "text": "x", "head": 2}, "head 2 is out of range"),

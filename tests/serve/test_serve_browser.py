@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402 (after the skip: selenium is a test extra)
 from selenium.webdriver.support.expected_conditions import alert_is_present  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}  # an iPhone 12-14's CSS pixels
@@ -136,8 +137,8 @@ def test_the_translation_tab_translates_with_a_released_marian_model(browser, re
 def test_the_other_tabs_answer(browser, server: BackgroundServer) -> None:
     """Fill mask, attention (a layer and head to choose), similarity and classify each show their answer."""
     open_tab(browser, server, "fill-mask")
-    run(browser, "fill-mask")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#fill-mask-output .bar-row")) == 5
+    run(browser, "fill-mask", guesses="3")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#fill-mask-output .bar-row")) == 3
     screenshot(browser, "fill-mask")
     open_tab(browser, server, "attention")
     run(browser, "attention", text="The cat reads the book.")
@@ -150,8 +151,27 @@ def test_the_other_tabs_answer(browser, server: BackgroundServer) -> None:
     screenshot(browser, "embed")
     open_tab(browser, server, "classify")
     run(browser, "classify")
-    assert "label:" in browser.find_element(By.ID, "classify-output").text
+    assert "prediction:" in browser.find_element(By.ID, "classify-output").text
     screenshot(browser, "classify")
+
+
+def test_the_classify_tab_shows_each_tasks_prediction(browser, server: BackgroundServer) -> None:
+    """A tagger's tag per word, a QA model's answer and a multiple choice's pick: each answer's "prediction"."""
+    open_tab(browser, server, "classify")
+    for name, body in (("tagger", {"text": "The cat reads the book."}),
+                       ("qa", {"question": "Who reads the book?", "context": "The cat reads the book."}),
+                       ("choice", {"context": "The cat reads the book.", "endings": ["the book.", "a value."]})):
+        Select(browser.find_element(By.ID, "classify-model")).select_by_value(name)
+        run(browser, "classify")
+        expected = httpx.post(f"{server.url}/classify", json={"model": name, **body}).json()["prediction"]
+        output = browser.find_element(By.ID, "classify-output")
+        if name == "tagger":
+            shown = [tag.text for tag in output.find_elements(By.CSS_SELECTOR, ".tag small")]
+            assert shown == expected
+        elif name == "qa":
+            assert output.find_element(By.TAG_NAME, "h3").text == f"answer: {expected or '(no answer)'}"
+        else:
+            assert output.find_element(By.TAG_NAME, "h3").text == f"choice: {expected + 1}"
 
 
 def test_the_page_fits_a_phones_width(phone, server: BackgroundServer) -> None:

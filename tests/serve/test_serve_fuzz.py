@@ -48,7 +48,7 @@ PINNED = [  # requests that were a 500 (or would be without their check), tried 
 # Each endpoint, the name its fields go by in FIELDS, and an ordinary body that random values replace fields of.
 ENDPOINTS = {
     "/generate": ("generate", {"model": "gpt", "prompt": "The cat", "max_new_tokens": 4}),
-    "/fill-mask": ("fill-mask", {"model": "bert", "text": "the [MASK] reads", "top_k": 2}),
+    "/fill-mask": ("fill-mask", {"model": "bert", "text": "the [MASK] reads", "guesses": 2}),
     "/embed": ("embed", {"model": "bert", "texts": ["The cat reads"]}),
     "/translate": ("translate", {"model": "dates", "text": "the fifth of may", "beam": 2}),
     "/classify": ("classify", {"model": "clf", "text": "The cat reads"}),

@@ -339,9 +339,9 @@ def file_perplexity(
 
 @torch.inference_mode()
 def fill_mask(
-    model: Encoder, tokenizer: Tokenizer, text: str, top_k: int = 5
+    model: Encoder, tokenizer: Tokenizer, text: str, guesses: int = 5
 ) -> list[list[tuple[str | None, float]]]:
-    """The ``top_k`` (token, probability) guesses for each mask token in ``text``, in order.
+    """The ``guesses`` likeliest (token, probability) pairs for each mask token in ``text``, in order.
 
     A guess beyond the tokenizer's vocabulary (a model with more embedding rows) has no token: None.
 
@@ -349,19 +349,20 @@ def fill_mask(
         model: an encoder with a masked-LM head.
         tokenizer: its tokenizer.
         text: the text, with mask tokens where words are missing.
-        top_k: guesses per mask token.
+        guesses: how many guesses per mask token.
 
     Returns:
-        For each mask token, its ``top_k`` (token, probability) guesses, most likely first.
+        For each mask token, its ``guesses`` (token, probability) pairs, most likely first.
 
     Raises:
-        PLMError: a model without a masked-LM head, a ``top_k`` out of range, a text without a mask
+        PLMError: a model without a masked-LM head, ``guesses`` out of range, a text without a mask
             token, or one cut before a mask token by the model's context.
     """
     if "mlm" not in model.config.pretraining_heads:
         raise PLMError(f"this {model.family} model has no masked-LM head (it was saved without one)")
-    if not 0 < top_k <= model.config.vocab_size:
-        raise PLMError(f"top_k must be between 1 and the vocabulary's {model.config.vocab_size:,} tokens, got {top_k}")
+    if not 0 < guesses <= model.config.vocab_size:
+        raise PLMError(f"`guesses` must be between 1 and the vocabulary's {model.config.vocab_size:,} tokens, "
+                       f"got {guesses}")
     mask_token = tokenizer.special_tokens.get("mask")
     masks = tokenizer.encode(text).count(tokenizer.required_id("mask")) if mask_token is not None else 0
     if not masks:
@@ -382,7 +383,7 @@ def fill_mask(
         attention_mask=batch["attention_mask"].to(device),
         **segments(model, batch, device),
     ).logits[0, positions.to(device)]  # (masks, vocab)
-    best = logits.float().softmax(-1).topk(top_k)
+    best = logits.float().softmax(-1).topk(guesses)
     return [
         [(tokenizer.decode([index]).strip() or tokenizer.backend.id_to_token(index), prob) for prob, index in zip(*row)]
         for row in zip(best.values.tolist(), best.indices.tolist())

@@ -15,7 +15,7 @@ EXAMPLES = """examples:
   curl -s localhost:8000/models
   curl -s localhost:8000/generate -d '{"model": "gpt", "prompt": "The list", "max_new_tokens": 20}'
   curl -sN localhost:8000/generate -d '{"model": "gpt", "prompt": "The list", "stream": true}'   # token by token
-  curl -s localhost:8000/fill-mask -d '{"text": "The capital of France is [MASK].", "top_k": 3}'
+  curl -s localhost:8000/fill-mask -d '{"text": "The capital of France is [MASK].", "guesses": 3}'
   curl -s localhost:8000/embed -d '{"texts": ["A man plays a guitar.", "Someone plays music."]}'
   curl -s localhost:8000/translate -d '{"text": "the fifth of May, nineteen ninety-nine", "beam": 4}'
   curl -s localhost:8000/attention -d '{"model": "bert", "text": "The cat sat.", "layer": 1, "head": 0}'

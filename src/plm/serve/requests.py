@@ -81,7 +81,7 @@ FIELDS: dict[str, dict[str, Field]] = {
         "seed": Field("integer", None, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         "stream": Field("boolean", False),
     },
-    "fill-mask": {"text": Field("string"), "top_k": Field("integer", 5, minimum=1)},
+    "fill-mask": {"text": Field("string"), "guesses": Field("integer", 5, minimum=1)},
     "embed": {"texts": Field("strings")},
     "translate": {"text": Field("string"), "beam": Field("integer", None, minimum=1)},
     "classify": {
@@ -125,6 +125,13 @@ FIELDS: dict[str, dict[str, Field]] = {
         "dimensions": Field("integer", None, minimum=1),
         "user": Field("string", None),
     },
+}
+
+
+# Fields renamed where one name meant two things, by endpoint: the old name, the new one, and what the old one means
+# elsewhere. A request that still sends the old name is refused with a message that names the new one.
+RENAMED: dict[str, dict[str, tuple[str, str]]] = {
+    "fill-mask": {"top_k": ("guesses", "'top_k' is /generate's, which samples among the k likeliest tokens")},
 }
 
 
@@ -200,10 +207,13 @@ def read_fields(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
         Each field's value.
 
     Raises:
-        RequestError: a field the endpoint does not take, or one refused by
+        RequestError: a field the endpoint does not take (one of `RENAMED`: with its new name), or one refused by
             [`read_field`][plm.serve.requests.read_field].
     """
     fields = FIELDS[endpoint]
+    for old, (new, elsewhere) in RENAMED.get(endpoint, {}).items():
+        if old in body:
+            raise RequestError(f"/{endpoint} has no field {old!r}: it is now {new!r} ({elsewhere})", param=old)
     unknown = sorted(set(body) - set(fields) - {"model"})
     if unknown:
         raise RequestError(f"/{endpoint} has no field {', '.join(map(repr, unknown))}; "

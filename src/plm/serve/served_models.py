@@ -313,22 +313,22 @@ class EncoderService(Service):
         """
         return {"context": self.model.config.context_length, "mask_token": self.tokenizer.special_tokens.get("mask")}
 
-    def fill_mask(self, text: str, top_k: int) -> dict[str, Any]:
-        """Each mask's ``top_k`` guesses with their probabilities, as ``plm fill-mask`` prints them.
+    def fill_mask(self, text: str, guesses: int) -> dict[str, Any]:
+        """Each mask's ``guesses`` likeliest tokens with their probabilities, as ``plm fill-mask`` prints them.
 
         Args:
             text: a text with the tokenizer's mask token where a word is missing.
-            top_k: guesses per mask.
+            guesses: how many guesses per mask.
 
         Returns:
             ``masks``: per mask, its guesses' ``token`` and ``probability``.
 
         Raises:
-            PLMError: a ``top_k`` out of range, or a text without a mask (see
+            PLMError: ``guesses`` out of range, or a text without a mask (see
                 [`fill_mask`][plm.apps.text_pipelines.fill_mask]).
         """
-        guesses = fill_mask(self.model, self.tokenizer, text, top_k)
-        return {"masks": [[{"token": token, "probability": p} for token, p in mask] for mask in guesses]}
+        masks = fill_mask(self.model, self.tokenizer, text, guesses)
+        return {"masks": [[{"token": token, "probability": p} for token, p in mask] for mask in masks]}
 
     def embed(self, texts: list[str]) -> dict[str, Any]:
         """Sentence embeddings as ``plm embed`` computes them: the mean of the last layer, L2-normalised.
@@ -506,8 +506,9 @@ class TaskService(Service):
             **fields: the /classify request's fields; the task's form reads those it takes (see `TASK_FORMS`).
 
         Returns:
-            The task form's answer: a label and its probabilities, a score, tags, an answer and candidates, or a
-            choice and its probabilities.
+            The task form's answer: its ``prediction``, the key ``plm predict`` writes it under (a label, a score,
+            a tag per word, an answer text or a choice's index), and what a form adds: a classifier's and a
+            multiple choice's ``probabilities``, a tagger's ``words``, a QA model's ``candidates``.
 
         Raises:
             RequestError: fields the task needs and lacks, or fields it does not read.
@@ -609,30 +610,34 @@ def tagged_sentence(fields: dict[str, Any]) -> TaggedSentence:
 
 
 def qa_answer(p: Prediction) -> dict[str, Any]:
-    """A QA model's answer and its five best candidate spans with their scores.
+    """A QA model's answer text and its five best candidate spans with their scores.
 
     Args:
         p: the prediction of a qa task.
 
     Returns:
-        ``answer`` and ``candidates``.
+        ``prediction`` (the answer text) and ``candidates``.
     """
     assert isinstance(p.task, QuestionAnswering)  # this form is the qa task's
     [span] = p.task.spans(p.outputs, p.features, [p.example])
-    return {"answer": p.value, "candidates": [{"text": text, "score": score} for text, score in span.n_best[:5]]}
+    return {"prediction": p.value,
+            "candidates": [{"text": text, "score": score} for text, score in span.n_best[:5]]}
 
 
+# Each answer names the model's output "prediction", as plm predict writes it (where "label", "tags" and "answers"
+# are an example's gold ones).
 TASK_FORMS = {
     "classify": TaskForm(("text", "text_pair"), lambda f: TextExample(f["text"], f["text_pair"]),
-                         lambda p: {"label": p.value, "probabilities": dict(zip(p.task.labels, p.probabilities()))},
+                         lambda p: {"prediction": p.value,
+                                    "probabilities": dict(zip(p.task.labels, p.probabilities()))},
                          optional=("text_pair",)),
     "regress": TaskForm(("text", "text_pair"), lambda f: TextExample(f["text"], f["text_pair"]),
-                        lambda p: {"score": p.value}, optional=("text_pair",)),
-    "tag": TaskForm(("text",), tagged_sentence, lambda p: {"words": list(p.example.words), "tags": p.value}),
+                        lambda p: {"prediction": p.value}, optional=("text_pair",)),
+    "tag": TaskForm(("text",), tagged_sentence, lambda p: {"words": list(p.example.words), "prediction": p.value}),
     "qa": TaskForm(("question", "context"), lambda f: QAExample("request", f["question"], f["context"], ()), qa_answer),
     "choice": TaskForm(("context", "endings", "prefix"),
                        lambda f: ChoiceExample(f["context"], f["prefix"], tuple(f["endings"]), None),
-                       lambda p: {"choice": p.value, "probabilities": p.probabilities()}, optional=("prefix",)),
+                       lambda p: {"prediction": p.value, "probabilities": p.probabilities()}, optional=("prefix",)),
 }
 
 

@@ -184,7 +184,7 @@ function bars(rows) {
 }
 
 async function fillMask() {
-  const answer = await post("/fill-mask", {model: model("fill-mask"), text: $("fill-mask-text").value, top_k: number("fill-mask-top-k")});
+  const answer = await post("/fill-mask", {model: model("fill-mask"), text: $("fill-mask-text").value, guesses: number("fill-mask-guesses")});
   $("fill-mask-output").replaceChildren(...answer.masks.map((guesses, index) => element("div", {className: "mask"}, [
     element("h3", {textContent: `mask ${index + 1}`}),
     ...bars(guesses.map((g) => [g.token, g.probability])),
@@ -283,20 +283,21 @@ async function classify() {
     if (name === "endings") body.endings = value.split("\n").map((e) => e.trim()).filter(Boolean);
     else if (value !== "" || name !== "text_pair") body[name] = value;
   }
+  // Every task's answer is its "prediction", as plm predict writes it; what it is depends on the task.
   const answer = await post("/classify", body);
   const output = $("classify-output");
-  if (answer.probabilities && !Array.isArray(answer.probabilities)) {
-    output.replaceChildren(element("h3", {textContent: `label: ${answer.label}`}), ...bars(Object.entries(answer.probabilities)));
-  } else if (answer.tags) {
+  if (chosen.task === "classify") {
+    output.replaceChildren(element("h3", {textContent: `prediction: ${answer.prediction}`}), ...bars(Object.entries(answer.probabilities)));
+  } else if (chosen.task === "tag") {
     output.replaceChildren(element("div", {className: "tags"}, answer.words.map((word, i) =>
-      element("span", {className: "tag"}, [word, element("small", {textContent: answer.tags[i]})]))));
-  } else if ("answer" in answer) {
-    output.replaceChildren(element("h3", {textContent: `answer: ${answer.answer || "(no answer)"}`}),
+      element("span", {className: "tag"}, [word, element("small", {textContent: answer.prediction[i]})]))));
+  } else if (chosen.task === "qa") {
+    output.replaceChildren(element("h3", {textContent: `answer: ${answer.prediction || "(no answer)"}`}),
       ...answer.candidates.map((c) => element("div", {className: "muted", textContent: `${c.text}  (score ${c.score.toFixed(2)})`})));
-  } else if ("choice" in answer) {
-    output.replaceChildren(element("h3", {textContent: `choice: ${answer.choice + 1}`}), ...bars(answer.probabilities.map((p, i) => [`${i + 1}. ${body.endings[i]}`, p])));
+  } else if (chosen.task === "choice") {
+    output.replaceChildren(element("h3", {textContent: `choice: ${answer.prediction + 1}`}), ...bars(answer.probabilities.map((p, i) => [`${i + 1}. ${body.endings[i]}`, p])));
   } else {
-    output.replaceChildren(element("h3", {textContent: `score: ${answer.score.toFixed(3)}`}));
+    output.replaceChildren(element("h3", {textContent: `score: ${answer.prediction.toFixed(3)}`}));
   }
 }
 
