@@ -29,7 +29,7 @@
 #define CHUNK 4096
 #define INT16_MAX_Q 32767.0f
 
-int plm_native_abi(void) { return 2; } /* plm.cpu.native checks it against the Python side's */
+int plm_native_abi(void) { return 3; } /* plm.cpu.native checks it against the Python side's */
 
 /* Which instructions this build multiplies with, for plm's reports: "bf16: ...; int8: ...". */
 const char *plm_native_paths(void) {

@@ -35,7 +35,7 @@ from plm.cache import cache_dir
 log = logging.getLogger(__name__)
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("native.c", "native_step.c"))  # built into one library
 HEADER = Path(__file__).with_name("native.h")  # what they share
-ABI = 2  # plm_native_abi() of a library this module can call
+ABI = 3  # plm_native_abi() of a library this module can call
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
 BUILD_TIMEOUT_S = 120
 _Pointer = ctypes.c_void_p
@@ -47,6 +47,7 @@ _SIGNATURES = {  # the C functions called, their argument and result types
     "plm_int8_linear": ([_Pointer, _Size, _Pointer, _Pointer, _Pointer, _Pointer, _Size, _Size, ctypes.c_int],
                         ctypes.c_int),
     "plm_decoder_step": ([_Pointer, _Pointer, _Pointer, _Size, _Size, _Pointer, _Pointer, ctypes.c_int], ctypes.c_int),
+    "plm_activate": ([_Pointer, _Size, ctypes.c_int], None),
 }
 
 

@@ -273,6 +273,10 @@ static void layer_norms(const float *x, float *y, int64_t rows, int64_t dim, con
     for (int64_t r = 0; r < rows; r++) layer_norm(x + r * dim, y + r * dim, dim, weight, bias, eps);
 }
 
+/* The step's activation (an index of plm.cpu.native_step.ACTIVATIONS) over n values in place: its own entry, so that
+ * the tests hold fast_exp and fast_erf to their stated error over the whole range, beyond a model's activations. */
+void plm_activate(float *x, int64_t n, int32_t activation) { activate(x, n, activation); }
+
 /* The logits (rows, vocab) after each row's token tokens[r] at position positions[r], their keys and values stored
  * at `slot` of every layer's cache (slot: the tokens before them, padding included). valid (rows, max_length): 1 at
  * the positions a row attends to (its real tokens), or NULL for all. Returns 0 when there is no memory for the step's
