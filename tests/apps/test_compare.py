@@ -93,7 +93,7 @@ batch_size = 3
 
 def test_a_minutes_budget_is_a_time_limit(tmp_path, text_file):
     spec = read_spec(write_spec(tmp_path, text_file, budget="minutes = 0.5"))
-    assert {run.training.time_limit for run in spec.runs} == {30.0}
+    assert {run.training.minutes for run in spec.runs} == {0.5}
 
 
 @pytest.mark.parametrize(

@@ -50,8 +50,8 @@ BAD_FLAGS = {
     "whole word for gpt": (["--whole-word"], "--whole-word chooses how a masked-LM objective masks; clm (gpt)"),
     "max-ngram for gpt": (["--max-ngram", "3"],
                           "--max-ngram chooses how a masked-LM objective masks; clm (gpt)"),
-    "mask ratios for gpt": (["--mask-ratios", "100,0,0"], "--mask-ratios chooses how a masked-LM objective masks"),
-    "mask ratios not 100": (["--model", "bert-micro", "--mask-ratios", "80,10,20"],
+    "mask ratios for gpt": (["--mask-ratios", "1,0,0"], "--mask-ratios chooses how a masked-LM objective masks"),
+    "mask ratios not 100": (["--model", "bert-micro", "--mask-ratios", "0.8,0.1,0.2"],
                             "the mask ratios are three shares of the selected tokens ([MASK], random, unchanged) "
                             "that add up to 1, got (0.8, 0.1, 0.2)"),
     "objective for gpt": (["--objective", "mlm"], "--objective mlm does not fit a gpt model; it trains with clm"),
@@ -68,6 +68,18 @@ def test_a_bad_flag_is_one_line_exit_2_and_nothing_written(case: str, text_file:
     assert err == f"plm pretrain: error: {message}\n" or (message in err and err.count("\n") == 1), err
     assert message in err
     assert not out.exists()
+
+
+def test_mask_ratios_in_percent_are_refused_as_the_fractions_every_rate_is(text_file: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    # --mask-ratios once took percentages (80,10,10) where run.json held fractions.
+    with pytest.raises(SystemExit) as stop:
+        pretrain(capsys, *QUICK, "--model", "bert-micro", "--train", str(text_file), "--out", str(tmp_path / "run"),
+                 "--mask-ratios", "80,10,10")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert "three fractions that add up to 1 (0.8,0.1,0.1), not percentages: got '80,10,10'" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_out_under_a_regular_file_is_refused(text_file: Path, capsys) -> None:

@@ -380,7 +380,7 @@ def test_resuming_from_python_with_other_training_options_is_refused(tmp_path: P
     trainer, _ = prepare(setup, TrainingConfig(lr=1e-3, **options), tmp_path / "run")
     trainer.train()
     trainer, _ = prepare(setup, TrainingConfig(lr=2e-3, **options), tmp_path / "run", resume=True)
-    with pytest.raises(PLMError, match="the run was started with lr 0.001, not 0.002"):
+    with pytest.raises(PLMError, match="the run was started with `lr` 0.001, not 0.002"):
         trainer.train(resume=True)
 
 

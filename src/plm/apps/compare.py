@@ -59,7 +59,7 @@ BUDGETS = ("steps", "tokens", "minutes")
 DEFINITION_FILE = "definition.json"  # what defined the run (run_definition), written before its first step
 SETUP_FIELDS = {f.name: f for f in dataclasses.fields(PretrainSetup) if f.name != "model_overrides"}
 TRAINING_FIELDS = {
-    f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "time_limit")
+    f.name: f for f in dataclasses.fields(TrainingConfig) if f.name not in ("steps", "epochs", "minutes")
 }
 SETUP_HINTS = typing.get_type_hints(PretrainSetup)
 TRAINING_HINTS = typing.get_type_hints(TrainingConfig)
@@ -242,8 +242,8 @@ def run_spec(values: dict[str, Any], budget: Budget, path: Path, index: int) -> 
     setup = PretrainSetup(
         **setup_values, model_overrides=checked_overrides(setup_values.get("model"), overrides, where)
     )
-    steps, time_limit = steps_and_time_limit(budget, setup, where)
-    training = TrainingConfig(**training_values, steps=steps, time_limit=time_limit)
+    steps, minutes = steps_and_minutes(budget, setup, where)
+    training = TrainingConfig(**training_values, steps=steps, minutes=minutes)
     if training.warmup is not None and training.warmup > steps:  # checked before any run trains
         raise PLMError(f"{where}: warmup {training.warmup} is more than the budget's {steps} steps; the whole run "
                        "would be warmup (give a smaller one, or none: the recipe's, fitted to the run)")
@@ -278,7 +278,7 @@ def checked_overrides(model: str | None, overrides: dict[str, Any], where: str) 
     return {key: checked_value(value, hints[key], f"{where}: config.{key}") for key, value in overrides.items()}
 
 
-def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tuple[int, float | None]:
+def steps_and_minutes(budget: Budget, setup: PretrainSetup, where: str) -> tuple[int, float | None]:
     """Optimizer steps (and a time limit) for ``budget``.
 
     Tokens become steps of ``batch_size x block_size`` tokens. Minutes become a time
@@ -291,7 +291,7 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
         where: the run, for the error messages.
 
     Returns:
-        The steps, and the time limit in seconds (None unless the budget is minutes).
+        The steps, and the minutes of training (None unless the budget is minutes).
 
     Raises:
         PLMError: a token budget for a setup whose block size cannot be found.
@@ -304,7 +304,7 @@ def steps_and_time_limit(budget: Budget, setup: PretrainSetup, where: str) -> tu
         except PLMError as error:
             raise PLMError(f"{where}: {error}") from None
         return max(1, math.ceil(budget.amount / per_step)), None
-    return 10_000, budget.amount * 60
+    return 10_000, budget.amount
 
 
 def run_definition(run: RunSpec) -> dict[str, Any]:

@@ -289,8 +289,8 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
     ``--device`` and ``--no-progress`` declare, and ``--epochs`` unless ``--steps`` is given (so that ``--resume
     --steps`` extends a run in epochs)."""
     epochs = None if "steps" in args.given_flags else getattr(args, "epochs", None)
-    return flags.config_from_args(TrainingConfig, args, epochs=epochs, time_limit=time_limit(args),
-                                  progress=not args.no_progress, parallelism=parallelism(args))
+    return flags.config_from_args(TrainingConfig, args, epochs=epochs, progress=not args.no_progress,
+                                  parallelism=parallelism(args))
 
 
 def add_parallelism(parser: argparse.ArgumentParser, note: str = "") -> None:
@@ -303,10 +303,6 @@ def add_parallelism(parser: argparse.ArgumentParser, note: str = "") -> None:
 def parallelism(args: argparse.Namespace) -> Parallelism:
     return Parallelism(args.strategy, args.offload, args.checkpoint_activations)
 
-
-def time_limit(args: argparse.Namespace) -> float | None:
-    """The trainer's time limit in seconds from ``--minutes`` (None: no limit)."""
-    return None if args.minutes is None else args.minutes * 60
 
 
 def check_output_file(path: str, flag: str = "--out") -> None:

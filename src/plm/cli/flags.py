@@ -119,7 +119,7 @@ class Flag:
             field: the field.
             name: the option string, where it is not the field's name with dashes (``--beam`` for ``num_beams``).
             **declared: what the command line adds: a parser of its own (``type=positive_int``), ``choices``,
-                ``metavar``, ``nargs``, ``per_command_default``, the default as it writes it (``"80,10,10"``).
+                ``metavar``, ``nargs``, ``per_command_default``, the default as it writes it (``"0.8,0.1,0.1"``).
 
         Returns:
             The flag.
@@ -263,10 +263,7 @@ PREDICTIONS = Flag("--predictions", "also write the model's output for each exam
 
 STEPS = Flag.of(TrainingConfig, "steps", type=positive_int, metavar="N", per_command_default=True)
 EPOCHS = Flag.of(TrainingConfig, "epochs", type=positive_float, per_command_default=True)
-MINUTES = Flag(
-    "--minutes", "stop after M minutes of training (evaluations and saves included), at the first step past them",
-    type=positive_float, metavar="M",
-)
+MINUTES = Flag.of(TrainingConfig, "minutes", type=positive_float, metavar="M")
 LR = Flag.of(TrainingConfig, "lr", type=learning_rate)
 MIN_LR = Flag.of(TrainingConfig, "min_lr")
 WARMUP = Flag.of(TrainingConfig, "warmup")

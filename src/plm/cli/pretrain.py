@@ -100,7 +100,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     Flag.of(PretrainSetup, "objective", choices=OBJECTIVES).add(parser)
     Flag.of(PretrainSetup, "whole_word").add(parser)
     Flag.of(PretrainSetup, "max_ngram", type=positive_int).add(parser)
-    Flag.of(PretrainSetup, "mask_ratios", type=mask_ratios, default="80,10,10", metavar="MASK,RANDOM,SAME").add(parser)
+    Flag.of(PretrainSetup, "mask_ratios", type=mask_ratios, default="0.8,0.1,0.1",
+            metavar="MASK,RANDOM,SAME").add(parser)
     flags.DATA.add(parser)
     parser.name_fields(train_files="--train", validation_files="--validation")
     parser.add_argument("--train", nargs="+", default=[], metavar="FILE",
@@ -131,11 +132,14 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def mask_ratios(text: str) -> tuple[float, float, float]:
-    """--mask-ratios 80,10,10: three percentages, as shares."""
+    """--mask-ratios 0.8,0.1,0.1: three fractions, as every rate in plm (run.json holds them so too)."""
     try:
-        mask, random_token, same = (float(part) / 100 for part in text.split(","))
+        mask, random_token, same = (float(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"three comma-separated percentages (80,10,10), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"three comma-separated fractions (0.8,0.1,0.1), got {text!r}") from None
+    if abs(mask + random_token + same - 100) < 1e-6:  # the percentages this flag once took
+        raise argparse.ArgumentTypeError(f"three fractions that add up to 1 (0.8,0.1,0.1), not percentages: got "
+                                         f"{text!r}")
     return mask, random_token, same
 
 

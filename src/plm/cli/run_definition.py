@@ -150,7 +150,7 @@ def saved_value_fits(action: argparse.Action, value: Any, current: Any) -> bool:
         action: the flag's argparse action.
         value: its saved value.
         current: the value this command line gives it, as saved: the shape of a flag whose type makes a list of
-            one word (``--mask-ratios 80,10,10``).
+            one word (``--mask-ratios 0.8,0.1,0.1``).
 
     Returns:
         True for a value the flag takes (None, a flag left unset, included).

@@ -700,7 +700,7 @@ class Sweep:
             betas=self.recipe.betas, weight_decay=0.01, eval_every=per_epoch,
             save_every=min(per_epoch, setup.optimization.save_every), log_every=max(1, per_epoch // 10), seed=seed,
             device=setup.device, precision=setup.precision, progress=setup.progress,
-            time_limit=None if minutes is None else minutes * 60, parallelism=setup.parallelism,
+            minutes=minutes, parallelism=setup.parallelism,
             report_to=setup.report_to, extension="layout",
         )
         continuing = resume and has_checkpoint(directory)

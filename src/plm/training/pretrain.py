@@ -66,8 +66,8 @@ class PretrainSetup:
     whole_word: bool = knob(False, "mask whole words, not sub-word tokens (masked-LM objectives)")
     max_ngram: int | None = knob(None, "mask spans of up to n words, p(n) ~ 1/n (default: 3 for ALBERT, else 1)")
     mask_ratios: tuple[float, float, float] = knob(
-        MASK_RATIOS, "percentages of the selected tokens that become [MASK], a random token, or stay (BERT's 80,10,10; "
-        "its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
+        MASK_RATIOS, "fractions of the selected tokens that become [MASK], a random token, or stay (BERT's "
+        "0.8,0.1,0.1; its Appendix C.2 compares others, see examples/compare/masking-ratios.toml)")
     block_size: int | None = None  # None: the recipe's (128 for encoders), at most the context
     # A short first phase (BERT's 90% of the steps at 128 tokens), then block_size (see plm.objectives.phased).
     short_block_size: int | None = knob(None, "with `short_steps` S: the first S steps read sequences of N tokens, "

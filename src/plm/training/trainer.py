@@ -72,7 +72,7 @@ EXTENSIONS = ("continue", "layout")
 # What may differ when a run resumes: how long it goes on, where and how it runs, how it reports. Anything
 # else defines the run. (The warmup is the run's own: see Trainer.resume. A sharded run resumed on another
 # number of processes takes the micro-batches per process that keep its global batch.)
-CHANGEABLE_ON_RESUME = ("steps", "epochs", "time_limit", "device", "progress", "log_every", "save_every", "keep_last",
+CHANGEABLE_ON_RESUME = ("steps", "epochs", "minutes", "device", "progress", "log_every", "save_every", "keep_last",
                         "compile", "parallelism", "grad_accum", "warmup", "report_to")
 
 
@@ -87,7 +87,8 @@ class TrainingConfig:
 
     steps: int = knob(1000, "optimizer steps")
     epochs: float | None = knob(None, "passes over the training data")  # when set, steps = this many passes
-    time_limit: float | None = None  # seconds of training (resumed runs included) after which the run stops
+    minutes: float | None = knob(None, "stop after M minutes of training (evaluations and saves included), at the "
+                                 "first step past them")  # resumed runs' minutes added up
     optimizer: str | None = knob(None, "AdamW, LAMB (ALBERT's) or Adagrad (ELMo's) (default: the recipe's)")
     lr: float | None = knob(None, "peak learning rate, one number (default: the recipe's)")
     min_lr: float | None = knob(None, "learning rate at the end of a cosine or linear decay")
@@ -173,8 +174,8 @@ class TrainingConfig:
             raise PLMError(f"`epochs` must be a number above 0, got {self.epochs}")
         if self.keep_last < 0:
             raise PLMError(f"`keep_last` must be >= 0, got {self.keep_last}")
-        if self.time_limit is not None and not self.time_limit > 0:
-            raise PLMError(f"`time_limit` must be above 0 seconds, got {self.time_limit}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise PLMError(f"`minutes` must be above 0, got {self.minutes}")
         if self.extension not in EXTENSIONS:
             raise PLMError(f"unknown extension {self.extension!r}; choose one of {', '.join(EXTENSIONS)}")
         h = self.hyperparameters
@@ -478,8 +479,8 @@ class Trainer:
                 running = time.perf_counter() - started
                 self.elapsed = elapsed_before + running
                 # Every process stops at the same step: the first one's clock decides.
-                out_of_time = config.time_limit is not None and bool(
-                    self.distributed.broadcast(self.elapsed >= config.time_limit)
+                out_of_time = config.minutes is not None and bool(
+                    self.distributed.broadcast(self.elapsed >= config.minutes * 60)
                 )
                 last = self.step == config.steps or out_of_time
                 metrics = {"step": self.step, **losses, "lr": lr, "tokens_per_second": tokens_seen / running,
@@ -747,7 +748,7 @@ def check_same_run(saved: dict[str, Any], config: TrainingConfig, out: Path) -> 
     current = json.loads(json.dumps(asdict(config)))
     for name, value in current.items():
         if name not in CHANGEABLE_ON_RESUME and name in saved and saved[name] != value:
-            raise PLMError(f"{out}: the run was started with {name.replace('_', '-')} {saved[name]}, not {value}; a "
+            raise PLMError(f"{out}: the run was started with `{name}` {saved[name]}, not {value}; a "
                            "resumed run keeps what defines it (start a new run to change it)")
 
 
