@@ -559,7 +559,7 @@ def embed_sentences(model: Elmo, sentences: Sequence[Sequence[str]], mix: str | 
 
 
 def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: str, query: Sequence[str],
-                         top_k: int = 5) -> list[tuple[int, float]]:
+                         neighbors: int = 5) -> list[tuple[int, float]]:
     """The sentences whose top-layer vector of ``word`` is nearest (cosine) to its vector in ``query``.
 
     A sentence equal to the query is left out. The vector of a sentence is that of the word's first
@@ -570,7 +570,7 @@ def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: 
         sentences: the sentences to search, each a list of words.
         word: the word.
         query: a sentence that holds ``word``.
-        top_k: the most neighbours returned.
+        neighbors: the most neighbours returned.
 
     Returns:
         (sentence index, similarity) pairs, nearest first.
@@ -585,18 +585,18 @@ def contextual_neighbors(model: Elmo, sentences: Sequence[Sequence[str]], word: 
         raise PLMError(f"the query sentence does not contain {word!r}")
     vectors = _occurrence_vectors(model, [query, *(sentences[index] for index in candidates)], word)
     similarity = vectors[1:] @ vectors[0]
-    order = similarity.argsort(descending=True)[:top_k].tolist()
+    order = similarity.argsort(descending=True)[:neighbors].tolist()
     return [(candidates[i], similarity[i].item()) for i in order]
 
 
-def static_neighbors(model: Elmo, word: str, vocabulary: Sequence[str], top_k: int = 5) -> list[tuple[str, float]]:
+def static_neighbors(model: Elmo, word: str, vocabulary: Sequence[str], neighbors: int = 5) -> list[tuple[str, float]]:
     """The words of ``vocabulary`` nearest (cosine) to ``word`` by the context-free token layer.
 
     Args:
         model: the ELMo.
         word: the word.
         vocabulary: the candidates (``word`` itself and repeats left out).
-        top_k: the most neighbours returned.
+        neighbors: the most neighbours returned.
 
     Returns:
         (word, similarity) pairs, nearest first.
@@ -604,7 +604,7 @@ def static_neighbors(model: Elmo, word: str, vocabulary: Sequence[str], top_k: i
     others = [other for other in dict.fromkeys(vocabulary) if other != word]
     vectors = F.normalize(model.token_vectors([word, *others]), dim=-1)
     similarity = vectors[1:] @ vectors[0]
-    order = similarity.argsort(descending=True)[:top_k].tolist()
+    order = similarity.argsort(descending=True)[:neighbors].tolist()
     return [(others[i], similarity[i].item()) for i in order]
 
 
