@@ -14,7 +14,7 @@ from plm.data.corpus import read_text
 from plm.data.encoded import encode_texts, token_dtype
 from plm.data.sources import iter_documents
 from plm.decoding.generation import decode_steps, generate, row_generator
-from plm.decoding.generation_config import GenerationConfig, StopStrings, configured
+from plm.decoding.generation_config import GenerationConfig, StopStrings, configured, stop_prefix
 from plm.errors import PLMError
 from plm.models import CausalLM, Encoder
 from plm.models.pretraining_heads import sentence_embeddings
@@ -168,9 +168,8 @@ def streamed(model: CausalLM, tokenizer: Tokenizer, ids: torch.Tensor, config: G
         if settled == len(text):
             if text.endswith("\ufffd") and not bool(step.finished[0]):
                 settled -= 1
-            for string in stop.strings if stop is not None else ():  # an end a later token may make a stop string
-                begun = max((k for k in range(1, len(string)) if text.endswith(string[:k])), default=0)
-                settled = min(settled, len(text) - begun)
+            if stop is not None:  # an end a later token may make a stop string
+                settled = min(settled, len(text) - stop_prefix(text, stop.strings))
         if settled > handed:
             stream(text[handed:settled])
             handed = settled

@@ -259,5 +259,34 @@ class StopStrings:
         Returns:
             The text before the first stop string in it (all of it when there is none).
         """
-        positions = [text.find(s) for s in self.strings if s in text]
-        return text[: min(positions)] if positions else text
+        return until_stop(text, self.strings)[0]
+
+
+def until_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string, and whether it has one.
+
+    Args:
+        text: a decoded continuation.
+        stops: the stop strings.
+
+    Returns:
+        The text before the first stop string (all of it without one), and whether there was one.
+    """
+    found = [text.find(stop) for stop in stops if stop in text]
+    return (text[: min(found)], True) if found else (text, False)
+
+
+def stop_prefix(text: str, stops: Sequence[str]) -> int:
+    """How many of the last characters of ``text`` may begin a stop string that the next tokens would complete.
+
+    A streamed continuation holds them back until the next tokens tell, so that no stop string is ever handed over.
+
+    Args:
+        text: a continuation so far, without a stop string.
+        stops: the stop strings.
+
+    Returns:
+        The length of the longest end of ``text`` that begins a stop string (0: none does).
+    """
+    return max((length for stop in stops for length in range(1, len(stop)) if text.endswith(stop[:length])),
+               default=0)

@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from plm.apps.text_pipelines import encode_prompts
+from plm.decoding.generation_config import stop_prefix, until_stop
 from plm.serve.batching import GenerationJob
 from plm.serve.requests import (
     RequestError,
@@ -472,34 +473,6 @@ def echo_text(choice: Choice) -> str:
         Its echoed tokens' pieces, joined.
     """
     return "".join(token["text"] for token in choice.echoed)
-
-
-def until_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to its first stop string, and whether it has one.
-
-    Args:
-        text: a choice's text.
-        stops: the stop strings.
-
-    Returns:
-        The text before the first stop string (all of it without one), and whether there was one.
-    """
-    found = [text.find(stop) for stop in stops if stop in text]
-    return (text[: min(found)], True) if found else (text, False)
-
-
-def stop_prefix(text: str, stops: Sequence[str]) -> int:
-    """How many of the last characters of ``text`` may begin a stop string that the next tokens would complete.
-
-    Args:
-        text: a choice's text so far, without a stop string.
-        stops: the stop strings.
-
-    Returns:
-        The length of the longest end of ``text`` that begins a stop string (0: none does).
-    """
-    return max((length for stop in stops for length in range(1, len(stop)) if text.endswith(stop[:length])),
-               default=0)
 
 
 def finish_reason(job: GenerationJob, tokens: list[dict[str, Any]], stopped: bool) -> str:
