@@ -16,6 +16,7 @@ import torch
 import plm.hf
 from plm.errors import PLMError
 from plm.models import PRESETS, DebertaConfig, from_config, from_preset, with_heads
+from plm.models.deberta import log_buckets
 from tests.hf.random_weights import randomized
 
 transformers = pytest.importorskip("transformers")
@@ -326,3 +327,16 @@ def test_1_5b_features_without_key_bias_are_refused(field, value, tmp_path):
     with pytest.raises(PLMError, match=f"{field} but no key_bias"):
         plm.hf.save_hf(plm_model(**{field: value}), tmp_path)
     assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize("buckets, max_distance", [(256, 512), (8, 32), (16, 100)])
+def test_log_buckets_are_the_released_codes(buckets, max_distance):
+    """Every distance lands in the bucket of transformers' make_log_bucket_position (the released 1.5B model's).
+
+    Guards the log scale's end: log((k - 1) / m), not log(k / m), which moves some far distances one bucket.
+    """
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    distance = torch.arange(-3 * max_distance, 3 * max_distance + 1)[:, None]  # (T, 1), T, S as the model's
+    expected = make_log_bucket_position(distance, buckets, max_distance).long()
+    assert torch.equal(log_buckets(distance, buckets, max_distance), expected)

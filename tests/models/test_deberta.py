@@ -337,3 +337,21 @@ def test_a_model_saved_before_the_1_5b_fields_still_loads(tmp_path):
 def test_invalid_1_5b_options_are_refused(changes, message):
     with pytest.raises(PLMError, match=message):
         dataclasses.replace(TINY, **changes)
+
+
+def test_enhanced_mask_decoder_is_two_passes_of_the_last_block_with_keys_and_values_from_h():
+    """The paper's EMD written out: I = H + P_abs; I <- block(queries I, keys and values H), n = 2 times; the MLM head.
+
+    Guards against one pass instead of two, and against keys and values taken from I rather than from H.
+    """
+    model = randomized(from_config(with_heads(TINY, "mlm")))
+    input_ids = torch.randint(0, 101, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(input_ids)
+        H = out.last_hidden_state
+        last_block, P = model.layers()[-1], model.relative_embeddings.weight
+        I = H + model.mask_decoder.positions.weight[:9]  # noqa: E741  # the paper's name
+        for _ in range(2):
+            I = last_block(I, None, context=H, relative_embeddings=P)  # noqa: E741
+        expected = model.mlm_head(I, model.embeddings.word.weight)
+    torch.testing.assert_close(out.logits, expected)
