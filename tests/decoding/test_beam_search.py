@@ -370,3 +370,33 @@ def test_generate_refuses_a_beam_search_it_cannot_run(options, message):
 def test_beam_search_cannot_be_streamed_step_by_step():
     with pytest.raises(PLMError, match="beam search .* has no steps to stream"):
         decode_steps(PrefixLM(vocab=3, seed=0), torch.tensor([[1]]), GenerationConfig(num_beams=2))
+
+
+class DesignedLM(PrefixLM):
+    """Next-token probabilities set by hand for a few prefixes (prompt [4]); the others uniform. Token 0 is EOS."""
+
+    PROBABILITIES = {
+        (4,): [0.16, 0.12, 0.5, 0.11, 0.11],  # EOS is second: it ends a hypothesis at once
+        (4, 2): [0.45, 1e-9, 1e-9, 0.55, 1e-9],  # "2 EOS" ends a second one
+        (4, 2, 3): [1.0, 1e-9, 1e-9, 1e-9, 1e-9],  # "2 3" then ends as the best of all
+    }
+
+    def __init__(self) -> None:
+        super().__init__(vocab=5, seed=0)
+
+    def table(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        return torch.tensor(self.PROBABILITIES.get(prefix, [0.2] * 5)).log()
+
+
+def test_a_negative_length_penalty_searches_on_while_a_live_beam_can_still_win():
+    # alpha = -1: lp(L) = 6 / (5 + L). After the second step the finished hypotheses are EOS (log 0.16 = -1.83)
+    # and "2 EOS" (log 0.225 * 7/6 = -1.74); the live beam "2 3" (log 0.275 = -1.29) still ends at best as
+    # -1.29 * 8/6 = -1.72 (its next length, 3), which beats both: the search must not stop there.
+    # (A bound that took its penalty at length 4, -1.29 * 9/6 = -1.94, would stop and return "2 EOS".)
+    model = DesignedLM()
+    out = beam_search(model, torch.tensor([[4]]), num_beams=2, length_penalty=-1.0, max_new_tokens=4,
+                      eos_token_id=0, pad_token_id=0, early_stopping=False)
+    score, tokens = brute_force_best(model, [4], eos=0, limit=4, alpha=-1.0)
+    assert tokens == [2, 3, 0]
+    assert out.sequences[0, 1:].tolist() == tokens
+    assert out.scores[0].item() == pytest.approx(score, abs=1e-5)

@@ -358,3 +358,14 @@ def test_greedy_takes_the_first_of_tied_tokens_as_argmax_does(dtype: torch.dtype
     logits = logits.to(dtype)
     chosen = next_tokens(logits, torch.zeros(3, 1, dtype=torch.long), GenerationConfig(), None)
     assert chosen.tolist() == [1, 0, 1] == logits.argmax(-1).tolist()
+
+
+def test_top_p_drops_the_token_after_a_set_that_reaches_p_exactly():
+    """Four equally likely tokens (softmax 0.25 each, exactly): the smallest set whose mass reaches p.
+
+    Guards the boundary: two tokens reach p = 0.5 exactly, so a third is one too many (mass >= p, not > p).
+    """
+    logits = torch.zeros(1, 4)
+    for top_p, count in ((0.25, 1), (0.3, 2), (0.5, 2), (0.75, 3), (0.76, 4)):
+        kept = torch.isfinite(filter_top_k_top_p(logits, top_k=0, top_p=top_p))
+        assert int(kept.sum()) == count, top_p
