@@ -366,3 +366,28 @@ def test_gpt2_scales_the_init_of_residual_projections():
 def test_unknown_preset_raises():
     with pytest.raises(PLMError, match="unknown preset 'gpt5'"):
         from_preset("gpt5")
+
+
+def test_a_static_cache_step_ignores_whatever_its_unwritten_slots_held():
+    """A static cache gives attention all its slots, masking the unwritten ones; their memory may hold NaN.
+
+    The oracle is softmax(q K^T / sqrt(d_k)) V over the written slots alone, written out. Guards against
+    make_static leaving the unwritten memory as it was: a masked key's weight 0 times NaN is NaN.
+    """
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2, dropout=0.0).eval()
+    x = torch.randn(1, 4, 8)
+    nan = torch.full((1, 2, 6, 4), float("nan"))
+    cache = KVCache(nan.clone(), nan.clone())
+    with torch.no_grad():
+        attention(x[:, :3], is_causal=True, cache=cache)  # three tokens written, slots 3..5 hold NaN
+        cache.make_static(torch.tensor([3]))
+        mask = torch.tensor([True, True, True, True, False, False])[None, None, None, :]  # (1, 1, 1, 6)
+        got = attention(x[:, 3:], mask, cache=cache)
+        w_q, w_k, w_v = attention.in_proj.weight.split(8)
+        b_q, b_k, b_v = attention.in_proj.bias.split(8)
+        heads = lambda t: t.view(t.shape[0], 2, 4).transpose(0, 1)  # noqa: E731  # (T, 8) -> (2, T, 4)
+        q, k, v = heads(x[0, 3:] @ w_q.T + b_q), heads(x[0] @ w_k.T + b_k), heads(x[0] @ w_v.T + b_v)
+        out = ((q @ k.transpose(1, 2)) / 2.0).softmax(-1) @ v  # (2, 1, 4); sqrt(d_k) = 2
+        expected = attention.out_proj(out.transpose(0, 1).reshape(1, 8))
+    torch.testing.assert_close(got[0], expected)
