@@ -231,3 +231,31 @@ def test_embeddings_start_as_the_config_says_and_older_saves_still_load(tmp_path
     loaded = plm.load(tmp_path)
     assert loaded.config.embedding_init == "uniform"
     assert torch.equal(loaded.target_embedding.weight, normal.target_embedding.weight)
+
+
+def test_bahdanau_attends_with_the_top_layers_previous_state_before_each_step() -> None:
+    """A hand-written loop on torch.nn's GRU cell: e_tj = v^T tanh(W s_{t-1} + U h_j), s_{t-1} the top layer's
+    state; c_t is read beside E y_{t-1}; logits W_s maxout(W_o [s_t; E y_{t-1}; c_t]).
+
+    Guards against the score reading another layer's state (with two layers), or the new state s_t."""
+    model, (source, mask, _) = tiny("bahdanau-gru"), padded_batch()
+    attention, gru, layers = model.attention, model.decoder, model.config.layers
+    state = model.encode(source, mask)
+    memory = state.memory  # (B, S, H): the encoder states h_j
+    h = list(state.hidden[0])  # per layer (B, H)
+    expected = []
+    for t in range(TARGET.shape[1]):
+        hidden = torch.tanh((h[-1] @ attention.query_proj.weight.T)[:, None] + attention.key_proj(memory))
+        scores = (hidden @ attention.v.weight.T)[..., 0].masked_fill(mask == 0, float("-inf"))  # (B, S)
+        context = torch.einsum("bs,bsh->bh", scores.softmax(-1), memory)
+        previous = model.target_embedding(TARGET[:, t])
+        x = torch.cat([previous, context], -1)
+        for layer in range(layers):
+            cell = torch.nn.GRUCell(x.shape[-1], model.config.hidden_dim)
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(cell, name).data = getattr(gru, f"{name}_l{layer}").data
+            h[layer] = x = cell(x, h[layer])
+        units = torch.cat([x, previous, context], -1) @ model.deep_output.weight.T + model.deep_output.bias
+        readout = torch.maximum(units[:, 0::2], units[:, 1::2])
+        expected.append(readout @ model.output.weight.T + model.output.bias)
+    torch.testing.assert_close(model(source, TARGET, mask).logits, torch.stack(expected, 1), rtol=1e-5, atol=1e-5)
