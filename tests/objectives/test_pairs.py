@@ -4,6 +4,7 @@ Both ways through the documents are checked: in order (validation, BERT's script
 """
 
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -201,3 +202,42 @@ def test_unusable_input_is_refused_with_a_reason(tokenizer):
         pair_examples(DOCUMENTS, Tokenizer.train_bpe(["some text"] * 5, vocab_size=260), "none")
     with pytest.raises(PLMError, match="no none example"):
         pair_examples([Document("empty", "\n\n")], tokenizer, "none")
+
+
+def test_nsp_labels_are_those_of_hugging_faces_bert_for_pretraining(nsp):
+    """``next_sentence_label`` as transformers documents it (written out here, not imported from plm): 0 when B
+    is a continuation of A, 1 when B is a random sequence. The other convention answers the opposite once exported.
+    """
+    assert all(e.label == (0 if e.b.document == e.a.document else 1) for e in nsp)
+
+
+def test_sop_labels_are_those_of_hugging_faces_albert_for_pretraining(sop):
+    """``sentence_order_label`` as transformers documents it: 0 for the original order (A, then B), 1 for switched."""
+    assert all(e.label == (0 if e.a.stop <= e.b.start else 1) for e in sop)
+
+
+def test_nsp_puts_back_the_segments_a_random_b_left_unused(tokenizer):
+    """BERT's create_pretraining_data.py: when B is random, the chunk's unused segments start the next chunk.
+
+    With room for any whole document and no short targets nothing is truncated, so every token of every
+    document is read exactly once, in A or in an IsNext B; dropping the unused segments loses about a quarter.
+    """
+    examples = in_order(DOCUMENTS[:300], tokenizer, "nsp", max_length=512, short_seq_prob=0.0)
+    split = examples.pairs.split
+    assert max(len(split.document_tokens(d)) for d in range(len(split))) < 512 - 3
+    read = Counter()
+    for example in examples:
+        for span in (example.a, example.b):
+            if span.document == example.a.document:
+                read.update((span.document, t) for t in range(span.start, span.stop))
+    every = Counter((d, t) for d in range(len(split)) for t in range(len(split.document_tokens(d))))
+    assert read == every
+
+
+def test_the_random_b_of_nsp_comes_from_every_other_document_alike(nsp):
+    """BERT draws the random document uniformly: the NotNext B documents fall evenly into ten bins."""
+    others = [e.b.document for e in nsp if e.label == NOT_NEXT]
+    bins = Counter(10 * document // len(DOCUMENTS) for document in others)
+    expected = len(others) / 10
+    chi_square = sum((bins[k] - expected) ** 2 / expected for k in range(10))
+    assert chi_square < 27.88  # the 0.999 quantile of chi-square with 9 degrees of freedom
