@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import re
+import string
+
 import numpy as np
 import pytest
 
@@ -89,3 +93,36 @@ def test_squad_scores_take_the_best_gold_answer_and_count_missing_predictions_as
     # q1: EM 1 ("the Broncos" -> "broncos"); q2: F1 2*(1/3)*(1/2)/(5/6) = 0.4; q3: empty = no answer -> 1
     assert scores["exact_match"] == pytest.approx(2 / 4)  # fractions, as every rate plm writes
     assert scores["f1"] == pytest.approx((1 + 0.4 + 1 + 0) / 4)
+
+
+def official_f1(prediction: str, gold: str) -> float:
+    """f1_score of the official SQuAD v1.1 evaluate script, written out again (its normalisation, its
+    multiset of common tokens) so that plm's normalize_answer and token_f1 are checked against it."""
+    def normalize(s: str) -> str:
+        s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
+
+    prediction_tokens, gold_tokens = normalize(prediction).split(), normalize(gold).split()
+    common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(prediction_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def test_token_f1_counts_repeated_tokens_as_the_official_script_does():
+    """Common tokens are a multiset: "new york new york" shares 4 tokens with "New York, New York City", not 2."""
+    assert token_f1("new york new york", "New York, New York City") == pytest.approx(2 * 1 * 0.8 / 1.8)
+    pairs = [("the cat the cat sat", "a cat sat sat on the cat"), ("1 2 2 3 3 3", "3 3 2 1 1"),
+             ("Denver Broncos Broncos", "the Denver Broncos")]
+    for prediction, gold in pairs:
+        assert token_f1(prediction, gold) == pytest.approx(official_f1(prediction, gold))
+
+
+def test_gold_answers_that_normalise_to_nothing_are_dropped_as_the_v2_script_does():
+    """SQuAD v2.0's evaluate script keeps only the gold answers with text once normalised (and "" when none is
+    left): a gold answer "The" is no answer, so a prediction of nothing does not match it."""
+    gold = {"q1": ["The", "Denver Broncos"], "q2": ["a", "."]}
+    scores = squad_scores({"q1": "", "q2": ""}, gold)
+    assert scores == {"exact_match": pytest.approx(0.5), "f1": pytest.approx(0.5)}  # q1 wrong, q2 (no answer) right

@@ -172,3 +172,43 @@ def test_qa_windows_default_to_berts_384_tokens_128_apart(tokenizer):
     assert (setup.data.max_length, setup.data.stride) == (None, 128)  # None: the task's own length
     windows = qa.encode(long_example())  # 300 words: one window of 384 tokens (128-token windows would take 3)
     assert len(windows) == 1 and 300 < len(windows[0]["input_ids"]) <= 384
+
+
+def test_a_span_seen_by_several_windows_keeps_its_best_score_as_brute_force_gives_it(tokenizer):
+    """Windows 20 tokens apart overlap: a span read by several of them is one candidate, at its best score.
+
+    The oracle loops over every window and every (start, end) pair of context tokens, maps each to its
+    characters, and keeps the highest score per character span; the null score is the smallest of the windows'.
+    """
+    example = long_example()
+    windows = encode_windows(tokenizer, example, max_length=64, stride=20)
+    assert len(windows) > 3
+    generator = torch.Generator().manual_seed(0)
+    # A score per context token, the same in each window that reads it, plus each window's own noise: the top
+    # spans are read by several windows, at different scores.
+    token_start, token_end = (torch.randn(len(example.context), generator=generator) for _ in range(2))
+
+    def logits(window: dict, per_token: torch.Tensor) -> torch.Tensor:
+        shared = torch.tensor([0.0 if o is None else float(per_token[o[0]]) for o in window["offsets"]])
+        return shared + 0.3 * torch.randn(len(shared), generator=generator)
+
+    starts = [logits(w, token_start) for w in windows]
+    ends = [logits(w, token_end) for w in windows]
+    best: dict[tuple[int, int], float] = {}
+    seen_twice = set()
+    for window, start, end in zip(windows, starts, ends):
+        context = [k for k, offset in enumerate(window["offsets"]) if offset is not None]
+        for i in context:
+            for j in context:
+                if i <= j < i + 30:
+                    chars = (window["offsets"][i][0], window["offsets"][j][1])
+                    score = float(start[i]) + float(end[j])
+                    if chars in best:
+                        seen_twice.add(chars)
+                    best[chars] = max(score, best.get(chars, float("-inf")))
+    ranked = sorted(best.items(), key=lambda item: -item[1])[:20]
+    assert seen_twice & {chars for chars, _ in ranked}  # the test means something: the top spans overlap windows
+    prediction = predict_answer(example.context, windows, starts, ends)
+    assert [text for text, _ in prediction.n_best] == [example.context[a:b] for (a, b), _ in ranked]
+    assert [score for _, score in prediction.n_best] == pytest.approx([score for _, score in ranked])
+    assert prediction.null_score == pytest.approx(min(float(s[0] + e[0]) for s, e in zip(starts, ends)))
