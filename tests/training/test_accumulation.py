@@ -8,6 +8,7 @@ wrongly scaled gradient, since AdamW's update barely depends on the gradient's s
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -187,3 +188,53 @@ def test_two_processes_give_the_gradient_of_one_big_batch(mlm_run: Path) -> None
     expected = mlm_nsp_big_batch_gradients(load_model(mlm_run / "initial"), batches)
     for rank in range(2):
         assert_same_gradients(torch.load(mlm_run / f"gradients-{rank}.pt"), expected)
+
+
+def test_clipping_acts_on_the_gradient_of_the_whole_step(tmp_path: Path) -> None:
+    """Clip after accumulation: the step's gradient is the big batch's, scaled as torch's clip_grad_norm_ does
+    (by clip / (norm + 1e-6) when the norm is above clip). Clipping each micro-batch's part, or the sum so far,
+    turns its direction."""
+    ids = np.random.default_rng(1).integers(0, 512, size=2000).astype(np.int64)
+    objective = CausalLMObjective(ids, ids[:100], block_size=16, batch_size=2)
+    torch.manual_seed(0)
+    model = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
+    oracle = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
+    oracle.load_state_dict(model.state_dict())
+    micro_batches, clip = 4, 0.05
+    config = TrainingConfig(**{**ONE_STEP, "clip": clip}, grad_accum=micro_batches)
+    actual = captured_gradients(Trainer(model, objective, config, tmp_path))
+
+    tokens = torch.cat([objective.batch(0, index)["tokens"] for index in range(micro_batches)])
+    logits = oracle.train()(tokens[:, :-1]).logits
+    whole = gradients_of(oracle, F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+    norm = torch.sqrt(sum(g.double().pow(2).sum() for g in whole.values())).item()
+    assert norm > 10 * clip  # clipping acts
+    assert_same_gradients(actual, {name: g * (clip / (norm + 1e-6)) for name, g in whole.items()})
+
+
+def test_the_logged_losses_of_an_accumulated_step_are_the_big_batchs_means(mlm_run: Path) -> None:
+    """What a run logs for a step of 3 micro-batches: each term's mean over all of the step's targets.
+
+    Weights far from their initialisation make the micro-batches' mean losses differ, so that the mean of
+    the micro-batches' means (or their sum) is far from the big batch's."""
+    torch.manual_seed(1)
+    model = load_model(mlm_run / "initial")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(std=0.3)
+    config = TrainingConfig(**ONE_STEP, grad_accum=3)
+    trainer = Trainer(copy.deepcopy(model), mlm_objective(mlm_run), config, mlm_run / "logged")
+    batches = [trainer.objective.batch(0, index) for index in range(3)]
+    big = one_big_batch(batches)
+    model.train()
+    with torch.no_grad():
+        output = model(big["input_ids"], attention_mask=big["attention_mask"], token_type_ids=big["token_type_ids"])
+    masked = big["labels"] != IGNORE_INDEX
+    mlm = F.cross_entropy(output.logits[masked], big["labels"][masked]).item()
+    nsp = F.cross_entropy(output.pair_logits, big["pair_labels"]).item()
+
+    losses, _ = trainer.optimizer_step(trainer.wrap(trainer.model))
+
+    assert losses["loss_mlm"] == pytest.approx(mlm, rel=1e-5)
+    assert losses["loss_nsp"] == pytest.approx(nsp, rel=1e-5)
+    assert losses["loss"] == pytest.approx(mlm + nsp, rel=1e-5)
