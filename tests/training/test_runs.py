@@ -416,3 +416,37 @@ def test_a_signal_in_the_last_step_of_a_sweeps_run_starts_no_other_run(tmp_path:
         Trainer.log = log
     assert code == 143 and "stopped by SIGTERM at step 8" in err
     assert not (tmp_path / "run" / "runs" / "lr0.003-seed0").exists()
+
+
+def test_an_extended_run_stopped_again_resumes_on_the_same_schedule_with_the_warmup_it_started_with(
+        tmp_path: Path, text_file: Path) -> None:
+    """A run of 20 steps warms up over 2 (the recipe's 100 cut to a tenth), is stopped at step 4, extended to 30
+    steps, stopped at step 8 and resumed again (to step 10): its learning rates are those of the schedule written
+    out here.
+
+    A resume that took a new default warmup (3 for 30 steps) would restart the decay elsewhere; one that lost where
+    the extended decay started (not saved with the checkpoint) would jump back to the peak at step 8.
+    """
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=16,
+                          batch_size=2)
+    peak, floor = 1e-3, 1e-4
+    options = dict(lr=peak, min_lr=floor, schedule="cosine", log_every=1, eval_every=100, progress=False,
+                   device="cpu")
+    trainer, _ = prepare(setup, TrainingConfig(steps=20, **options), tmp_path / "run")
+    assert trainer.config.warmup == 2
+    with signalled_at_step(4), pytest.raises(RunStopped):
+        trainer.train()
+    trainer, _ = prepare(setup, TrainingConfig(steps=30, **options), tmp_path / "run", resume=True)
+    with signalled_at_step(8), pytest.raises(RunStopped):
+        trainer.train(resume=True)
+    trainer, _ = prepare(setup, TrainingConfig(steps=30, **options), tmp_path / "run", resume=True)
+    with signalled_at_step(10), pytest.raises(RunStopped):
+        trainer.train(resume=True)
+
+    warmup = 2
+    planned = [peak * (i + 1) / warmup if i < warmup else cosine(peak, floor, i - warmup, 20 - 1 - warmup)
+               for i in range(4)]
+    reached = cosine(peak, floor, 4 - warmup, 20 - 1 - warmup)  # step 5 of the 20-step layout
+    extended = [cosine(reached, floor, i - 4, 30 - 1 - 4) for i in range(4, 10)]
+    assert logged(tmp_path / "run", "step") == list(range(1, 11))
+    assert logged(tmp_path / "run", "lr") == pytest.approx(planned + extended, rel=1e-12)
