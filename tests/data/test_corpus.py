@@ -144,3 +144,21 @@ def test_atomic_files_and_checkpoints_get_the_modes_plain_open_and_mkdir_give(tm
     assert mode(tmp_path / "atomic.txt") == mode(tmp_path / "plain.txt") == 0o640
     assert mode(tmp_path / "run" / "best") == mode(tmp_path / "plain-dir") == 0o750
     assert mode(tmp_path / "run" / "best" / "model.safetensors") == 0o640
+
+
+def test_the_held_out_documents_are_those_of_smallest_crc32_in_any_order(tmp_path):
+    """Whole documents are held out by a hash of their text, not by their place: the first 10% of a file is often
+    one topic, and reordering the files must not move documents between train and validation."""
+    import random
+    import zlib
+
+    paragraphs = [f"Paragraph {i} says {'something ' * (i % 7)}here." for i in range(100)]
+    smallest = sorted(paragraphs, key=lambda text: zlib.crc32(text.encode()))[:10]
+    shuffled = paragraphs[:]
+    random.Random(0).shuffle(shuffled)
+    for order in (paragraphs, shuffled):
+        path = tmp_path / "many.txt"
+        path.write_text("\n\n".join(order))
+        corpus = read_corpus([path], validation_fraction=0.1)
+        assert sorted(doc.text for doc in corpus.validation) == sorted(smallest)
+        assert not {doc.text for doc in corpus.validation} & {doc.text for doc in corpus.train}

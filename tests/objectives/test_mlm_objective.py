@@ -167,3 +167,23 @@ def test_validation_reports_each_head_s_accuracy(tokenizer, pair_task):
     assert 0 < right_words < words
     expected = {"accuracy_mlm": right_words / words} | ({f"accuracy_{pair_task}": right_pairs / pairs} if pairs else {})
     assert metrics == pytest.approx(expected)
+
+
+def test_validation_masks_80_10_10_whatever_the_training_ratios(tokenizer):
+    """Runs with other ratios (BERT Appendix C.2) are scored on the same corruption: BERT's 80/10/10."""
+    mlm = MaskedLMObjective(TRAIN, TRAIN, tokenizer, max_length=48, batch_size=8, mask_ratios=(1.0, 0.0, 0.0),
+                            validation_batches_max=None)  # the training text as validation too: more targets
+    train = mlm.batch(step=0, index=0)
+    assert (train["input_ids"][train["labels"] != IGNORE_INDEX] == tokenizer.mask_id).all()
+    shown, originals = [], []
+    for batch in mlm.validation_batches():
+        targets = batch["labels"] != IGNORE_INDEX
+        shown.append(batch["input_ids"][targets])
+        originals.append(batch["labels"][targets])
+    shown, originals = torch.cat(shown), torch.cat(originals)
+    n = len(shown)
+    assert n > 600
+    to_mask = (shown == tokenizer.mask_id).float().mean().item()
+    kept = (shown == originals).float().mean().item()
+    for share, expected in ((to_mask, 0.8), (kept, 0.1), (1 - to_mask - kept, 0.1)):
+        assert share == pytest.approx(expected, abs=5 * (expected * (1 - expected) / n) ** 0.5)  # 5 binomial sd

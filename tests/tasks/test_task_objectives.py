@@ -269,3 +269,22 @@ def test_an_evaluation_runs_the_dev_set_once_for_both_the_loss_and_the_metrics(t
     losses = [F.cross_entropy(model(**{k: batch[k] for k in inputs}).logits, batch["labels"], reduction="sum").item()
               for batch in objective.validation_batches()]
     assert metrics["val_loss_task"] == pytest.approx(sum(losses) / len(dev))
+
+
+def test_each_epoch_reads_the_examples_in_a_new_order(tokenizer):
+    """Every epoch is shuffled afresh (as BERT's fine-tuning input_fn and Hugging Face's Trainer do): the same
+    order every epoch would show the model the same batches, in the same sequence, each time."""
+    train = sentences(37)
+    task = build_task("classify", tokenizer, bert(tokenizer), labels=["bad", "good"])
+    objective = TaskObjective(task, train, train[:4], batch_size=8)
+
+    def epoch(number: int) -> list[tuple[int, ...]]:
+        rows = []
+        for step in range(number * 5, number * 5 + 5):
+            batch = objective.batch(step, 0)
+            rows += [tuple(r[m == 1].tolist()) for r, m in zip(batch["input_ids"], batch["attention_mask"])]
+        return rows
+
+    first, second = epoch(0), epoch(1)
+    assert Counter(first) == Counter(second) == Counter(tuple(tokenizer.encode_pair(e.text).ids) for e in train)
+    assert first != second
