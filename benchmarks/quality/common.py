@@ -193,9 +193,9 @@ def group_main(group: str, description: str, rows: Sequence[str], run: Callable[
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only: not on embeddings (nor the LM head tied to them), biases or norms."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    matrices = {id(p) for name, p in model.named_parameters() if p.dim() >= 2 and id(p) not in embeddings}
+    """Weight decay on every weight but biases and LayerNorm gains, embeddings included (GPT-1's "all non bias or
+    gain weights"; BERT's optimizer excludes "LayerNorm" and "bias"): the tensors of two or more dimensions."""
+    matrices = {id(p) for p in model.parameters() if p.dim() >= 2}
     parameters = [p for p in model.parameters() if p.requires_grad]
     return [{"params": [p for p in parameters if id(p) in matrices], "weight_decay": weight_decay},
             {"params": [p for p in parameters if id(p) not in matrices], "weight_decay": 0.0}]

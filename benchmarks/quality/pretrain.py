@@ -35,7 +35,7 @@ random stream of its own, so plm's run is the one it would be alone.
   characters to help there).
 
 Each reference is a plain PyTorch loop: ``torch.optim.AdamW`` (LAMB for ALBERT) with the recipe's lr,
-betas, eps and weight decay (on weight matrices only, not embeddings, biases or norms,
+betas, eps and weight decay (on every weight but biases and LayerNorm gains, embeddings included,
 as plm's recipe does), the recipe's learning rate at every step (from
 ``plm.training.optim.learning_rate``), gradients clipped at the Trainer's norm. Seconds
 per step time the whole step (drawing the batch, forward, backward, update), not the

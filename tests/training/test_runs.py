@@ -450,3 +450,23 @@ def test_an_extended_run_stopped_again_resumes_on_the_same_schedule_with_the_war
     extended = [cosine(reached, floor, i - 4, 30 - 1 - 4) for i in range(4, 10)]
     assert logged(tmp_path / "run", "step") == list(range(1, 11))
     assert logged(tmp_path / "run", "lr") == pytest.approx(planned + extended, rel=1e-12)
+
+
+def test_a_run_saved_before_embeddings_decayed_resumes_without_decaying_them(tmp_path: Path, text_file: Path) -> None:
+    """plm once left embeddings undecayed; its runs' saved optimizer groups say so, and a resume keeps them as saved."""
+    setup = PretrainSetup(model="gpt2-micro", train_files=(str(text_file),), vocab_size=300, block_size=16,
+                          batch_size=2)
+    options = dict(warmup=1, progress=False, device="cpu", weight_decay=0.01)
+    trainer, _ = prepare(setup, TrainingConfig(steps=2, **options), tmp_path / "run")
+    trainer.train()
+    [embeddings] = [index for index, group in enumerate(trainer.optimizer.param_groups)
+                    if any(p is trainer.model.token_embedding.weight for p in group["params"])]
+    assert trainer.optimizer.param_groups[embeddings]["weight_decay"] == 0.01
+    state_file = tmp_path / "run" / "checkpoint" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["optimizer"]["param_groups"][embeddings]["weight_decay"] = 0.0  # as an older plm saved it
+    state_file.write_text(json.dumps(state))
+    trainer, _ = prepare(setup, TrainingConfig(steps=4, **options), tmp_path / "run", resume=True)
+    trainer.train(resume=True)
+    decays = [group["weight_decay"] for group in trainer.optimizer.param_groups]
+    assert decays[embeddings] == 0.0 and decays[0] == 0.01

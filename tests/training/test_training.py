@@ -61,24 +61,24 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path: Path) -> None:
         pretrain(PretrainSetup(model="gpt2-micro"), TrainingConfig(**TINY), tmp_path / "empty", resume=True)
 
 
-def test_weight_decay_on_weight_matrices_only_and_no_trust_ratio_for_biases_and_norms() -> None:
-    model = plm.from_preset("gpt2-micro")
-    matrices, fused, embeddings, biases_and_norms = parameter_groups(model, 0.01)
+@pytest.mark.parametrize("preset", ["gpt2-micro", "bert-micro"])
+def test_weight_decay_on_every_weight_but_biases_and_gains_and_no_trust_ratio_for_them(preset: str) -> None:
+    """GPT-1: "w = 0.01 on all non bias or gain weights"; BERT's optimizer excludes "LayerNorm" and "bias" alone, so
+    the token, position and segment embeddings decay as the other weights do."""
+    model = plm.from_preset(preset)
     names = {id(p): n for n, p in model.named_parameters()}
-
-    def group(g):
-        return {names[id(p)] for p in g["params"]}
-
-    assert group(fused) == {f"blocks.{i}.attention.in_proj.weight" for i in range(len(model.blocks))}
-    two_dimensional = {n for n, p in model.named_parameters() if p.dim() == 2}
-    assert group(matrices) == two_dimensional - group(embeddings) - group(fused)
-    assert group(embeddings) == {"token_embedding.weight", "position_embedding.weight"}
-    assert {"blocks.0.attention.in_proj.bias", "blocks.0.attention_norm.weight"} <= group(biases_and_norms)
-    groups = (matrices, fused, embeddings, biases_and_norms)
-    assert [g["weight_decay"] for g in groups] == [0.01, 0.01, 0.0, 0.0]
-    assert [g["layer_adaptation"] for g in groups] == [True, True, True, False]
+    decay = {names[id(p)]: (g["weight_decay"], g["layer_adaptation"]) for g in parameter_groups(model, 0.01)
+             for p in g["params"]}
+    assert sorted(decay) == sorted(names.values())  # every parameter, once
+    norms = {f"{name}.{kind}" for name, module in model.named_modules() if isinstance(module, torch.nn.LayerNorm)
+             for kind in ("weight", "bias")}
+    for name, (weight_decay, layer_adaptation) in decay.items():
+        bias_or_gain = name.endswith("bias") or name in norms
+        assert (weight_decay, layer_adaptation) == ((0.0, False) if bias_or_gain else (0.01, True)), name
+    assert decay["token_embedding.weight" if preset.startswith("gpt") else "embeddings.word.weight"] == (0.01, True)
+    [fused] = [g for g in parameter_groups(model, 0.01) if "parts" in g]
+    assert {names[id(p)] for p in fused["params"]} == {name for name in names.values() if "in_proj.weight" in name}
     assert fused["parts"] == 3  # W_Q, W_K, W_V: a trust ratio each
-    assert len(set.union(*map(group, groups))) == len(list(model.parameters()))
 
 
 def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path, monkeypatch) -> None:

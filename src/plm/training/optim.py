@@ -15,13 +15,17 @@ from plm.training.lamb import Lamb
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight matrices, fused Q, K, V projections (both decayed), embeddings, biases and norms: a group each.
+    """Weight matrices, fused Q, K, V projections, embeddings (the three decayed), biases and norms: a group each.
 
     A group with no parameters is left out.
 
-    Weight decay applies to weight matrices only, as in GPT-1 ("all non bias or gain
-    weights") and BERT. A fused projection (a module whose ``fused_parts`` is 3) is a group of
-    its own, whose ``parts`` tell LAMB to take each of its blocks as a layer. The groups carry
+    Weight decay applies to every weight but biases and LayerNorm gains, as in GPT-1 ("all non
+    bias or gain weights") and BERT's and ALBERT's optimizers (which exclude "LayerNorm" and
+    "bias"): the token, position and segment embeddings decay too. They keep a group of their
+    own, as when plm did not decay them: a checkpoint's optimizer state restores each group's
+    ``weight_decay``, so a run saved then resumes as it started. A fused projection (a module
+    whose ``fused_parts`` is 3) is a group of its own, whose ``parts`` tell LAMB to take each of
+    its blocks as a layer. The groups carry
     ``layer_adaptation`` for LAMB: biases and LayerNorm parameters take plain Adam steps, as in
     the LAMB implementation ALBERT used. Their trust ratio ||w|| / ||r|| would otherwise pin a
     zero-initialised bias to growing by a factor of about (1 + lr) per step.
@@ -43,7 +47,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     groups = [
         {"params": matrices, "weight_decay": weight_decay, "layer_adaptation": True},
         {"params": fused, "weight_decay": weight_decay, "layer_adaptation": True, "parts": FUSED_PARTS},
-        {"params": embeddings, "weight_decay": 0.0, "layer_adaptation": True},
+        {"params": embeddings, "weight_decay": weight_decay, "layer_adaptation": True},
         {"params": biases_and_norms, "weight_decay": 0.0, "layer_adaptation": False},
     ]
     return [group for group in groups if group["params"]]

@@ -96,7 +96,8 @@ class TrainingConfig:
     schedule: str | None = knob(None, "the decay after warmup; inverse-sqrt is the Transformer's")
     betas: tuple[float, float] | None = knob(None, "Adam/LAMB moment decay rates")
     eps: float | None = knob(None, "Adam/LAMB epsilon")
-    weight_decay: float | None = knob(None, "decoupled decay of weight matrices (not biases, norms, embeddings)")
+    weight_decay: float | None = knob(None, "decoupled decay of every weight but biases and LayerNorm gains "
+                                      "(embeddings included, as in GPT-1 and BERT)")
     grad_accum: int = knob(1, "micro-batches per optimizer step")
     clip: float = knob(1.0, "gradient-norm clipping (0: off)")
     eval_every: int = knob(200, "steps between validation runs")
