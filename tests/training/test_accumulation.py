@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,22 +137,25 @@ def test_accumulated_mlm_nsp_gradient_equals_one_big_batch_with_unequal_masked_c
     assert_same_gradients(actual, mlm_nsp_big_batch_gradients(load_model(mlm_run / "initial"), batches))
 
 
-def test_accumulated_clm_gradient_equals_one_big_batch(tmp_path: Path) -> None:
-    ids = np.random.default_rng(0).integers(0, 512, size=2000).astype(np.int64)
+def clm_step_gradients(directory: Path, seed: int, **config: Any) -> tuple[dict, dict]:
+    """One step of 4 accumulated CLM micro-batches: the trainer's gradients, and an oracle's of the same tokens taken
+    as one big batch by plain autograd."""
+    ids = np.random.default_rng(seed).integers(0, 512, size=2000).astype(np.int64)
     objective = CausalLMObjective(ids, ids[:100], block_size=16, batch_size=2)
     torch.manual_seed(0)
     model = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
     oracle = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
     oracle.load_state_dict(model.state_dict())
     micro_batches = 4
-    trainer = Trainer(model, objective, TrainingConfig(**ONE_STEP, grad_accum=micro_batches), tmp_path)
-
+    trainer = Trainer(model, objective, TrainingConfig(**{**ONE_STEP, **config}, grad_accum=micro_batches), directory)
     actual = captured_gradients(trainer)
-
     tokens = torch.cat([objective.batch(0, index)["tokens"] for index in range(micro_batches)])  # (8, 17)
     logits = oracle.train()(tokens[:, :-1]).logits
-    expected = gradients_of(oracle, F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
-    assert_same_gradients(actual, expected)
+    return actual, gradients_of(oracle, F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+
+
+def test_accumulated_clm_gradient_equals_one_big_batch(tmp_path: Path) -> None:
+    assert_same_gradients(*clm_step_gradients(tmp_path, seed=0))
 
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: the worker imports tests.training.test_accumulation
@@ -194,19 +198,8 @@ def test_clipping_acts_on_the_gradient_of_the_whole_step(tmp_path: Path) -> None
     """Clip after accumulation: the step's gradient is the big batch's, scaled as torch's clip_grad_norm_ does
     (by clip / (norm + 1e-6) when the norm is above clip). Clipping each micro-batch's part, or the sum so far,
     turns its direction."""
-    ids = np.random.default_rng(1).integers(0, 512, size=2000).astype(np.int64)
-    objective = CausalLMObjective(ids, ids[:100], block_size=16, batch_size=2)
-    torch.manual_seed(0)
-    model = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
-    oracle = plm.from_preset("gpt2-micro", embedding_dropout=0.0, **NO_DROPOUT)
-    oracle.load_state_dict(model.state_dict())
-    micro_batches, clip = 4, 0.05
-    config = TrainingConfig(**{**ONE_STEP, "clip": clip}, grad_accum=micro_batches)
-    actual = captured_gradients(Trainer(model, objective, config, tmp_path))
-
-    tokens = torch.cat([objective.batch(0, index)["tokens"] for index in range(micro_batches)])
-    logits = oracle.train()(tokens[:, :-1]).logits
-    whole = gradients_of(oracle, F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+    clip = 0.05
+    actual, whole = clm_step_gradients(tmp_path, seed=1, clip=clip)
     norm = torch.sqrt(sum(g.double().pow(2).sum() for g in whole.values())).item()
     assert norm > 10 * clip  # clipping acts
     assert_same_gradients(actual, {name: g * (clip / (norm + 1e-6)) for name, g in whole.items()})
