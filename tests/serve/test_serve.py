@@ -727,3 +727,24 @@ def test_plm_serve_serves_until_ctrl_c_which_ends_it_cleanly(model_dirs: Path) -
         assert server.wait(30) == 0 and server.stderr.read() == ""
     finally:
         server.kill()
+
+
+def test_each_batched_requests_alternatives_are_its_own_rows(services: dict) -> None:
+    """Requests that ask for their step's most likely tokens share a batch: each gets those of its own prompt and
+    tokens, as the model run on that row alone ranks them. Guards against the alternatives of one row of the batch
+    (another request's) going to its neighbour."""
+    gpt = services["gpt"]
+    prompts = [gpt.tokenizer.encode(prompt) for prompt in ("The cat", "a dog likes the", "My friend builds")]
+    jobs = [batching_module.GenerationJob(gpt.model, gpt.tokenizer, ids, 4, GenerationConfig(), top_logprobs=3)
+            for ids in prompts]
+    together, sizes = decoded_together(jobs)
+    assert sizes == [3]
+    for ids, answer in zip(prompts, together):
+        assert isinstance(answer, dict)
+        generated = [token["id"] for token in answer["tokens"]]
+        with torch.no_grad():  # the oracle: this row alone, its prompt and the tokens it chose
+            logprobs = gpt.model(torch.tensor([ids + generated])).logits[0].float().log_softmax(-1)
+        for place, token in enumerate(answer["tokens"]):
+            values, indices = logprobs[len(ids) - 1 + place].topk(3)
+            assert [other["id"] for other in token["top_logprobs"]] == indices.tolist()
+            assert [other["logprob"] for other in token["top_logprobs"]] == pytest.approx(values.tolist(), abs=1e-4)
