@@ -264,3 +264,14 @@ def test_shipped_specs_are_valid_and_cpu_sized(spec):
         config = model_config(check_model_name(run.setup.model), run.setup.model_overrides)
         with torch.device("meta"):
             assert from_config(config).num_parameters() < 10_000_000, run.name
+
+
+def test_a_minutes_budget_defines_a_run_so_a_longer_one_trains_again(tmp_path, text_file):
+    """A run kept from a half-minute budget is not the result of a two-minute one: the time limit is part of what
+    defines a run, as the step budget is. Guards against leaving the minutes out of the definition, which would keep
+    the shorter run's numbers for the longer budget."""
+    short, long = (read_spec(write_spec(tmp_path, text_file, budget=f"minutes = {minutes}")) for minutes in (0.5, 2))
+    for before, after in zip(short.runs, long.runs):
+        assert run_definition(before)["training"]["minutes"] == 0.5
+        assert run_definition(after)["training"]["minutes"] == 2
+        assert run_definition(before) != run_definition(after)

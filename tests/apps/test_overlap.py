@@ -169,3 +169,22 @@ def test_an_out_of_range_flag_is_one_line_and_exit_code_2(
 def test_a_missing_training_file_is_a_plm_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     code = main(["overlap", "--train", str(tmp_path / "none.txt"), "--test", str(tmp_path / "none.txt")])
     assert code == 2 and "none.txt: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("threshold", "flagged"), [(0.5, 1), (0.5 + 1e-9, 0)])
+def test_a_document_with_exactly_the_threshold_share_in_training_is_flagged(
+    tmp_path: Path, threshold: float, flagged: int
+) -> None:
+    """"At least ``threshold`` of its 8-grams": a share equal to the threshold flags the document. Guards against
+    flagging only shares above it. The counts are a brute-force set of 8-gram tuples (the filter's rate, 1e-9, makes a
+    false positive all but impossible)."""
+    train = [f"s{i}" for i in range(11)]
+    test = train + [f"u{i}" for i in range(4)]  # 15 words, 8 8-grams, the first 4 of them in training
+    (tmp_path / "train.txt").write_text(" ".join(train) + "\n", encoding="utf-8")
+    (tmp_path / "test.txt").write_text(" ".join(test) + "\n", encoding="utf-8")
+    seen = {tuple(train[i : i + 8]) for i in range(len(train) - 7)}
+    grams = [tuple(test[i : i + 8]) for i in range(len(test) - 7)]
+    assert sum(gram in seen for gram in grams) / len(grams) == 0.5
+    bloom, _ = build_filter([tmp_path / "train.txt"], 1e-9)
+    report = measure_overlap(bloom, tmp_path / "test.txt", threshold=threshold)
+    assert (report.ngrams, report.found, report.flagged) == (len(grams), sum(gram in seen for gram in grams), flagged)
