@@ -334,3 +334,34 @@ def test_a_prepare_worker_imports_neither_pytorch_nor_the_command_that_started_i
         prepared_for_a_worker = spawn.get_preparation_data("worker")
     assert not {"init_main_from_name", "init_main_from_path"} & set(prepared_for_a_worker)
     assert (main.__spec__, getattr(main, "__file__", None)) == before
+
+
+def test_a_vocabulary_of_65537_tokens_needs_uint32_for_its_last_id(tmp_path):
+    """2**16 ids (0 to 65,535) fit uint16; one more, id 65,536, does not. Guards against an off-by-one that stores
+    a vocabulary of 65,537 as uint16, where its last id wraps or overflows: the ids read back are those written."""
+    size = 2**16 + 1
+    words = {f"w{i}": i for i in range(size)}
+    backend = tokenizers.Tokenizer(models.WordLevel(words, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    written = [65_536, 3, 65_535]
+    text = write(tmp_path / "ids.txt", " ".join(f"w{i}" for i in written))
+    corpus = prepare_corpus([text], Tokenizer(backend, {}), tmp_path / "data", [text], QUIET)
+    assert np.iinfo(corpus.train.tokens.dtype).max >= size - 1
+    assert corpus.train.document_tokens(0).tolist() == written
+
+
+def test_the_tokenizer_fingerprint_tells_apart_the_same_tokens_under_other_ids():
+    """A prepared corpus is reused only with the tokenizer that wrote its ids: the same tokens numbered otherwise
+    write other ids. Guards against a fingerprint of the token strings alone."""
+    from plm.data.prepared import tokenizer_fingerprint
+
+    def word_level(vocabulary: dict[str, int]) -> Tokenizer:
+        backend = tokenizers.Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
+        backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return Tokenizer(backend, {"unk": "[UNK]"})
+
+    first = word_level({"[UNK]": 0, "cat": 1, "dog": 2})
+    swapped = word_level({"[UNK]": 0, "cat": 2, "dog": 1})
+    assert first.encode("cat dog") != swapped.encode("cat dog")  # the premise: other ids for one text
+    assert tokenizer_fingerprint(first) != tokenizer_fingerprint(swapped)
+    assert tokenizer_fingerprint(first) == tokenizer_fingerprint(word_level({"dog": 2, "[UNK]": 0, "cat": 1}))

@@ -266,3 +266,30 @@ def test_a_large_file_streams_in_bounded_memory(tmp_path):
     assert read == count // 100 * 100 and path.stat().st_size > 19_000_000
     assert peak < 4_000_000, f"peak {peak / 1e6:.1f} MB"
     assert time.perf_counter() - start < 3
+
+
+def test_a_directorys_fingerprint_holds_its_files_names_and_sizes(tmp_path):
+    """Two directories with the same bytes in the same order are other inputs when a file is renamed or a byte
+    moves from one file to the next. Guards against a hash over the contents alone (the rename in the test above is
+    compared with a hash taken before another change)."""
+    def directory(name: str, files: dict[str, str]) -> Path:
+        for file, text in files.items():
+            write(tmp_path / name / file, text)
+        return tmp_path / name
+
+    first = input_fingerprint(directory("a", {"data-0.arrow": "abc", "data-1.arrow": "def"}))["sha256"]
+    renamed = input_fingerprint(directory("b", {"data-0.arrow": "abc", "data-2.arrow": "def"}))["sha256"]
+    moved = input_fingerprint(directory("c", {"data-0.arrow": "abcd", "data-1.arrow": "ef"}))["sha256"]
+    again = input_fingerprint(directory("d", {"data-0.arrow": "abc", "data-1.arrow": "def"}))["sha256"]
+    assert len({first, renamed, moved}) == 3 and again == first
+
+
+def test_a_byte_ranges_fingerprint_is_the_sha256_of_all_its_bytes(tmp_path):
+    """A shard's range of a file longer than one read: its hash is hashlib's over exactly those bytes. Guards against
+    a range hashed up to its first read, which a change past it would not change."""
+    data = bytes(range(256)) * 4_000  # 1,024,000 bytes, several reads
+    path = write(tmp_path / "big.txt", data)
+    start, stop = 7, len(data) - 5
+    assert input_fingerprint(path, (start, stop)) == {
+        "path": str(path.resolve()), "range": [start, stop], "bytes": stop - start,
+        "sha256": hashlib.sha256(data[start:stop]).hexdigest()}
