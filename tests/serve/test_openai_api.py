@@ -381,3 +381,33 @@ def test_a_prompt_of_token_ids_is_completed_as_its_text_is(client: OpenAI, servi
     assert client.completions.create(prompt=ids[1], **body).choices[0].text == by_text.choices[1].text  # one list
     with pytest.raises(openai.BadRequestError, match="token ids"):  # /embeddings reads text only, and says so
         client.embeddings.create(model="bert", input=ids[0])
+
+
+def test_n_choices_of_a_list_of_prompts_come_prompt_by_prompt_and_count_each_prompt_once(client: OpenAI,
+                                                                                          services: dict) -> None:
+    """OpenAI's order for ``n`` choices of several prompts: prompt 0's n choices, then prompt 1's; and ``usage``
+    counts a prompt's tokens once, however many choices continue it. Guards against choices interleaved across the
+    prompts, and against prompt tokens counted once per choice. The oracle: each prompt alone, greedy, and the
+    tokenizer's count of its tokens."""
+    prompts = ["The cat", "a dog likes the"]
+    alone = [client.completions.create(model="gpt", prompt=prompt, max_tokens=8, temperature=0).choices[0].text
+             for prompt in prompts]
+    assert alone[0] != alone[1]  # the premise: the order shows
+    answer = client.completions.create(model="gpt", prompt=prompts, max_tokens=8, temperature=0, n=3)
+    assert [(c.index, c.text) for c in answer.choices] == list(enumerate([alone[0]] * 3 + [alone[1]] * 3))
+    tokenizer = services["gpt"].tokenizer
+    assert answer.usage.prompt_tokens == sum(len(tokenizer.encode(prompt)) for prompt in prompts)
+
+
+def test_a_choice_the_model_ends_with_end_of_text_finishes_with_stop(services: dict) -> None:
+    """finish_reason is "stop" where the model wrote end of text (no stop string asked), "length" where it ran out of
+    ``max_tokens``, as OpenAI's. Guards against "length" for a choice that ended by itself. (The tiny random model
+    gives end of text a probability below 0.4% after any token, too rare to meet in a served completion.)"""
+    from plm.serve.openai_api import finish_reason
+
+    gpt = services["gpt"]
+    job = gpt.job(gpt.tokenizer.encode("The cat"), 4, temperature=1.0, top_k=0, top_p=1.0, sample=False, seed=None)
+    eos, other = gpt.tokenizer.eos_id, gpt.tokenizer.encode(" cat")[0]
+    assert finish_reason(job, [{"id": other}, {"id": eos}], stopped=False) == "stop"
+    assert finish_reason(job, [{"id": other}] * 4, stopped=False) == "length"
+    assert finish_reason(job, [{"id": other}] * 2, stopped=True) == "stop"
