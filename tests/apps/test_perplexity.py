@@ -171,3 +171,18 @@ def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: P
     assert result.byte_perplexity == pytest.approx(math.exp(nll / result.bytes), rel=1e-6)
     assert result.bits_per_byte == pytest.approx(nll / result.bytes / math.log(2), rel=1e-6)
     assert f"per word {math.exp(nll / words):.3f} over 19 words" in str(result)
+
+
+def test_per_byte_perplexity_counts_utf8_bytes_not_characters(tmp_path: Path):
+    """Bits per byte divide by the UTF-8 bytes of the text, which outnumber its characters outside ASCII. Guards
+    against counting characters (the same number for ASCII text, as in the test above)."""
+    written = "Le café du coin — 東京の本 — sorts every token.\n"
+    tokenizer = plm.Tokenizer.train_bpe([written * 20], vocab_size=300, min_frequency=1)
+    path = tmp_path / "text.txt"
+    path.write_text(written, encoding="utf-8")
+    model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
+    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, one_text=True)
+    nll = brute_force_nll(model, [tokenizer.eos_id, *tokenizer.encode(written)], window=16, stride=8)
+    size = len(written.encode("utf-8"))
+    assert size > len(written) and result.bytes == size
+    assert result.bits_per_byte == pytest.approx(nll / size / math.log(2), rel=1e-6)
