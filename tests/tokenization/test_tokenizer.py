@@ -5,6 +5,7 @@ from pathlib import Path
 from pydoc_data.topics import topics
 
 import pytest
+import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,3 +180,19 @@ def _openai_bpe(word: str, ranks: dict[tuple[str, str], int]) -> list[str]:
                 i += 1
         parts = merged
     return parts
+
+
+def test_a_tokenizer_json_that_asks_for_padding_and_truncation_encodes_the_whole_text_unpadded(tmp_path, small):
+    """transformers saves padding and truncation in tokenizer.json when they were set; plm pads and cuts itself.
+    The oracle is the tokenizers library's own encoding with both turned off."""
+    text = "Return the value of the expression, and the name of the function."
+    backend = tokenizers.Tokenizer.from_str(small.backend.to_str())
+    expected = backend.encode(text, add_special_tokens=False).ids
+    assert len(expected) > 8
+    backend.enable_padding(length=64, pad_id=small.eos_id, pad_token="<|endoftext|>")
+    backend.enable_truncation(max_length=8)
+    backend.save(str(tmp_path / "tokenizer.json"))
+    loaded = Tokenizer.load(tmp_path)
+    assert loaded.encode(text) == expected
+    assert loaded.encode_batch([text, "Return."]) == [expected, small.encode("Return.")]
+    assert list(loaded.encode_pair(text).ids) == expected

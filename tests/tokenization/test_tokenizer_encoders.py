@@ -197,3 +197,53 @@ def test_a_unigram_vocabulary_too_small_for_the_texts_characters_is_a_plm_error(
     # The tokenizers library raises a bare Exception, which reached the user as a traceback.
     with pytest.raises(PLMError, match="`vocab_size` 5 is too small for a Unigram vocabulary"):
         Tokenizer.train_unigram(["the cat sat on the mat", "a dog"] * 10, vocab_size=5)
+
+
+def test_offsets_are_the_characters_each_token_spells_in_its_own_text(wordpiece):
+    """SQuAD and NER read answers and labels back through offsets: an offset off by one moves every answer.
+
+    The oracle is the text itself: a WordPiece token of plain ASCII text spells, lowercased and without ``##``, the
+    characters its offsets cut from the text its segment comes from; special tokens have (0, 0).
+    """
+    checked = 0
+    for text, pair in zip(TEXTS[:20], TEXTS[20:40]):
+        encoding = wordpiece.encode_pair(text, pair)
+        for token_id, segment, special, (start, end) in zip(
+            encoding.ids, encoding.type_ids, encoding.special_tokens_mask, encoding.offsets, strict=True
+        ):
+            if special:
+                assert (start, end) == (0, 0)
+                continue
+            token = wordpiece.backend.id_to_token(token_id)
+            if token == "[UNK]":
+                continue
+            assert (text, pair)[segment][start:end].lower() == token.removeprefix("##"), (token, start, end)
+            checked += 1
+    assert checked > 200
+
+
+def test_offsets_are_those_of_transformers(minilm_model):
+    transformers = pytest.importorskip("transformers")
+    sentences = real_sentences()
+    ours = Tokenizer.from_vocab_txt(minilm_model / "vocab.txt")
+    theirs = transformers.BertTokenizerFast(vocab=str(minilm_model / "vocab.txt"))
+    for text, pair in zip(sentences, [None, *sentences[::-1]]):
+        expected = theirs(text, pair, return_offsets_mapping=True)["offset_mapping"]
+        assert list(ours.encode_pair(text, pair).offsets) == [tuple(o) for o in expected]
+
+
+def test_a_role_saved_as_an_added_token_object_by_older_transformers_is_read(tmp_path):
+    """transformers 4 wrote special tokens with options as objects ({"content": "<mask>", "lstrip": true, ...}, as in
+    roberta-base's tokenizer_config.json); transformers itself is the oracle for the ids they name."""
+    transformers = pytest.importorskip("transformers")
+    roles = {"eos": "</s>", "bos": "<s>", "pad": "<pad>", "mask": "<mask>"}
+    Tokenizer.train_bpe(TEXTS, vocab_size=300, special_tokens=roles).save(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["mask_token"] = {"__type": "AddedToken", "content": "<mask>", "lstrip": True, "normalized": True,
+                            "rstrip": False, "single_word": False}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    loaded = Tokenizer.load(tmp_path)
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded.special_tokens == roles
+    assert loaded.mask_id == auto.mask_token_id is not None
+    assert (loaded.eos_id, loaded.pad_id) == (auto.eos_token_id, auto.pad_token_id)
