@@ -232,3 +232,11 @@ def test_bare_encoder_reads_a_checkpoint_with_the_bert_prefix(tmp_path):
     inputs = batch()
     expected = {"hidden": hf_outputs(hf_model, inputs)["hidden"]}
     assert_same_outputs(expected, plm_outputs(model, inputs), inputs["attention_mask"])
+
+
+def test_a_layer_norm_eps_of_its_own_keeps_the_outputs_both_ways(tmp_path):
+    """The other tests use the default eps (1e-12 in both libraries), so an eps replaced by the default on the way in
+    or out would pass them; eps = 0.5 changes every norm. transformers' outputs are the oracle."""
+    hf_model = randomized(transformers.BertForPreTraining(transformers.BertConfig(**TINY, layer_norm_eps=0.5)))
+    check_load(hf_model, tmp_path / "hf", ARCHITECTURES)
+    check_save(from_config(tiny_plm_config(norm_eps=0.5)), tmp_path / "plm", "BertModel")

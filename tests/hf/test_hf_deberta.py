@@ -340,3 +340,15 @@ def test_log_buckets_are_the_released_codes(buckets, max_distance):
     distance = torch.arange(-3 * max_distance, 3 * max_distance + 1)[:, None]  # (T, 1), T, S as the model's
     expected = make_log_bucket_position(distance, buckets, max_distance).long()
     assert torch.equal(log_buckets(distance, buckets, max_distance), expected)
+
+
+def test_a_layer_norm_eps_of_its_own_keeps_the_outputs_both_ways(tmp_path):
+    """The other tests use the default eps (1e-7 in both libraries), so an eps replaced by the default on the way in
+    or out would pass them; eps = 0.5 changes every norm. transformers' outputs are the oracle."""
+    reference = randomized(transformers.DebertaForMaskedLM(transformers.DebertaConfig(**TINY, layer_norm_eps=0.5)))
+    reference.save_pretrained(tmp_path / "hf")
+    assert_same_outputs(plm.hf.load_hf(tmp_path / "hf").eval(), reference)
+
+    model = plm_model(norm_eps=0.5)
+    plm.hf.save_hf(model, tmp_path / "plm")
+    assert_same_outputs(model, transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "plm").eval())

@@ -342,3 +342,27 @@ def test_untied_lm_head_is_refused_unless_it_equals_the_embedding(tmp_path):
     reference.save_pretrained(tmp_path / "equal")
     model = plm.hf.load_hf(tmp_path / "equal")
     assert torch.equal(model.token_embedding.weight, reference.transformer.wte.weight)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_layer_norm_eps_of_its_own_keeps_the_logits_both_ways(kind, tmp_path):
+    """The other tests use transformers' default eps, which plm's default equals, so an eps replaced by the default
+    on the way in or out would pass them; eps = 0.5 changes every norm. transformers' logits are the oracle."""
+    if kind == "gpt2":
+        hf_config = transformers.GPT2Config(**TINY, n_inner=48, bos_token_id=None, eos_token_id=None,
+                                            layer_norm_epsilon=0.5)
+    else:
+        hf_config = transformers.OpenAIGPTConfig(**TINY, layer_norm_epsilon=0.5)
+    reference = randomized(transformers.AutoModelForCausalLM.from_config(hf_config), std=0.5)
+    reference.save_pretrained(tmp_path / "hf")
+    input_ids, mask = padded_batch("none")
+    with torch.no_grad():
+        expected = hf_logits(reference, input_ids, mask)
+        torch.testing.assert_close(plm.hf.load_hf(tmp_path / "hf").eval()(input_ids).logits, expected, atol=3e-5,
+                                   rtol=0)
+
+    model = randomized(from_config(dataclasses.replace(plm_model(kind).config, norm_eps=0.5)), std=0.5)
+    plm.hf.save_hf(model, tmp_path / "plm")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "plm").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, hf_logits(theirs, input_ids, mask), atol=3e-5, rtol=0)
