@@ -366,3 +366,15 @@ def test_a_layer_norm_eps_of_its_own_keeps_the_logits_both_ways(kind, tmp_path):
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "plm").eval()
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, hf_logits(theirs, input_ids, mask), atol=3e-5, rtol=0)
+
+
+def test_a_gpt2_whose_mlp_is_not_four_times_as_wide_loads_in_transformers_with_the_same_logits(tmp_path):
+    """n_inner must be written when ffn_dim != 4 * dim, or transformers builds 4 * dim and refuses the weights."""
+    model = randomized(from_config(dataclasses.replace(plm_model("gpt2").config, ffn_dim=48)), std=0.5)
+    plm.hf.save_hf(model, tmp_path)
+    reference, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    input_ids, mask = padded_batch("none")
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, hf_logits(reference.eval(), input_ids, mask), atol=3e-5,
+                                   rtol=0)

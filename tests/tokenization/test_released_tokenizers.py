@@ -203,3 +203,18 @@ def test_unreadable_files_are_plm_errors(marian_directory, fsmt_directory, tmp_p
         (fsmt / name).write_bytes((fsmt_directory / name).read_bytes())
     with pytest.raises(PLMError, match="no pair of languages"):
         Seq2SeqTokenizers.load(fsmt)
+
+
+def test_a_lowercasing_fsmt_tokenizer_still_lowercases_once_saved_and_loaded(fsmt_directory, tmp_path):
+    """fairseq's lowercased models (do_lower_case) must not lose it in plm's copy; FSMTTokenizer is the oracle."""
+    for name in ("vocab-src.json", "vocab-tgt.json", "merges.txt"):
+        (tmp_path / name).write_bytes((fsmt_directory / name).read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"langs": ["de", "en"], "do_lower_case": True}))
+    Seq2SeqTokenizers.load(tmp_path).save(tmp_path / "saved")
+    reference = transformers.FSMTTokenizer(
+        langs=["de", "en"], src_vocab_file=str(tmp_path / "vocab-src.json"),
+        tgt_vocab_file=str(tmp_path / "vocab-tgt.json"), merges_file=str(tmp_path / "merges.txt"), do_lower_case=True,
+    )
+    german = [line.upper() for line in held_out(20)[0]]
+    loaded = Seq2SeqTokenizers.load(tmp_path / "saved")
+    assert loaded.encode_sources(german) == reference(german)["input_ids"]
