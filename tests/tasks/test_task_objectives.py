@@ -288,3 +288,44 @@ def test_each_epoch_reads_the_examples_in_a_new_order(tokenizer):
     first, second = epoch(0), epoch(1)
     assert Counter(first) == Counter(second) == Counter(tuple(tokenizer.encode_pair(e.text).ids) for e in train)
     assert first != second
+
+
+def test_the_qa_loss_is_half_the_start_and_end_cross_entropies_over_the_real_tokens(tokenizer):
+    """BERT 4.2: the training objective is the mean of the correct start and end positions' log-likelihoods,
+    here summed over the windows; the softmax runs over the window's tokens, never its padding. By hand."""
+    task = build_task("qa", tokenizer, bert(tokenizer, "span"), max_length=48)
+    start = torch.tensor([[0.5, 1.0, -2.0, 0.3, 0.0, 0.7], [1.5, -0.5, 2.0, 0.1, 6.0, 6.0]])
+    end = torch.tensor([[-1.0, 0.2, 0.4, 2.5, 1.1, 0.0], [0.3, 0.9, -0.7, 1.2, 5.0, 7.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])  # the second window: 2 padding positions
+    batch = {"attention_mask": mask, "start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([3, 3])}
+
+    def nll(row: list[float], real: list[int], gold: int) -> float:
+        return math.log(sum(math.exp(row[t]) for t, on in enumerate(real) if on)) - row[gold]
+
+    expected = sum(
+        (nll(s, m, g_start) + nll(e, m, g_end)) / 2
+        for s, e, m, g_start, g_end in zip(start.tolist(), end.tolist(), mask.tolist(), [1, 2], [3, 3])
+    )
+    loss = task.loss(SpanOutput(start_logits=start, end_logits=end), batch)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_regression_loss_is_the_summed_squared_error(tokenizer):
+    """STS-B: the squared error of each predicted score, summed over the batch (not the absolute error)."""
+    task = build_task("regress", tokenizer, bert(tokenizer, labels=1))
+    predicted, gold = [2.5, 0.0, 4.0], [3.0, 2.0, 1.0]  # errors 0.5, 2 and 3: squares 0.25, 4, 9
+    loss = task.loss(SequenceClassifierOutput(logits=torch.tensor(predicted)[:, None]), {"labels": torch.tensor(gold)})
+    assert loss.item() == pytest.approx(sum((p - g) ** 2 for p, g in zip(predicted, gold)))
+
+
+def test_a_binary_classifiers_f1_is_that_of_its_second_class(tokenizer):
+    """GLUE's MRPC and QQP F1 is the positive class's, label 1 (the second in id order); sklearn the oracle."""
+    from sklearn.metrics import f1_score
+
+    task = build_task("pair", tokenizer, bert(tokenizer), labels=["0", "1"])
+    gold = ["1", "1", "1", "0", "0", "1", "0", "1"]
+    predictions = ["1", "0", "1", "1", "0", "1", "0", "0"]  # F1 0.667 for class 1, 0.6 for class 0
+    examples = [TextExample("the cat", "a dog", label) for label in gold]
+    scores = task.score(predictions, examples)
+    assert scores["f1"] == pytest.approx(f1_score(gold, predictions, pos_label="1"))
+    assert scores["f1"] != pytest.approx(f1_score(gold, predictions, pos_label="0"))
