@@ -14,7 +14,10 @@ from torch import nn
 from plm.errors import PLMError
 from plm.models import from_preset
 from plm.tasks import task_model
+from plm.tasks.readers import TextExample
 from plm.tasks.sift_fine_tuning import SiFT, normalised_embeddings, perturbed, symmetric_kl
+from plm.tasks.task_objective import TaskObjective, build_task
+from plm.tokenization.tokenizer import Tokenizer
 
 
 def test_symmetric_kl_equals_the_sum_of_both_divergences_by_hand():
@@ -104,24 +107,38 @@ def test_the_sift_term_is_one_inf_norm_ascent_step_on_the_released_divergence(pr
     loss = sift.loss(model, lambda: model(ids).logits, model(ids).logits)
     loss.backward()
 
+    expected, oracle = released_sift_term(preset, {"input_ids": ids}, noise=0.05, step=0.1, seed=3)
+    assert_same_term_and_gradients(model, loss, oracle, expected)
+
+
+def released_sift_term(preset: str, inputs: dict[str, torch.Tensor], noise: float, step: float,
+                       seed: int) -> tuple[torch.Tensor, nn.Module]:
+    """The released SiFT term built by hand on a copy of ``classifier(preset)``, back-propagated into the copy."""
     oracle, norm = with_released_norm(classifier(preset))
-    clean = oracle(ids).logits
-    torch.manual_seed(3)
+    clean = oracle(**inputs).logits
+    torch.manual_seed(seed)
     width = norm.weight.shape[0]
-    start = (torch.randn(4, 7, width) * 0.05).clamp(-0.1, 0.1).requires_grad_()
+    start = (torch.randn(*inputs["input_ids"].shape, width) * noise).clamp(-2 * noise, 2 * noise).requires_grad_()
     norm.delta = start
-    log_p, q = oracle(ids).logits.log_softmax(-1), clean.detach().softmax(-1)
+    log_p, q = oracle(**inputs).logits.log_softmax(-1), clean.detach().softmax(-1)
     (gradient,) = torch.autograd.grad(-(q * log_p).sum(), start)  # the released ascent: CE(q, p), q fixed
-    norm.delta = start.detach() + 0.1 * gradient / (1e-6 + gradient.abs().amax(-1, keepdim=True))
-    log_p, log_q = oracle(ids).logits.log_softmax(-1), clean.log_softmax(-1)
+    norm.delta = start.detach() + step * gradient / (1e-6 + gradient.abs().amax(-1, keepdim=True))
+    log_p, log_q = oracle(**inputs).logits.log_softmax(-1), clean.log_softmax(-1)
     # the released cross-entropies, less their entropies: KL(q || p) + KL(p || q), each weight detached
     expected = ((log_q.exp().detach() * (log_q.detach() - log_p)).sum()
                 + (log_p.exp().detach() * (log_p.detach() - log_q)).sum())
     expected.backward()
+    return expected, oracle
 
+
+def assert_same_term_and_gradients(model: nn.Module, loss: torch.Tensor, oracle: nn.Module,
+                                   expected: torch.Tensor) -> None:
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
     oracle_grads = dict(oracle.named_parameters())
     for name, parameter in model.named_parameters():
+        if oracle_grads[name].grad is None:
+            assert parameter.grad is None or not parameter.grad.any(), name
+            continue
         torch.testing.assert_close(parameter.grad, oracle_grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
@@ -168,3 +185,24 @@ def test_sift_needs_an_encoder():
     gpt = task_model(from_preset("gpt2-micro", vocab_size=40), "classify", 2)
     with pytest.raises(PLMError, match="SiFT perturbs an encoder's normalised embeddings"):
         normalised_embeddings(gpt)
+
+
+def test_the_objectives_sift_term_back_propagates_through_the_clean_pass_too(tmp_path):
+    """The term fine-tuning adds (TaskObjective with ``sift``) is the released one, gradients and all: the released
+    KL(p || q) differentiates the clean logits q as well, so the clean pass gets a gradient from it."""
+    vocabulary = [f"w{i}" for i in range(30)]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *vocabulary]) + "\n")
+    tokens = Tokenizer.from_vocab_txt(tmp_path / "vocab.txt")
+    model = classifier()
+    task = build_task("classify", tokens, model, labels=["a", "b", "c"])
+    train = [TextExample(" ".join(vocabulary[3 * k:3 * k + 5]), None, "abc"[k % 3]) for k in range(4)]
+    objective = TaskObjective(task, train, [], batch_size=4, sift=SiFT(noise=0.05, step=0.1))
+    batch = objective.batch(0, 0)
+    assert batch["attention_mask"].all()  # one length: the oracle reads the same positions
+    torch.manual_seed(3)
+    loss = objective.loss(model, batch)["sift"]
+    loss.backward()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    expected, oracle = released_sift_term("bert-micro", inputs, noise=0.05, step=0.1, seed=3)
+    assert_same_term_and_gradients(model, loss, oracle, expected)
+
