@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -51,6 +52,31 @@ def test_several_learning_rates_keep_the_best_run(finetuned):
     kept, chosen = load_model(finetuned), load_model(f"{best['directory']}/best")
     for name, value in kept.state_dict().items():
         torch.testing.assert_close(value, chosen.state_dict()[name], rtol=0, atol=0)
+
+
+def test_the_sweep_keeps_the_run_with_the_highest_dev_metric(finetuned, tmp_path, capsys):
+    """Whichever run scored higher on dev is copied to best/ and named in summary.json, not the lower one.
+
+    The built-in task's two short runs tie on dev accuracy, so their results are rewritten with distinct scores and
+    the finished sweep resumed (nothing trains): once with the first run ahead, once with the second.
+    """
+    out = tmp_path / "run"
+    shutil.copytree(finetuned, out)
+    runs = sorted((out / "runs").iterdir())
+    assert [run.name for run in runs] == ["lr0.001-seed0", "lr0.003-seed0"]
+    weights = [load_model(run / "best").state_dict() for run in runs]
+    for scores in ([0.9, 0.1], [0.1, 0.9]):
+        for run, score in zip(runs, scores):
+            result = json.loads((run / "result.json").read_text())
+            (run / "result.json").write_text(json.dumps(result | {"directory": str(run), "val_accuracy": score}))
+        code, _, err = run_main(capsys, "finetune", "--task", "classify", "--lr-grid", "1e-3,3e-3", *QUICK,
+                                "--no-progress", "--out", out, "--resume")
+        assert code == 0, err
+        higher = scores.index(max(scores))
+        assert json.loads((out / "summary.json").read_text())["best"]["directory"] == str(runs[higher])
+        kept = load_model(out).state_dict()
+        assert all(torch.equal(kept[name], weights[higher][name]) for name in kept)
+        assert not all(torch.equal(kept[name], weights[1 - higher][name]) for name in kept)
 
 
 def test_predict_and_eval_task_agree(finetuned, tmp_path, capsys):
@@ -351,6 +377,9 @@ def test_fine_tuning_follows_the_papers_recipe(tmp_path, capsys, preset, task, l
     assert (config["steps"], config["lr"], config["warmup"]) == (steps, lr, round(warmup * steps))
     assert (config["optimizer"], config["betas"], config["schedule"], config["min_lr"]) == ("adamw", [0.9, 0.999],
                                                                                           "linear", 0.0)
+    if preset.startswith("gpt"):  # GPT-1 3.2: L3 = L2 + lambda * L1 with lambda 0.5, logged at every step
+        for row in map(json.loads, (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()):
+            assert row["loss"] == pytest.approx(row["loss_task"] + 0.5 * row["loss_lm"], rel=1e-5)
 
 
 def squad_v2(questions):
