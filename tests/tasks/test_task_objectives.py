@@ -329,3 +329,16 @@ def test_a_binary_classifiers_f1_is_that_of_its_second_class(tokenizer):
     scores = task.score(predictions, examples)
     assert scores["f1"] == pytest.approx(f1_score(gold, predictions, pos_label="1"))
     assert scores["f1"] != pytest.approx(f1_score(gold, predictions, pos_label="0"))
+
+
+def test_a_regressions_scores_are_pearson_and_spearman_correlation(tokenizer):
+    """STS-B's two metrics, each under its own name; scipy the oracle, on scores where the two differ."""
+    from scipy.stats import pearsonr, spearmanr
+
+    task = build_task("regress", tokenizer, bert(tokenizer, labels=1))
+    gold = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    predictions = [0.1, 0.2, 0.3, 0.4, 5.0, 0.35]  # one outlier: Pearson and Spearman far apart
+    scores = task.score(predictions, [TextExample("the cat", "a dog", g) for g in gold])
+    assert scores["pearson"] == pytest.approx(pearsonr(predictions, gold)[0])
+    assert scores["spearman"] == pytest.approx(spearmanr(predictions, gold)[0])
+    assert abs(scores["pearson"] - scores["spearman"]) > 0.1
