@@ -212,3 +212,29 @@ def test_processes_building_at_once_each_load_the_one_library(fresh_build):
                  for _ in range(3)]
     assert [process.communicate(timeout=120)[0].split() for process in processes] == [["True"]] * 3
     assert len(list(fresh_build.iterdir())) == 1
+
+
+def test_the_bf16_kernel_rounds_an_output_halfway_between_two_bf16_values_to_the_even_one():
+    """Outputs b + 2^-8 with b a bf16 value in [1, 2) (whose ulp is 2^-7), exact in fp32 and halfway between two bf16
+    values: torch's rounding (nearest, ties to even) the oracle, which rounding half away from zero (or truncating)
+    gets wrong for half of them."""
+    bias = (1 + torch.arange(16) * 2.0**-7) * torch.tensor([1.0, -1.0]).repeat(8)  # (16,) bf16 values, both signs
+    weight = (torch.full((16, 1), 2.0**-8) * bias.sign()[:, None]).bfloat16()
+    x = torch.ones(1, 1, dtype=torch.bfloat16)
+    exact = x.float() @ weight.float().T + bias  # exact in fp32: ties
+    got = native.bf16_linear(x, weight, bias.bfloat16())
+    assert torch.equal(got, exact.bfloat16())
+    assert not torch.equal(got.float(), exact)  # ties indeed, not values bf16 holds
+
+
+def test_the_int8_kernel_rounds_each_input_to_the_nearest_int16_step():
+    """Through an identity weight each output is one input: within half a step (max |x_r| / 32767) of it, where
+    truncating the input to the step below is up to a whole step off."""
+    torch.manual_seed(0)
+    weight = Int8Weight.of(torch.eye(70))
+    x = torch.randn(3, 70) * 3
+    got = native.int8_linear(x, weight.values, weight.scales)
+    exact = x.double() @ weight.dequantized().double().T
+    step = x.abs().amax(1, keepdim=True).double() / 32767
+    bound = step / 2 * weight.dequantized().double().diagonal() + exact.abs() * 2.0**-21  # and fp32 arithmetic
+    assert torch.all((got.double() - exact).abs() <= bound), ((got.double() - exact).abs() / bound).max()

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from plm.core import MultiHeadAttention, attention_weights
+from plm.core.attention import KVCache
 from plm.cpu import native
 from plm.cpu.int8 import Int8Weight, quantize
 from plm.cpu.native_step import ACTIVATIONS, MAX_BF16_ROWS, MAX_ROWS, NativeDecoder
@@ -256,3 +257,74 @@ def test_each_activation_keeps_its_stated_error_over_the_whole_range_of_exp(acti
     assert float((error / x.double().abs().clamp_min(1)).max()) < 2e-7
     if activation == "silu":  # x exp(x) / (1 + exp(x)): exp's relative error shows at every x, down to e^-87
         assert float((error / exact.abs().clamp_min(1e-300)).max()) < 4e-7
+
+
+def first_layer_cache_after_a_step(model: GPT, cache_dtype: torch.dtype, token: int) -> tuple[torch.Tensor, ...]:
+    """The key and value (heads, head_dim) that one C step at slot 0 stores in the first layer's cache of
+    ``cache_dtype`` (whatever the weights' dtype)."""
+    config = model.config
+    caches = [KVCache.empty(1, config.heads, 8, config.dim // config.heads, cache_dtype, torch.device("cpu"))
+              for _ in model.blocks]
+    for cache in caches:
+        cache.keys.zero_()
+        cache.values.zero_()
+    step = model.native_step(caches, None)
+    assert step is not None
+    step(torch.tensor([token]), 0)
+    return caches[0].keys[0, :, 0].clone(), caches[0].values[0, :, 0].clone()
+
+
+def post_ln_first_keys_and_values(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, heads: int):
+    """A post-LN block's first key and value in fp64: the in_proj of its input x (dim,) itself, no norm before it."""
+    dim = x.shape[0]
+    qkv = x.double() @ weight.double().T + bias.double()
+    bound = (x.double().abs() @ weight.double().abs().T) * dim * 2.0**-24 + qkv.abs() * 2.0**-23
+    return [(qkv[part * dim:(part + 1) * dim].view(heads, -1), bound[part * dim:(part + 1) * dim].view(heads, -1))
+            for part in (1, 2)]
+
+
+def test_a_bf16_cache_holds_the_step_s_keys_and_values_rounded_to_nearest_even(c_steps: list[int]) -> None:
+    """The C step's fp32 keys and values, stored in a bf16 cache, are torch's bf16 rounding of them (nearest, ties to
+    even): a store that truncated the fp32 bits would be off by up to a bf16 ulp in half the elements."""
+    model, token = model_of(POST_LN), 11
+    keys, values = first_layer_cache_after_a_step(model, torch.float32, token)
+    attention = model.blocks[0].attention.in_proj
+    x = model.token_embedding.weight[token] + model.position_embedding.weight[0]
+    for got, (exact, bound) in zip((keys, values), post_ln_first_keys_and_values(x, attention.weight,
+                                                                                  attention.bias, POST_LN.heads)):
+        assert torch.all((got.double() - exact).abs() <= bound)  # the fp32 cache: the step's product itself
+    bf16_keys, bf16_values = first_layer_cache_after_a_step(model, torch.bfloat16, token)
+    assert bf16_keys.dtype == torch.bfloat16
+    assert torch.equal(bf16_keys, keys.bfloat16()) and torch.equal(bf16_values, values.bfloat16())
+
+
+def test_bf16_weights_multiply_the_input_rounded_to_nearest_bf16(c_steps: list[int]) -> None:
+    """A post-LN block's first product takes the embeddings' sum itself: the C step rounds it to bf16 as torch does
+    (nearest even) and sums the products in fp32; truncating the input instead moves the keys by far more."""
+    model, token = model_of(POST_LN).bfloat16(), 11
+    keys, values = first_layer_cache_after_a_step(model, torch.float32, token)
+    attention = model.blocks[0].attention.in_proj
+    x = (model.token_embedding.weight[token].float() + model.position_embedding.weight[0].float()).bfloat16()
+    for got, (exact, bound) in zip((keys, values), post_ln_first_keys_and_values(x, attention.weight,
+                                                                                  attention.bias, POST_LN.heads)):
+        assert torch.all((got.double() - exact).abs() <= bound), ((got.double() - exact).abs() / bound).max()
+
+
+def test_an_int8_token_table_embeds_each_row_at_its_own_scale(c_steps: list[int]) -> None:
+    """Rows of the token table two orders of magnitude apart: the C step's embedding of a token is its int8 row
+    times that row's scale (the dequantized row), as the key its first product stores shows."""
+    fp32 = model_of(POST_LN)
+    with torch.no_grad():
+        fp32.token_embedding.weight.mul_(torch.logspace(-1, 1, POST_LN.vocab_size)[:, None])
+    model, token = quantize(fp32), 150
+    table, attention = model.token_embedding.weight, model.blocks[0].attention.in_proj.weight
+    assert not torch.equal(table.scales[token], table.scales[0])
+    keys, values = first_layer_cache_after_a_step(model, torch.float32, token)
+    x = table.dequantized()[token] + model.position_embedding.weight[0].detach()
+    weight = attention.dequantized()
+    rounding = x.abs().max().double() / 65534 * weight.double().abs().sum(1)  # the input's int16 rounding, (3 dim,)
+    dim = POST_LN.dim
+    for part, (got, (exact, bound)) in enumerate(zip((keys, values), post_ln_first_keys_and_values(
+            x, weight, model.blocks[0].attention.in_proj.bias, POST_LN.heads)), start=1):
+        bound = bound + rounding[part * dim:(part + 1) * dim].view(POST_LN.heads, -1)
+        assert torch.all((got.double() - exact).abs() <= bound), ((got.double() - exact).abs() / bound).max()
