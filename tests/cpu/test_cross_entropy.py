@@ -49,3 +49,25 @@ def test_gpt_trains_on_its_targets_without_logits() -> None:
     logits = model(tokens[:, :-1]).logits
     want = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
     torch.testing.assert_close(out.loss, want)
+
+
+def test_positions_of_another_ignore_index_are_not_scored() -> None:
+    """ignore_index other than -100: its positions take no loss and no gradient (F.cross_entropy with autograd the
+    oracle), where a route that dropped only -100 would score them as predictions of that token."""
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(2, 7, 16), torch.randn(97, 16)
+    targets = torch.randint(0, 97, (2, 7))
+    targets[0, 2] = targets[1, 4] = targets[1, 5] = 3
+
+    def plain(hidden, weight, targets):
+        return F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), targets.flatten(), ignore_index=3,
+                               reduction="sum")
+
+    def chunked(hidden, weight, targets):
+        return linear_cross_entropy(hidden, weight, targets, ignore_index=3)
+
+    ours = loss_and_gradients(chunked, hidden, weight, targets, autocast=False)
+    reference = loss_and_gradients(plain, hidden, weight, targets, autocast=False)
+    for name, got, want in zip(("loss", "hidden", "weight"), ours, reference):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+    assert not ours[1][0, 2].any() and not ours[1][1, 4:6].any()
