@@ -156,3 +156,41 @@ def test_plm_convert_to_gguf_writes_one_file_and_replaces_none(model, tokenizer,
     assert main(["convert", "--model", str(tmp_path / "gpt"), "--type", "f16", "--out", str(tmp_path / "hf")]) == 2
     assert "--to gguf" in capsys.readouterr().err and not (tmp_path / "hf").exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["gpt", "gpt.gguf"]
+
+
+ODD = dataclasses.replace(PRESETS["gpt2-micro"], vocab_size=320, context_length=40, dim=48, layers=1, heads=3,
+                          ffn_dim=96, norm_eps=1e-3)  # heads != layers, eps not the default, rows of 48
+
+
+@pytest.mark.parametrize("tensor_type, file_type", [("f32", 0), ("f16", 1)])  # llama.cpp's LLAMA_FTYPE_*
+def test_the_metadata_is_the_model_s_own_where_it_is_no_preset_s_default(tokenizer, tmp_path, tensor_type, file_type):
+    """A config whose heads differ from its layers and whose eps is not 1e-5: each key holds its own value (a head
+    count written from the layers, or eps left at the default, would still read back for gpt2-micro), and the file
+    type names the matrices' type."""
+    torch.manual_seed(0)
+    reader = gguf.GGUFReader(write_gguf(GPT(ODD).eval(), tokenizer, tmp_path / "m.gguf", tensor_type))
+    assert field(reader, "gpt2.attention.head_count") == 3
+    assert field(reader, "gpt2.block_count") == 1
+    assert field(reader, "gpt2.attention.layer_norm_epsilon") == pytest.approx(1e-3)
+    assert field(reader, "gpt2.context_length") == 40
+    assert field(reader, "gpt2.embedding_length") == 48
+    assert field(reader, "gpt2.feed_forward_length") == 96
+    assert field(reader, "general.file_type") == file_type
+
+
+def test_q8_0_matrices_whose_rows_are_not_whole_blocks_of_32_are_stored_f16(tokenizer, tmp_path):
+    """Rows of 48 values do not split into q8_0's blocks of 32: llama.cpp's converter stores those matrices f16, and
+    so does plm; the one matrix with rows of 96 (ffn_down, (48, 96)) is q8_0."""
+    torch.manual_seed(0)
+    model = GPT(ODD).eval()
+    reader = gguf.GGUFReader(write_gguf(model, tokenizer, tmp_path / "m.gguf", "q8_0"))
+    types = {tensor.name: tensor.tensor_type.name for tensor in reader.tensors if tensor.name.endswith(".weight")}
+    assert types == {"token_embd.weight": "F16", "position_embd.weight": "F32", "output_norm.weight": "F32",
+                     "blk.0.attn_norm.weight": "F32", "blk.0.attn_qkv.weight": "F16",
+                     "blk.0.attn_output.weight": "F16", "blk.0.ffn_norm.weight": "F32", "blk.0.ffn_up.weight": "F16",
+                     "blk.0.ffn_down.weight": "Q8_0"}
+    stored = {tensor.name: tensor for tensor in reader.tensors}
+    expected = expected_tensors(model)
+    for name in ("token_embd.weight", "blk.0.attn_qkv.weight"):
+        values = torch.from_numpy(np.array(gguf.quants.dequantize(stored[name].data, stored[name].tensor_type)))
+        assert torch.equal(values.reshape(expected[name].shape), expected[name].half().float()), name
