@@ -300,6 +300,7 @@ def test_a_damaged_trainer_state_is_refused_and_the_run_left_as_it_was(edit, mes
     (lambda run: run["flags"].update(precision="fp8"), '--precision is saved as "fp8"'),
     (lambda run: run["flags"].update(no_progress="yes"), '--no-progress is saved as "yes"'),
     (lambda run: run.update(data=[1]), "its data is not the files by flag"),
+    (lambda run: run["data"].update(train="one.txt"), "its data is not the files by flag"),  # not {path: digest}
 ])
 def test_a_damaged_run_definition_is_refused_naming_the_flag(edit, message: str, saved_run: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture) -> None:
@@ -325,3 +326,22 @@ def test_a_damaged_finetune_result_is_refused(tmp_path: Path) -> None:
             read_result(path, "accuracy")
     path.write_text(json.dumps({"steps": 9, "accuracy": 0.5, "lr": 1e-4}))
     assert read_result(path, "accuracy")["steps"] == 9
+
+
+def test_a_run_whose_data_file_is_gone_is_refused_naming_it(saved_run: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """The run's --train file moved away: refused in one line that names the flag and the file, before the
+    data is read or anything written (not the reader's error, nor a run on without it)."""
+    gone = tmp_path / "moved.txt"
+
+    def move(run):
+        digest = next(iter(run["data"]["train"].values()))
+        run["data"]["train"] = {str(gone): digest}
+        run["flags"]["train"] = [str(gone)]
+
+    out = damaged_copy(saved_run, tmp_path, "run.json", move)
+    before = snapshot(out)
+    code, _, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 4)
+    assert code == 2 and err.count("\n") == 1
+    assert f"--train {gone}: the run's data file is gone" in err
+    assert snapshot(out) == before

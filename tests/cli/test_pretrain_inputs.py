@@ -126,3 +126,16 @@ def test_too_little_text_for_one_batch_warns_in_one_line(tmp_path: Path, capsys)
     assert len(warnings) == 1
     assert warnings[0].startswith("plm: warning: a batch of 32 x 32 tokens is more than the ")
     assert warnings[0].endswith("training tokens: blocks repeat within a step")
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_not_replaced_without_overwrite(text_file: Path, tmp_path: Path,
+                                                                                     capsys) -> None:
+    """A run directory that holds only its definition (the run stopped before its first step) is a run still: a new
+    run there needs --overwrite, as any run does."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"command": "pretrain", "flags": {}, "data": {}}')
+    before = snapshot(out)
+    code, err = pretrain(capsys, *QUICK, "--steps", "1", "--train", str(text_file), "--out", str(out))
+    assert code == 2 and "holds a training run already" in err and "--overwrite" in err
+    assert snapshot(out) == before

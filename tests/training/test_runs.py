@@ -470,3 +470,37 @@ def test_a_run_saved_before_embeddings_decayed_resumes_without_decaying_them(tmp
     trainer.train(resume=True)
     decays = [group["weight_decay"] for group in trainer.optimizer.param_groups]
     assert decays[embeddings] == 0.0 and decays[0] == 0.01
+
+
+# Flags that define what a run trains (docs/runs.md lists the few that may change on a resume; these are not among
+# them), each with a value other than the one finished_run was started with.
+DEFINING = [("--lr", "0.5"), ("--seed", "7"), ("--precision", "bf16"), ("--warmup", "3"), ("--block-size", "8"),
+            ("--vocab-size", "280"), ("--grad-accum", "2"), ("--weight-decay", "0.3"), ("--optimizer", "lamb"),
+            ("--schedule", "constant"), ("--dropout", "0.3"), ("--clip", "0.7"), ("--min-lr", "0.001"),
+            ("--eval-every", "3"), ("--objective", "mlm")]
+
+
+def test_every_flag_that_defines_the_run_is_refused_when_changed_on_resume(finished_run: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """Not only a sample: a flag wrongly let through as changeable (a new learning rate or seed on a resume) would
+    continue the run as another one than it was started."""
+    before = (finished_run / "checkpoint" / "model.safetensors").read_bytes()
+    for flag, value in DEFINING:
+        code, err = run_main(capsys, "pretrain", "--out", finished_run, "--resume", "--steps", 6, flag, value)
+        assert code == 2 and err.startswith(f"plm pretrain: error: {flag} {value}: ") and "was started" in err, flag
+    assert (finished_run / "checkpoint" / "model.safetensors").read_bytes() == before
+
+
+def test_a_resume_given_only_out_and_steps_takes_the_flags_the_run_was_started_with(
+        tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture) -> None:
+    """Flags left out on --resume are the run's, not the defaults: a learning rate, weight decay, schedule, clip and
+    seed given at the start (none of them the default) are what the resumed run trains with."""
+    out = tmp_path / "run"
+    started = {"lr": 0.003, "weight_decay": 0.2, "schedule": "constant", "clip": 0.5, "seed": 5}
+    flags = [str(part) for dest, value in started.items() for part in ("--" + dest.replace("_", "-"), value)]
+    assert main(["pretrain", *TINY, "--steps", "1", *flags, "--train", str(text_file), "--out", str(out)]) == 0
+    code, err = run_main(capsys, "pretrain", "--out", out, "--resume", "--steps", 2)
+    assert code == 0, err
+    config = json.loads((out / "training_config.json").read_text())
+    assert {dest: config[dest] for dest in started} == started
+    assert logged(out, "step") == [1, 2]
