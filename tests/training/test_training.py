@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 import plm
 from plm.errors import PLMError
 from plm.objectives.clm import CausalLMObjective
-from plm.storage.checkpoint import CHECKPOINT_DIR, load_model
+from plm.storage.checkpoint import CHECKPOINT_DIR, WEIGHTS_FILE, load_model
 from plm.training.optim import parameter_groups
 from plm.training.parallel import Parallelism
 from plm.training.pretrain import PretrainSetup, prepare, pretrain
@@ -100,6 +101,13 @@ def test_compiled_training_takes_the_same_steps(tmp_path: Path, text_file: Path,
     losses = [[json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
               for run in ("eager", "compiled")]
     assert losses[1] == pytest.approx(losses[0], abs=1e-5)
+    # The checkpoint holds the model's own names, not the compiled wrapper's (_orig_mod.): plm and other readers load it
+    names = set(plm.from_preset("gpt2-micro").state_dict())
+    for run in ("eager", "compiled"):
+        with safe_open(tmp_path / run / CHECKPOINT_DIR / WEIGHTS_FILE, "pt") as weights:
+            assert set(weights.keys()) == names, run
+    loaded = load_model(tmp_path / "compiled" / CHECKPOINT_DIR)
+    assert set(loaded.state_dict()) == names
 
 
 def random_token_objective() -> CausalLMObjective:
