@@ -142,7 +142,8 @@ def test_a_file_is_scored_as_its_documents_each_followed_by_the_end_of_text(tmp_
 
 
 def test_one_text_scores_the_file_whole_blank_lines_and_all(tmp_path: Path):
-    text = "The cat reads the book.\n\nA dog sees the answer. The list sorts every token.\n"
+    # Bits per byte divide by the UTF-8 bytes, which outnumber the characters outside ASCII.
+    text = "The cat reads the book.\n\nLe café du coin — 東京の本 — sorts every token.\n"
     tokenizer = plm.Tokenizer.train_bpe([text * 20], vocab_size=300, min_frequency=1)
     path = tmp_path / "text.txt"
     path.write_text(text, encoding="utf-8")
@@ -152,7 +153,8 @@ def test_one_text_scores_the_file_whole_blank_lines_and_all(tmp_path: Path):
     nll = brute_force_nll(model, ids, window=16, stride=8)
     assert result.tokens == len(ids) - 1 == len(tokenizer.encode(text))
     assert result.loss == pytest.approx(nll / result.tokens, rel=1e-6)
-    assert result.bytes == len(text.encode())
+    assert result.bytes == len(text.encode("utf-8")) > len(text)
+    assert result.bits_per_byte == pytest.approx(nll / result.bytes / math.log(2), rel=1e-6)
 
 
 def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: Path):
@@ -171,18 +173,3 @@ def test_per_word_and_per_byte_perplexity_divide_the_same_total_loss(tmp_path: P
     assert result.byte_perplexity == pytest.approx(math.exp(nll / result.bytes), rel=1e-6)
     assert result.bits_per_byte == pytest.approx(nll / result.bytes / math.log(2), rel=1e-6)
     assert f"per word {math.exp(nll / words):.3f} over 19 words" in str(result)
-
-
-def test_per_byte_perplexity_counts_utf8_bytes_not_characters(tmp_path: Path):
-    """Bits per byte divide by the UTF-8 bytes of the text, which outnumber its characters outside ASCII. Guards
-    against counting characters (the same number for ASCII text, as in the test above)."""
-    written = "Le café du coin — 東京の本 — sorts every token.\n"
-    tokenizer = plm.Tokenizer.train_bpe([written * 20], vocab_size=300, min_frequency=1)
-    path = tmp_path / "text.txt"
-    path.write_text(written, encoding="utf-8")
-    model = ContextCountingLM(vocab_size=len(tokenizer), context=16)
-    result = plm.file_perplexity(model, tokenizer, str(path), window=16, stride=8, one_text=True)
-    nll = brute_force_nll(model, [tokenizer.eos_id, *tokenizer.encode(written)], window=16, stride=8)
-    size = len(written.encode("utf-8"))
-    assert size > len(written) and result.bytes == size
-    assert result.bits_per_byte == pytest.approx(nll / size / math.log(2), rel=1e-6)
