@@ -365,3 +365,27 @@ def test_the_tokenizer_fingerprint_tells_apart_the_same_tokens_under_other_ids()
     assert first.encode("cat dog") != swapped.encode("cat dog")  # the premise: other ids for one text
     assert tokenizer_fingerprint(first) != tokenizer_fingerprint(swapped)
     assert tokenizer_fingerprint(first) == tokenizer_fingerprint(word_level({"dog": 2, "[UNK]": 0, "cat": 1}))
+
+
+def test_a_corpus_of_another_tokenizer_in_out_is_refused_not_reused_and_overwrite_prepares_it_anew(tmp_path, tokenizer):
+    """Guards the reuse check: the same inputs prepared with another tokenizer are not "this very corpus"."""
+    text = write(tmp_path / "a.txt", synthetic_text(20))
+    prepare_corpus([text], tokenizer, tmp_path / "data", options=QUIET)
+    other = Tokenizer.train_bpe(DOCUMENTS * 10, vocab_size=290)
+    with pytest.raises(PLMError, match="holds a prepared corpus of other inputs or another tokenizer"):
+        prepare_corpus([text], other, tmp_path / "data", options=QUIET)
+    replaced = prepare_corpus([text], other, tmp_path / "data", options=QUIET, overwrite=True)
+    replaced.check_tokenizer(other)
+    assert Tokenizer.load(tmp_path / "data" / "tokenizer").vocab_size == 290
+
+
+def test_a_corpus_of_an_older_format_version_is_prepared_again_not_reused(tmp_path, tokenizer):
+    """Guards the reuse check's version test: an interrupted or old-format corpus is not taken as finished."""
+    text = write(tmp_path / "a.txt", synthetic_text(20))
+    prepare_corpus([text], tokenizer, tmp_path / "data", options=QUIET)
+    manifest = json.loads((tmp_path / "data" / MANIFEST).read_text())
+    (tmp_path / "data" / MANIFEST).write_text(json.dumps({**manifest, "version": 99}))
+    corpus = prepare_corpus([text], tokenizer, tmp_path / "data", options=QUIET, overwrite=True)
+    assert json.loads((tmp_path / "data" / MANIFEST).read_text())["version"] == manifest["version"]
+    fresh = prepare_corpus([text], tokenizer, tmp_path / "fresh", options=QUIET)
+    assert documents_of(corpus, "train") == documents_of(fresh, "train")
