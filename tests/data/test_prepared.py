@@ -389,3 +389,27 @@ def test_a_corpus_of_an_older_format_version_is_prepared_again_not_reused(tmp_pa
     assert json.loads((tmp_path / "data" / MANIFEST).read_text())["version"] == manifest["version"]
     fresh = prepare_corpus([text], tokenizer, tmp_path / "fresh", options=QUIET)
     assert documents_of(corpus, "train") == documents_of(fresh, "train")
+
+
+def test_a_rare_word_that_opens_a_joined_part_is_spelled_from_its_own_part(tmp_path):
+    """Guards SpelledWords' part lookup (searchsorted side="right"): with side="left" a rare word at the first
+    position of a part is looked up in the part before it. Two one-document corpora, each holding out its tail,
+    joined: the second validation part starts mid-document, on a word of the text that the vocabulary does not know.
+    The oracle is the words of the texts themselves: each validation part is the last words of its document."""
+    texts = [" ".join(f"zq{i}x{j}" for j in range(60)) for i in range(2)]  # every word rare
+    words = train_words(["the cat sat on the mat"] * 3, vocab_size=12)
+    corpora = [prepare_corpus([write(tmp_path / f"{i}.txt", text)], words, tmp_path / f"c{i}", options=QUIET)
+               for i, text in enumerate(texts)]
+    joined = join_prepared([corpus.path for corpus in corpora], tmp_path / "joined")
+    expected: list[str] = []
+    for corpus, text in zip(corpora, texts):
+        document = ["<S>", *split_words(text), "</S>"]
+        expected += document[len(document) - len(corpus.validation.tokens):]  # the held-out tail
+    unknown = joined.manifest["unknown_id"]
+    stream = SpelledWords(joined.validation, unknown)
+    assert len(joined.validation.parts) == 2 and len(stream) == len(expected)
+    assert stream[np.array([len(corpora[0].validation.tokens)])][0] < 0  # the second part opens on a rare word
+    codes = stream[np.arange(len(stream))]
+    assert [stream.spelling(p) for p in range(len(stream)) if codes[p] < 0] == [
+        word for p, word in enumerate(expected) if codes[p] < 0]
+    assert (codes < 0).sum() == len(expected) - 2  # all but the two </S>
