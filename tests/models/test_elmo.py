@@ -387,3 +387,16 @@ def test_commands_for_other_kinds_of_model_refuse_an_elmo_in_one_line(elmo_dir: 
         code, out, err = run_cli(*argv, capsys=capsys)
         assert code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
+
+
+def test_the_softmax_reads_the_top_states_through_dropout_in_training() -> None:
+    """Guards the dropout before the softmax (bilm-tf's): with a dropout that drops everything, the softmax sees
+    zero states, so each direction's loss is -sum_k log softmax(b)[t_k] of the softmax's bias alone."""
+    model = micro().train()
+    model.dropout = torch.nn.Dropout(1.0)
+    chars = torch.randint(0, 256, (2, 5, MAX_CHARACTERS))
+    next_words, previous_words = torch.randint(0, 512, (2, 5)), torch.randint(0, 512, (2, 5))
+    out = model(chars, next_words=next_words, previous_words=previous_words)
+    log_bias = F.log_softmax(model.softmax.bias.detach(), dim=-1)
+    torch.testing.assert_close(out.forward_loss.detach(), -log_bias[next_words.flatten()].sum())
+    torch.testing.assert_close(out.backward_loss.detach(), -log_bias[previous_words.flatten()].sum())
