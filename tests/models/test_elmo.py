@@ -400,3 +400,14 @@ def test_the_softmax_reads_the_top_states_through_dropout_in_training() -> None:
     log_bias = F.log_softmax(model.softmax.bias.detach(), dim=-1)
     torch.testing.assert_close(out.forward_loss.detach(), -log_bias[next_words.flatten()].sum())
     torch.testing.assert_close(out.backward_loss.detach(), -log_bias[previous_words.flatten()].sum())
+
+
+def test_each_lstm_layer_reads_its_input_through_dropout_in_training() -> None:
+    """Guards the dropout on the LSTMs' inputs: with a dropout that drops everything, every layer reads zeros, so
+    its states are the same whatever the words (the residual adds the layer below's, input-free as well)."""
+    model = micro().train()
+    model.dropout = torch.nn.Dropout(1.0)
+    first, second = (model(torch.randint(0, 256, (2, 5, MAX_CHARACTERS))) for _ in range(2))
+    assert not torch.equal(first.token, second.token)  # the words differ
+    for a, b in zip(first.forward + first.backward, second.forward + second.backward):
+        torch.testing.assert_close(a, b)
