@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from plm.data.sentence_pairs import (
@@ -113,3 +114,13 @@ def test_an_unreadable_source_order_names_its_file(tmp_path: Path) -> None:
     (tmp_path / "seq2seq.json").write_text('{"reverse_source": "yes"}', encoding="utf-8")
     with pytest.raises(PLMError, match=r"seq2seq.json: reverse_source must be true or false, got 'yes'"):
         Seq2SeqTokenizers.load(tmp_path)
+
+
+def test_a_pair_exactly_at_the_budget_is_a_batch_and_one_token_over_is_refused() -> None:
+    # 10 + 12 = 22 tokens: a budget of 22 holds it alone; 21 can never hold it, so it must be refused, not
+    # silently made a batch over the budget.
+    sources, targets = np.array([2, 10]), np.array([3, 12])
+    batches = token_budget_batches(sources, targets, max_tokens=22)
+    assert [sorted(batch.tolist()) for batch in batches] == [[0], [1]]  # (10 + 12) x 2 rows > 22
+    with pytest.raises(PLMError, match=r"pair 2 has 10 \+ 12 tokens, more than the budget of 21"):
+        token_budget_batches(sources, targets, max_tokens=21)

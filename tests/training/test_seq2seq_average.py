@@ -175,3 +175,20 @@ def test_a_negative_keep_last_is_one_line_and_exit_2(date_pair_files: Path, tmp_
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--keep-last must be >= 0" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_averaging_state_dicts_weighs_each_equally_and_takes_counters_from_the_last() -> None:
+    from plm.training.averaging import average_state_dicts
+
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(4, 3, generator=generator) for _ in range(3)]
+    halves = [w.to(torch.bfloat16) for w in weights]
+    states = [{"w": w, "h": h, "steps": torch.tensor(10 * (i + 1))} for i, (w, h) in enumerate(zip(weights, halves))]
+    averaged = average_state_dicts(states)
+    # the mean written out: (w1 + w2 + w3) / 3, in float64, back to each tensor's dtype
+    expected = (weights[0].double() + weights[1].double() + weights[2].double()) / 3
+    torch.testing.assert_close(averaged["w"], expected.float(), atol=0, rtol=0)
+    expected_half = (halves[0].double() + halves[1].double() + halves[2].double()) / 3
+    assert averaged["h"].dtype == torch.bfloat16
+    torch.testing.assert_close(averaged["h"], expected_half.to(torch.bfloat16), atol=0, rtol=0)
+    assert averaged["steps"].item() == 30  # a counter is the newest checkpoint's, not the first's nor a mean
