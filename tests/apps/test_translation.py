@@ -121,3 +121,14 @@ def test_a_sampled_first_token_follows_the_models_tempered_distribution(random_r
 def test_sampling_draws_one_translation_a_sentence_not_a_beam(random_rnn) -> None:
     with pytest.raises(PLMError, match="sampling draws one translation a sentence; give `num_beams` 1, not 4"):
         translate_ids(*random_rnn, SOURCES, GenerationConfig(num_beams=4, do_sample=True))
+
+
+def test_exact_match_compares_each_translation_with_its_own_references_in_any_stream() -> None:
+    hypotheses = ["the cat sat", " a dog ran ", "birds fly", "fish swim"]
+    first = ["the cat sat", "a dog ran", "bees buzz", "the cat sat"]
+    second = ["a cat sat", "dogs run", "birds fly", "fish swim."]
+    # counted by hand: 1 (its own first reference), 2 (equal once stripped), 3 (its second reference); 4 matches
+    # nothing of its own (though "the cat sat" is sentence 1's reference, and 4's is "fish swim.")
+    scores = score_translations(hypotheses, [first, second])
+    assert scores.exact_match == pytest.approx(3 / 4)
+    assert score_translations(hypotheses[3:], [first[3:], second[3:]]).exact_match == 0.0
