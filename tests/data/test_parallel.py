@@ -124,3 +124,28 @@ def test_a_pair_exactly_at_the_budget_is_a_batch_and_one_token_over_is_refused()
     assert [sorted(batch.tolist()) for batch in batches] == [[0], [1]]  # (10 + 12) x 2 rows > 22
     with pytest.raises(PLMError, match=r"pair 2 has 10 \+ 12 tokens, more than the budget of 21"):
         token_budget_batches(sources, targets, max_tokens=21)
+
+
+def test_the_sampler_draws_a_batch_per_step_and_micro_batch_the_same_on_every_call() -> None:
+    from collections import Counter
+
+    from plm.data.sentence_pairs import BudgetSampler
+
+    lengths = np.arange(1, 41)  # 40 pairs of 1..40 tokens a side: 10 batches or so under the budget
+    batches = token_budget_batches(lengths, lengths, max_tokens=80)
+    sampler = BudgetSampler(batches, seed=3)
+    first = {tuple(batch.tolist()) for batch in batches}
+    draws = [tuple(sampler.indices(step, micro).tolist()) for step in range(200) for micro in range(2)]
+    assert set(draws) <= first  # only whole batches
+    # Uniform over the batches, a fresh draw for every (step, micro-batch): each batch is drawn (a batch missed in
+    # 400 draws has probability ~ (1 - 1/10)^400), and no batch takes more than a fair share by far.
+    counts = Counter(draws)
+    assert len(counts) == len(batches) and max(counts.values()) < 3 * len(draws) / len(batches)
+    assert len({draws[2 * step] for step in range(200)}) == len(batches)  # the steps vary, not only micro-batches
+    # the micro-batches of a step are drawn apart: the same batch twice in a step about 1 step in 10, not always
+    assert sum(draws[2 * step] == draws[2 * step + 1] for step in range(200)) < 60
+    # Stateless: another sampler with the seed draws the same, in any call order; another seed does not.
+    again = BudgetSampler(batches, seed=3)
+    assert [tuple(again.indices(step, 1).tolist()) for step in reversed(range(200))] == draws[1::2][::-1]
+    other = BudgetSampler(batches, seed=4)
+    assert [tuple(other.indices(step, 0).tolist()) for step in range(200)] != draws[::2]
