@@ -132,3 +132,39 @@ def test_exact_match_compares_each_translation_with_its_own_references_in_any_st
     scores = score_translations(hypotheses, [first, second])
     assert scores.exact_match == pytest.approx(3 / 4)
     assert score_translations(hypotheses[3:], [first[3:], second[3:]]).exact_match == 0.0
+
+
+def test_a_search_needs_the_memory_of_every_beam_of_every_sentence_of_its_batch(monkeypatch) -> None:
+    import types
+
+    import plm.objectives.translation
+    from plm.objectives.translation import check_search_memory
+
+    vocabulary, state = 100, 1000
+    model = types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=vocabulary),
+                                  hypothesis_bytes=lambda source, target: state)
+    config = GenerationConfig(num_beams=4, max_len_a=1.0, max_new_tokens=2)
+    batches = [[[5] * 3, [5] * 5, [5] * 2], [[5] * 4]]
+    # written out: the first batch's 4 beams x 3 sentences, each a state and 12 bytes a vocabulary entry
+    needed = 4 * 3 * (state + 12 * vocabulary)
+    monkeypatch.setattr(plm.objectives.translation, "available_memory", lambda: needed)
+    check_search_memory(model, config, batches)  # fits exactly
+    monkeypatch.setattr(plm.objectives.translation, "available_memory", lambda: needed - 1)
+    with pytest.raises(PLMError, match="`num_beams` 4 over 3 sentence\\(s\\) of 5 tokens"):
+        check_search_memory(model, config, batches)
+
+
+def test_a_source_tokenizer_larger_than_the_source_embeddings_is_refused(tmp_path) -> None:
+    from plm.apps.translation import seq2seq_tokenizers
+    from plm.models import from_preset
+
+    pairs = date_pairs(200, seed=0)
+    tokenizers = Seq2SeqTokenizers.train(pairs, vocab_size=300, joint=False)
+    tokenizers.save(tmp_path)
+    rows = len(tokenizers.source) - 1  # one source embedding short; the target table is large
+    model = from_preset("transformer-micro", vocab_size=len(tokenizers.target) + 100, source_vocab_size=rows)
+    with pytest.raises(PLMError, match=f"the source tokenizer has {len(tokenizers.source):,} tokens but the model "
+                                       f"only {rows:,} embeddings"):
+        seq2seq_tokenizers(tmp_path, model)
+    fits = from_preset("transformer-micro", vocab_size=len(tokenizers.target), source_vocab_size=rows + 1)
+    assert seq2seq_tokenizers(tmp_path, fits).source.encode("one") == tokenizers.source.encode("one")

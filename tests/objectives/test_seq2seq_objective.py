@@ -159,3 +159,30 @@ def test_pairs_longer_than_the_models_context_are_left_out_everywhere() -> None:
     assert batch["source_ids"].shape[1] <= limit and batch["decoder_input_ids"].shape[1] <= limit
     with pytest.raises(PLMError, match="no training pair fits the model's context of 2 tokens"):
         objective_of(train, held_out, tokenizers, max_positions=2)
+
+
+def test_validation_metrics_translate_the_held_out_sources_and_score_them_against_their_targets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sacrebleu
+
+    import plm.objectives.teacher_forcing
+
+    objective, model = tiny_objective()
+    pairs = objective.metric_pairs
+    assert len(pairs) == 8
+    # A stand-in translator that knows the right answer for every source and half of them exactly: what it is
+    # given must be the sources, and what it returns is scored against the targets.
+    answers = {pair.source: pair.target if i % 2 == 0 else pair.target + " extra" for i, pair in enumerate(pairs)}
+    given = []
+
+    def knows(model, tokenizers, sentences, config=None, **_):
+        given.extend(sentences)
+        return [answers.get(sentence, "") for sentence in sentences]
+
+    monkeypatch.setattr(plm.objectives.teacher_forcing, "translate", knows)
+    metrics = objective.validation_metrics(model)
+    assert given == [pair.source for pair in pairs]
+    hypotheses, references = [answers[p.source] for p in pairs], [[p.target for p in pairs]]
+    assert metrics["exact_match"] == 0.5
+    assert metrics["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, references).score)
+    assert metrics["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, references).score)
