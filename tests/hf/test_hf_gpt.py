@@ -378,3 +378,27 @@ def test_a_gpt2_whose_mlp_is_not_four_times_as_wide_loads_in_transformers_with_t
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, hf_logits(reference.eval(), input_ids, mask), atol=3e-5,
                                    rtol=0)
+
+
+class RunsCodeWhenUnpickled:
+    """A pickled object whose loading calls ``open(marker, "w")``: what a hostile pytorch_model.bin can do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def test_pytorch_model_bin_is_never_unpickled_freely(tmp_path):
+    """A .bin is read with torch's weights-only loader: a pickle that would run code is refused, and runs none.
+
+    Guards against ``torch.load(..., weights_only=False)``, which would call ``open`` here (and anything else
+    elsewhere) before plm could look at what it read.
+    """
+    marker = tmp_path / "ran"
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"wte.weight": torch.zeros(2, 2), "payload": RunsCodeWhenUnpickled(marker)}, path)
+    with pytest.raises(PLMError, match="not a readable PyTorch weights file"):
+        plm.hf.io.read_weight_file(path)
+    assert not marker.exists()

@@ -33,6 +33,12 @@ def test_the_paper_values_are_the_seeds() -> None:
     assert (bert.warmup, bert.schedule, bert.min_lr) == (10_000, "linear", 0.0)
     # ALBERT: LAMB 0.00176, betas (0.9, 0.999), eps 1e-6.
     assert (albert.optimizer, albert.lr, albert.betas, albert.eps) == ("lamb", 0.00176, (0.9, 0.999), 1e-6)
+    # DeBERTa (its paper's appendix A, Table 8, base; seed 001 gives no optimizer): Adam 2e-4, betas (0.9, 0.999),
+    # eps 1e-6, weight decay 0.01, 10K warmup steps, linear decay.
+    deberta = RECIPES["deberta"].paper
+    assert (deberta.optimizer, deberta.lr, deberta.betas, deberta.eps, deberta.weight_decay) == (
+        "adamw", 2e-4, (0.9, 0.999), 1e-6, 0.01)
+    assert (deberta.warmup, deberta.schedule, deberta.min_lr) == (10_000, "linear", 0.0)
 
 
 def test_each_family_name_stands_for_its_recipe(text_file: Path, tmp_path: Path) -> None:

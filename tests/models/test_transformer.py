@@ -246,6 +246,8 @@ def test_save_and_load_give_the_same_model(tmp_path):
 def test_the_recipe_keeps_the_papers_optimizer_and_schedule():
     paper = RECIPES["transformer"].paper
     assert (paper.betas, paper.eps, paper.warmup, paper.schedule) == ((0.9, 0.98), 1e-9, 4000, "inverse-sqrt")
+    # Section 5.4 of the paper (not in the seeds, which list only residual dropout): label smoothing eps_ls = 0.1.
+    assert RECIPES["transformer"].label_smoothing == 0.1
     for step_num in (1, 2000, 4000, 4001, 50_000):  # lrate = d_model^-0.5 min(step^-0.5, step warmup^-1.5)
         expected = 512**-0.5 * min(step_num**-0.5, step_num * 4000**-1.5)
         assert learning_rate(paper.schedule, step_num - 1, paper.lr, paper.warmup, 100_000, 0.0) == pytest.approx(
