@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 import torch
@@ -116,6 +117,31 @@ def test_predict_reads_plain_text_from_a_file_or_stdin(finetuned, tmp_path, caps
     monkeypatch.setattr("sys.stdin", io.StringIO(lines.read_text()))
     code, out, _ = run_main(capsys, "predict", "--model", finetuned, "-")
     assert code == 0 and [json.loads(line) for line in out.splitlines()] == from_file
+
+
+def test_predict_on_a_full_disk_leaves_the_old_out_file_whole(finetuned, tmp_path, capsys, monkeypatch):
+    # Guards against --out written in place: a disk that fills up mid-write must leave the previous predictions as
+    # they were, not half a file. Every temporary file goes to /dev/full; --out itself is an ordinary file.
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full to simulate a full disk with")
+    lines = tmp_path / "one.txt"
+    lines.write_text("a sentence\n")
+    out = tmp_path / "p.jsonl"
+    out.write_text('{"old": "predictions"}\n')
+    make_temporary = tempfile.mkstemp
+
+    def full_mkstemp(*args, **kwargs):
+        fd, name = make_temporary(*args, **kwargs)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_mkstemp)
+    code, _, err = run_main(capsys, "predict", "--model", finetuned, lines, "--out", out)
+    assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
+    assert out.read_text() == '{"old": "predictions"}\n'
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["one.txt", "p.jsonl"]  # no temporary file left
 
 
 def test_predict_refuses_a_max_length_beyond_the_model_s_positions(finetuned, tmp_path, capsys):

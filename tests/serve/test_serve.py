@@ -587,6 +587,18 @@ def test_a_body_over_max_body_is_a_413_whether_its_length_is_declared_or_not(ser
         assert post(client, "/generate", prompt="x", max_new_tokens=1)["tokens"]
 
 
+def test_a_body_of_exactly_max_body_bytes_is_taken_and_one_byte_more_is_a_413(services: dict) -> None:
+    # Guards against an off-by-one in either check (declared length, counted chunks): "at most max_body bytes".
+    body = json.dumps({"prompt": "x", "max_new_tokens": 1}).encode()
+    chunked = [body[:10], body[10:]]  # no Content-Length: the chunks are counted
+    with TestClient(create_app([services["gpt"]], max_body=len(body))) as client:
+        assert client.post("/generate", content=body).status_code == 200
+        assert client.post("/generate", content=iter(chunked)).status_code == 200
+    with TestClient(create_app([services["gpt"]], max_body=len(body) - 1)) as client:
+        assert client.post("/generate", content=body).status_code == 413
+        assert client.post("/generate", content=iter(chunked)).status_code == 413
+
+
 def test_unknown_paths_and_methods_are_json_errors(client: TestClient) -> None:
     assert (client.get("/nowhere").status_code, client.get("/nowhere").json()) == (404, {"error": "Not Found"})
     assert client.get("/generate").status_code == 405 and "error" in client.get("/generate").json()
