@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,19 @@ class StubCausalLM(CausalLM):
             cache[0].append(torch.zeros(batch, 1, time, 1), torch.zeros(batch, 1, time, 1))
         logits = self.logits_for(input_ids)
         return CausalLMOutput(last_hidden_state=logits, logits=logits[:, -(num_logits or time) :])
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every temporary file plm writes through goes to /dev/full: each write fails with ENOSPC."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full to simulate a full disk with")
+    make_temporary = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        fd, name = make_temporary(*args, **kwargs)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)
+        os.close(full)
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)

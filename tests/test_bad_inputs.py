@@ -30,7 +30,7 @@ from plm.errors import PLMError
 from plm.models import PRESETS, from_config, from_preset, preset_config, with_heads
 from plm.storage.checkpoint import load_model, save_model
 from plm.tokenization.tokenizer import Tokenizer
-from tests.conftest import synthetic_text
+from tests.conftest import full_disk, synthetic_text
 
 TINY_RUN = ["--model", "gpt2-micro", "--vocab-size", "300", "--block-size", "32", "--batch-size", "4",
             "--warmup", "2", "--no-progress", "--device", "cpu"]
@@ -287,22 +287,6 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     argv, message = CASES[case]
     err = run_failing([arg.replace("{w}", str(workspace)) for arg in argv], capsys, workspace)
     assert message in err
-
-
-def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every temporary file plm writes through goes to /dev/full: each write fails with ENOSPC."""
-    if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full to simulate a full disk with")
-    make_temporary = tempfile.mkstemp
-
-    def mkstemp(*args, **kwargs):
-        fd, name = make_temporary(*args, **kwargs)
-        full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, fd)
-        os.close(full)
-        return fd, name
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 @pytest.mark.parametrize(

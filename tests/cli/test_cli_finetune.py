@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from plm.models import from_preset
 from plm.storage.checkpoint import load_model, save_model
 from plm.tasks.synthetic import synthetic_task
 from plm.tokenization.tokenizer import Tokenizer
+from tests.conftest import full_disk
 from tests.training.test_resume import TORCHRUN
 
 QUICK = ["--synthetic-size", "64", "--batch-size", "16", "--epochs", "1"]  # 4 steps on the built-in task
@@ -122,22 +122,11 @@ def test_predict_reads_plain_text_from_a_file_or_stdin(finetuned, tmp_path, caps
 def test_predict_on_a_full_disk_leaves_the_old_out_file_whole(finetuned, tmp_path, capsys, monkeypatch):
     # Guards against --out written in place: a disk that fills up mid-write must leave the previous predictions as
     # they were, not half a file. Every temporary file goes to /dev/full; --out itself is an ordinary file.
-    if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full to simulate a full disk with")
+    full_disk(monkeypatch)
     lines = tmp_path / "one.txt"
     lines.write_text("a sentence\n")
     out = tmp_path / "p.jsonl"
     out.write_text('{"old": "predictions"}\n')
-    make_temporary = tempfile.mkstemp
-
-    def full_mkstemp(*args, **kwargs):
-        fd, name = make_temporary(*args, **kwargs)
-        full = os.open("/dev/full", os.O_WRONLY)
-        os.dup2(full, fd)
-        os.close(full)
-        return fd, name
-
-    monkeypatch.setattr(tempfile, "mkstemp", full_mkstemp)
     code, _, err = run_main(capsys, "predict", "--model", finetuned, lines, "--out", out)
     assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
     assert out.read_text() == '{"old": "predictions"}\n'
