@@ -304,7 +304,6 @@ def parallelism(args: argparse.Namespace) -> Parallelism:
     return Parallelism(args.strategy, args.offload, args.checkpoint_activations)
 
 
-
 def check_output_file(path: str, flag: str = "--out") -> None:
     """Before any work: ``path``, given as ``flag``, names a file in an existing directory (plm does not guess where
     to create one)."""
